@@ -1,0 +1,399 @@
+// Package predict owns Harbinger's per-key duration predictor and the tier
+// boundaries derived from it. It is pure: callers pass the time in, it starts
+// no goroutines, holds no locks and does no I/O, so the broker, the RabbitMQ
+// sidecar and the simulator run exactly the same code.
+//
+// A key is queue + producer + optional job type + optional size bucket. Each
+// key keeps an EWMA of observed durations and a decaying log2 histogram. A
+// message's predicted cost picks its tier; tier boundaries are quantiles of
+// the predicted costs of recently enqueued messages. Cold keys (too few
+// observations) and keys whose p99/median spread is too wide take the middle
+// tier, because a guess there would do more harm than good.
+package predict
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"time"
+)
+
+// Defaults for Config.
+const (
+	DefaultAlpha           = 0.2
+	DefaultDecay           = 0.98
+	DefaultMinObservations = 3
+	DefaultSpreadGate      = 16
+	DefaultTiers           = 3
+	DefaultWindow          = 1024
+	DefaultRecomputeEvery  = 64
+	DefaultMaxKeys         = 100_000
+	DefaultMaxDuration     = 24 * time.Hour
+	MaxTiers               = 16
+)
+
+// Estimators a Config may name.
+const (
+	EstimateEWMA   = "ewma"   // the key's EWMA (the default: it tracks the mean, which SJF wants)
+	EstimateMedian = "median" // the key's histogram median
+)
+
+// BytesPerKey is the approximate memory one tracked key costs, excluding the
+// bytes of its strings (see TestBytesPerKey).
+const BytesPerKey = 400
+
+// Errors returned by Observe.
+var (
+	// ErrBadDuration: a duration that is NaN-like, negative, zero or absurdly
+	// large; it is never folded into an estimate.
+	ErrBadDuration = errors.New("predict: duration must be positive and below the configured maximum")
+)
+
+// Config tunes a Predictor. The zero value of a field means its default.
+type Config struct {
+	Alpha           float64       // EWMA weight of a new observation, (0, 1]
+	Decay           float64       // histogram weight kept per observation, (0, 1]
+	MinObservations int           // a key with fewer is cold and takes the middle tier
+	SpreadGate      float64       // p99/p50 above this takes the middle tier; negative disables
+	Tiers           int           // number of tiers, 1..MaxTiers
+	Window          int           // recent predicted costs the boundaries are quantiles of
+	RecomputeEvery  int           // predictions between boundary recomputations
+	MaxKeys         int           // tracked keys; the least recently used is evicted
+	MaxDuration     time.Duration // longer observations are rejected
+	Estimator       string        // EstimateEWMA or EstimateMedian
+	NoSizeBucket    bool          // leave the size bucket out of keys
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Alpha == 0 {
+		c.Alpha = DefaultAlpha
+	}
+	if c.Decay == 0 {
+		c.Decay = DefaultDecay
+	}
+	if c.MinObservations == 0 {
+		c.MinObservations = DefaultMinObservations
+	}
+	if c.SpreadGate == 0 {
+		c.SpreadGate = DefaultSpreadGate
+	}
+	if c.Tiers == 0 {
+		c.Tiers = DefaultTiers
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.RecomputeEvery == 0 {
+		c.RecomputeEvery = DefaultRecomputeEvery
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxDuration == 0 {
+		c.MaxDuration = DefaultMaxDuration
+	}
+	if c.Estimator == "" {
+		c.Estimator = EstimateEWMA
+	}
+	return c
+}
+
+// Validate reports the first setting that makes no sense, in plain words.
+func (c Config) Validate() error {
+	switch {
+	case !(c.Alpha > 0 && c.Alpha <= 1):
+		return fmt.Errorf("predict: alpha must be in (0, 1], got %v", c.Alpha)
+	case !(c.Decay > 0 && c.Decay <= 1):
+		return fmt.Errorf("predict: decay must be in (0, 1], got %v", c.Decay)
+	case c.MinObservations < 1:
+		return fmt.Errorf("predict: min observations must be at least 1, got %d", c.MinObservations)
+	case math.IsNaN(c.SpreadGate) || (c.SpreadGate > 0 && c.SpreadGate < 1):
+		return fmt.Errorf("predict: spread gate must be at least 1 (or negative to disable), got %v", c.SpreadGate)
+	case c.Tiers < 1 || c.Tiers > MaxTiers:
+		return fmt.Errorf("predict: tiers must be 1 to %d, got %d", MaxTiers, c.Tiers)
+	case c.Window < 1 || c.Window > 1<<20:
+		return fmt.Errorf("predict: window must be 1 to %d, got %d", 1<<20, c.Window)
+	case c.RecomputeEvery < 1:
+		return fmt.Errorf("predict: recompute interval must be at least 1, got %d", c.RecomputeEvery)
+	case c.MaxKeys < 1:
+		return fmt.Errorf("predict: max keys must be at least 1, got %d", c.MaxKeys)
+	case c.MaxDuration <= 0:
+		return fmt.Errorf("predict: max duration must be positive, got %v", c.MaxDuration)
+	case c.Estimator != EstimateEWMA && c.Estimator != EstimateMedian:
+		return fmt.Errorf("predict: unknown estimator %q (want %q or %q)", c.Estimator, EstimateEWMA, EstimateMedian)
+	}
+	return nil
+}
+
+// Key identifies what is learned about. SizeBucket is -1 when there is no
+// size hint (or size buckets are off), else the bit length of the hint.
+type Key struct {
+	Queue, Producer, JobType string
+	SizeBucket               int8
+}
+
+// Prediction is what the predictor says of one message.
+type Prediction struct {
+	Cost        time.Duration // predicted duration; for a cold or gated key, the typical duration of warm keys
+	Tier        int           // 0 is served first
+	Cold        bool          // too few observations to trust
+	SpreadGated bool          // the key's p99/median is above the spread gate
+	Made        bool          // false for the zero Prediction
+}
+
+// Routed reports whether the prediction, not the default, chose the tier.
+func (p Prediction) Routed() bool { return p.Made && !p.Cold && !p.SpreadGated }
+
+type entry struct {
+	key        Key
+	count      uint64
+	ewmaMS     float64
+	hist       histogram
+	p50, p99   float64 // cached after each observation
+	tier       int     // tier of the last prediction
+	prev, next *entry  // LRU list, most recent at head
+}
+
+// Predictor learns per-key durations. It is not safe for concurrent use.
+type Predictor struct {
+	cfg        Config
+	keys       map[Key]*entry
+	head, tail *entry
+
+	recent     []float64 // ring of recent warm predicted costs, ms
+	recentN    int       // filled slots
+	recentPos  int
+	sincePlan  int
+	boundaries []float64 // ms; len Tiers-1; message goes to first tier whose boundary >= cost
+	typicalMS  float64   // EWMA over all observations, the cost given to cold keys
+
+	observations, rejected, evicted uint64
+	absErrMS                        float64
+	maeN                            uint64
+	tierHits, tierN                 uint64
+}
+
+// New returns a Predictor with cfg (zero fields take their defaults).
+func New(cfg Config) (*Predictor, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Predictor{
+		cfg:    cfg,
+		keys:   make(map[Key]*entry),
+		recent: make([]float64, cfg.Window),
+	}, nil
+}
+
+// Config returns the configuration in force.
+func (p *Predictor) Config() Config { return p.cfg }
+
+// KeyFor builds the key of a message. A zero size means no hint.
+func (p *Predictor) KeyFor(queue, producer, jobType string, size uint64) Key {
+	k := Key{Queue: queue, Producer: producer, JobType: jobType, SizeBucket: -1}
+	if size > 0 && !p.cfg.NoSizeBucket {
+		k.SizeBucket = int8(bits.Len64(size))
+	}
+	return k
+}
+
+// Predict estimates one enqueued message's cost and tier. Call it once per
+// message: warm predictions also feed the tier boundaries.
+func (p *Predictor) Predict(k Key) Prediction {
+	e := p.keys[k]
+	mid := p.cfg.Tiers / 2
+	pr := Prediction{Made: true, Tier: mid, Cost: p.typical()}
+	if e == nil || e.count < uint64(p.cfg.MinObservations) {
+		pr.Cold = true
+		return pr
+	}
+	p.touch(e)
+	if p.cfg.SpreadGate > 0 && e.p50 > 0 && e.p99/e.p50 > p.cfg.SpreadGate {
+		pr.SpreadGated = true
+		e.tier = mid
+		return pr
+	}
+	cost := e.ewmaMS
+	if p.cfg.Estimator == EstimateMedian {
+		cost = e.p50
+	}
+	pr.Cost = msToDuration(cost)
+	p.record(cost)
+	pr.Tier = p.tierOf(cost)
+	e.tier = pr.Tier
+	return pr
+}
+
+// Observe folds a completed message's duration into its key. pred is what
+// Predict said of that message (the zero Prediction if unknown); it is used
+// only for the accuracy figures.
+func (p *Predictor) Observe(k Key, pred Prediction, d time.Duration) error {
+	if d <= 0 || d > p.cfg.MaxDuration {
+		p.rejected++
+		return fmt.Errorf("%w: got %v (max %v)", ErrBadDuration, d, p.cfg.MaxDuration)
+	}
+	ms := float64(d) / float64(time.Millisecond)
+	p.observations++
+	if pred.Made {
+		if pred.Routed() {
+			p.absErrMS += math.Abs(float64(pred.Cost)/float64(time.Millisecond) - ms)
+			p.maeN++
+		}
+		p.tierN++
+		if pred.Tier == p.tierOf(ms) {
+			p.tierHits++
+		}
+	}
+	if p.typicalMS == 0 {
+		p.typicalMS = ms
+	} else {
+		p.typicalMS += 0.01 * (ms - p.typicalMS)
+	}
+
+	e := p.keys[k]
+	if e == nil {
+		e = p.insert(k)
+	} else {
+		p.touch(e)
+	}
+	e.count++
+	if e.count == 1 {
+		e.ewmaMS = ms
+	} else {
+		e.ewmaMS += p.cfg.Alpha * (ms - e.ewmaMS)
+	}
+	e.hist.observe(d, p.cfg.Decay)
+	e.p50 = e.hist.quantileMS(0.5)
+	e.p99 = e.hist.quantileMS(0.99)
+	return nil
+}
+
+// typical is the cost assumed for a message whose key cannot be trusted: the
+// slowly moving mean of every observed duration.
+func (p *Predictor) typical() time.Duration { return msToDuration(p.typicalMS) }
+
+func msToDuration(ms float64) time.Duration {
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// tierOf maps a cost to its tier under the current boundaries. Until there
+// are boundaries every message takes the middle tier.
+func (p *Predictor) tierOf(ms float64) int {
+	if len(p.boundaries) == 0 {
+		return p.cfg.Tiers / 2
+	}
+	for i, b := range p.boundaries {
+		if ms <= b {
+			return i
+		}
+	}
+	return len(p.boundaries)
+}
+
+func (p *Predictor) record(ms float64) {
+	p.recent[p.recentPos] = ms
+	p.recentPos = (p.recentPos + 1) % len(p.recent)
+	p.recentN = min(p.recentN+1, len(p.recent))
+	p.sincePlan++
+	if p.boundaries == nil || p.sincePlan >= p.cfg.RecomputeEvery {
+		p.sincePlan = 0
+		p.boundaries = Boundaries(p.recent[:p.recentN], p.cfg.Tiers, p.boundaries)
+	}
+}
+
+// Boundaries computes tier boundaries from a sample of costs: the
+// (i+1)/tiers quantiles, each moved to the widest relative gap between
+// neighbouring costs within half a tier of it. Costs cluster by key, and a
+// boundary that cut through a cluster would split one key's messages between
+// two tiers at random. buf is reused if it has room. costs is not modified.
+func Boundaries(costs []float64, tiers int, buf []float64) []float64 {
+	buf = buf[:0]
+	n := len(costs)
+	if tiers < 2 || n == 0 {
+		return buf
+	}
+	s := slices.Clone(costs)
+	slices.Sort(s)
+	half := n / (2 * tiers)
+	for i := 1; i < tiers; i++ {
+		k := i * n / tiers
+		lo, hi := max(k-half, 1), min(k+half, n-1)
+		best, bestGap := min(k, n-1), 0.0
+		for j := lo; j <= hi; j++ {
+			if s[j-1] <= 0 {
+				continue
+			}
+			if g := s[j] / s[j-1]; g > bestGap {
+				best, bestGap = j, g
+			}
+		}
+		b := s[best]
+		if bestGap > 1 {
+			b = math.Sqrt(s[best-1] * s[best]) // geometric midpoint of the gap
+		}
+		if len(buf) > 0 && b < buf[len(buf)-1] {
+			b = buf[len(buf)-1]
+		}
+		buf = append(buf, b)
+	}
+	return buf
+}
+
+func (p *Predictor) insert(k Key) *entry {
+	if len(p.keys) >= p.cfg.MaxKeys && p.tail != nil {
+		old := p.tail
+		p.unlink(old)
+		delete(p.keys, old.key)
+		p.evicted++
+	}
+	e := &entry{key: k, tier: p.cfg.Tiers / 2}
+	p.keys[k] = e
+	p.pushFront(e)
+	return e
+}
+
+func (p *Predictor) touch(e *entry) {
+	if p.head != e {
+		p.unlink(e)
+		p.pushFront(e)
+	}
+}
+
+func (p *Predictor) pushFront(e *entry) {
+	e.prev, e.next = nil, p.head
+	if p.head != nil {
+		p.head.prev = e
+	}
+	p.head = e
+	if p.tail == nil {
+		p.tail = e
+	}
+}
+
+func (p *Predictor) unlink(e *entry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		p.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		p.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+func nan() float64 { return math.NaN() }
+
+// Place tiers a message whose cost is known exactly (the simulator's oracle):
+// the cost feeds the boundaries as a warm prediction would.
+func (p *Predictor) Place(cost time.Duration) Prediction {
+	ms := float64(cost) / float64(time.Millisecond)
+	p.record(ms)
+	return Prediction{Made: true, Cost: cost, Tier: p.tierOf(ms)}
+}

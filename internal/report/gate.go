@@ -1,0 +1,158 @@
+package report
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/harbinger-mq/harbinger/internal/stats"
+)
+
+// Row is one gate criterion evaluated.
+type Row struct {
+	ID        string `json:"id"`
+	Criterion string `json:"criterion"`
+	Estimate  Num    `json:"estimate"`
+	CI        [2]Num `json:"ci"`
+	Threshold Num    `json:"threshold"`
+	Pass      bool   `json:"pass"`
+	Kind      string `json:"kind"` // "percent", "ratio" or "count"
+	AtLeast   bool   `json:"at_least,omitempty"` // pass means estimate >= threshold
+	Note      string `json:"note,omitempty"`
+}
+
+// Baselines names the arms the gate compares the primary arm with. In the
+// simulator the FIFO baselines are harbinger's own fifo arm and P5 compares
+// with the static arm; live, they are the other brokers' arms.
+type Baselines struct {
+	Primary    string
+	RabbitFIFO string
+	RedisFIFO  string
+	P5         string
+}
+
+// SimBaselines and LiveBaselines are the two forms of the pre-registered gate.
+var (
+	SimBaselines  = Baselines{Primary: "predictive", RabbitFIFO: "fifo", RedisFIFO: "fifo", P5: "static"}
+	LiveBaselines = Baselines{Primary: "harbinger-predictive", RabbitFIFO: "rabbitmq-fifo", RedisFIFO: "redis-fifo", P5: "rabbitmq-predictive"}
+)
+
+type metric struct {
+	name string
+	get  func(SeedResult) Num
+}
+
+var (
+	mMean       = metric{"mean", func(s SeedResult) Num { return s.MeanS }}
+	mP99        = metric{"all-message P99", func(s SeedResult) Num { return s.P99S }}
+	mShort      = metric{"short-job median", func(s SeedResult) Num { return s.ShortMedianS }}
+	mExport     = metric{"export max wait", func(s SeedResult) Num { return s.ExportMaxWaitS }}
+	mThroughput = metric{"throughput", func(s SeedResult) Num { return s.ThroughputPerS }}
+)
+
+// Compare evaluates arm a against arm b on a metric, paired by seed: the
+// estimate is the median of the per-seed percent differences (kind
+// "percent", as a fraction) or ratios (kind "ratio"), with a 95% bootstrap
+// interval over seeds. pass is decided by the point estimate: <= threshold,
+// or >= threshold when atLeast.
+func compare(arms map[string]*ArmResult, id, a, b string, m metric, kind string, threshold float64, atLeast bool) Row {
+	crit := fmt.Sprintf("%s %s vs %s", a, m.name, b)
+	row := Row{ID: id, Criterion: crit, Kind: kind, Threshold: Num(threshold), AtLeast: atLeast,
+		Estimate: Num(math.NaN()), CI: [2]Num{Num(math.NaN()), Num(math.NaN())}}
+	ra, rb := arms[a], arms[b]
+	if ra == nil || rb == nil {
+		row.Note = "not run"
+		return row
+	}
+	bySeed := map[uint64]SeedResult{}
+	for _, s := range rb.PerSeed {
+		bySeed[s.Seed] = s
+	}
+	var diffs []float64
+	for _, s := range ra.PerSeed {
+		t, ok := bySeed[s.Seed]
+		if !ok {
+			continue
+		}
+		x, y := float64(m.get(s)), float64(m.get(t))
+		if math.IsNaN(x) || math.IsNaN(y) || y == 0 {
+			continue
+		}
+		if kind == "percent" {
+			diffs = append(diffs, (x-y)/y)
+		} else {
+			diffs = append(diffs, x/y)
+		}
+	}
+	if len(diffs) == 0 {
+		row.Note = "no paired seeds"
+		return row
+	}
+	est := stats.Median(diffs)
+	lo, hi := stats.BootstrapMedianCI(diffs, stats.BootstrapResamples, 0.95, stats.BootstrapSeed)
+	row.Estimate, row.CI = Num(est), [2]Num{Num(lo), Num(hi)}
+	if atLeast {
+		row.Pass = est >= threshold
+	} else {
+		row.Pass = est <= threshold
+	}
+	return row
+}
+
+// Gate evaluates the pre-registered gate for the given baselines.
+func Gate(arms map[string]*ArmResult, b Baselines) []Row {
+	p := b.Primary
+	rows := []Row{
+		compare(arms, "P1", p, b.RabbitFIFO, mMean, "percent", -0.50, false),
+		compare(arms, "P2", p, b.RabbitFIFO, mShort, "percent", -0.90, false),
+		compare(arms, "P3", p, b.RedisFIFO, mMean, "percent", -0.50, false),
+		compare(arms, "P4", p, b.RedisFIFO, mShort, "percent", -0.90, false),
+		compare(arms, "P5", p, b.P5, mMean, "percent", 0, false),
+		compare(arms, "G1", p, b.RabbitFIFO, mP99, "ratio", 1.10, false),
+		compare(arms, "G2", p, b.RabbitFIFO, mExport, "ratio", 1.00, false),
+		lostRow(arms, p),
+		compare(arms, "G4", p, b.RabbitFIFO, mThroughput, "ratio", 0.98, true),
+	}
+	return rows
+}
+
+func lostRow(arms map[string]*ArmResult, p string) Row {
+	row := Row{ID: "G3", Criterion: p + " lost work in every run", Kind: "count",
+		CI: [2]Num{Num(math.NaN()), Num(math.NaN())}}
+	a := arms[p]
+	if a == nil {
+		row.Estimate, row.Note = Num(math.NaN()), "not run"
+		return row
+	}
+	row.Estimate = Num(a.Lost)
+	row.Pass = a.Lost == 0
+	return row
+}
+
+// Secondary evaluates the reported-but-not-gated comparisons that apply to
+// the arms present.
+func Secondary(arms map[string]*ArmResult, b Baselines, live bool) []Row {
+	var rows []Row
+	add := func(id, a, base string, m metric, kind string) {
+		if arms[a] != nil && arms[base] != nil {
+			r := compare(arms, id, a, base, m, kind, math.NaN(), false)
+			r.Pass = false
+			rows = append(rows, r)
+		}
+	}
+	if live {
+		add("S1", "harbinger-fifo", b.RabbitFIFO, mMean, "percent")
+		add("S2", "rabbitmq-predictive", b.RabbitFIFO, mMean, "percent")
+		add("S3", "harbinger-weighted", b.RabbitFIFO, mMean, "percent")
+		add("S4", "harbinger-weighted", b.RabbitFIFO, mP99, "ratio")
+		add("S5", "rabbitmq-priority", b.RabbitFIFO, mExport, "ratio")
+		add("S6", "rabbitmq-predictive", b.RabbitFIFO, mExport, "ratio")
+		add("S7", "rabbitmq-predictive", b.RabbitFIFO, mP99, "ratio")
+	} else {
+		add("S1", b.Primary, "oracle", mMean, "ratio")
+		add("S2", "weighted", b.RabbitFIFO, mMean, "percent")
+		add("S3", "weighted", b.RabbitFIFO, mP99, "ratio")
+		add("S4", "static", b.RabbitFIFO, mExport, "ratio")
+		add("S5", "static", b.RabbitFIFO, mP99, "ratio")
+	}
+	return rows
+}

@@ -1,0 +1,169 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+)
+
+// Policy names.
+const (
+	FIFO       = "fifo"       // one level, arrival order
+	Static     = "static"     // a job type -> tier map, strict priority, no aging
+	Predictive = "predictive" // predicted tiers, strict priority, step aging
+	WeightedP  = "weighted"   // predicted tiers, level weights, pausing aging
+	Bounded    = "bounded"    // predicted tiers, strict priority, waits bounded relative to FIFO
+	Shadow     = "shadow"     // predicts and records, routes as FIFO
+
+	// DefaultPolicy is what a queue gets when none is named.
+	DefaultPolicy = Bounded
+)
+
+// Policies lists the policy names a queue accepts.
+var Policies = []string{FIFO, Static, Predictive, WeightedP, Bounded, Shadow}
+
+// Policy defaults.
+var (
+	// DefaultWeights are the level weights of the weighted policy, top level first.
+	DefaultWeights = []int{8, 3, 1}
+	// DefaultAgeAfter is how long a message waits at a level before aging
+	// lifts it one level (predictive and weighted policies).
+	DefaultAgeAfter = 10 * time.Second
+	// DefaultStretch is the bounded policy's slack per level: the top level is
+	// never held back, the middle may start up to this much later than FIFO
+	// would have started it, and the bottom level (the long jobs that aging
+	// exists to protect) is served as if by FIFO.
+	DefaultStretch = []float64{math.Inf(1), 0.5, 0}
+	// DefaultMinSlack lets the bounded policy reorder freely while the
+	// backlog is small.
+	DefaultMinSlack = 2 * time.Second
+)
+
+// Policy is a named policy resolved to a scheduler configuration and a way of
+// choosing tiers.
+type Policy struct {
+	Name         string
+	Sched        Config
+	StaticTiers  map[string]int // Static: job type -> tier; unknown types take the middle tier
+	UsePredictor bool           // tiers come from the predictor
+	Shadow       bool           // predict and record, but route everything to level 0
+}
+
+// PolicyOptions carries the settings a queue may override; zero fields take
+// their defaults.
+type PolicyOptions struct {
+	Tiers       int
+	Weights     []int
+	AgeAfter    []time.Duration // per level; index 0 unused
+	AgingOff    bool
+	StaticTiers map[string]int
+	Stretch     []float64
+	MinSlack    time.Duration
+	// ShortestFirst orders each level by predicted cost, not arrival.
+	ShortestFirst bool
+}
+
+// NewPolicy resolves a policy name ("" means DefaultPolicy).
+func NewPolicy(name string, o PolicyOptions) (Policy, error) {
+	if name == "" {
+		name = DefaultPolicy
+	}
+	tiers := o.Tiers
+	if tiers == 0 {
+		tiers = predict.DefaultTiers
+	}
+	if tiers < 1 || tiers > predict.MaxTiers {
+		return Policy{}, fmt.Errorf("sched: tiers must be 1 to %d, got %d", predict.MaxTiers, tiers)
+	}
+	ageAfter := o.AgeAfter
+	if ageAfter == nil {
+		ageAfter = make([]time.Duration, tiers)
+		for i := 1; i < tiers; i++ {
+			ageAfter[i] = DefaultAgeAfter
+		}
+	}
+	aging := func(mode string) string {
+		if o.AgingOff {
+			return AgingOff
+		}
+		return mode
+	}
+	p := Policy{Name: name, UsePredictor: true}
+	switch name {
+	case FIFO:
+		p.UsePredictor = false
+		p.Sched = Config{Levels: 1, Discipline: Strict}
+	case Shadow:
+		p.Shadow = true
+		p.Sched = Config{Levels: 1, Discipline: Strict}
+	case Static:
+		p.UsePredictor = false
+		p.StaticTiers = o.StaticTiers
+		levels := 1
+		for jt, t := range o.StaticTiers {
+			if t < 0 || t >= predict.MaxTiers {
+				return Policy{}, fmt.Errorf("sched: static tier of %q must be 0 to %d, got %d", jt, predict.MaxTiers-1, t)
+			}
+			levels = max(levels, t+1)
+		}
+		p.Sched = Config{Levels: max(levels, tiers), Discipline: Strict}
+	case Predictive:
+		p.Sched = Config{Levels: tiers, Discipline: Strict, Aging: aging(AgingStep), AgeAfter: ageAfter}
+	case WeightedP:
+		w := o.Weights
+		if w == nil {
+			w = defaultWeights(tiers)
+		}
+		p.Sched = Config{Levels: tiers, Discipline: Weighted, Weights: w, Aging: aging(AgingPausing), AgeAfter: ageAfter}
+	case Bounded:
+		stretch := o.Stretch
+		if stretch == nil {
+			stretch = defaultStretch(tiers)
+		}
+		minSlack := o.MinSlack
+		if minSlack == 0 {
+			minSlack = DefaultMinSlack
+		}
+		p.Sched = Config{Levels: tiers, Discipline: Strict, Bound: &Bound{Stretch: stretch, MinSlack: minSlack}}
+		if o.AgingOff {
+			p.Sched.Bound = nil
+		}
+	default:
+		return Policy{}, fmt.Errorf("sched: unknown policy %q (want one of %s)", name, strings.Join(Policies, ", "))
+	}
+	p.Sched.ShortestFirst = o.ShortestFirst
+	if err := p.Sched.Validate(); err != nil {
+		return Policy{}, err
+	}
+	return p, nil
+}
+
+// defaultWeights stretches 8:3:1 to any number of levels.
+func defaultWeights(n int) []int {
+	if n == len(DefaultWeights) {
+		return slices.Clone(DefaultWeights)
+	}
+	w := make([]int, n)
+	for i := range w {
+		w[i] = max(1, int(math.Round(8*math.Pow(1.0/8, float64(i)/float64(max(n-1, 1))))))
+	}
+	return w
+}
+
+// defaultStretch spreads DefaultStretch over n levels: unbounded at the top,
+// FIFO at the bottom, the middle levels in between.
+func defaultStretch(n int) []float64 {
+	if n == len(DefaultStretch) {
+		return slices.Clone(DefaultStretch)
+	}
+	s := make([]float64, n)
+	s[0] = math.Inf(1)
+	for i := 1; i < n; i++ {
+		s[i] = DefaultStretch[1] * float64(n-1-i) / float64(max(n-2, 1))
+	}
+	return s
+}

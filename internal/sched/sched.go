@@ -1,0 +1,394 @@
+// Package sched owns the scheduling core: a multi-level queue of waiting
+// messages and the policy that picks the next one when a worker asks. It is
+// pure: time is passed in, it starts no goroutines, holds no locks and does no
+// I/O, so the broker and the simulator run exactly the same code.
+//
+// Dispatch is non-preemptive and late-bound: nothing is ordered until a
+// worker is free, and then Pop decides. Within a level, messages leave in
+// the order they were first enqueued (a retry keeps its place and its tier).
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Disciplines: how Pop chooses among non-empty levels.
+const (
+	Strict   = "strict"   // the lowest-numbered non-empty level always goes first
+	Weighted = "weighted" // smooth weighted round robin over non-empty levels
+)
+
+// Aging modes: how a message that waited too long at its level moves up.
+const (
+	AgingOff     = "off"
+	AgingStep    = "step"    // past its level's threshold a message moves up one level
+	AgingPausing = "pausing" // as step, but paused while the level above still holds promoted messages
+)
+
+// Errors.
+var (
+	// ErrQueued: the item is already in a scheduler.
+	ErrQueued = errors.New("sched: item is already queued")
+)
+
+// Config describes a scheduler. Policy names map onto it (see Policy).
+type Config struct {
+	Levels     int
+	Discipline string
+	Weights    []int // Weighted: one per level
+	Aging      string
+	// AgeAfter[i] is how long a message may wait at level i before it moves
+	// up to level i-1; AgeAfter[0] is unused.
+	AgeAfter []time.Duration
+	// Bound, when set, caps each message's wait relative to FIFO: see Bound.
+	Bound *Bound
+	// ShortestFirst orders each level by predicted cost instead of arrival.
+	ShortestFirst bool
+}
+
+// Bound keeps the reordering honest toward long work. Each message gets a
+// position: the predicted work enqueued before it, which is where FIFO would
+// have served it. The scheduler counts the predicted work it has dispatched;
+// once that count passes a message's position plus its slack, the message is
+// overdue and goes next, earliest deadline first, ahead of any level.
+//
+// Slack at level i is Stretch[i] times the predicted work that was waiting
+// ahead of the message when it arrived, plus MinSlack: a message at a level
+// with Stretch 0.25 starts at most about 25% later than FIFO would have
+// started it. A negative stretch serves a level earlier than FIFO would, at
+// the expense of the levels with larger stretch. +Inf leaves a level unbounded.
+type Bound struct {
+	Stretch  []float64
+	MinSlack time.Duration
+}
+
+// Validate reports the first setting that makes no sense.
+func (c Config) Validate() error {
+	if c.Levels < 1 || c.Levels > 64 {
+		return fmt.Errorf("sched: levels must be 1 to 64, got %d", c.Levels)
+	}
+	switch c.Discipline {
+	case Strict:
+	case Weighted:
+		if len(c.Weights) != c.Levels {
+			return fmt.Errorf("sched: weighted needs one weight per level (%d), got %d", c.Levels, len(c.Weights))
+		}
+		for _, w := range c.Weights {
+			if w < 1 || w > 1_000_000 {
+				return fmt.Errorf("sched: weights must be 1 to 1000000, got %d", w)
+			}
+		}
+	default:
+		return fmt.Errorf("sched: unknown discipline %q (want %q or %q)", c.Discipline, Strict, Weighted)
+	}
+	switch c.Aging {
+	case AgingOff, "":
+	case AgingStep, AgingPausing:
+		if len(c.AgeAfter) != c.Levels {
+			return fmt.Errorf("sched: aging needs one threshold per level (%d), got %d", c.Levels, len(c.AgeAfter))
+		}
+		for i, d := range c.AgeAfter[1:] {
+			if d <= 0 {
+				return fmt.Errorf("sched: aging threshold of level %d must be positive, got %v", i+1, d)
+			}
+		}
+	default:
+		return fmt.Errorf("sched: unknown aging mode %q (want off, step or pausing)", c.Aging)
+	}
+	if b := c.Bound; b != nil {
+		if len(b.Stretch) != c.Levels {
+			return fmt.Errorf("sched: bound needs one stretch per level (%d), got %d", c.Levels, len(b.Stretch))
+		}
+		for i, s := range b.Stretch {
+			if math.IsNaN(s) || s < -1 {
+				return fmt.Errorf("sched: stretch of level %d must be -1 or more, got %v", i, s)
+			}
+		}
+		if b.MinSlack < 0 {
+			return fmt.Errorf("sched: bound min slack must not be negative, got %v", b.MinSlack)
+		}
+	}
+	return nil
+}
+
+// Item is one waiting message as the scheduler sees it. The caller fills the
+// exported fields before the first Push and keeps the Item across retries.
+type Item struct {
+	ID       uint64
+	Tier     int           // the level it was assigned; kept across retries
+	Cost     time.Duration // predicted duration, used by Bound and ShortestFirst
+	Enqueued time.Time     // first enqueue; aging and waits count from here
+	Expires  time.Time     // zero means never
+	Data     any           // the caller's message
+
+	queued   bool
+	level    int
+	levelAt  time.Time
+	seq      uint64
+	due      float64
+	promoted bool
+	levelIdx int
+	dueIdx   int
+	ttlIdx   int
+	agePrev  *Item
+	ageNext  *Item
+}
+
+// Level is the level the item sits at now (after any aging).
+func (it *Item) Level() int { return it.level }
+
+// Queued reports whether the item is waiting in a scheduler.
+func (it *Item) Queued() bool { return it.queued }
+
+type level struct {
+	heap     itemHeap
+	age      ageList
+	promoted int // items that aged into this level and are still here
+	credit   int // smooth weighted round robin
+}
+
+// Scheduler is a multi-level queue with a policy. Not safe for concurrent use.
+type Scheduler struct {
+	cfg    Config
+	levels []level
+	due    itemHeap
+	ttl    itemHeap
+	n      int
+	seq    uint64
+
+	enqWork float64 // predicted seconds of work ever enqueued
+	deqWork float64 // predicted seconds of work dispatched or removed
+
+	Promotions uint64 // messages moved up by aging, for metrics
+	Overdue    uint64 // messages dispatched because Bound said so
+}
+
+// New returns an empty scheduler.
+func New(cfg Config) (*Scheduler, error) {
+	if cfg.Aging == "" {
+		cfg.Aging = AgingOff
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: cfg, levels: make([]level, cfg.Levels)}
+	for i := range s.levels {
+		less := func(a, b *Item) bool { return a.seq < b.seq }
+		if cfg.ShortestFirst {
+			less = func(a, b *Item) bool {
+				if a.Cost != b.Cost {
+					return a.Cost < b.Cost
+				}
+				return a.seq < b.seq
+			}
+		}
+		s.levels[i].heap = itemHeap{less: less, idx: func(it *Item) *int { return &it.levelIdx }}
+	}
+	s.due = itemHeap{
+		less: func(a, b *Item) bool {
+			if a.due != b.due {
+				return a.due < b.due
+			}
+			return a.seq < b.seq
+		},
+		idx: func(it *Item) *int { return &it.dueIdx },
+	}
+	s.ttl = itemHeap{
+		less: func(a, b *Item) bool { return a.Expires.Before(b.Expires) },
+		idx:  func(it *Item) *int { return &it.ttlIdx },
+	}
+	return s, nil
+}
+
+// Config returns the configuration in force.
+func (s *Scheduler) Config() Config { return s.cfg }
+
+// Len is the number of waiting items.
+func (s *Scheduler) Len() int { return s.n }
+
+// LevelLen is the number of items waiting at level i.
+func (s *Scheduler) LevelLen(i int) int { return s.levels[i].heap.len() }
+
+// Push enqueues it at its Tier (clamped to the levels there are). An item
+// pushed again after Pop (a retry) keeps its place in line and its tier.
+func (s *Scheduler) Push(it *Item, now time.Time) error {
+	if it.queued {
+		return ErrQueued
+	}
+	if it.seq == 0 {
+		s.seq++
+		it.seq = s.seq
+	}
+	it.queued = true
+	it.Tier = min(max(it.Tier, 0), s.cfg.Levels-1)
+	it.promoted = false
+	s.place(it, it.Tier, now)
+	if !it.Expires.IsZero() {
+		s.ttl.push(it)
+	} else {
+		it.ttlIdx = -1
+	}
+	it.dueIdx = -1
+	if b := s.cfg.Bound; b != nil {
+		ahead := s.enqWork - s.deqWork
+		stretch := b.Stretch[it.Tier]
+		if !math.IsInf(stretch, 1) {
+			it.due = s.enqWork + stretch*ahead + b.MinSlack.Seconds()
+			s.due.push(it)
+		}
+	}
+	s.enqWork += it.Cost.Seconds()
+	s.n++
+	return nil
+}
+
+func (s *Scheduler) place(it *Item, lv int, now time.Time) {
+	it.level = lv
+	it.levelAt = now
+	l := &s.levels[lv]
+	l.heap.push(it)
+	l.age.pushBack(it)
+	if it.promoted {
+		l.promoted++
+	}
+}
+
+func (s *Scheduler) unplace(it *Item) {
+	l := &s.levels[it.level]
+	l.heap.remove(it)
+	l.age.remove(it)
+	if it.promoted {
+		l.promoted--
+	}
+}
+
+// Remove takes a waiting item out (purge, expiry handled by the caller). It
+// reports whether the item was waiting here.
+func (s *Scheduler) Remove(it *Item) bool {
+	if !it.queued {
+		return false
+	}
+	s.detach(it)
+	// Work that will never run counts as done, so it delays nobody's bound.
+	s.deqWork += it.Cost.Seconds()
+	return true
+}
+
+func (s *Scheduler) detach(it *Item) {
+	s.unplace(it)
+	if it.dueIdx >= 0 {
+		s.due.remove(it)
+	}
+	if it.ttlIdx >= 0 {
+		s.ttl.remove(it)
+	}
+	it.queued = false
+	s.n--
+}
+
+// Pop returns the next item to dispatch, or nil when none waits. Expired
+// items are never returned: call Expire first, or they are skipped here and
+// reported by the next Expire.
+func (s *Scheduler) Pop(now time.Time) *Item {
+	if s.n == 0 {
+		return nil
+	}
+	s.age(now)
+	var it *Item
+	if d := s.due.min(); d != nil && d.due <= s.deqWork {
+		it = d
+		s.Overdue++
+	} else {
+		it = s.choose()
+	}
+	s.detach(it)
+	s.deqWork += it.Cost.Seconds()
+	return it
+}
+
+// choose picks the head of a non-empty level by the discipline.
+func (s *Scheduler) choose() *Item {
+	if s.cfg.Discipline == Weighted {
+		total, best := 0, -1
+		for i := range s.levels {
+			l := &s.levels[i]
+			if l.heap.len() == 0 {
+				continue
+			}
+			l.credit += s.cfg.Weights[i]
+			total += s.cfg.Weights[i]
+			if best < 0 || l.credit > s.levels[best].credit {
+				best = i
+			}
+		}
+		s.levels[best].credit -= total
+		return s.levels[best].heap.min()
+	}
+	for i := range s.levels {
+		if it := s.levels[i].heap.min(); it != nil {
+			return it
+		}
+	}
+	return nil
+}
+
+// age moves up every item that has waited past its level's threshold.
+func (s *Scheduler) age(now time.Time) {
+	if s.cfg.Aging == AgingOff {
+		return
+	}
+	for i := 1; i < len(s.levels); i++ {
+		l := &s.levels[i]
+		for it := l.age.head; it != nil; it = l.age.head {
+			if now.Sub(it.levelAt) < s.cfg.AgeAfter[i] {
+				break
+			}
+			if s.cfg.Aging == AgingPausing && s.levels[i-1].promoted > 0 {
+				break
+			}
+			s.unplace(it)
+			it.promoted = true
+			s.place(it, i-1, now)
+			s.Promotions++
+		}
+	}
+}
+
+// Expire removes every item whose TTL has passed at now, appending them to
+// buf, and returns it.
+func (s *Scheduler) Expire(now time.Time, buf []*Item) []*Item {
+	for {
+		it := s.ttl.min()
+		if it == nil || it.Expires.After(now) {
+			return buf
+		}
+		s.Remove(it)
+		buf = append(buf, it)
+	}
+}
+
+// NextExpiry is the earliest TTL among waiting items.
+func (s *Scheduler) NextExpiry() (time.Time, bool) {
+	if it := s.ttl.min(); it != nil {
+		return it.Expires, true
+	}
+	return time.Time{}, false
+}
+
+// Backlog is the predicted work waiting, in the units of Item.Cost.
+func (s *Scheduler) Backlog() time.Duration {
+	return time.Duration((s.enqWork - s.deqWork) * float64(time.Second))
+}
+
+// Each calls f for every waiting item, level by level, in no promised order
+// within a level. f must not modify the scheduler.
+func (s *Scheduler) Each(f func(*Item)) {
+	for i := range s.levels {
+		for _, it := range s.levels[i].heap.items {
+			f(it)
+		}
+	}
+}
