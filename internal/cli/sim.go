@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +30,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	armsFlag := fs.String("arms", strings.Join(sim.StandardArms, ","), "comma-separated arms: "+strings.Join(sim.StandardArms, ", ")+", strict-aging, no-aging, sjf, shadow")
 	workers := fs.Int("workers", 0, "worker count (default: the workload's)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	var tune policyFlags
+	tune.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -42,6 +46,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	arms, err := parseArms(*armsFlag, src)
 	if err != nil {
+		return err
+	}
+	if err := tune.apply(arms); err != nil {
 		return err
 	}
 	if *workers < 0 {
@@ -102,4 +109,73 @@ func parseArms(s string, src sim.Source) ([]sim.Arm, error) {
 		return nil, fmt.Errorf("--arms: name at least one arm")
 	}
 	return arms, nil
+}
+
+// policyFlags override the learning policies' settings for experiments; they
+// apply to every arm whose tiers come from the predictor.
+type policyFlags struct {
+	tiers         int
+	stretch       string
+	minSlack      time.Duration
+	ageAfter      time.Duration
+	shortestFirst bool
+	agingOff      bool
+}
+
+func (p *policyFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&p.tiers, "tiers", 0, "tier count of the learning arms (default 3)")
+	fs.StringVar(&p.stretch, "stretch", "", "bounded policy: comma-separated slack per tier as a fraction of the FIFO wait, inf for unbounded (default inf,0.5,0)")
+	fs.DurationVar(&p.minSlack, "min-slack", 0, "bounded policy: slack every message gets, as predicted work (default 2s)")
+	fs.DurationVar(&p.ageAfter, "age-after", 0, "predictive and weighted policies: wait at a tier before aging lifts a message (default 10s)")
+	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
+	fs.BoolVar(&p.agingOff, "aging-off", false, "turn aging (and the bounded policy's bound) off")
+}
+
+func (p *policyFlags) apply(arms []sim.Arm) error {
+	var stretch []float64
+	if p.stretch != "" {
+		for _, f := range strings.Split(p.stretch, ",") {
+			f = strings.TrimSpace(f)
+			if f == "inf" {
+				stretch = append(stretch, math.Inf(1))
+				continue
+			}
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil || math.IsNaN(v) {
+				return fmt.Errorf("--stretch: %q is not a number or inf", f)
+			}
+			stretch = append(stretch, v)
+		}
+	}
+	if p.tiers < 0 || p.minSlack < 0 || p.ageAfter < 0 {
+		return fmt.Errorf("--tiers, --min-slack and --age-after must not be negative")
+	}
+	for i := range arms {
+		a := &arms[i]
+		if a.Options.StaticTiers != nil && a.Policy == "static" || a.Policy == "fifo" {
+			continue
+		}
+		if p.tiers > 0 {
+			a.Options.Tiers = p.tiers
+		}
+		if stretch != nil {
+			a.Options.Stretch = stretch
+		}
+		if p.minSlack > 0 {
+			a.Options.MinSlack = p.minSlack
+		}
+		if p.ageAfter > 0 {
+			n := a.Options.Tiers
+			if n == 0 {
+				n = 3
+			}
+			a.Options.AgeAfter = make([]time.Duration, n)
+			for j := 1; j < n; j++ {
+				a.Options.AgeAfter[j] = p.ageAfter
+			}
+		}
+		a.Options.ShortestFirst = a.Options.ShortestFirst || p.shortestFirst
+		a.Options.AgingOff = a.Options.AgingOff || p.agingOff
+	}
+	return nil
 }

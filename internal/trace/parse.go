@@ -245,7 +245,7 @@ func (t *table) readError(rec []string, err error) error {
 	}
 	if errors.Is(err, csv.ErrFieldCount) {
 		if len(rec) < len(t.header) {
-			return t.fail(t.header[len(rec)], "missing: the row has %d fields, the header %d", len(rec), len(t.header))
+			return t.fail(t.header[len(rec)], "missing (the row has %d fields, the header %d)", len(rec), len(t.header))
 		}
 		return t.fail("", "the row has %d fields, the header %d", len(rec), len(t.header))
 	}
