@@ -120,32 +120,27 @@ type policyFlags struct {
 	ageAfter      time.Duration
 	shortestFirst bool
 	agingOff      bool
+	longFactor    float64
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.tiers, "tiers", 0, "tier count of the learning arms (default 3)")
-	fs.StringVar(&p.stretch, "stretch", "", "bounded policy: comma-separated slack per tier as a fraction of the FIFO wait, inf for unbounded (default inf,0.5,0)")
+	fs.StringVar(&p.stretch, "stretch", "", "bounded policy: a long message's slack as a fraction of the wait FIFO would give it (default -0.25)")
 	fs.DurationVar(&p.minSlack, "min-slack", 0, "bounded policy: slack every message gets, as predicted work (default 2s)")
 	fs.DurationVar(&p.ageAfter, "age-after", 0, "predictive and weighted policies: wait at a tier before aging lifts a message (default 10s)")
 	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
 	fs.BoolVar(&p.agingOff, "aging-off", false, "turn aging (and the bounded policy's bound) off")
+	fs.Float64Var(&p.longFactor, "long-factor", 0, "bounded policy: a message is long (bounded) when predicted at least this many times the median cost (default 100)")
 }
 
 func (p *policyFlags) apply(arms []sim.Arm) error {
-	var stretch []float64
+	var stretch *float64
 	if p.stretch != "" {
-		for _, f := range strings.Split(p.stretch, ",") {
-			f = strings.TrimSpace(f)
-			if f == "inf" {
-				stretch = append(stretch, math.Inf(1))
-				continue
-			}
-			v, err := strconv.ParseFloat(f, 64)
-			if err != nil || math.IsNaN(v) {
-				return fmt.Errorf("--stretch: %q is not a number or inf", f)
-			}
-			stretch = append(stretch, v)
+		v, err := strconv.ParseFloat(p.stretch, 64)
+		if err != nil || math.IsNaN(v) {
+			return fmt.Errorf("--stretch: %q is not a number", p.stretch)
 		}
+		stretch = &v
 	}
 	if p.tiers < 0 || p.minSlack < 0 || p.ageAfter < 0 {
 		return fmt.Errorf("--tiers, --min-slack and --age-after must not be negative")
@@ -175,6 +170,9 @@ func (p *policyFlags) apply(arms []sim.Arm) error {
 			}
 		}
 		a.Options.ShortestFirst = a.Options.ShortestFirst || p.shortestFirst
+		if p.longFactor != 0 {
+			a.Predictor.LongFactor = p.longFactor
+		}
 		a.Options.AgingOff = a.Options.AgingOff || p.agingOff
 	}
 	return nil

@@ -31,6 +31,7 @@ const (
 	DefaultRecomputeEvery  = 64
 	DefaultMaxKeys         = 100_000
 	DefaultMaxDuration     = 24 * time.Hour
+	DefaultLongFactor      = 100
 	MaxTiers               = 16
 )
 
@@ -64,6 +65,10 @@ type Config struct {
 	MaxDuration     time.Duration // longer observations are rejected
 	Estimator       string        // EstimateEWMA or EstimateMedian
 	NoSizeBucket    bool          // leave the size bucket out of keys
+	// LongFactor marks a message Long when its predicted cost is at least
+	// this many times the median recent predicted cost: the few jobs that
+	// shortest-first would starve. Negative disables.
+	LongFactor float64
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -98,6 +103,9 @@ func (c Config) WithDefaults() Config {
 	if c.Estimator == "" {
 		c.Estimator = EstimateEWMA
 	}
+	if c.LongFactor == 0 {
+		c.LongFactor = DefaultLongFactor
+	}
 	return c
 }
 
@@ -122,6 +130,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("predict: max keys must be at least 1, got %d", c.MaxKeys)
 	case c.MaxDuration <= 0:
 		return fmt.Errorf("predict: max duration must be positive, got %v", c.MaxDuration)
+	case math.IsNaN(c.LongFactor) || (c.LongFactor > 0 && c.LongFactor < 1):
+		return fmt.Errorf("predict: long factor must be at least 1 (or negative to disable), got %v", c.LongFactor)
 	case c.Estimator != EstimateEWMA && c.Estimator != EstimateMedian:
 		return fmt.Errorf("predict: unknown estimator %q (want %q or %q)", c.Estimator, EstimateEWMA, EstimateMedian)
 	}
@@ -141,6 +151,7 @@ type Prediction struct {
 	Tier        int           // 0 is served first
 	Cold        bool          // too few observations to trust
 	SpreadGated bool          // the key's p99/median is above the spread gate
+	Long        bool          // predicted at least LongFactor times the median recent cost
 	Made        bool          // false for the zero Prediction
 }
 
@@ -168,6 +179,8 @@ type Predictor struct {
 	recentPos  int
 	sincePlan  int
 	boundaries []float64 // ms; len Tiers-1; message goes to first tier whose boundary >= cost
+	medianMS   float64   // median of the recent warm predicted costs
+	sorted     []float64 // scratch for recomputing boundaries
 	typicalMS  float64   // EWMA over all observations, the cost given to cold keys
 
 	observations, rejected, evicted uint64
@@ -224,6 +237,7 @@ func (p *Predictor) Predict(k Key) Prediction {
 	pr.Cost = msToDuration(cost)
 	p.record(cost)
 	pr.Tier = p.tierOf(cost)
+	pr.Long = p.isLong(cost)
 	e.tier = pr.Tier
 	return pr
 }
@@ -301,23 +315,35 @@ func (p *Predictor) record(ms float64) {
 	p.sincePlan++
 	if p.boundaries == nil || p.sincePlan >= p.cfg.RecomputeEvery {
 		p.sincePlan = 0
-		p.boundaries = Boundaries(p.recent[:p.recentN], p.cfg.Tiers, p.boundaries)
+		p.sorted = append(p.sorted[:0], p.recent[:p.recentN]...)
+		slices.Sort(p.sorted)
+		p.boundaries = boundaries(p.sorted, p.cfg.Tiers, p.boundaries)
+		p.medianMS = p.sorted[len(p.sorted)/2]
 	}
+}
+
+func (p *Predictor) isLong(ms float64) bool {
+	return p.cfg.LongFactor > 0 && p.medianMS > 0 && ms >= p.cfg.LongFactor*p.medianMS
 }
 
 // Boundaries computes tier boundaries from a sample of costs: the
 // (i+1)/tiers quantiles, each moved to the widest relative gap between
 // neighbouring costs within half a tier of it. Costs cluster by key, and a
 // boundary that cut through a cluster would split one key's messages between
-// two tiers at random. buf is reused if it has room. costs is not modified.
-func Boundaries(costs []float64, tiers int, buf []float64) []float64 {
+// two tiers at random. costs is not modified.
+func Boundaries(costs []float64, tiers int) []float64 {
+	s := slices.Clone(costs)
+	slices.Sort(s)
+	return boundaries(s, tiers, nil)
+}
+
+// boundaries is Boundaries over sorted costs, reusing buf.
+func boundaries(s []float64, tiers int, buf []float64) []float64 {
 	buf = buf[:0]
-	n := len(costs)
+	n := len(s)
 	if tiers < 2 || n == 0 {
 		return buf
 	}
-	s := slices.Clone(costs)
-	slices.Sort(s)
 	half := n / (2 * tiers)
 	for i := 1; i < tiers; i++ {
 		k := i * n / tiers
@@ -395,5 +421,5 @@ func nan() float64 { return math.NaN() }
 func (p *Predictor) Place(cost time.Duration) Prediction {
 	ms := float64(cost) / float64(time.Millisecond)
 	p.record(ms)
-	return Prediction{Made: true, Cost: cost, Tier: p.tierOf(ms)}
+	return Prediction{Made: true, Cost: cost, Tier: p.tierOf(ms), Long: p.isLong(ms)}
 }

@@ -15,7 +15,7 @@ type Row struct {
 	CI        [2]Num `json:"ci"`
 	Threshold Num    `json:"threshold"`
 	Pass      bool   `json:"pass"`
-	Kind      string `json:"kind"` // "percent", "ratio" or "count"
+	Kind      string `json:"kind"`               // "percent", "ratio" or "count"
 	AtLeast   bool   `json:"at_least,omitempty"` // pass means estimate >= threshold
 	Note      string `json:"note,omitempty"`
 }

@@ -33,14 +33,13 @@ var (
 	// DefaultAgeAfter is how long a message waits at a level before aging
 	// lifts it one level (predictive and weighted policies).
 	DefaultAgeAfter = 10 * time.Second
-	// DefaultStretch is the bounded policy's slack per level: the top level is
-	// never held back, the middle may start up to this much later than FIFO
-	// would have started it, and the bottom level (the long jobs that aging
-	// exists to protect) is served as if by FIFO.
-	DefaultStretch = []float64{math.Inf(1), 0.5, 0}
+	// DefaultStretch is the bounded policy's slack for long messages as a
+	// fraction of the wait FIFO would give them: negative, so a long message
+	// starts before FIFO would have started it even when predictions err.
+	DefaultStretch = -0.25
 	// DefaultMinSlack lets the bounded policy reorder freely while the
 	// backlog is small.
-	DefaultMinSlack = 2 * time.Second
+	DefaultMinSlack = time.Second
 )
 
 // Policy is a named policy resolved to a scheduler configuration and a way of
@@ -61,7 +60,7 @@ type PolicyOptions struct {
 	AgeAfter    []time.Duration // per level; index 0 unused
 	AgingOff    bool
 	StaticTiers map[string]int
-	Stretch     []float64
+	Stretch     *float64
 	MinSlack    time.Duration
 	// ShortestFirst orders each level by predicted cost, not arrival.
 	ShortestFirst bool
@@ -120,22 +119,23 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Weighted, Weights: w, Aging: aging(AgingPausing), AgeAfter: ageAfter}
 	case Bounded:
-		stretch := o.Stretch
-		if stretch == nil {
-			stretch = defaultStretch(tiers)
+		stretch := DefaultStretch
+		if o.Stretch != nil {
+			stretch = *o.Stretch
 		}
 		minSlack := o.MinSlack
 		if minSlack == 0 {
 			minSlack = DefaultMinSlack
 		}
-		p.Sched = Config{Levels: tiers, Discipline: Strict, Bound: &Bound{Stretch: stretch, MinSlack: minSlack}}
+		p.Sched = Config{Levels: tiers, Discipline: Strict, ShortestFirst: true,
+			Bound: &Bound{Stretch: stretch, MinSlack: minSlack}}
 		if o.AgingOff {
 			p.Sched.Bound = nil
 		}
 	default:
 		return Policy{}, fmt.Errorf("sched: unknown policy %q (want one of %s)", name, strings.Join(Policies, ", "))
 	}
-	p.Sched.ShortestFirst = o.ShortestFirst
+	p.Sched.ShortestFirst = p.Sched.ShortestFirst || o.ShortestFirst
 	if err := p.Sched.Validate(); err != nil {
 		return Policy{}, err
 	}
@@ -152,18 +152,4 @@ func defaultWeights(n int) []int {
 		w[i] = max(1, int(math.Round(8*math.Pow(1.0/8, float64(i)/float64(max(n-1, 1))))))
 	}
 	return w
-}
-
-// defaultStretch spreads DefaultStretch over n levels: unbounded at the top,
-// FIFO at the bottom, the middle levels in between.
-func defaultStretch(n int) []float64 {
-	if n == len(DefaultStretch) {
-		return slices.Clone(DefaultStretch)
-	}
-	s := make([]float64, n)
-	s[0] = math.Inf(1)
-	for i := 1; i < n; i++ {
-		s[i] = DefaultStretch[1] * float64(n-1-i) / float64(max(n-2, 1))
-	}
-	return s
 }

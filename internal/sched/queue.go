@@ -38,6 +38,7 @@ func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
 func (q *Queue) Classify(it *Item, k predict.Key) predict.Prediction {
 	pr := q.Predictor.Predict(k)
 	it.Cost = pr.Cost
+	it.Long = pr.Long
 	switch {
 	case q.Policy.UsePredictor:
 		it.Tier = pr.Tier
@@ -59,6 +60,7 @@ func (q *Queue) ClassifyKnown(it *Item, cost time.Duration) predict.Prediction {
 	pr := q.Predictor.Place(cost)
 	it.Cost = pr.Cost
 	it.Tier = pr.Tier
+	it.Long = pr.Long
 	return pr
 }
 

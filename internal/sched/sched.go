@@ -49,19 +49,20 @@ type Config struct {
 	ShortestFirst bool
 }
 
-// Bound keeps the reordering honest toward long work. Each message gets a
-// position: the predicted work enqueued before it, which is where FIFO would
-// have served it. The scheduler counts the predicted work it has dispatched;
-// once that count passes a message's position plus its slack, the message is
-// overdue and goes next, earliest deadline first, ahead of any level.
+// Bound keeps shortest-first scheduling honest toward the longest work,
+// which it would otherwise starve. Each message gets a position: the
+// predicted work enqueued before it, which is where FIFO would have started
+// it. The scheduler counts the predicted work it dispatches; once that count
+// passes a bounded message's position plus its slack, the message is overdue
+// and goes next, earliest deadline first, ahead of any level.
 //
-// Slack at level i is Stretch[i] times the predicted work that was waiting
-// ahead of the message when it arrived, plus MinSlack: a message at a level
-// with Stretch 0.25 starts at most about 25% later than FIFO would have
-// started it. A negative stretch serves a level earlier than FIFO would, at
-// the expense of the levels with larger stretch. +Inf leaves a level unbounded.
+// Only items marked Long are bounded (the predictor marks the few messages
+// predicted far longer than the typical one). Their slack is Stretch times
+// the predicted work waiting ahead of them when they arrived, plus MinSlack:
+// Stretch -0.25 starts a long message after about three quarters of the
+// wait FIFO would have given it, 0 at about FIFO's start.
 type Bound struct {
-	Stretch  []float64
+	Stretch  float64
 	MinSlack time.Duration
 }
 
@@ -99,13 +100,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sched: unknown aging mode %q (want off, step or pausing)", c.Aging)
 	}
 	if b := c.Bound; b != nil {
-		if len(b.Stretch) != c.Levels {
-			return fmt.Errorf("sched: bound needs one stretch per level (%d), got %d", c.Levels, len(b.Stretch))
-		}
-		for i, s := range b.Stretch {
-			if math.IsNaN(s) || s < -1 {
-				return fmt.Errorf("sched: stretch of level %d must be -1 or more, got %v", i, s)
-			}
+		if math.IsNaN(b.Stretch) || b.Stretch < -1 || b.Stretch > 1000 {
+			return fmt.Errorf("sched: bound stretch must be -1 to 1000, got %v", b.Stretch)
 		}
 		if b.MinSlack < 0 {
 			return fmt.Errorf("sched: bound min slack must not be negative, got %v", b.MinSlack)
@@ -120,6 +116,7 @@ type Item struct {
 	ID       uint64
 	Tier     int           // the level it was assigned; kept across retries
 	Cost     time.Duration // predicted duration, used by Bound and ShortestFirst
+	Long     bool          // predicted far longer than typical: Bound applies
 	Enqueued time.Time     // first enqueue; aging and waits count from here
 	Expires  time.Time     // zero means never
 	Data     any           // the caller's message
@@ -232,13 +229,10 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		it.ttlIdx = -1
 	}
 	it.dueIdx = -1
-	if b := s.cfg.Bound; b != nil {
+	if b := s.cfg.Bound; b != nil && it.Long {
 		ahead := s.enqWork - s.deqWork
-		stretch := b.Stretch[it.Tier]
-		if !math.IsInf(stretch, 1) {
-			it.due = s.enqWork + stretch*ahead + b.MinSlack.Seconds()
-			s.due.push(it)
-		}
+		it.due = s.enqWork + b.Stretch*ahead + b.MinSlack.Seconds()
+		s.due.push(it)
 	}
 	s.enqWork += it.Cost.Seconds()
 	s.n++
