@@ -3,6 +3,7 @@ package trace
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -304,5 +305,27 @@ func TestLoadAcceptsBOMAndExtraColumns(t *testing.T) {
 	tr := mustLoad(t, writeDir(t, inv.bytes(t), run.bytes(t)), Options{StartMinute: 1, Minutes: 3})
 	if n := len(tr.Types()); n != 2 {
 		t.Errorf("%d types, want 2", n)
+	}
+}
+
+// The Stat check catches most large files; sizeLimit catches one that grows
+// while it is read.
+func TestSizeLimit(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		data string
+		left int64
+		want error
+	}{
+		{"abcdef", 6, nil},
+		{"abcdef", 10, nil},
+		{"abcdef", 5, errTooLarge},
+		{"abcdef", 0, errTooLarge},
+	}
+	for _, tt := range tests {
+		got, err := io.ReadAll(&sizeLimit{r: strings.NewReader(tt.data), left: tt.left})
+		if !errors.Is(err, tt.want) || (tt.want == nil && string(got) != tt.data) {
+			t.Errorf("ReadAll(%q, left %d) = %q, %v; want error %v", tt.data, tt.left, got, err, tt.want)
+		}
 	}
 }

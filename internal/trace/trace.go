@@ -22,11 +22,13 @@ import (
 )
 
 // Defaults for Options. The window is minutes 721-730, noon to 12:10 of the
-// trace day: its invocation count is close to the day's median for a
-// ten-minute window while its work is about a fifth above the median and
-// more functions are active than in most windows, so it is a busy but
-// ordinary stretch with a wide mix of job lengths. Compressing it by half
-// replays the ten minutes in 300 s of virtual time.
+// trace day, chosen from the shipped sample as busy but ordinary: its 4,248
+// invocations sit at the day's median for a ten-minute window, its expected
+// work is about a fifth above the median (the 76th percentile of windows),
+// and 48 functions are active, more than in almost any other window, so it
+// carries the widest mix of job lengths. Compressing arrivals by half
+// replays the ten minutes in 300 s of virtual time at double the trace's
+// arrival rate.
 const (
 	DefaultStartMinute = 721
 	DefaultMinutes     = 10
@@ -61,7 +63,7 @@ const exportFraction = 0.05
 type Options struct {
 	StartMinute int      // first minute of the window, 1-based; default DefaultStartMinute
 	Minutes     int      // window length in minutes; default DefaultMinutes
-	Compression float64  // virtual seconds per trace second; default DefaultCompression. Only arrivals are compressed, never durations, so a smaller value raises the load.
+	Compression float64  // replay (virtual) seconds per trace second; default DefaultCompression. Only arrivals are compressed, never durations, so a smaller value raises the load.
 	Load        float64  // target offered load (busy workers / workers) that sets Workers; default DefaultLoad
 	Seeds       []uint64 // default 1..5
 }
@@ -335,7 +337,7 @@ func (t *Trace) Describe() string {
 	b.WriteString("within each minute arrivals are uniform at random, and each job's duration is drawn, uncompressed, from its function's percentile curve (linear between percentiles 0, 1, 25, 50, 75, 99, 100). ")
 	fmt.Fprintf(&b, "%d workers for a target load of %s give an offered load of %.3f (%.0f s of expected work). ",
 		t.workers, strconv.FormatFloat(t.opts.Load, 'g', -1, 64), t.OfferedLoad(), t.workS)
-	fmt.Fprintf(&b, "Of %d functions in the inv file, %d are used, %d are idle in the window, %d are skipped for lacking a run row, and %d run rows are skipped for lacking an inv row. ",
+	fmt.Fprintf(&b, "Of the %d functions in the inv file, %d are used and %d idle in the window; skipped: %d without a run row, and %d run rows without an inv row. ",
 		t.functions, len(t.types), t.idle, t.invOnly, t.runOnly)
 	fmt.Fprintf(&b, "Classes among the used functions: export (%d) = the longest 5%% by mean duration, at least one; short (%d) = the rest of the shortest third by median duration; mid (%d) = everything else. Static tiers 0/1/2 are the median-duration terciles.",
 		counts[ClassExport], counts[ClassShort], counts[ClassMid])

@@ -321,7 +321,7 @@ func TestClasses(t *testing.T) {
 	if tr.idle != 1 || tr.invOnly != 1 || tr.runOnly != 1 {
 		t.Errorf("idle %d inv only %d run only %d, want 1 each", tr.idle, tr.invOnly, tr.runOnly)
 	}
-	if d := tr.Describe(); !strings.Contains(d, "7 are used, 1 are idle in the window, 1 are skipped") {
+	if d := tr.Describe(); !strings.Contains(d, "7 are used and 1 idle in the window; skipped: 1 without a run row, and 1 run rows") {
 		t.Errorf("Describe: %s", d)
 	}
 }
