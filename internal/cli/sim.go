@@ -13,6 +13,7 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sim"
+	"github.com/harbinger-mq/harbinger/internal/trace"
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
@@ -24,8 +25,10 @@ func init() {
 const DefaultWorkload = "workloads/production-flow.yaml"
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sim", "sim [--workload FILE] [--seeds 1,2,3] [--arms fifo,...] [--workers N] [--json]", stderr)
+	fs := newFlags("sim", "sim [--workload FILE | --trace azure-functions-2019:DIR] [--seeds 1,2,3] [--arms fifo,...] [--workers N] [--json]", stderr)
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML)")
+	var tf traceFlags
+	tf.register(fs)
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
 	armsFlag := fs.String("arms", strings.Join(sim.StandardArms, ","), "comma-separated arms: "+strings.Join(sim.StandardArms, ", ")+", strict-aging, no-aging, sjf, shadow")
 	workers := fs.Int("workers", 0, "worker count (default: the workload's)")
@@ -35,11 +38,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	w, err := workload.Load(*wl)
+	src, err := loadSource(*wl, tf)
 	if err != nil {
 		return err
 	}
-	src := sim.FromWorkload(w)
 	seeds, err := parseSeeds(*seedsFlag)
 	if err != nil {
 		return err
@@ -53,6 +55,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *workers < 0 {
 		return fmt.Errorf("--workers must be positive, got %d", *workers)
+	}
+	if d, ok := src.(interface{ Describe() string }); ok && !*asJSON {
+		fmt.Fprintf(stdout, "%s\n\n", d.Describe())
 	}
 	begin := time.Now()
 	rep, err := sim.Run(src, arms, sim.Options{Seeds: seeds, Workers: *workers})
@@ -130,7 +135,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.ageAfter, "age-after", 0, "predictive and weighted policies: wait at a tier before aging lifts a message (default 10s)")
 	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
 	fs.BoolVar(&p.agingOff, "aging-off", false, "turn aging (and the bounded policy's bound) off")
-	fs.Float64Var(&p.longFactor, "long-factor", 0, "bounded policy: a message is long (bounded) when predicted at least this many times the median cost (default 100)")
+	fs.Float64Var(&p.longFactor, "long-factor", 0, "bounded policy: a message is long (bounded) when predicted at least this many times the median cost (default 64)")
 }
 
 func (p *policyFlags) apply(arms []sim.Arm) error {
@@ -176,4 +181,42 @@ func (p *policyFlags) apply(arms []sim.Arm) error {
 		a.Options.AgingOff = a.Options.AgingOff || p.agingOff
 	}
 	return nil
+}
+
+// traceFlags select a real trace instead of a workload file.
+type traceFlags struct {
+	spec        string
+	start       int
+	minutes     int
+	compression float64
+	load        float64
+}
+
+// TracePrefix names the only trace format Harbinger replays so far.
+const TracePrefix = "azure-functions-2019:"
+
+func (t *traceFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.spec, "trace", "", "replay a trace instead of a workload: "+TracePrefix+"DIR (DIR holds one *_inv.csv and one *_run.csv)")
+	fs.IntVar(&t.start, "trace-start", 0, fmt.Sprintf("trace: first minute of the window, 1-1440 (default %d)", trace.DefaultStartMinute))
+	fs.IntVar(&t.minutes, "trace-minutes", 0, "trace: window length in minutes (default 10)")
+	fs.Float64Var(&t.compression, "trace-compression", 0, "trace: replay seconds per trace second (default 0.5)")
+	fs.Float64Var(&t.load, "load", 0, "trace: target offered load, busy workers / workers (default 0.95)")
+}
+
+func loadSource(workloadPath string, t traceFlags) (sim.Source, error) {
+	if t.spec == "" {
+		if t.start != 0 || t.minutes != 0 || t.compression != 0 || t.load != 0 {
+			return nil, fmt.Errorf("--trace-* and --load need --trace")
+		}
+		w, err := workload.Load(workloadPath)
+		if err != nil {
+			return nil, err
+		}
+		return sim.FromWorkload(w), nil
+	}
+	dir, ok := strings.CutPrefix(t.spec, TracePrefix)
+	if !ok || dir == "" {
+		return nil, fmt.Errorf("--trace: want %sDIR, got %q", TracePrefix, t.spec)
+	}
+	return trace.Load(dir, trace.Options{StartMinute: t.start, Minutes: t.minutes, Compression: t.compression, Load: t.load})
 }

@@ -31,7 +31,7 @@ const (
 	DefaultRecomputeEvery  = 64
 	DefaultMaxKeys         = 100_000
 	DefaultMaxDuration     = 24 * time.Hour
-	DefaultLongFactor      = 100
+	DefaultLongFactor      = 64
 	MaxTiers               = 16
 )
 
@@ -151,7 +151,7 @@ type Prediction struct {
 	Tier        int           // 0 is served first
 	Cold        bool          // too few observations to trust
 	SpreadGated bool          // the key's p99/median is above the spread gate
-	Long        bool          // predicted at least LongFactor times the median recent cost
+	Long        bool          // predicted at least LongFactor times the median recent cost, or cold, or gated
 	Made        bool          // false for the zero Prediction
 }
 
@@ -221,12 +221,14 @@ func (p *Predictor) Predict(k Key) Prediction {
 	mid := p.cfg.Tiers / 2
 	pr := Prediction{Made: true, Tier: mid, Cost: p.typical()}
 	if e == nil || e.count < uint64(p.cfg.MinObservations) {
-		pr.Cold = true
+		// Nothing known could be anything, including the longest job there
+		// is: it is held to its FIFO start like one.
+		pr.Cold, pr.Long = true, p.cfg.LongFactor > 0
 		return pr
 	}
 	p.touch(e)
 	if p.cfg.SpreadGate > 0 && e.p50 > 0 && e.p99/e.p50 > p.cfg.SpreadGate {
-		pr.SpreadGated = true
+		pr.SpreadGated, pr.Long = true, p.cfg.LongFactor > 0
 		e.tier = mid
 		return pr
 	}

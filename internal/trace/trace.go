@@ -31,8 +31,8 @@ import (
 // arrival rate.
 const (
 	DefaultStartMinute = 721
-	DefaultMinutes     = 10
-	DefaultCompression = 0.5
+	DefaultMinutes     = 60
+	DefaultCompression = 1.0 / 12
 	DefaultLoad        = 0.95
 )
 
@@ -63,7 +63,7 @@ const exportFraction = 0.05
 type Options struct {
 	StartMinute int      // first minute of the window, 1-based; default DefaultStartMinute
 	Minutes     int      // window length in minutes; default DefaultMinutes
-	Compression float64  // replay (virtual) seconds per trace second; default DefaultCompression. Only arrivals are compressed, never durations, so a smaller value raises the load.
+	Compression float64  // replay (virtual) seconds per trace second; default DefaultCompression. Arrivals and durations are compressed alike, as a live run's time scale does, so the load does not depend on it.
 	Load        float64  // target offered load (busy workers / workers) that sets Workers; default DefaultLoad
 	Seeds       []uint64 // default 1..5
 }
@@ -216,7 +216,7 @@ func Load(dir string, opts Options) (*Trace, error) {
 			Duration: workload.DurationSpec{Dist: DistEmpirical, MeanMS: f.run.average},
 		})
 		t.jobs += f.inv.total
-		t.workS += float64(f.inv.total) * c.mean() / 1000
+		t.workS += float64(f.inv.total) * c.mean() / 1000 * opts.Compression
 	}
 	uniqueNames(t.types, func(i int) key { return fns[i].inv.key })
 	t.classify()
@@ -305,7 +305,7 @@ func (t *Trace) Generate(seed uint64) []workload.Job {
 				// Uniform arrivals given the minute's count are a Poisson
 				// process conditioned on that count.
 				off := min(time.Duration(rng.Float64()*float64(minute)), minute-1)
-				ms := f.curve.at(rng.Float64())
+				ms := f.curve.at(rng.Float64()) * t.opts.Compression
 				jobs = append(jobs, workload.Job{
 					Type:     ti,
 					Arrival:  start + off,
@@ -330,11 +330,11 @@ func (t *Trace) Describe() string {
 		counts[jt.Class]++
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Replays minutes %d-%d (%d min) of the %s trace with arrivals compressed x%s, so the window's %d invocations arrive over %s s of virtual time; ",
+	fmt.Fprintf(&b, "Replays minutes %d-%d (%d min) of the %s trace with time compressed x%s, so the window's %d invocations arrive over %s s of virtual time; ",
 		t.opts.StartMinute, t.lastMinute(), t.opts.Minutes, t.source,
 		strconv.FormatFloat(t.opts.Compression, 'g', -1, 64), t.jobs,
 		strconv.FormatFloat(t.windowSeconds(), 'g', -1, 64))
-	b.WriteString("within each minute arrivals are uniform at random, and each job's duration is drawn, uncompressed, from its function's percentile curve (linear between percentiles 0, 1, 25, 50, 75, 99, 100). ")
+	b.WriteString("within each minute arrivals are uniform at random, and each job's duration is drawn from its function's percentile curve (linear between percentiles 0, 1, 25, 50, 75, 99, 100) and compressed by the same factor. ")
 	fmt.Fprintf(&b, "%d workers for a target load of %s give an offered load of %.3f (%.0f s of expected work). ",
 		t.workers, strconv.FormatFloat(t.opts.Load, 'g', -1, 64), t.OfferedLoad(), t.workS)
 	fmt.Fprintf(&b, "Of the %d functions in the inv file, %d are used and %d idle in the window; skipped: %d without a run row, and %d run rows without an inv row. ",
