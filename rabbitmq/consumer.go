@@ -1,0 +1,151 @@
+package rabbitmq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// DefaultPrefetch is the consumer's default QoS: one unacked message at a
+// time, so that RabbitMQ, not a consumer's buffer, decides what runs next.
+const DefaultPrefetch = 1
+
+// ConsumerOptions configures Consume. The zero value of a field means its
+// default.
+type ConsumerOptions struct {
+	Prefetch int    // unacked messages per consumer (basic.qos), default 1
+	Workers  int    // handlers running at once, default 1; more than Prefetch is pointless
+	Tag      string // consumer tag, default a random one
+	// OnObserveError, if set, is told when the predictor did not take an
+	// observation. The message is acked regardless.
+	OnObserveError func(error)
+}
+
+// WithDefaults returns o with every zero field set to its default.
+func (o ConsumerOptions) WithDefaults() ConsumerOptions {
+	if o.Prefetch == 0 {
+		o.Prefetch = DefaultPrefetch
+	}
+	if o.Workers == 0 {
+		o.Workers = 1
+	}
+	if o.Tag == "" {
+		o.Tag = randomTag()
+	}
+	return o
+}
+
+func (o ConsumerOptions) validate() error {
+	switch {
+	case o.Prefetch < 1:
+		return fmt.Errorf("rabbitmq: prefetch must be at least 1, got %d", o.Prefetch)
+	case o.Workers < 1:
+		return fmt.Errorf("rabbitmq: workers must be at least 1, got %d", o.Workers)
+	}
+	return nil
+}
+
+func randomTag() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "harbinger-" + hex.EncodeToString(b[:])
+}
+
+// Handler handles one delivery. Returning an error (or panicking) requeues
+// the message; returning nil acks it.
+type Handler func(ctx context.Context, d amqp.Delivery) error
+
+// Consume consumes queue with manual acks until ctx is done (it then returns
+// nil, after requeueing what it had not started) or the channel closes (it
+// returns ErrChannelClosed). Each handler call is timed; on success the
+// message is acked and, once the ack is sent, the duration is reported to p
+// under the key in the message's headers. A handler error or panic nacks the
+// message with requeue and reports nothing: a failed attempt is not learned
+// as a success. If the ack itself fails, RabbitMQ will redeliver the message,
+// so its duration is not reported either.
+func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, opts ConsumerOptions, h func(ctx context.Context, d amqp.Delivery) error) error {
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	if err := ch.Qos(opts.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("rabbitmq: qos: %w", err)
+	}
+	deliveries, err := ch.Consume(queue, opts.Tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("rabbitmq: consume %q: %w", queue, err)
+	}
+	w := worker{queue: queue, p: p, h: h, onObserveError: opts.OnObserveError, now: time.Now}
+	var wg sync.WaitGroup
+	for range opts.Workers {
+		wg.Go(func() {
+			for d := range deliveries {
+				if ctx.Err() != nil {
+					_ = d.Nack(false, true)
+					continue
+				}
+				w.handle(ctx, d)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-ctx.Done():
+		_ = ch.Cancel(opts.Tag, false) // closes deliveries; the workers drain it
+		<-done
+		return nil
+	case <-done:
+		// deliveries closed under us: the channel closed or the server
+		// cancelled the consumer (queue deleted).
+		select {
+		case e := <-closed:
+			if e != nil {
+				return fmt.Errorf("%w: %v", ErrChannelClosed, e)
+			}
+		default:
+		}
+		return ErrChannelClosed
+	}
+}
+
+// worker runs one handler call: time it, settle the message, report the
+// duration of a success.
+type worker struct {
+	queue          string
+	p              Predictor
+	h              func(ctx context.Context, d amqp.Delivery) error
+	onObserveError func(error)
+	now            func() time.Time
+}
+
+func (w worker) handle(ctx context.Context, d amqp.Delivery) {
+	start := w.now()
+	err := callHandler(ctx, w.h, d)
+	took := w.now().Sub(start)
+	if err != nil {
+		_ = d.Nack(false, true)
+		return
+	}
+	if err := d.Ack(false); err != nil {
+		return // the channel is gone; RabbitMQ redelivers, so this was not a success
+	}
+	if err := w.p.Observe(ctx, KeyOf(w.queue, d), took); err != nil && w.onObserveError != nil {
+		w.onObserveError(err)
+	}
+}
+
+func callHandler(ctx context.Context, h func(ctx context.Context, d amqp.Delivery) error, d amqp.Delivery) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
+		}
+	}()
+	return h(ctx, d)
+}

@@ -1,0 +1,172 @@
+package rabbitmq
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+)
+
+// LocalConfig configures an in-process predictor. The zero value of a field
+// means its default (those of Harbinger's broker).
+type LocalConfig struct {
+	Tiers           int     // number of tiers, default 3
+	MaxPriority     uint8   // the queues' x-max-priority, default 3; sets Priority.AMQP
+	Alpha           float64 // EWMA weight of a new observation, default 0.2
+	MinObservations int     // a key with fewer observations is cold, default 3
+	SpreadGate      float64 // p99/p50 above this takes the middle tier, default 16; negative disables
+	Window          int     // recent predicted costs the tier boundaries are quantiles of, default 1024
+	RecomputeEvery  int     // predictions between boundary recomputations, default 64
+	MaxKeys         int     // tracked keys, least recently used evicted, default 100000
+	NoSizeBucket    bool    // leave the size out of keys
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c LocalConfig) WithDefaults() LocalConfig {
+	if c.Tiers == 0 {
+		c.Tiers = DefaultTiers
+	}
+	if c.MaxPriority == 0 {
+		c.MaxPriority = DefaultMaxPriority
+	}
+	return c
+}
+
+func (c LocalConfig) predictConfig() predict.Config {
+	return predict.Config{
+		Alpha:           c.Alpha,
+		MinObservations: c.MinObservations,
+		SpreadGate:      c.SpreadGate,
+		Tiers:           c.Tiers,
+		Window:          c.Window,
+		RecomputeEvery:  c.RecomputeEvery,
+		MaxKeys:         c.MaxKeys,
+		NoSizeBucket:    c.NoSizeBucket,
+	}
+}
+
+// Local is Harbinger's predictor in the publisher's own process: the same
+// code as the broker's, behind a mutex. It learns only from what this
+// process observes; use the sidecar to share learning between processes.
+type Local struct {
+	cfg LocalConfig
+
+	mu          sync.Mutex
+	p           *predict.Predictor
+	predictions []uint64 // by tier
+	cold        uint64
+}
+
+// NewLocal returns an in-process predictor.
+func NewLocal(cfg LocalConfig) (*Local, error) {
+	cfg = cfg.WithDefaults()
+	p, err := predict.New(cfg.predictConfig())
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: %w", err)
+	}
+	return &Local{cfg: cfg, p: p, predictions: make([]uint64, cfg.Tiers)}, nil
+}
+
+// Config returns the configuration in force.
+func (l *Local) Config() LocalConfig { return l.cfg }
+
+// Predict implements Predictor. It never fails.
+func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
+	l.mu.Lock()
+	pr := l.p.Predict(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size))
+	l.predictions[pr.Tier]++
+	if !pr.Routed() {
+		l.cold++
+	}
+	l.mu.Unlock()
+	return Priority{
+		Tier:      pr.Tier,
+		AMQP:      AMQPPriority(pr.Tier, l.cfg.Tiers, l.cfg.MaxPriority),
+		Predicted: pr.Cost,
+		Cold:      !pr.Routed(),
+	}, nil
+}
+
+// Observe implements Predictor. It fails only for a duration that is not
+// positive or is absurdly long.
+func (l *Local) Observe(_ context.Context, k Key, d time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.p.Observe(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size), predict.Prediction{}, d); err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	return nil
+}
+
+// KeyStats is what a predictor knows of one key. Key.Size is a
+// representative size of the key's size bucket (0 when there is none).
+type KeyStats struct {
+	Key            Key
+	Count          uint64
+	EWMA, P50, P99 time.Duration
+	Tier           int
+	Cold           bool
+}
+
+// Keys returns up to limit keys (all when limit <= 0), busiest first.
+func (l *Local) Keys(limit int) []KeyStats {
+	l.mu.Lock()
+	ks := l.p.Keys(limit)
+	l.mu.Unlock()
+	out := make([]KeyStats, len(ks))
+	for i, s := range ks {
+		out[i] = keyStats(s)
+	}
+	return out
+}
+
+// Lookup returns what is known of k.
+func (l *Local) Lookup(k Key) (KeyStats, bool) {
+	l.mu.Lock()
+	s, ok := l.p.Lookup(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size))
+	l.mu.Unlock()
+	return keyStats(s), ok
+}
+
+func keyStats(s predict.KeyStats) KeyStats {
+	return KeyStats{
+		Key:   Key{Queue: s.Key.Queue, Producer: s.Key.Producer, JobType: s.Key.JobType, Size: bucketSize(s.Key.SizeBucket)},
+		Count: s.Count, EWMA: s.EWMA, P50: s.P50, P99: s.P99, Tier: s.Tier, Cold: s.Cold,
+	}
+}
+
+// bucketSize returns the smallest size in a size bucket (bucket b holds
+// sizes of bit length b), which maps back onto the same bucket.
+func bucketSize(b int8) uint64 {
+	if b <= 0 {
+		return 0
+	}
+	return 1 << (b - 1)
+}
+
+// LocalStats are a Local predictor's overall figures, for metrics.
+type LocalStats struct {
+	Keys         int
+	Observations uint64
+	Rejected     uint64
+	Evicted      uint64
+	MAE          time.Duration
+	TierAccuracy float64 // NaN when unknown
+	Boundaries   []time.Duration
+	Predictions  []uint64 // by tier
+	Cold         uint64   // predictions that took the default tier
+}
+
+// Stats returns the overall figures.
+func (l *Local) Stats() LocalStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.p.Summary()
+	return LocalStats{
+		Keys: s.Keys, Observations: s.Observations, Rejected: s.Rejected, Evicted: s.Evicted,
+		MAE: s.MAE, TierAccuracy: s.TierAccuracy, Boundaries: s.Boundaries,
+		Predictions: append([]uint64(nil), l.predictions...), Cold: l.cold,
+	}
+}

@@ -1,0 +1,79 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+)
+
+// Key identifies what the predictor learns about: the queue, the producer,
+// an optional job type and an optional size hint (0 means none; sizes are
+// bucketed by powers of two).
+type Key struct {
+	Queue, Producer, JobType string
+	Size                     uint64
+}
+
+// Priority is a predictor's answer for one message.
+type Priority struct {
+	Tier      int           // 0 is the shortest tier, served first
+	AMQP      uint8         // AMQP priority for the predictor's max priority; higher is served first
+	Predicted time.Duration // predicted duration; for a cold key, the typical duration
+	Cold      bool          // the key has too few observations, or the prediction fell back
+}
+
+// Predictor is what Publisher and Consume need from a duration predictor.
+// Local and Remote implement it; both are safe for concurrent use.
+type Predictor interface {
+	// Predict returns the priority of a message about to be published.
+	Predict(ctx context.Context, k Key) (Priority, error)
+	// Observe reports how long a successfully handled message took.
+	Observe(ctx context.Context, k Key, d time.Duration) error
+}
+
+// Defaults shared by the options structs.
+const (
+	DefaultTiers       = 3
+	DefaultMaxPriority = 3
+)
+
+// Headers the Publisher sets so that consumers (and the Ager) know a
+// message's key and age without asking anyone.
+const (
+	HeaderQueue       = "x-harbinger-queue"
+	HeaderProducer    = "x-harbinger-producer"
+	HeaderJobType     = "x-harbinger-job-type"
+	HeaderSize        = "x-harbinger-size"
+	HeaderPublishedNS = "x-harbinger-published-ns"
+	HeaderTier        = "x-harbinger-tier"
+	HeaderAged        = "x-harbinger-aged" // set on a message served early because it waited past AgeAfter
+)
+
+var (
+	// ErrHandlerPanic wraps a panic recovered from a consumer's handler; the
+	// message is requeued as for any other handler error.
+	ErrHandlerPanic = errors.New("rabbitmq: handler panicked")
+	// ErrChannelClosed: the AMQP channel closed under a consumer. Unacked
+	// messages are redelivered by RabbitMQ; open a new channel and consume again.
+	ErrChannelClosed = errors.New("rabbitmq: channel closed")
+)
+
+// AMQPPriority maps a tier onto AMQP priorities 0..maxPriority, spread
+// evenly: tier 0 (shortest) gets maxPriority, the last tier gets 0. Messages
+// published without a priority (0) therefore queue with the longest tier.
+func AMQPPriority(tier, tiers int, maxPriority uint8) uint8 {
+	if tiers <= 1 {
+		return maxPriority
+	}
+	tier = max(0, min(tier, tiers-1))
+	p := math.Round(float64(tiers-1-tier) * float64(maxPriority) / float64(tiers-1))
+	return uint8(p)
+}
+
+// middle returns the default (middle) priority used when there is no
+// prediction: the same tier a cold key takes.
+func middle(tiers int, maxPriority uint8) Priority {
+	t := tiers / 2
+	return Priority{Tier: t, AMQP: AMQPPriority(t, tiers, maxPriority), Cold: true}
+}

@@ -1,0 +1,145 @@
+package rabbitmq
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+)
+
+// DefaultRemoteTimeout bounds every call to the sidecar: a publisher waits
+// no longer than this for a priority before taking the default one.
+const DefaultRemoteTimeout = 50 * time.Millisecond
+
+// RemoteOptions configures a sidecar client. The zero value of a field
+// means its default.
+type RemoteOptions struct {
+	Timeout     time.Duration // per call, default 50 ms
+	Tiers       int           // the sidecar's tier count, for the fallback priority; default 3
+	MaxPriority uint8         // for the fallback priority; default 3
+}
+
+// WithDefaults returns o with every zero field set to its default.
+func (o RemoteOptions) WithDefaults() RemoteOptions {
+	if o.Timeout == 0 {
+		o.Timeout = DefaultRemoteTimeout
+	}
+	if o.Tiers == 0 {
+		o.Tiers = DefaultTiers
+	}
+	if o.MaxPriority == 0 {
+		o.MaxPriority = DefaultMaxPriority
+	}
+	return o
+}
+
+func (o RemoteOptions) validate() error {
+	switch {
+	case o.Timeout < 0:
+		return fmt.Errorf("rabbitmq: remote timeout must be positive, got %v", o.Timeout)
+	case o.Tiers < 1:
+		return fmt.Errorf("rabbitmq: tiers must be at least 1, got %d", o.Tiers)
+	}
+	return nil
+}
+
+// Remote is a client of `harbinger sidecar`. It never makes a publisher
+// wait: when the sidecar is down, slow or answers with an error, Predict
+// returns the default (middle) priority with a nil error and counts a
+// fallback. Observe errors are returned (and counted) so that a consumer can
+// log them; they never affect the message.
+type Remote struct {
+	opts   RemoteOptions
+	conn   *grpc.ClientConn
+	client harbingerv1.PredictorClient
+
+	fallbacks     atomic.Uint64
+	observeErrors atomic.Uint64
+	lastErr       atomic.Pointer[error]
+}
+
+// DialSidecar returns a client of the sidecar at addr (host:port) with the
+// default options. It does not wait for the sidecar: one that is down now
+// is used once it is up, and meanwhile predictions fall back.
+func DialSidecar(ctx context.Context, addr string) (*Remote, error) {
+	return DialSidecarOptions(ctx, addr, RemoteOptions{})
+}
+
+// DialSidecarOptions is DialSidecar with options.
+func DialSidecarOptions(_ context.Context, addr string, opts RemoteOptions) (*Remote, error) {
+	opts = opts.WithDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: sidecar address %q: %w", addr, err)
+	}
+	conn.Connect()
+	return &Remote{opts: opts, conn: conn, client: harbingerv1.NewPredictorClient(conn)}, nil
+}
+
+// Close closes the connection to the sidecar.
+func (r *Remote) Close() error { return r.conn.Close() }
+
+// Predict implements Predictor; see Remote for the fallback.
+func (r *Remote) Predict(ctx context.Context, k Key) (Priority, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	resp, err := r.client.Predict(ctx, &harbingerv1.PredictRequest{
+		Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, SizeHint: k.Size,
+	})
+	if err != nil {
+		r.fallbacks.Add(1)
+		r.lastErr.Store(&err)
+		return middle(r.opts.Tiers, r.opts.MaxPriority), nil
+	}
+	return Priority{
+		Tier:      int(resp.GetTier()),
+		AMQP:      uint8(min(resp.GetAmqpPriority(), 255)),
+		Predicted: time.Duration(resp.GetPredictedMs() * float64(time.Millisecond)),
+		Cold:      resp.GetCold() || resp.GetSpreadGated(),
+	}, nil
+}
+
+// Observe implements Predictor. It waits at most the timeout.
+func (r *Remote) Observe(ctx context.Context, k Key, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	_, err := r.client.Observe(ctx, &harbingerv1.ObserveRequest{
+		Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, SizeHint: k.Size,
+		Duration: durationpb.New(d),
+	})
+	if err != nil {
+		r.observeErrors.Add(1)
+		r.lastErr.Store(&err)
+		return fmt.Errorf("rabbitmq: sidecar observe: %w", err)
+	}
+	return nil
+}
+
+// RemoteStats counts what went wrong talking to the sidecar.
+type RemoteStats struct {
+	Fallbacks     uint64 // predictions answered with the default priority
+	ObserveErrors uint64 // observations the sidecar did not take
+	LastError     error  // the most recent error, nil if none
+}
+
+// Stats returns the counts so far.
+func (r *Remote) Stats() RemoteStats {
+	s := RemoteStats{Fallbacks: r.fallbacks.Load(), ObserveErrors: r.observeErrors.Load()}
+	if e := r.lastErr.Load(); e != nil {
+		s.LastError = *e
+	}
+	return s
+}
+
+// Fallbacks returns how many predictions fell back to the default priority.
+func (r *Remote) Fallbacks() uint64 { return r.fallbacks.Load() }
+
