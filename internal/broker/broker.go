@@ -1,0 +1,466 @@
+// Package broker owns the concurrency shell around the pure scheduler:
+// queues with their own locks, consumers with credit, leases, redelivery,
+// TTLs, dead letters and graceful shutdown. Every time read and timer goes
+// through the injected clock, so tests drive leases and TTLs without
+// sleeping. Transports (gRPC, metrics) call the Broker's methods and read
+// its inspector; they hold no state of their own.
+//
+// Delivery is at least once: a job leaves the broker only when a consumer
+// acks it, nacks it to the dead-letter list, it expires, or it runs out of
+// attempts.
+package broker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/sched"
+)
+
+// Broker is an in-memory job broker. Its methods are safe for concurrent use.
+type Broker struct {
+	cfg Config
+	clk clock.Clock
+	log *slog.Logger
+	ids *idGen
+
+	mu     sync.Mutex                       // serialises queue creation
+	queues atomic.Pointer[map[string]*queue] // copy on write: the hot path takes no broker lock
+
+	consumers atomic.Int64
+	inflight  atomic.Int64
+	draining  atomic.Bool
+	stopping  chan struct{} // closed when Shutdown starts
+	drained   chan struct{} // poked when in-flight reaches zero while draining
+	done      chan struct{} // closed when Shutdown has finished
+	once      sync.Once
+}
+
+// New returns a broker with cfg (zero fields take their defaults).
+func New(cfg Config) (*Broker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		cfg: cfg, clk: cfg.Clock, log: cfg.Logger, ids: newIDGen(),
+		stopping: make(chan struct{}),
+		drained:  make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	b.queues.Store(&map[string]*queue{})
+	return b, nil
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (b *Broker) Config() Config { return b.cfg }
+
+func (b *Broker) predictConfig() predict.Config {
+	return predict.Config{MaxKeys: b.cfg.MaxKeysPerQueue, MaxDuration: b.cfg.MaxDuration}
+}
+
+// lookup returns the named queue, creating it with the default config when
+// create is set.
+func (b *Broker) lookup(name string, create bool) (*queue, error) {
+	if q := (*b.queues.Load())[name]; q != nil {
+		return q, nil
+	}
+	if !create {
+		return nil, &QueueNotFoundError{Queue: name}
+	}
+	if err := b.checkQueueName(name); err != nil {
+		return nil, err
+	}
+	return b.create(name, b.cfg.Queue)
+}
+
+func (b *Broker) create(name string, cfg QueueConfig) (*queue, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := *b.queues.Load()
+	if q := old[name]; q != nil {
+		return q, nil
+	}
+	if len(old) >= b.cfg.MaxQueues {
+		return nil, fmt.Errorf("%w: the limit is %d; delete unused queues or raise max queues", ErrTooManyQueues, b.cfg.MaxQueues)
+	}
+	pol, err := cfg.policy()
+	if err != nil {
+		return nil, err
+	}
+	q, err := newQueue(b, name, cfg, pol)
+	if err != nil {
+		return nil, err
+	}
+	if b.draining.Load() {
+		q.closed = b.isDone()
+	}
+	next := maps.Clone(old)
+	next[name] = q
+	b.queues.Store(&next)
+	return q, nil
+}
+
+func (b *Broker) isDone() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *Broker) checkQueueName(name string) error {
+	if name == "" {
+		return invalid("queue", "name is empty")
+	}
+	if len(name) > b.cfg.MaxQueueName {
+		return invalid("queue", fmt.Sprintf("name is %d bytes, over the limit of %d", len(name), b.cfg.MaxQueueName))
+	}
+	for _, r := range name {
+		if r < 0x21 || r == 0x7f || r == utf8.RuneError {
+			return invalid("queue", fmt.Sprintf("name %q has a space, control character or invalid UTF-8", name))
+		}
+	}
+	return nil
+}
+
+// Validate checks a message against the limits without publishing it.
+func (b *Broker) Validate(m *Message) error {
+	if err := b.checkQueueName(m.Queue); err != nil {
+		return err
+	}
+	if len(m.Payload) > b.cfg.MaxPayload {
+		return &PayloadTooLargeError{Size: len(m.Payload), Limit: b.cfg.MaxPayload}
+	}
+	for _, f := range [...]struct{ name, v string }{{"producer", m.Producer}, {"job_type", m.JobType}} {
+		if len(f.v) > b.cfg.MaxKeyLen {
+			return invalid(f.name, fmt.Sprintf("is %d bytes, over the limit of %d", len(f.v), b.cfg.MaxKeyLen))
+		}
+		if !utf8.ValidString(f.v) {
+			return invalid(f.name, "is not valid UTF-8")
+		}
+	}
+	if m.TTL < 0 || m.TTL > MaxTTL {
+		return invalid("ttl", fmt.Sprintf("must be 0 (queue default) to %v, got %v", MaxTTL, m.TTL))
+	}
+	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
+		return invalid("max_attempts", fmt.Sprintf("must be 0 (queue default) to %d, got %d", MaxAttemptsLimit, m.MaxAttempts))
+	}
+	if len(m.Headers) > 0 {
+		n := 0
+		for k, v := range m.Headers {
+			n += len(k) + len(v)
+		}
+		if n > b.cfg.MaxHeaderBytes {
+			return invalid("headers", fmt.Sprintf("are %d bytes, over the limit of %d", n, b.cfg.MaxHeaderBytes))
+		}
+	}
+	return nil
+}
+
+// Publish validates every message, then enqueues them in order and returns
+// their ids. Invalid input publishes nothing. A batch is not atomic across
+// queue limits: on ErrQueueFull the ids of the messages already published
+// are returned with the error. The broker owns the messages afterwards.
+func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
+	if b.draining.Load() {
+		return nil, ErrShuttingDown
+	}
+	for i, m := range msgs {
+		if err := b.Validate(m); err != nil {
+			if len(msgs) > 1 {
+				return nil, fmt.Errorf("message %d: %w", i, err)
+			}
+			return nil, err
+		}
+	}
+	ids := make([]string, 0, len(msgs))
+	now := b.clk.Now()
+	var q *queue
+	for _, m := range msgs {
+		if q == nil || q.name != m.Queue {
+			if q != nil {
+				q.mu.Unlock()
+			}
+			var err error
+			if q, err = b.lookup(m.Queue, true); err != nil {
+				return ids, err
+			}
+			q.mu.Lock()
+		}
+		m.ID = b.ids.next()
+		if m.SizeHint == 0 {
+			m.SizeHint = uint64(len(m.Payload))
+		}
+		if err := q.publishLocked(m, now); err != nil {
+			q.mu.Unlock()
+			return ids, err
+		}
+		ids = append(ids, m.ID)
+	}
+	if q != nil {
+		q.mu.Unlock()
+	}
+	return ids, nil
+}
+
+// Subscribe opens a consumer on a queue (created if needed) with prefetch
+// initial credit (0 means 1).
+func (b *Broker) Subscribe(queueName, consumerName string, prefetch int) (*Consumer, error) {
+	if b.draining.Load() {
+		return nil, ErrShuttingDown
+	}
+	if prefetch < 0 {
+		return nil, invalid("prefetch", fmt.Sprintf("must not be negative, got %d", prefetch))
+	}
+	if prefetch == 0 {
+		prefetch = 1
+	}
+	q, err := b.lookup(queueName, true)
+	if err != nil {
+		return nil, err
+	}
+	if n := b.consumers.Add(1); n > int64(b.cfg.MaxConsumers) {
+		b.consumers.Add(-1)
+		return nil, fmt.Errorf("%w: the limit is %d", ErrTooManyConsumers, b.cfg.MaxConsumers)
+	}
+	c := &Consumer{q: q, name: consumerName, credit: prefetch, inflight: map[string]*Message{}, ready: make(chan struct{}, 1)}
+	q.mu.Lock()
+	q.cons[c] = struct{}{}
+	q.mu.Unlock()
+	return c, nil
+}
+
+// Declare creates a queue with cfg, or reconfigures it: waiting jobs move to
+// the new scheduler in their original order (jobs in flight at the time join
+// behind them if they are requeued), and the predictor keeps what it learned
+// when the number of tiers is unchanged.
+func (b *Broker) Declare(name string, cfg QueueConfig) (QueueInfo, error) {
+	if err := b.checkQueueName(name); err != nil {
+		return QueueInfo{}, err
+	}
+	cfg = cfg.WithDefaults(b.cfg.Queue)
+	pol, err := cfg.policy()
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	q, err := b.create(name, cfg)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	q.mu.Lock()
+	if !equalConfig(q.cfg, cfg) {
+		err = q.reconfigureLocked(cfg, pol, b.clk.Now())
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	return q.info(), nil
+}
+
+// Purge drops every ready job of a queue; jobs in flight are kept.
+func (b *Broker) Purge(name string) (int, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return 0, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var all []*Message
+	q.sq.Each(func(it *sched.Item) { all = append(all, it.Data.(*Message)) })
+	for _, m := range all {
+		q.sq.Remove(&m.item)
+	}
+	return len(all), nil
+}
+
+// RequeueDeadLetters moves dead letters (all of the queue's when ids is
+// empty) back to the queue with fresh attempts and no TTL. It reports how
+// many moved.
+func (b *Broker) RequeueDeadLetters(name string, ids []string) (int, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return 0, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return 0, ErrShuttingDown
+	}
+	now := b.clk.Now()
+	kept := q.dead[:0]
+	n := 0
+	for _, d := range q.dead {
+		if len(want) > 0 && !want[d.m.ID] {
+			kept = append(kept, d)
+			continue
+		}
+		m := d.m
+		m.attempt = 0
+		m.item.Expires = time.Time{}
+		m.gen = 0
+		q.pushLocked(m, now)
+		n++
+	}
+	clear(q.dead[len(kept):])
+	q.dead = kept
+	return n, nil
+}
+
+// Prediction is the predictor's answer for a job, with the tier count it
+// was made against.
+type Prediction struct {
+	predict.Prediction
+	Tiers int
+}
+
+// Predict asks a queue's predictor (the queue is created if needed) about a
+// job that is about to be published elsewhere; the RabbitMQ sidecar uses it.
+func (b *Broker) Predict(queueName, producer, jobType string, size uint64) (Prediction, error) {
+	if err := b.Validate(&Message{Queue: queueName, Producer: producer, JobType: jobType}); err != nil {
+		return Prediction{}, err
+	}
+	q, err := b.lookup(queueName, true)
+	if err != nil {
+		return Prediction{}, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.sq.Predictor.KeyFor(queueName, producer, jobType, size)
+	pr := q.sq.Predictor.Predict(k)
+	return Prediction{Prediction: pr, Tiers: q.sq.Predictor.Config().Tiers}, nil
+}
+
+// Observe teaches a queue's predictor one measured duration.
+func (b *Broker) Observe(queueName, producer, jobType string, size uint64, d time.Duration) error {
+	if err := b.Validate(&Message{Queue: queueName, Producer: producer, JobType: jobType}); err != nil {
+		return err
+	}
+	if d <= 0 || d > b.cfg.MaxDuration {
+		return &BadDurationError{Duration: d}
+	}
+	q, err := b.lookup(queueName, true)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.sq.Predictor.KeyFor(queueName, producer, jobType, size)
+	if err := q.sq.Predictor.Observe(k, predict.Prediction{}, d); err != nil {
+		return &BadDurationError{Duration: d}
+	}
+	return nil
+}
+
+// Done is closed when Shutdown has finished.
+func (b *Broker) Done() <-chan struct{} { return b.done }
+
+// Draining reports whether Shutdown has started.
+func (b *Broker) Draining() bool { return b.draining.Load() }
+
+// Shutdown stops taking publishes and handing out jobs, waits until every
+// in-flight job is acked or nacked or ctx ends, then returns the jobs still
+// in flight to their queues (their attempt not counted: the broker, not the
+// job, cut them short) and stops every timer. Nothing is lost: afterwards
+// every job is ready, dead-lettered or settled. It returns ctx's error if ctx
+// ended first. Calling it again waits for the first call to finish.
+func (b *Broker) Shutdown(ctx context.Context) error {
+	first := false
+	b.once.Do(func() { first = true })
+	if !first {
+		select {
+		case <-b.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	start := b.clk.Now()
+	b.draining.Store(true)
+	close(b.stopping)
+	b.log.Info("broker: draining", "in_flight", b.inflight.Load())
+	var err error
+wait:
+	for b.inflight.Load() > 0 {
+		select {
+		case <-b.drained:
+		case <-ctx.Done():
+			err = ctx.Err()
+			break wait
+		}
+	}
+	returned, delayed, ready := 0, 0, 0
+	b.mu.Lock() // no queue is created while we close them
+	for _, q := range *b.queues.Load() {
+		q.mu.Lock()
+		now := b.clk.Now()
+		q.closed = true
+		for c := range q.cons {
+			for _, m := range c.inflight {
+				q.settleLocked(m)
+				m.attempt--
+				q.pushLocked(m, now)
+				returned++
+			}
+		}
+		for m := range q.delayed {
+			m.delay.Stop()
+			m.delay = nil
+			q.pushLocked(m, now)
+			delayed++
+		}
+		clear(q.delayed)
+		if q.leaseTimer != nil {
+			q.leaseTimer.Stop()
+			q.leaseTimer = nil
+		}
+		if q.ttlTimer != nil {
+			q.ttlTimer.Stop()
+			q.ttlTimer = nil
+		}
+		ready += q.sq.Len()
+		q.mu.Unlock()
+	}
+	close(b.done)
+	b.mu.Unlock()
+	b.log.Info("broker: stopped",
+		"took", b.clk.Now().Sub(start),
+		"returned_in_flight", returned,
+		"returned_delayed", delayed,
+		"ready", ready,
+		"timed_out", err != nil)
+	return err
+}
+
+func equalConfig(a, b QueueConfig) bool {
+	return a.Policy == b.Policy && a.Tiers == b.Tiers && slicesEqual(a.Weights, b.Weights) &&
+		slicesEqual(a.Aging, b.Aging) && a.AgingOff == b.AgingOff && maps.Equal(a.StaticTiers, b.StaticTiers) &&
+		a.MaxDepth == b.MaxDepth && a.MaxAttempts == b.MaxAttempts && a.Lease == b.Lease &&
+		a.DefaultTTL == b.DefaultTTL && a.Shadow == b.Shadow
+}
+
+func slicesEqual[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,254 @@
+package broker
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/sched"
+)
+
+// Defaults for Config and QueueConfig.
+const (
+	DefaultMaxPayload      = 1 << 20 // bytes of payload per message
+	DefaultMaxHeaderBytes  = 64 << 10
+	DefaultMaxKeyLen       = 256 // bytes of producer and of job type
+	DefaultMaxQueueName    = 128
+	DefaultMaxKeysPerQueue = predict.DefaultMaxKeys
+	DefaultMaxQueues       = 1024
+	DefaultMaxConsumers    = 10_000
+	DefaultMaxDepth        = 1_000_000
+	DefaultMaxDeadLetters  = 100_000 // per queue; the oldest are dropped past it
+	DefaultLease           = 30 * time.Second
+	DefaultMaxAttempts     = 5
+	DefaultPolicy          = sched.DefaultPolicy
+
+	// MaxAttemptsLimit bounds any max-attempts setting.
+	MaxAttemptsLimit = 10_000
+	// MaxLease bounds any lease, so a typo cannot pin a job for a year.
+	MaxLease = 24 * time.Hour
+	// MaxTTL bounds any time to live.
+	MaxTTL = 365 * 24 * time.Hour
+)
+
+// Config is the broker's limits and the defaults of its queues. The zero value
+// of every field means its default; call WithDefaults then Validate.
+type Config struct {
+	// MaxPayload is the largest payload accepted, in bytes.
+	MaxPayload int
+	// MaxHeaderBytes bounds the summed length of a message's header keys and
+	// values.
+	MaxHeaderBytes int
+	// MaxKeyLen bounds producer and job type, in bytes.
+	MaxKeyLen int
+	// MaxQueueName bounds queue names, in bytes.
+	MaxQueueName int
+	// MaxKeysPerQueue is how many predictor keys each queue tracks; the least
+	// recently used is evicted past it.
+	MaxKeysPerQueue int
+	// MaxQueues bounds the number of queues, declared or auto-created.
+	MaxQueues int
+	// MaxConsumers bounds open consumers across all queues.
+	MaxConsumers int
+	// MaxDeadLetters bounds each queue's dead-letter list.
+	MaxDeadLetters int
+	// MaxDuration is the longest ack duration the predictor learns from.
+	MaxDuration time.Duration
+	// Queue is the config of queues that were never declared, and the
+	// defaults of the fields a declaration leaves zero.
+	Queue QueueConfig
+	// Clock is the source of every time read and timer; nil means clock.Real.
+	Clock clock.Clock `yaml:"-"`
+	// Logger receives lifecycle and shutdown logs; nil means slog.Default.
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// QueueConfig is one queue's scheduling and delivery settings. Zero fields
+// take the broker's defaults (Config.Queue), then the package defaults.
+type QueueConfig struct {
+	// Policy is a scheduling policy name (see sched.Policies).
+	Policy string `yaml:"policy"`
+	// Tiers is the number of priority tiers.
+	Tiers int `yaml:"tiers"`
+	// Weights is the share of service per tier for the weighted policy.
+	Weights []int `yaml:"weights"`
+	// Aging holds the waiting time after which a job moves up one level, one
+	// per tier (index 0 unused) or one per tier below the top.
+	Aging []time.Duration `yaml:"aging"`
+	// AgingOff turns aging (and the bounded policy's bound) off.
+	AgingOff bool `yaml:"aging_off"`
+	// StaticTiers maps job types to tiers for the static policy.
+	StaticTiers map[string]int `yaml:"static_tiers"`
+	// MaxDepth is the most ready jobs before publishes are refused.
+	MaxDepth int `yaml:"max_depth"`
+	// MaxAttempts is the default number of deliveries before a job is
+	// dead-lettered.
+	MaxAttempts int `yaml:"max_attempts"`
+	// Lease is the visibility timeout given with each delivery.
+	Lease time.Duration `yaml:"lease"`
+	// DefaultTTL applies to jobs published without a TTL; 0 is forever.
+	DefaultTTL time.Duration `yaml:"default_ttl"`
+	// Shadow predicts and records tiers without acting on them (FIFO order).
+	Shadow bool `yaml:"shadow"`
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxPayload, DefaultMaxPayload)
+	def(&c.MaxHeaderBytes, DefaultMaxHeaderBytes)
+	def(&c.MaxKeyLen, DefaultMaxKeyLen)
+	def(&c.MaxQueueName, DefaultMaxQueueName)
+	def(&c.MaxKeysPerQueue, DefaultMaxKeysPerQueue)
+	def(&c.MaxQueues, DefaultMaxQueues)
+	def(&c.MaxConsumers, DefaultMaxConsumers)
+	def(&c.MaxDeadLetters, DefaultMaxDeadLetters)
+	if c.MaxDuration == 0 {
+		c.MaxDuration = predict.DefaultMaxDuration
+	}
+	c.Queue = c.Queue.WithDefaults(QueueConfig{})
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first setting that makes no sense, in plain words.
+func (c Config) Validate() error {
+	pos := []struct {
+		name string
+		v    int
+	}{
+		{"max payload", c.MaxPayload}, {"max header bytes", c.MaxHeaderBytes},
+		{"max key length", c.MaxKeyLen}, {"max queue name", c.MaxQueueName},
+		{"max keys per queue", c.MaxKeysPerQueue}, {"max queues", c.MaxQueues},
+		{"max consumers", c.MaxConsumers}, {"max dead letters", c.MaxDeadLetters},
+	}
+	for _, p := range pos {
+		if p.v <= 0 {
+			return fmt.Errorf("broker: %s must be positive, got %d", p.name, p.v)
+		}
+	}
+	if c.MaxDuration <= 0 {
+		return fmt.Errorf("broker: max duration must be positive, got %v", c.MaxDuration)
+	}
+	if err := c.Queue.Validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// WithDefaults returns q with its zero fields taken from def, then from the
+// package defaults.
+func (q QueueConfig) WithDefaults(def QueueConfig) QueueConfig {
+	if q.Policy == "" {
+		q.Policy = def.Policy
+	}
+	if q.Shadow && (q.Policy == "" || q.Policy == sched.FIFO) {
+		q.Policy = sched.Shadow
+	}
+	if q.Policy == "" {
+		q.Policy = DefaultPolicy
+	}
+	if q.Policy == sched.Shadow {
+		q.Shadow = true
+	}
+	if q.Tiers == 0 {
+		q.Tiers = def.Tiers
+	}
+	if q.Tiers == 0 {
+		q.Tiers = predict.DefaultTiers
+	}
+	if q.MaxDepth == 0 {
+		q.MaxDepth = def.MaxDepth
+	}
+	if q.MaxDepth == 0 {
+		q.MaxDepth = DefaultMaxDepth
+	}
+	if q.MaxAttempts == 0 {
+		q.MaxAttempts = def.MaxAttempts
+	}
+	if q.MaxAttempts == 0 {
+		q.MaxAttempts = DefaultMaxAttempts
+	}
+	if q.Lease == 0 {
+		q.Lease = def.Lease
+	}
+	if q.Lease == 0 {
+		q.Lease = DefaultLease
+	}
+	if q.DefaultTTL == 0 {
+		q.DefaultTTL = def.DefaultTTL
+	}
+	if q.Weights == nil && q.Policy == def.Policy {
+		q.Weights = slices.Clone(def.Weights)
+	}
+	if q.Aging == nil && q.Policy == def.Policy {
+		q.Aging = slices.Clone(def.Aging)
+	}
+	return q
+}
+
+// Validate reports the first setting that makes no sense, in plain words.
+func (q QueueConfig) Validate() error {
+	_, err := q.policy()
+	return err
+}
+
+// policy resolves the config to a scheduling policy.
+func (q QueueConfig) policy() (sched.Policy, error) {
+	if q.Shadow && q.Policy != sched.Shadow {
+		return sched.Policy{}, invalid("shadow", fmt.Sprintf("shadow mode routes as FIFO, so it cannot be combined with policy %q", q.Policy))
+	}
+	if q.MaxDepth < 0 {
+		return sched.Policy{}, invalid("max_depth", fmt.Sprintf("must not be negative, got %d", q.MaxDepth))
+	}
+	if q.MaxAttempts < 0 || q.MaxAttempts > MaxAttemptsLimit {
+		return sched.Policy{}, invalid("max_attempts", fmt.Sprintf("must be 1 to %d, got %d", MaxAttemptsLimit, q.MaxAttempts))
+	}
+	if q.Lease < 0 || q.Lease > MaxLease {
+		return sched.Policy{}, invalid("lease", fmt.Sprintf("must be positive and at most %v, got %v", MaxLease, q.Lease))
+	}
+	if q.DefaultTTL < 0 || q.DefaultTTL > MaxTTL {
+		return sched.Policy{}, invalid("default_ttl", fmt.Sprintf("must be 0 (forever) to %v, got %v", MaxTTL, q.DefaultTTL))
+	}
+	if q.Tiers < 0 || q.Tiers > predict.MaxTiers {
+		return sched.Policy{}, invalid("tiers", fmt.Sprintf("must be 1 to %d, got %d", predict.MaxTiers, q.Tiers))
+	}
+	opts := sched.PolicyOptions{Tiers: q.Tiers, Weights: q.Weights, AgingOff: q.AgingOff, StaticTiers: q.StaticTiers}
+	if len(q.Aging) > 0 {
+		tiers := max(q.Tiers, 1)
+		switch len(q.Aging) {
+		case tiers:
+			opts.AgeAfter = slices.Clone(q.Aging)
+		case tiers - 1:
+			opts.AgeAfter = append([]time.Duration{0}, q.Aging...)
+		default:
+			return sched.Policy{}, invalid("aging", fmt.Sprintf("want one threshold per tier (%d), got %d", tiers, len(q.Aging)))
+		}
+	}
+	if q.Policy == sched.Static {
+		for jt, t := range q.StaticTiers {
+			if t < 0 || t >= max(q.Tiers, 1) {
+				return sched.Policy{}, invalid("static_tiers", fmt.Sprintf("tier of job type %q must be 0 to %d, got %d", jt, max(q.Tiers, 1)-1, t))
+			}
+		}
+	}
+	p, err := sched.NewPolicy(q.Policy, opts)
+	if err != nil {
+		return sched.Policy{}, invalid("policy", err.Error())
+	}
+	return p, nil
+}
+
+func invalid(field, reason string) error { return &InvalidError{Field: field, Reason: reason} }

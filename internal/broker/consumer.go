@@ -1,0 +1,234 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// NackAction says what happens to a nacked job.
+type NackAction int
+
+// Nack actions.
+const (
+	// NackRequeue puts the job back in line at once (it keeps its tier and
+	// its place), or dead-letters it if it has had its attempts.
+	NackRequeue NackAction = iota
+	// NackRequeueAfter holds the job back for the nack's delay first.
+	NackRequeueAfter
+	// NackDeadLetter moves the job to the dead-letter list at once.
+	NackDeadLetter
+)
+
+// Consumer is one subscription to a queue, with credit-based flow control:
+// Next hands out at most as many deliveries as the consumer has credit for,
+// and pops each one from the scheduler only at that moment (late binding).
+// A Consumer's methods may be called from different goroutines.
+type Consumer struct {
+	q    *queue
+	name string
+
+	// Guarded by q.mu.
+	credit    int
+	inflight  map[string]*Message
+	waiting   bool // blocked in Next
+	inWaiters bool // in q.waiters: has credit and waits for a message
+	closed    bool
+	wprev     *Consumer
+	wnext     *Consumer
+
+	ready chan struct{} // capacity 1: a wake-up for Next
+}
+
+func (c *Consumer) signal() {
+	select {
+	case c.ready <- struct{}{}:
+	default:
+	}
+}
+
+// Name is the consumer's name as given to Subscribe.
+func (c *Consumer) Name() string { return c.name }
+
+// Queue is the name of the consumer's queue.
+func (c *Consumer) Queue() string { return c.q.name }
+
+// Next blocks until the consumer has credit and a job is ready, then
+// delivers it under a lease. It returns ctx's error when ctx ends,
+// ErrShuttingDown once the broker drains, and ErrConsumerClosed after Close.
+func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
+	q := c.q
+	b := q.b
+	q.mu.Lock()
+	for {
+		if c.closed {
+			q.mu.Unlock()
+			return Delivery{}, ErrConsumerClosed
+		}
+		if b.draining.Load() || q.closed {
+			q.mu.Unlock()
+			return Delivery{}, ErrShuttingDown
+		}
+		if c.credit > 0 {
+			if d, ok := q.deliverLocked(c, b.clk.Now()); ok {
+				q.mu.Unlock()
+				return d, nil
+			}
+			if !c.inWaiters {
+				q.waiters.pushBack(c)
+			}
+		}
+		c.waiting = true
+		q.mu.Unlock()
+		select {
+		case <-c.ready:
+		case <-b.stopping:
+		case <-ctx.Done():
+			q.mu.Lock()
+			c.waiting = false
+			q.waiters.remove(c)
+			// We may have been woken for a message we will not take.
+			if q.sq.Len() > 0 {
+				q.wakeOneLocked()
+			}
+			q.mu.Unlock()
+			return Delivery{}, ctx.Err()
+		}
+		q.mu.Lock()
+		c.waiting = false
+	}
+}
+
+// AddCredit lets the consumer receive n more deliveries.
+func (c *Consumer) AddCredit(n int) {
+	if n <= 0 {
+		return
+	}
+	q := c.q
+	q.mu.Lock()
+	c.credit += n
+	if c.waiting && !c.inWaiters {
+		c.signal()
+	}
+	q.mu.Unlock()
+}
+
+// Ack settles a delivery as done and teaches the predictor its duration d.
+// A bad duration (zero, negative or over Config.MaxDuration) returns a
+// *BadDurationError, but the job is acked all the same: it is never lost
+// or redelivered because of a clock glitch on the consumer.
+func (c *Consumer) Ack(id string, d time.Duration) error {
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m := c.inflight[id]
+	if m == nil {
+		return unknown(id)
+	}
+	q.settleLocked(m)
+	q.acked++
+	if d <= 0 || d > q.b.cfg.MaxDuration {
+		q.badDurations++
+		return &BadDurationError{ID: id, Duration: d}
+	}
+	if err := q.sq.Learn(m.key, m.pred, d); err != nil {
+		q.badDurations++
+		return &BadDurationError{ID: id, Duration: d}
+	}
+	q.hist.observe(m.pred, d)
+	return nil
+}
+
+// Nack settles a delivery as failed. reason is kept on a dead letter; delay
+// is used with NackRequeueAfter.
+func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reason string) error {
+	if action == NackRequeueAfter && (delay < 0 || delay > MaxLease) {
+		return invalid("nack delay", fmt.Sprintf("must be 0 to %v, got %v", MaxLease, delay))
+	}
+	if action < NackRequeue || action > NackDeadLetter {
+		return invalid("nack action", fmt.Sprintf("unknown action %d", action))
+	}
+	if len(reason) > maxReason {
+		reason = reason[:maxReason]
+	}
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m := c.inflight[id]
+	if m == nil {
+		return unknown(id)
+	}
+	now := q.b.clk.Now()
+	q.settleLocked(m)
+	q.nacked++
+	if reason == "" {
+		reason = "nacked"
+	} else {
+		reason = "nacked: " + reason
+	}
+	switch {
+	case action == NackDeadLetter:
+		q.deadLetterLocked(m, now, reason)
+	case action == NackRequeueAfter && delay > 0 && m.attempt < m.MaxAttempts && !q.b.draining.Load():
+		q.requeueAfterLocked(m, delay)
+	default:
+		q.retryLocked(m, now, reason)
+	}
+	return nil
+}
+
+// maxReason bounds the reason kept on a dead letter.
+const maxReason = 1024
+
+// Extend renews a delivery's lease to lease from now.
+func (c *Consumer) Extend(id string, lease time.Duration) error {
+	if lease <= 0 || lease > MaxLease {
+		return invalid("lease", fmt.Sprintf("must be positive and at most %v, got %v", MaxLease, lease))
+	}
+	q := c.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m := c.inflight[id]
+	if m == nil {
+		return unknown(id)
+	}
+	now := q.b.clk.Now()
+	m.deadline = now.Add(lease)
+	q.leases.fix(m.leaseIdx)
+	q.armLeaseLocked(now)
+	return nil
+}
+
+// InFlight is how many deliveries the consumer holds unsettled.
+func (c *Consumer) InFlight() int {
+	c.q.mu.Lock()
+	defer c.q.mu.Unlock()
+	return len(c.inflight)
+}
+
+// Close ends the subscription. Jobs the consumer still holds go back to the
+// queue with their attempt counted (or to the dead-letter list once they
+// have had their attempts), as a crashed consumer's would.
+func (c *Consumer) Close() {
+	q := c.q
+	q.mu.Lock()
+	if c.closed {
+		q.mu.Unlock()
+		return
+	}
+	c.closed = true
+	q.waiters.remove(c)
+	delete(q.cons, c)
+	now := q.b.clk.Now()
+	for _, m := range c.inflight {
+		q.settleLocked(m)
+		q.retryLocked(m, now, "consumer disconnected")
+	}
+	q.mu.Unlock()
+	c.signal()
+	q.b.consumers.Add(-1)
+}
+
+func unknown(id string) error {
+	return fmt.Errorf("%w: %q is not held by this consumer (already settled, or its lease expired)", ErrUnknownMessage, id)
+}

@@ -1,0 +1,136 @@
+package broker
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+)
+
+// QueueInfo is a snapshot of one queue: its config and counters. The gRPC
+// Admin service and the metrics collector both read it.
+type QueueInfo struct {
+	Name         string
+	Config       QueueConfig
+	DepthPerTier []int // ready jobs per level, level 0 first
+	Ready        int
+	InFlight     int
+	Delayed      int // nacked with a delay, waiting to be requeued
+	DeadLetters  int
+	Consumers    int
+
+	// Counters since the broker started.
+	Published    uint64
+	Delivered    uint64
+	Acked        uint64
+	Nacked       uint64
+	Redelivered  uint64 // deliveries after the first
+	DeadLettered uint64
+	Expired      uint64
+	BadDurations uint64 // acks whose duration the predictor refused
+	DeadDropped  uint64 // dead letters dropped past MaxDeadLetters
+
+	Predictor predict.Summary
+	Durations DurationHistogram
+}
+
+// DurationHistogram counts the predicted and actual durations of acked jobs
+// in the buckets of HistogramBounds (not cumulative; the last is +Inf).
+type DurationHistogram struct {
+	Count                   uint64
+	Predicted, Actual       []uint64
+	PredictedSum, ActualSum float64 // seconds
+}
+
+func (q *queue) info() QueueInfo {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	in := QueueInfo{
+		Name: q.name, Config: q.cfg, Ready: q.sq.Len(), Delayed: len(q.delayed),
+		DeadLetters: len(q.dead), Consumers: len(q.cons), InFlight: len(q.leases),
+		Published: q.published, Delivered: q.delivered, Acked: q.acked, Nacked: q.nacked,
+		Redelivered: q.redelivered, DeadLettered: q.deadLettered, Expired: q.expired,
+		BadDurations: q.badDurations, DeadDropped: q.deadDropped,
+		Predictor: q.sq.Predictor.Summary(),
+		Durations: DurationHistogram{
+			Count:     q.hist.count,
+			Predicted: slices.Clone(q.hist.predicted[:]), Actual: slices.Clone(q.hist.actual[:]),
+			PredictedSum: q.hist.predictedSum, ActualSum: q.hist.actualSum,
+		},
+	}
+	in.DepthPerTier = make([]int, q.sq.Config().Levels)
+	for i := range in.DepthPerTier {
+		in.DepthPerTier[i] = q.sq.LevelLen(i)
+	}
+	return in
+}
+
+// Queues reports every queue, sorted by name.
+func (b *Broker) Queues() []QueueInfo {
+	qs := *b.queues.Load()
+	out := make([]QueueInfo, 0, len(qs))
+	for _, q := range qs {
+		out = append(out, q.info())
+	}
+	slices.SortFunc(out, func(a, b QueueInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Queue reports one queue.
+func (b *Broker) Queue(name string) (QueueInfo, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	return q.info(), nil
+}
+
+// Keys reports up to limit of a queue's predictor keys (all when limit <= 0),
+// busiest first.
+func (b *Broker) Keys(name string, limit int) ([]predict.KeyStats, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sq.Predictor.Keys(limit), nil
+}
+
+// DeadLetters reports up to limit of a queue's dead letters (all when
+// limit <= 0), oldest first.
+func (b *Broker) DeadLetters(name string, limit int) ([]DeadLetter, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := len(q.dead)
+	if limit > 0 {
+		n = min(n, limit)
+	}
+	out := make([]DeadLetter, n)
+	for i := range out {
+		out[i] = q.dead[i].public()
+	}
+	return out, nil
+}
+
+// Stats is the broker as a whole.
+type Stats struct {
+	Queues    int
+	Consumers int
+	InFlight  int
+	Draining  bool
+}
+
+// Stats reports broker-wide figures.
+func (b *Broker) Stats() Stats {
+	return Stats{
+		Queues:    len(*b.queues.Load()),
+		Consumers: int(b.consumers.Load()),
+		InFlight:  int(b.inflight.Load()),
+		Draining:  b.draining.Load(),
+	}
+}

@@ -1,0 +1,208 @@
+package broker
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/sched"
+)
+
+// Message is one job. Callers fill the exported fields up to Headers before
+// Publish; the broker owns the Message from then on and sets the rest.
+type Message struct {
+	Queue    string
+	Producer string
+	JobType  string
+	SizeHint uint64 // 0 means the payload size
+	Payload  []byte
+	Headers  map[string]string
+	TTL      time.Duration // 0 takes the queue's default TTL
+	// MaxAttempts is the deliveries before the job is dead-lettered; 0 takes
+	// the queue's default.
+	MaxAttempts int
+
+	// Set by the broker.
+	ID          string
+	PublishedAt time.Time
+
+	attempt int // deliveries so far; guarded by the queue's mutex
+	item    sched.Item
+	gen     uint64 // scheduler generation item was last pushed to
+	key     predict.Key
+	pred    predict.Prediction
+
+	// While in flight (guarded by the queue's mutex).
+	owner    *Consumer
+	deadline time.Time
+	leaseIdx int
+	leased   time.Time // when the current delivery started
+	// While waiting for a delayed requeue.
+	delay clock.Timer
+}
+
+// Delivery is a job handed to a consumer under a lease. It is a copy, safe
+// to read without locks; Payload and Headers are shared and must not be
+// modified.
+type Delivery struct {
+	ID          string
+	Queue       string
+	Producer    string
+	JobType     string
+	SizeHint    uint64
+	Payload     []byte
+	Headers     map[string]string
+	Attempt     int // 1 for the first delivery
+	PublishedAt time.Time
+	Lease       time.Duration
+	Tier        int
+	Predicted   time.Duration
+}
+
+func (m *Message) delivery(lease time.Duration) Delivery {
+	return Delivery{
+		ID: m.ID, Queue: m.Queue, Producer: m.Producer, JobType: m.JobType,
+		SizeHint: m.SizeHint, Payload: m.Payload, Headers: m.Headers,
+		Attempt: m.attempt, PublishedAt: m.PublishedAt, Lease: lease,
+		Tier: m.item.Tier, Predicted: m.pred.Cost,
+	}
+}
+
+// DeadLetter is a job that ran out of attempts, expired or was nacked to the
+// dead-letter list.
+type DeadLetter struct {
+	ID          string
+	Queue       string
+	Producer    string
+	JobType     string
+	Payload     []byte
+	Headers     map[string]string
+	Attempts    int
+	Reason      string
+	PublishedAt time.Time
+	DeadAt      time.Time
+}
+
+type deadLetter struct {
+	m      *Message
+	reason string
+	at     time.Time
+}
+
+func (d deadLetter) public() DeadLetter {
+	m := d.m
+	return DeadLetter{
+		ID: m.ID, Queue: m.Queue, Producer: m.Producer, JobType: m.JobType,
+		Payload: m.Payload, Headers: m.Headers, Attempts: m.attempt,
+		Reason: d.reason, PublishedAt: m.PublishedAt, DeadAt: d.at,
+	}
+}
+
+// idGen makes message ids: a random per-process prefix, so ids stay unique
+// across restarts, followed by a base-32 counter. They are short (about 12
+// bytes) and cost one allocation.
+type idGen struct {
+	prefix [8]byte
+	n      atomic.Uint64
+}
+
+func newIDGen() *idGen {
+	var raw [5]byte
+	_, _ = rand.Read(raw[:])
+	g := &idGen{}
+	base32.HexEncoding.WithPadding(base32.NoPadding).Encode(g.prefix[:], raw[:])
+	for i, c := range g.prefix {
+		if c >= 'A' && c <= 'Z' {
+			g.prefix[i] = c + 'a' - 'A'
+		}
+	}
+	return g
+}
+
+func (g *idGen) next() string {
+	var buf [8 + 13]byte
+	b := append(buf[:0], g.prefix[:]...)
+	b = strconv.AppendUint(b, g.n.Add(1), 32)
+	return string(b)
+}
+
+// leaseHeap orders in-flight messages by lease deadline.
+type leaseHeap []*Message
+
+func (h *leaseHeap) push(m *Message) {
+	m.leaseIdx = len(*h)
+	*h = append(*h, m)
+	h.up(m.leaseIdx)
+}
+
+func (h *leaseHeap) min() *Message {
+	if len(*h) == 0 {
+		return nil
+	}
+	return (*h)[0]
+}
+
+func (h *leaseHeap) remove(m *Message) {
+	s := *h
+	i := m.leaseIdx
+	if i < 0 || i >= len(s) || s[i] != m {
+		return
+	}
+	last := len(s) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	s[last] = nil
+	*h = s[:last]
+	m.leaseIdx = -1
+	if i != last {
+		h.fix(i)
+	}
+}
+
+func (h *leaseHeap) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h leaseHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].leaseIdx = i
+	h[j].leaseIdx = j
+}
+
+func (h leaseHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h[j].deadline.Before(h[i].deadline) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h leaseHeap) down(i0 int) bool {
+	i, n := i0, len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && h[r].deadline.Before(h[l].deadline) {
+			j = r
+		}
+		if !h[j].deadline.Before(h[i].deadline) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}

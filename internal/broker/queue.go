@@ -1,0 +1,363 @@
+package broker
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/sched"
+)
+
+// queue is one named queue: the pure scheduler plus everything that needs a
+// lock or a timer. Every field below mu is guarded by it. Lock order: a
+// queue's mu may be taken while holding Broker.mu, never the reverse, and no
+// two queue locks are ever held together.
+type queue struct {
+	b    *Broker
+	name string
+
+	mu      sync.Mutex
+	cfg     QueueConfig
+	sq      *sched.Queue
+	gen     uint64 // bumped when sq is replaced; items pushed under an older one are reset
+	nextID  uint64 // sched.Item.ID
+	closed  bool   // the broker finished shutting down
+	cons    map[*Consumer]struct{}
+	waiters waitList
+	leases  leaseHeap
+	delayed map[*Message]struct{}
+	dead    []deadLetter
+	expBuf  []*sched.Item
+
+	leaseTimer clock.Timer
+	leaseAt    time.Time
+	leaseGen   uint64
+	ttlTimer   clock.Timer
+	ttlAt      time.Time
+	ttlGen     uint64
+
+	published, delivered, acked, nacked, redelivered uint64
+	deadLettered, expired, badDurations, deadDropped uint64
+	hist                                             durationHist
+}
+
+func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue, error) {
+	sq, err := sched.NewQueue(pol, b.predictConfig())
+	if err != nil {
+		return nil, invalid("policy", err.Error())
+	}
+	return &queue{
+		b: b, name: name, cfg: cfg, sq: sq, gen: 1,
+		cons:    map[*Consumer]struct{}{},
+		delayed: map[*Message]struct{}{},
+	}, nil
+}
+
+// publishLocked classifies and enqueues a new message.
+func (q *queue) publishLocked(m *Message, now time.Time) error {
+	if q.closed {
+		return ErrShuttingDown
+	}
+	if q.sq.Len() >= q.cfg.MaxDepth {
+		return &QueueFullError{Queue: q.name, MaxDepth: q.cfg.MaxDepth}
+	}
+	m.PublishedAt = now
+	if m.MaxAttempts == 0 {
+		m.MaxAttempts = q.cfg.MaxAttempts
+	}
+	if m.TTL == 0 {
+		m.TTL = q.cfg.DefaultTTL
+	}
+	m.key = q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
+	q.nextID++
+	m.item = sched.Item{ID: q.nextID, Enqueued: now, Data: m}
+	if m.TTL > 0 {
+		m.item.Expires = now.Add(m.TTL)
+	}
+	m.pred = q.sq.Classify(&m.item, m.key)
+	m.gen = q.gen
+	m.leaseIdx = -1
+	q.published++
+	q.pushLocked(m, now)
+	return nil
+}
+
+// pushLocked puts a message (new or retried) in line and wakes a consumer.
+func (q *queue) pushLocked(m *Message, now time.Time) {
+	if m.gen != q.gen {
+		// Pushed before the queue was redeclared: start afresh in the new
+		// scheduler, keeping tier, cost and first-enqueue time.
+		it := m.item
+		m.item = sched.Item{ID: it.ID, Tier: it.Tier, Cost: it.Cost, Enqueued: it.Enqueued, Expires: it.Expires, Data: m}
+		m.gen = q.gen
+	}
+	if err := q.sq.Push(&m.item, now); err != nil {
+		panic(fmt.Sprintf("broker: message %s pushed twice: %v", m.ID, err)) // a broker bug, not bad input
+	}
+	if !m.item.Expires.IsZero() {
+		q.armTTLLocked(now)
+	}
+	q.wakeOneLocked()
+}
+
+// deliverLocked pops the next message for c, if one is ready.
+func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
+	if q.sq.Len() == 0 {
+		return Delivery{}, false
+	}
+	if at, ok := q.sq.NextExpiry(); ok && !at.After(now) {
+		q.expireLocked(now)
+	}
+	it := q.sq.Pop(now)
+	if it == nil {
+		return Delivery{}, false
+	}
+	m := it.Data.(*Message)
+	m.attempt++
+	m.owner = c
+	m.leased = now
+	m.deadline = now.Add(q.cfg.Lease)
+	q.leases.push(m)
+	q.armLeaseLocked(now)
+	c.inflight[m.ID] = m
+	c.credit--
+	q.delivered++
+	if m.attempt > 1 {
+		q.redelivered++
+	}
+	q.b.inflight.Add(1)
+	return m.delivery(q.cfg.Lease), true
+}
+
+// settleLocked takes an in-flight message away from its consumer.
+func (q *queue) settleLocked(m *Message) {
+	q.leases.remove(m)
+	delete(m.owner.inflight, m.ID)
+	m.owner = nil
+	if q.b.inflight.Add(-1) == 0 && q.b.draining.Load() {
+		select {
+		case q.b.drained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// retryLocked requeues a settled message whose delivery failed, or
+// dead-letters it once it has had its attempts.
+func (q *queue) retryLocked(m *Message, now time.Time, reason string) {
+	if m.attempt >= m.MaxAttempts {
+		q.deadLetterLocked(m, now, fmt.Sprintf("%s (attempt %d of %d)", reason, m.attempt, m.MaxAttempts))
+		return
+	}
+	q.pushLocked(m, now)
+}
+
+func (q *queue) deadLetterLocked(m *Message, now time.Time, reason string) {
+	q.deadLettered++
+	if len(q.dead) >= q.b.cfg.MaxDeadLetters {
+		q.dead[0] = deadLetter{}
+		q.dead = q.dead[1:]
+		q.deadDropped++
+	}
+	q.dead = append(q.dead, deadLetter{m: m, reason: reason, at: now})
+}
+
+func (q *queue) expireLocked(now time.Time) {
+	q.expBuf = q.sq.Expire(now, q.expBuf[:0])
+	for i, it := range q.expBuf {
+		q.expired++
+		q.deadLetterLocked(it.Data.(*Message), now, "expired")
+		q.expBuf[i] = nil
+	}
+}
+
+// armLeaseLocked makes sure a timer fires by the earliest lease deadline.
+// Deadlines mostly grow, so the timer is rarely re-armed on the hot path.
+func (q *queue) armLeaseLocked(now time.Time) {
+	m := q.leases.min()
+	if m == nil || q.closed {
+		return
+	}
+	if q.leaseTimer != nil && !q.leaseAt.After(m.deadline) {
+		return
+	}
+	if q.leaseTimer != nil {
+		q.leaseTimer.Stop()
+	}
+	q.leaseGen++
+	g := q.leaseGen
+	q.leaseAt = m.deadline
+	q.leaseTimer = q.b.clk.AfterFunc(m.deadline.Sub(now), func() { q.onLeaseTimer(g) })
+}
+
+func (q *queue) onLeaseTimer(g uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if g != q.leaseGen || q.closed {
+		return
+	}
+	q.leaseTimer = nil
+	now := q.b.clk.Now()
+	for m := q.leases.min(); m != nil && !m.deadline.After(now); m = q.leases.min() {
+		q.settleLocked(m)
+		q.retryLocked(m, now, "lease expired")
+	}
+	q.armLeaseLocked(now)
+}
+
+func (q *queue) armTTLLocked(now time.Time) {
+	at, ok := q.sq.NextExpiry()
+	if !ok || q.closed {
+		return
+	}
+	if q.ttlTimer != nil && !q.ttlAt.After(at) {
+		return
+	}
+	if q.ttlTimer != nil {
+		q.ttlTimer.Stop()
+	}
+	q.ttlGen++
+	g := q.ttlGen
+	q.ttlAt = at
+	q.ttlTimer = q.b.clk.AfterFunc(at.Sub(now), func() { q.onTTLTimer(g) })
+}
+
+func (q *queue) onTTLTimer(g uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if g != q.ttlGen || q.closed {
+		return
+	}
+	q.ttlTimer = nil
+	now := q.b.clk.Now()
+	q.expireLocked(now)
+	q.armTTLLocked(now)
+}
+
+// requeueAfterLocked holds a settled message back for d, then requeues it.
+func (q *queue) requeueAfterLocked(m *Message, d time.Duration) {
+	q.delayed[m] = struct{}{}
+	var t clock.Timer
+	t = q.b.clk.AfterFunc(d, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if m.delay != t { // taken back by Shutdown
+			return
+		}
+		m.delay = nil
+		delete(q.delayed, m)
+		q.pushLocked(m, q.b.clk.Now())
+	})
+	m.delay = t
+}
+
+func (q *queue) wakeOneLocked() {
+	if c := q.waiters.popFront(); c != nil {
+		c.signal()
+	}
+}
+
+// reconfigureLocked swaps in a scheduler for a new config and moves the
+// waiting messages over in their original order.
+func (q *queue) reconfigureLocked(cfg QueueConfig, pol sched.Policy, now time.Time) error {
+	nsq, err := sched.NewQueue(pol, q.b.predictConfig())
+	if err != nil {
+		return invalid("policy", err.Error())
+	}
+	if nsq.Predictor.Config().Tiers == q.sq.Predictor.Config().Tiers {
+		nsq.Predictor = q.sq.Predictor // keep what was learned
+	}
+	var waiting []*Message
+	q.sq.Each(func(it *sched.Item) { waiting = append(waiting, it.Data.(*Message)) })
+	slices.SortFunc(waiting, func(a, b *Message) int { return cmp.Compare(a.item.ID, b.item.ID) })
+	for _, m := range waiting {
+		q.sq.Remove(&m.item)
+	}
+	q.sq = nsq
+	q.cfg = cfg
+	q.gen++
+	for _, m := range waiting {
+		it := m.item
+		m.item = sched.Item{ID: it.ID, Enqueued: it.Enqueued, Expires: it.Expires, Data: m}
+		m.pred = nsq.Classify(&m.item, m.key)
+		m.gen = q.gen
+		q.pushLocked(m, now)
+	}
+	if q.ttlTimer != nil {
+		q.ttlTimer.Stop()
+		q.ttlTimer = nil
+	}
+	q.armTTLLocked(now)
+	return nil
+}
+
+// waitList is an intrusive FIFO of consumers that have credit and are
+// blocked waiting for a message.
+type waitList struct{ head, tail *Consumer }
+
+func (l *waitList) pushBack(c *Consumer) {
+	c.inWaiters = true
+	c.wprev, c.wnext = l.tail, nil
+	if l.tail != nil {
+		l.tail.wnext = c
+	} else {
+		l.head = c
+	}
+	l.tail = c
+}
+
+func (l *waitList) remove(c *Consumer) {
+	if !c.inWaiters {
+		return
+	}
+	if c.wprev != nil {
+		c.wprev.wnext = c.wnext
+	} else {
+		l.head = c.wnext
+	}
+	if c.wnext != nil {
+		c.wnext.wprev = c.wprev
+	} else {
+		l.tail = c.wprev
+	}
+	c.wprev, c.wnext, c.inWaiters = nil, nil, false
+}
+
+func (l *waitList) popFront() *Consumer {
+	c := l.head
+	if c != nil {
+		l.remove(c)
+	}
+	return c
+}
+
+// durationHist counts predicted and actual durations of acked jobs in fixed
+// buckets, so the metrics can export them at scrape time.
+type durationHist struct {
+	predicted, actual       [len(HistogramBounds) + 1]uint64
+	predictedSum, actualSum float64 // seconds
+	count                   uint64
+}
+
+// HistogramBounds are the upper bounds, in seconds, of the duration
+// histogram buckets; the last bucket is unbounded.
+var HistogramBounds = [...]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800}
+
+func (h *durationHist) observe(pred predict.Prediction, actual time.Duration) {
+	h.count++
+	a := actual.Seconds()
+	h.actual[bucket(a)]++
+	h.actualSum += a
+	p := pred.Cost.Seconds()
+	h.predicted[bucket(p)]++
+	h.predictedSum += p
+}
+
+func bucket(s float64) int {
+	i, _ := slices.BinarySearch(HistogramBounds[:], s)
+	return i
+}
