@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/harbinger-mq/harbinger/internal/sidecar"
+)
+
+func init() {
+	register("sidecar", "serve the predictor to RabbitMQ publishers and share learning through RabbitMQ", runSidecar)
+}
+
+// amqpURLEnv names the environment variable that overrides the default
+// RabbitMQ URL.
+const amqpURLEnv = "HARBINGER_AMQP_URL"
+
+func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("sidecar", "sidecar [--listen ADDR] [--http ADDR] [--amqp-url URL] [--exchange NAME] [--max-priority N]", stderr)
+	defURL := os.Getenv(amqpURLEnv)
+	if defURL == "" {
+		defURL = sidecar.DefaultAMQPURL
+	}
+	listen := fs.String("listen", sidecar.DefaultListen, "gRPC address of the Predictor service")
+	httpAddr := fs.String("http", sidecar.DefaultHTTP, `metrics address (/metrics, /healthz); "-" disables`)
+	amqpURL := fs.String("amqp-url", defURL, `RabbitMQ URL for shared learning (default from `+amqpURLEnv+`); "-" disables sharing`)
+	exchange := fs.String("exchange", sidecar.DefaultExchange, "fanout exchange of observations; snapshots use NAME"+".snapshots")
+	maxPriority := fs.Uint("max-priority", 3, "x-max-priority of the queues; tier 0 gets this AMQP priority")
+	tiers := fs.Int("tiers", 3, "number of tiers")
+	snapshotEvery := fs.Duration("snapshot-every", sidecar.DefaultSnapshotEvery, "interval between snapshots for late-starting sidecars")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *maxPriority < 1 || *maxPriority > 255 {
+		return fmt.Errorf("--max-priority must be 1 to 255, got %d", *maxPriority)
+	}
+	if *snapshotEvery <= 0 {
+		return fmt.Errorf("--snapshot-every must be positive, got %v", *snapshotEvery)
+	}
+	cfg := sidecar.Config{
+		Listen:  *listen,
+		HTTP:    *httpAddr,
+		AMQPURL: *amqpURL,
+		Logger:  slog.New(slog.NewTextHandler(stderr, nil)),
+	}
+	cfg.Predict.MaxPriority = uint8(*maxPriority)
+	cfg.Predict.Tiers = *tiers
+	cfg.Share.Exchange = *exchange
+	cfg.Share.SnapshotEvery = *snapshotEvery
+	s, err := sidecar.Start(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "harbinger sidecar: gRPC on %s, metrics on %s, id %s\n", s.Addr(), s.HTTPAddr(), s.ID())
+	<-ctx.Done()
+	return s.Close()
+}

@@ -1,0 +1,263 @@
+// Package sidecar owns `harbinger sidecar`: Harbinger's predictor served
+// over gRPC (the Predictor service) next to a RabbitMQ cluster, with
+// Prometheus metrics, and learning shared between sidecars through RabbitMQ
+// fanout exchanges. Publishers reach it with rabbitmq.DialSidecar.
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/grpc"
+
+	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/rabbitmq"
+)
+
+// Defaults for Config.
+const (
+	DefaultListen     = "127.0.0.1:7072"
+	DefaultHTTP       = "127.0.0.1:7073"
+	DefaultAMQPURL    = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultRetryFirst = 500 * time.Millisecond
+	DefaultRetryMax   = 30 * time.Second
+)
+
+// Config configures a sidecar. The zero value of a field means its default.
+type Config struct {
+	Listen  string // gRPC address, default 127.0.0.1:7072; port 0 picks one
+	HTTP    string // metrics address (/metrics, /healthz), default 127.0.0.1:7073; "-" disables
+	AMQPURL string // RabbitMQ for shared learning, default the local guest account; "-" disables sharing
+	Predict rabbitmq.LocalConfig
+	Share   ShareConfig
+	Logger  *slog.Logger // default discards
+	Clock   clock.Clock  // default the wall clock
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.HTTP == "" {
+		c.HTTP = DefaultHTTP
+	}
+	if c.AMQPURL == "" {
+		c.AMQPURL = DefaultAMQPURL
+	}
+	c.Predict = c.Predict.WithDefaults()
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Share.Clock == nil {
+		c.Share.Clock = c.Clock
+	}
+	c.Share = c.Share.WithDefaults()
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Predict.MaxPriority == 0 {
+		return errors.New("sidecar: max priority must be 1 to 255")
+	}
+	return c.Share.validate()
+}
+
+// Stats is everything the sidecar reports: the predictor's figures and the
+// shared-learning counts since start.
+type Stats struct {
+	Predictor rabbitmq.LocalStats
+	Share     ShareStats
+	Connected bool
+}
+
+// Sidecar is a running sidecar.
+type Sidecar struct {
+	cfg     Config
+	local   *rabbitmq.Local
+	svc     *Service
+	grpc    *grpc.Server
+	grpcLis net.Listener
+	http    *http.Server
+	httpLis net.Listener
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu        sync.Mutex
+	share     *Share
+	prevShare ShareStats // counts of shares that have ended
+	connected chan struct{}
+}
+
+// Start binds the listeners and starts serving. RabbitMQ being unreachable
+// is not an error: the sidecar predicts from what it learns itself and keeps
+// retrying the connection.
+func Start(cfg Config) (*Sidecar, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	local, err := rabbitmq.NewLocal(cfg.Predict)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sidecar{cfg: cfg, local: local, svc: NewService(local), connected: make(chan struct{})}
+	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("sidecar: listen %s: %w", cfg.Listen, err)
+	}
+	if cfg.HTTP != "-" {
+		if s.httpLis, err = net.Listen("tcp", cfg.HTTP); err != nil {
+			s.grpcLis.Close()
+			return nil, fmt.Errorf("sidecar: listen %s: %w", cfg.HTTP, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	s.grpc = grpc.NewServer()
+	harbingerv1.RegisterPredictorServer(s.grpc, s.svc)
+	s.wg.Go(func() { _ = s.grpc.Serve(s.grpcLis) })
+	if s.httpLis != nil {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(newCollector(s.Stats))
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		s.wg.Go(func() { _ = s.http.Serve(s.httpLis) })
+	}
+	if cfg.AMQPURL != "-" {
+		s.wg.Go(func() { s.connectLoop(ctx) })
+	}
+	return s, nil
+}
+
+// Addr returns the gRPC address.
+func (s *Sidecar) Addr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr returns the metrics address, or "" when disabled.
+func (s *Sidecar) HTTPAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Local returns the sidecar's predictor.
+func (s *Sidecar) Local() *rabbitmq.Local { return s.local }
+
+// ID returns the id the sidecar shares under.
+func (s *Sidecar) ID() string { return s.cfg.Share.ID }
+
+// Connected is closed once the sidecar first shares through RabbitMQ.
+func (s *Sidecar) Connected() <-chan struct{} { return s.connected }
+
+// Stats returns the sidecar's figures.
+func (s *Sidecar) Stats() Stats {
+	st := Stats{Predictor: s.local.Stats()}
+	s.mu.Lock()
+	st.Share = s.prevShare
+	if s.share != nil {
+		st.Connected = true
+		st.Share = addShareStats(st.Share, s.share.Stats())
+	}
+	s.mu.Unlock()
+	return st
+}
+
+func addShareStats(a, b ShareStats) ShareStats {
+	return ShareStats{
+		Sent: a.Sent + b.Sent, Received: a.Received + b.Received, SendErrors: a.SendErrors + b.SendErrors,
+		SnapshotsSent: a.SnapshotsSent + b.SnapshotsSent, SnapshotsRead: a.SnapshotsRead + b.SnapshotsRead,
+		CaughtUp: a.CaughtUp + b.CaughtUp,
+	}
+}
+
+// Close stops serving and waits for every goroutine the sidecar started.
+func (s *Sidecar) Close() error {
+	s.cancel()
+	s.grpc.Stop()
+	if s.http != nil {
+		_ = s.http.Close()
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// connectLoop keeps one AMQP connection and one Share on it, reconnecting
+// with exponential backoff when RabbitMQ goes away.
+func (s *Sidecar) connectLoop(ctx context.Context) {
+	log := s.cfg.Logger
+	retry := DefaultRetryFirst
+	for ctx.Err() == nil {
+		conn, sh, err := s.connect(ctx)
+		if err != nil {
+			log.Warn("sidecar: RabbitMQ unreachable; predicting from local learning only", "err", err, "retry_in", retry)
+			if !s.wait(ctx, retry) {
+				return
+			}
+			retry = min(2*retry, DefaultRetryMax)
+			continue
+		}
+		retry = DefaultRetryFirst
+		log.Info("sidecar: sharing learning through RabbitMQ", "id", sh.ID(), "exchange", s.cfg.Share.Exchange)
+		s.mu.Lock()
+		s.share = sh
+		select {
+		case <-s.connected:
+		default:
+			close(s.connected)
+		}
+		s.mu.Unlock()
+		s.svc.SetShare(sh)
+		<-sh.Done()
+		s.svc.SetShare(nil)
+		s.mu.Lock()
+		s.prevShare = addShareStats(s.prevShare, sh.Stats())
+		s.share = nil
+		s.mu.Unlock()
+		_ = conn.Close()
+		if ctx.Err() == nil {
+			log.Warn("sidecar: lost RabbitMQ; reconnecting")
+		}
+	}
+}
+
+func (s *Sidecar) connect(ctx context.Context) (*amqp.Connection, *Share, error) {
+	conn, err := amqp.DialConfig(s.cfg.AMQPURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		return nil, nil, err
+	}
+	sh, err := StartShare(ctx, conn, s.local, s.cfg.Share)
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return conn, sh, nil
+}
+
+// wait waits d on the injected clock, or until ctx is done (false).
+func (s *Sidecar) wait(ctx context.Context, d time.Duration) bool {
+	fired := make(chan struct{})
+	t := s.cfg.Clock.AfterFunc(d, func() { close(fired) })
+	select {
+	case <-fired:
+		return true
+	case <-ctx.Done():
+		t.Stop()
+		return false
+	}
+}
