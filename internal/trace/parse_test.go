@@ -277,7 +277,10 @@ func TestLoadOptionErrors(t *testing.T) {
 		{"NaN load", Options{Load: math.NaN()}, "target load NaN"},
 		{"infinite load", Options{Load: math.Inf(1)}, "target load +Inf"},
 		{"tiny load", Options{StartMinute: 1, Load: 1e-300}, "need more than 1000000 workers"},
-		{"nothing in the window", Options{StartMinute: 200}, "minutes 200-209"},
+		{"nothing in the window", Options{StartMinute: 200}, "minutes 200-259"}, // DefaultMinutes long
+		{"nothing in a short window", Options{StartMinute: 4, Minutes: 10}, "minutes 4-13"},
+		{"compression too small", Options{Compression: minCompression / 2}, "compression 0.0005 must be between 0.001 and 1000"},
+		{"compression too large", Options{Compression: 1001}, "compression 1001"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -45,8 +45,12 @@ func TestShippedSampleMatchesShared(t *testing.T) {
 func TestLoadShipped(t *testing.T) {
 	t.Parallel()
 	tr := mustLoad(t, shipped, Options{})
-	if got, want := tr.Name(), "azure-functions-2019 minutes 721-730 x0.5 load 0.95"; got != want {
+	// The defaults: minutes 721-780 at 1/12 speed, so the hour replays in 300 s.
+	if got, want := tr.Name(), "azure-functions-2019 minutes 721-780 x0.08333333333333333 load 0.95"; got != want {
 		t.Errorf("Name = %q, want %q", got, want)
+	}
+	if got := tr.windowSeconds(); math.Abs(got-300) > 1e-9 {
+		t.Errorf("window = %v s of virtual time, want 300", got)
 	}
 	if got := tr.Seeds(); !slices.Equal(got, []uint64{1, 2, 3, 4, 5}) {
 		t.Errorf("Seeds = %v", got)
@@ -54,6 +58,16 @@ func TestLoadShipped(t *testing.T) {
 	types := tr.Types()
 	if tr.functions != 100 || tr.invOnly != 0 || tr.runOnly != 0 || len(types)+tr.idle != 100 {
 		t.Errorf("functions %d, used %d, idle %d, inv only %d, run only %d", tr.functions, len(types), tr.idle, tr.invOnly, tr.runOnly)
+	}
+	// The invocation count, from an independent reading of the inv file.
+	var jobs int64
+	for _, counts := range readInvCounts(t, filepath.Join(shipped, "100_inv.csv")) {
+		for _, n := range counts[DefaultStartMinute : DefaultStartMinute+DefaultMinutes] {
+			jobs += int64(n)
+		}
+	}
+	if jobs == 0 || tr.jobs != jobs {
+		t.Errorf("%d invocations in the window, the file has %d", tr.jobs, jobs)
 	}
 	classes := map[string]int{}
 	for _, jt := range types {
@@ -71,8 +85,16 @@ func TestLoadShipped(t *testing.T) {
 	if l := tr.OfferedLoad(); l > 0.95 || l < 0.9 {
 		t.Errorf("OfferedLoad = %.4f, want just under 0.95", l)
 	}
+	// Durations are compressed with arrivals, so replaying in real time
+	// needs the same workers for the same load.
+	real := mustLoad(t, shipped, Options{Compression: 1})
+	if real.Workers() != tr.Workers() || math.Abs(real.OfferedLoad()-tr.OfferedLoad()) > 1e-9 {
+		t.Errorf("uncompressed: %d workers, load %v; compressed: %d workers, load %v",
+			real.Workers(), real.OfferedLoad(), tr.Workers(), tr.OfferedLoad())
+	}
 	d := tr.Describe()
-	for _, want := range []string{"minutes 721-730", "x0.5", "300 s", strconv.Itoa(tr.Workers()) + " workers", "export", "short", "mid"} {
+	for _, want := range []string{"minutes 721-780 (60 min)", "x0.08333333333333333", strconv.FormatInt(jobs, 10) + " invocations",
+		"300 s", strconv.Itoa(tr.Workers()) + " workers", "export", "short", "mid"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("Describe lacks %q:\n%s", want, d)
 		}
@@ -199,6 +221,8 @@ func TestGenerateIndependentOfOtherFunctions(t *testing.T) {
 	}
 }
 
+// Generated durations follow the function's percentile curve, compressed by
+// the same factor as arrivals.
 func TestDurationQuantiles(t *testing.T) {
 	t.Parallel()
 	c := [7]float64{0, 2, 10, 20, 40, 100, 200}
@@ -207,30 +231,36 @@ func TestDurationQuantiles(t *testing.T) {
 		counts[m] = 20_000
 	}
 	f := fn{hash: "synthetic", counts: counts, curve: c, mean: 30}
-	tr := mustLoad(t, writeDir(t, invSheet(f).bytes(t), runSheet(f).bytes(t)), Options{StartMinute: 1, Minutes: 5})
-	jobs := tr.Generate(11)
-	if len(jobs) != 100_000 {
-		t.Fatalf("%d jobs, want 100000", len(jobs))
-	}
-	ms := make([]float64, len(jobs))
-	work := 0.0
-	for i, j := range jobs {
-		ms[i] = float64(j.Duration) / float64(time.Millisecond)
-		work += j.Duration.Seconds()
-	}
-	slices.Sort(ms)
-	if ms[0] < 0.001 {
-		t.Errorf("shortest duration %v ms, want at least 1 µs", ms[0])
-	}
-	cv := curve(c)
-	for _, q := range []float64{0.005, 0.01, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 0.99, 0.995} {
-		got, want := ms[int(q*float64(len(ms)))], cv.at(q)
-		if math.Abs(got-want) > 0.03*want+0.05 {
-			t.Errorf("quantile %.3f = %.3f ms, want %.3f", q, got, want)
-		}
-	}
-	if got, want := work/(float64(tr.Workers())*tr.windowSeconds()), tr.OfferedLoad(); math.Abs(got-want) > 0.01*want {
-		t.Errorf("realised load %.4f, expected %.4f", got, want)
+	dir := writeDir(t, invSheet(f).bytes(t), runSheet(f).bytes(t))
+	for _, compression := range []float64{DefaultCompression, 1, 4} {
+		t.Run(strconv.FormatFloat(compression, 'g', 4, 64), func(t *testing.T) {
+			t.Parallel()
+			tr := mustLoad(t, dir, Options{StartMinute: 1, Minutes: 5, Compression: compression})
+			jobs := tr.Generate(11)
+			if len(jobs) != 100_000 {
+				t.Fatalf("%d jobs, want 100000", len(jobs))
+			}
+			ms := make([]float64, len(jobs))
+			work := 0.0
+			for i, j := range jobs {
+				ms[i] = float64(j.Duration) / float64(time.Millisecond)
+				work += j.Duration.Seconds()
+			}
+			slices.Sort(ms)
+			if ms[0] < 0.001 {
+				t.Errorf("shortest duration %v ms, want at least 1 µs", ms[0])
+			}
+			cv := curve(c)
+			for _, q := range []float64{0.005, 0.01, 0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9, 0.99, 0.995} {
+				got, want := ms[int(q*float64(len(ms)))], cv.at(q)*compression
+				if math.Abs(got-want) > 0.03*want+0.05*compression {
+					t.Errorf("quantile %.3f = %.4f ms, want %.4f (curve %.3f ms x%g)", q, got, want, cv.at(q), compression)
+				}
+			}
+			if got, want := work/(float64(tr.Workers())*tr.windowSeconds()), tr.OfferedLoad(); math.Abs(got-want) > 0.01*want {
+				t.Errorf("realised load %.4f, expected %.4f", got, want)
+			}
+		})
 	}
 }
 
@@ -251,6 +281,8 @@ func TestCurve(t *testing.T) {
 	}
 }
 
+// Workers = ceil(offered work per second / Load). Arrivals and durations are
+// compressed alike, so workers and load are the same at every compression.
 func TestWorkersAndLoad(t *testing.T) {
 	t.Parallel()
 	flat := func(ms float64) [7]float64 { return [7]float64{ms, ms, ms, ms, ms, ms, ms} }
@@ -261,28 +293,38 @@ func TestWorkersAndLoad(t *testing.T) {
 		}
 		return m
 	}
+	// 1200 jobs of 1 s in 10 trace minutes: 2 busy workers.
+	busy2 := []fn{{hash: "a", counts: every(120), curve: flat(1000), mean: 1000}}
 	tests := []struct {
 		name    string
 		fns     []fn
-		opts    Options
+		load    float64 // target
 		workers int
-		load    float64
+		offered float64
 	}{
-		// 600 jobs of 1 s over 300 s: 2 busy workers.
-		{"half load", []fn{{hash: "a", counts: every(60), curve: flat(1000), mean: 1000}}, Options{StartMinute: 1, Load: 0.5}, 4, 0.5},
-		{"uncompressed", []fn{{hash: "a", counts: every(60), curve: flat(1000), mean: 1000}}, Options{StartMinute: 1, Compression: 1, Load: 0.5}, 2, 0.5},
-		{"rounds up", []fn{{hash: "a", counts: every(60), curve: flat(1000), mean: 1000}}, Options{StartMinute: 1, Load: 0.95}, 3, 2.0 / 3},
-		{"at least one", []fn{{hash: "a", counts: map[int]int{1: 1}, curve: flat(1), mean: 1}}, Options{StartMinute: 1}, 1, 0.001 / 300},
-		{"curve mean, not Average", []fn{{hash: "a", counts: every(60), curve: flat(1000), mean: 5}}, Options{StartMinute: 1, Load: 1}, 2, 1},
+		{"half load", busy2, 0.5, 4, 0.5},
+		{"full load", busy2, 1, 2, 1},
+		{"rounds up", busy2, 0.95, 3, 2.0 / 3},
+		{"quarter load", busy2, 0.25, 8, 0.25},
+		{"at least one", []fn{{hash: "a", counts: map[int]int{1: 1}, curve: flat(1), mean: 1}}, 0.95, 1, 0.001 / 600},
+		// Average says 5 ms, but Generate draws from the curve: 1 s.
+		{"curve mean, not Average", []fn{{hash: "a", counts: every(120), curve: flat(1000), mean: 5}}, 1, 2, 1},
+		{"two functions", []fn{
+			{hash: "a", counts: every(60), curve: flat(1000), mean: 1000}, // 1 busy worker
+			{hash: "b", counts: every(600), curve: flat(200), mean: 200},  // 2
+		}, 0.5, 6, 0.5},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			tr := mustLoad(t, writeDir(t, invSheet(tt.fns...).bytes(t), runSheet(tt.fns...).bytes(t)), tt.opts)
-			if tr.Workers() != tt.workers || math.Abs(tr.OfferedLoad()-tt.load) > 1e-9 {
-				t.Errorf("workers %d load %v, want %d and %v", tr.Workers(), tr.OfferedLoad(), tt.workers, tt.load)
-			}
-		})
+		dir := writeDir(t, invSheet(tt.fns...).bytes(t), runSheet(tt.fns...).bytes(t))
+		for _, c := range []float64{0, 1, minCompression, 0.1, 7, maxCompression} {
+			t.Run(tt.name+"/x"+strconv.FormatFloat(c, 'g', -1, 64), func(t *testing.T) {
+				t.Parallel()
+				tr := mustLoad(t, dir, Options{StartMinute: 1, Minutes: 10, Compression: c, Load: tt.load})
+				if tr.Workers() != tt.workers || math.Abs(tr.OfferedLoad()-tt.offered) > 1e-9*tt.offered {
+					t.Errorf("workers %d load %v, want %d and %v", tr.Workers(), tr.OfferedLoad(), tt.workers, tt.offered)
+				}
+			})
+		}
 	}
 }
 
