@@ -142,4 +142,3 @@ func (r *Remote) Stats() RemoteStats {
 
 // Fallbacks returns how many predictions fell back to the default priority.
 func (r *Remote) Fallbacks() uint64 { return r.fallbacks.Load() }
-

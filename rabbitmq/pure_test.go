@@ -1,0 +1,153 @@
+package rabbitmq
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestAMQPPriority(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		tier, tiers int
+		max         uint8
+		want        uint8
+	}{
+		{0, 3, 3, 3}, {1, 3, 3, 2}, {2, 3, 3, 0},
+		{0, 3, 10, 10}, {1, 3, 10, 5}, {2, 3, 10, 0},
+		{0, 2, 1, 1}, {1, 2, 1, 0},
+		{-1, 3, 3, 3}, {7, 3, 3, 0}, // clamped
+		{0, 1, 5, 5},
+	}
+	for _, tt := range tests {
+		if got := AMQPPriority(tt.tier, tt.tiers, tt.max); got != tt.want {
+			t.Errorf("AMQPPriority(%d, %d, %d) = %d, want %d", tt.tier, tt.tiers, tt.max, got, tt.want)
+		}
+	}
+}
+
+func TestPickerWeights(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	all := []time.Time{now, now, now}
+	p := newPicker([]int{8, 3, 1}, 0)
+	counts := make([]int, 3)
+	for range 120 {
+		counts[p.pick(all, now)]++
+	}
+	if counts[0] != 80 || counts[1] != 30 || counts[2] != 10 {
+		t.Errorf("picks over 120 = %v, want [80 30 10]", counts)
+	}
+	// A tier with nothing held is never picked; the others share its turn.
+	some := []time.Time{{}, now, now}
+	for range 20 {
+		if got := p.pick(some, now); got == 0 {
+			t.Fatal("picked an empty tier")
+		}
+	}
+}
+
+func TestPickerAging(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	p := newPicker([]int{8, 3, 1}, time.Second)
+	heads := []time.Time{now, now.Add(-1500 * time.Millisecond), now.Add(-2 * time.Second)}
+	if got := p.pick(heads, now); got != 2 {
+		t.Errorf("pick = %d, want the oldest aged head (2)", got)
+	}
+	heads[2] = now.Add(-500 * time.Millisecond)
+	if got := p.pick(heads, now); got != 1 {
+		t.Errorf("pick = %d, want the only aged head (1)", got)
+	}
+}
+
+func TestHeadersRoundTrip(t *testing.T) {
+	t.Parallel()
+	k := Key{Queue: "q", Producer: "billing", JobType: "invoice", Size: 4096}
+	at := time.Unix(1700000000, 123)
+	own := amqp.Table{"mine": "kept"}
+	h := stampHeaders(own, k, 2, at)
+	if len(own) != 1 {
+		t.Error("stampHeaders modified the caller's headers")
+	}
+	d := amqp.Delivery{Headers: h}
+	if got := KeyOf("other", d); got != k {
+		t.Errorf("KeyOf = %+v, want %+v", got, k)
+	}
+	if got, ok := PublishedAt(d); !ok || !got.Equal(at) {
+		t.Errorf("PublishedAt = %v, %v; want %v", got, ok, at)
+	}
+	if h["mine"] != "kept" {
+		t.Error("caller's header lost")
+	}
+	// A message from a publisher that is not Harbinger's keys on the queue.
+	if got := KeyOf("plain", amqp.Delivery{}); got != (Key{Queue: "plain"}) {
+		t.Errorf("KeyOf(no headers) = %+v", got)
+	}
+}
+
+func TestLocalLearnsTiers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := NewLocal(LocalConfig{RecomputeEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, long := Key{Queue: "q", JobType: "short"}, Key{Queue: "q", JobType: "long"}
+	pr, _ := l.Predict(ctx, short)
+	if !pr.Cold || pr.Tier != 1 || pr.AMQP != 2 {
+		t.Errorf("cold prediction = %+v, want cold middle tier, AMQP 2", pr)
+	}
+	for range 5 {
+		_ = l.Observe(ctx, short, 5*time.Millisecond)
+		_ = l.Observe(ctx, long, 500*time.Millisecond)
+	}
+	for range 4 {
+		_, _ = l.Predict(ctx, short)
+		_, _ = l.Predict(ctx, long)
+	}
+	ps, _ := l.Predict(ctx, short)
+	pl, _ := l.Predict(ctx, long)
+	if ps.Tier != 0 || pl.Tier != 2 || ps.AMQP <= pl.AMQP || ps.Cold || pl.Cold {
+		t.Errorf("short %+v, long %+v: want tiers 0 and 2, short higher AMQP", ps, pl)
+	}
+	if err := l.Observe(ctx, short, -time.Second); err == nil {
+		t.Error("negative duration accepted")
+	}
+	if st, ok := l.Lookup(short); !ok || st.Count != 5 {
+		t.Errorf("Lookup(short) = %+v, %v; want 5 observations", st, ok)
+	}
+}
+
+type failing struct{}
+
+func (failing) Predict(context.Context, Key) (Priority, error) {
+	return Priority{}, context.DeadlineExceeded
+}
+func (failing) Observe(context.Context, Key, time.Duration) error { return nil }
+
+func TestPublisherPrepareFallsBack(t *testing.T) {
+	t.Parallel()
+	pb := NewPublisher(nil, failing{}, PublisherOptions{})
+	var msg amqp.Publishing
+	pr := pb.prepare(context.Background(), Key{Queue: "q"}, &msg)
+	if pr.Tier != 1 || pb.Fallbacks() != 1 {
+		t.Errorf("prepare = %+v, fallbacks %d; want middle tier and one fallback", pr, pb.Fallbacks())
+	}
+	if _, ok := msg.Headers[HeaderPublishedNS]; !ok {
+		t.Error("no published-ns header")
+	}
+}
+
+func TestTierQueueNames(t *testing.T) {
+	t.Parallel()
+	tq := TierQueues{Name: "jobs"}
+	if got := []string{tq.Queue(0), tq.Queue(2), tq.Queue(9)}; got[0] != "jobs.t0" || got[1] != "jobs.t2" || got[2] != "jobs.t2" {
+		t.Errorf("queue names = %v", got)
+	}
+	if err := (TierConsumerOptions{Weights: []int{1, 0, 1}}).validate(3); err == nil {
+		t.Error("zero weight accepted")
+	}
+}

@@ -1,0 +1,230 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/grpc"
+
+	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/rabbitmq"
+)
+
+var (
+	shortKey = rabbitmq.Key{Queue: "jobs", Producer: "web", JobType: "thumbnail"}
+	longKey  = rabbitmq.Key{Queue: "jobs", Producer: "web", JobType: "report"}
+)
+
+// learned returns a Local that has seen short jobs take 5 ms and long ones
+// 500 ms, and has made predictions for both, as a running system would.
+func learned(t *testing.T) *rabbitmq.Local {
+	t.Helper()
+	ctx := context.Background()
+	l, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{RecomputeEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		_ = l.Observe(ctx, shortKey, 5*time.Millisecond)
+		_ = l.Observe(ctx, longKey, 500*time.Millisecond)
+	}
+	for range 4 {
+		_, _ = l.Predict(ctx, shortKey)
+		_, _ = l.Predict(ctx, longKey)
+	}
+	return l
+}
+
+func TestPublisherShortFirstFromBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := dial(t)
+	ch := channel(t, conn)
+	q := unique("prio")
+	deleteQueues(t, conn, q)
+	if err := rabbitmq.DeclarePriorityQueue(ch, q, 3); err != nil {
+		t.Fatal(err)
+	}
+	pub := rabbitmq.NewPublisher(ch, learned(t), rabbitmq.PublisherOptions{MaxPriority: 3})
+	// The backlog: long jobs first, then short ones behind them.
+	for _, k := range []rabbitmq.Key{longKey, longKey, longKey, shortKey, shortKey, shortKey} {
+		if err := pub.Publish(ctx, "", q, k, amqp.Publishing{Body: []byte(k.JobType)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	var prios []uint8
+	for len(got) < 6 {
+		d, ok, err := ch.Get(q, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			continue // publishes not yet enqueued
+		}
+		got = append(got, string(d.Body))
+		prios = append(prios, d.Priority)
+	}
+	want := []string{"thumbnail", "thumbnail", "thumbnail", "report", "report", "report"}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("delivery order %v (priorities %v), want short ones first", got, prios)
+		}
+	}
+	// Where the long jobs land (tier 1 or 2) depends on the mix of recent
+	// predictions the tier boundaries are quantiles of; short is tier 0.
+	if prios[0] != 3 || prios[5] >= prios[0] {
+		t.Errorf("priorities %v, want 3 for short and less for long", prios)
+	}
+}
+
+func TestConsumeLearnsOnlySuccess(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		fail func(ch *amqp.Channel) error // first attempt
+	}{
+		{"handler error", func(*amqp.Channel) error { return errors.New("boom") }},
+		{"handler panic", func(*amqp.Channel) error { panic("boom") }},
+		{"channel closed mid-message", func(ch *amqp.Channel) error { _ = ch.Close(); return nil }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+			defer cancel()
+			conn := dial(t)
+			pubCh := channel(t, conn)
+			q := unique("crash")
+			deleteQueues(t, conn, q)
+			if err := rabbitmq.DeclarePriorityQueue(pubCh, q, 3); err != nil {
+				t.Fatal(err)
+			}
+			l, _ := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+			k := rabbitmq.Key{Queue: q, Producer: "p", JobType: "j"}
+			if err := rabbitmq.NewPublisher(pubCh, l, rabbitmq.PublisherOptions{}).Publish(ctx, "", q, k, amqp.Publishing{Body: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+			// The failed attempt "works" 100 ms before failing; the retry
+			// is instant. Only the retry may be learned.
+			var attempts atomic.Int32
+			done := make(chan struct{})
+			h := func(ch *amqp.Channel) func(context.Context, amqp.Delivery) error {
+				return func(ctx context.Context, d amqp.Delivery) error {
+					if attempts.Add(1) == 1 {
+						time.Sleep(100 * time.Millisecond) // the work
+						return tt.fail(ch)
+					}
+					if !d.Redelivered {
+						t.Error("second attempt not marked redelivered")
+					}
+					close(done)
+					return nil
+				}
+			}
+			cctx, stop := context.WithCancel(ctx)
+			defer stop()
+			ch1 := channel(t, conn)
+			errc := make(chan error, 1)
+			go func() { errc <- rabbitmq.Consume(cctx, ch1, q, l, rabbitmq.ConsumerOptions{}, h(ch1)) }()
+			if tt.name == "channel closed mid-message" {
+				if err := <-errc; !errors.Is(err, rabbitmq.ErrChannelClosed) {
+					t.Fatalf("Consume returned %v, want ErrChannelClosed", err)
+				}
+				ch2 := channel(t, conn) // the restarted worker
+				go func() { errc <- rabbitmq.Consume(cctx, ch2, q, l, rabbitmq.ConsumerOptions{}, h(ch2)) }()
+			}
+			select {
+			case <-done:
+			case <-ctx.Done():
+				t.Fatal("message not redelivered")
+			}
+			stop()
+			if err := <-errc; err != nil {
+				t.Fatalf("Consume after cancel returned %v", err)
+			}
+			st, ok := l.Lookup(k)
+			if !ok || st.Count != 1 {
+				t.Fatalf("learned %d observations, want 1 (the success)", st.Count)
+			}
+			if st.EWMA >= 100*time.Millisecond {
+				t.Errorf("learned %v, the failed attempt's duration", st.EWMA)
+			}
+			qi, err := pubCh.QueueDeclarePassive(q, true, false, false, false, amqp.Table{"x-queue-type": "classic", "x-max-priority": int32(3)})
+			if err != nil || qi.Messages != 0 {
+				t.Errorf("queue holds %d messages (%v), want 0", qi.Messages, err)
+			}
+		})
+	}
+}
+
+func TestRemoteFallsBackWithoutBlocking(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A sidecar that is down: a port nobody listens on.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := lis.Addr().String()
+	lis.Close()
+	// A sidecar that hangs: accepts the call and never answers.
+	hangLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	harbingerv1.RegisterPredictorServer(srv, hanging{})
+	go func() { _ = srv.Serve(hangLis) }()
+	t.Cleanup(srv.Stop)
+
+	for name, addr := range map[string]string{"down": down, "hanging": hangLis.Addr().String()} {
+		t.Run(name, func(t *testing.T) {
+			r, err := rabbitmq.DialSidecarOptions(ctx, addr, rabbitmq.RemoteOptions{Timeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			for i := range 3 {
+				start := time.Now()
+				pr, err := r.Predict(ctx, shortKey)
+				took := time.Since(start)
+				if err != nil || pr.Tier != 1 || pr.AMQP != 2 || !pr.Cold {
+					t.Errorf("Predict = %+v, %v; want the middle priority", pr, err)
+				}
+				if took > 150*time.Millisecond {
+					t.Errorf("call %d blocked %v, want at most about the 50 ms timeout", i, took)
+				}
+			}
+			if r.Fallbacks() != 3 {
+				t.Errorf("fallbacks = %d, want 3", r.Fallbacks())
+			}
+			start := time.Now()
+			if err := r.Observe(ctx, shortKey, time.Millisecond); err == nil {
+				t.Error("Observe to a dead sidecar succeeded")
+			}
+			if took := time.Since(start); took > 150*time.Millisecond {
+				t.Errorf("Observe blocked %v", took)
+			}
+		})
+	}
+}
+
+type hanging struct {
+	harbingerv1.UnimplementedPredictorServer
+}
+
+func (hanging) Predict(ctx context.Context, _ *harbingerv1.PredictRequest) (*harbingerv1.PredictResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (hanging) Observe(ctx context.Context, _ *harbingerv1.ObserveRequest) (*harbingerv1.ObserveResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
