@@ -86,7 +86,9 @@ type TierConsumerOptions struct {
 	// Weights are the tiers' shares of the messages served when every tier
 	// has work: default 8:3:1 for three tiers, else 2^(Tiers-1-i).
 	Weights []int
-	// Prefetch is the unacked messages held per tier queue, default 1.
+	// Prefetch is the unacked messages held per tier queue, default 2: with
+	// one, a tier's next message is still in flight when the consumer picks
+	// again, and the weights degrade to round robin over what has arrived.
 	Prefetch int
 	// AgeAfter, if positive, serves first (oldest first) any held message
 	// that has waited this long since it was published, whatever its tier.
@@ -95,6 +97,9 @@ type TierConsumerOptions struct {
 	// observation.
 	OnObserveError func(error)
 }
+
+// DefaultTierPrefetch is ConsumeTiers' default per-tier prefetch.
+const DefaultTierPrefetch = 2
 
 // DefaultWeights returns the default weights for n tiers.
 func DefaultWeights(n int) []int {
@@ -113,7 +118,7 @@ func (o TierConsumerOptions) withDefaults(tiers int) TierConsumerOptions {
 		o.Weights = DefaultWeights(tiers)
 	}
 	if o.Prefetch == 0 {
-		o.Prefetch = DefaultPrefetch
+		o.Prefetch = DefaultTierPrefetch
 	}
 	return o
 }
@@ -156,7 +161,7 @@ func ConsumeTiers(ctx context.Context, ch *amqp.Channel, tq TierQueues, p Predic
 	if err := ch.Qos(opts.Prefetch, 0, false); err != nil {
 		return fmt.Errorf("rabbitmq: qos: %w", err)
 	}
-	in := make(chan tierDelivery)
+	in := make(chan tierDelivery, n*opts.Prefetch) // room for everything RabbitMQ may push
 	fwdDone := make(chan struct{}, n)
 	tags := make([]string, n)
 	for i := range n {
