@@ -100,7 +100,7 @@ type snapshot struct {
 }
 
 type snapshotKey struct {
-	observation       // NS is the EWMA
+	observation        // NS is the EWMA
 	Count       uint64 `json:"n"`
 }
 

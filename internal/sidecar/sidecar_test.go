@@ -1,0 +1,258 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/rabbitmq"
+)
+
+func amqpURL() string {
+	if u := os.Getenv("HARBINGER_AMQP_URL"); u != "" {
+		return u
+	}
+	return DefaultAMQPURL
+}
+
+// requireRabbit skips the test when RabbitMQ is unreachable, unless
+// HARBINGER_REQUIRE_SERVICES=1.
+func requireRabbit(t *testing.T) {
+	t.Helper()
+	conn, err := amqp.DialConfig(amqpURL(), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+	if err != nil {
+		if os.Getenv("HARBINGER_REQUIRE_SERVICES") == "1" {
+			t.Fatalf("RabbitMQ unreachable and HARBINGER_REQUIRE_SERVICES=1: %v", err)
+		}
+		t.Skipf("RabbitMQ unreachable (set HARBINGER_AMQP_URL, or HARBINGER_REQUIRE_SERVICES=1 to fail): %v", err)
+	}
+	conn.Close()
+}
+
+// testExchange returns a unique exchange name, deleted (with its snapshot
+// exchange) when the test ends.
+func testExchange(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	ex := "harbinger-test.obs." + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		conn, err := amqp.Dial(amqpURL())
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		_ = ch.ExchangeDelete(ex, false, false)
+		_ = ch.ExchangeDelete(ex+snapshotSuffix, false, false)
+	})
+	return ex
+}
+
+// start runs a sidecar on ports of its own, with its own AMQP connection.
+func start(t *testing.T, exchange string) *Sidecar {
+	t.Helper()
+	cfg := Config{Listen: "127.0.0.1:0", HTTP: "127.0.0.1:0", AMQPURL: amqpURL()}
+	cfg.Predict.RecomputeEvery = 1
+	cfg.Share.Exchange = exchange
+	if exchange == "" {
+		cfg.AMQPURL = "-"
+	}
+	s, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if exchange != "" {
+		select {
+		case <-s.Connected():
+		case <-time.After(5 * time.Second):
+			t.Fatal("sidecar did not connect to RabbitMQ")
+		}
+	}
+	return s
+}
+
+func dialRemote(t *testing.T, s *Sidecar) *rabbitmq.Remote {
+	t.Helper()
+	r, err := rabbitmq.DialSidecarOptions(context.Background(), s.Addr(), rabbitmq.RemoteOptions{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		case <-tick.C:
+		}
+	}
+}
+
+var (
+	shortKey = rabbitmq.Key{Queue: "jobs", Producer: "web", JobType: "thumbnail"}
+	longKey  = rabbitmq.Key{Queue: "jobs", Producer: "web", JobType: "report"}
+)
+
+func count(s *Sidecar, k rabbitmq.Key) uint64 {
+	st, _ := s.Local().Lookup(k)
+	return st.Count
+}
+
+// Two sidecars, each fed half the observations by its own publishers, end
+// up knowing all of them and give the same key the same tier.
+func TestTwoSidecarsConverge(t *testing.T) {
+	t.Parallel()
+	requireRabbit(t)
+	ctx := context.Background()
+	ex := testExchange(t)
+	a, b := start(t, ex), start(t, ex)
+	ra, rb := dialRemote(t, a), dialRemote(t, b)
+	for range 10 {
+		if err := ra.Observe(ctx, shortKey, 5*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := rb.Observe(ctx, longKey, 500*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "both sidecars to learn every observation", func() bool {
+		return count(a, shortKey) == 10 && count(a, longKey) == 10 && count(b, shortKey) == 10 && count(b, longKey) == 10
+	})
+	for _, k := range []rabbitmq.Key{shortKey, longKey} {
+		sa, _ := a.Local().Lookup(k)
+		sb, _ := b.Local().Lookup(k)
+		if sa.EWMA != sb.EWMA {
+			t.Errorf("%s: EWMA %v on one sidecar, %v on the other", k.JobType, sa.EWMA, sb.EWMA)
+		}
+	}
+	// The same stream of predictions on each gives the same tiers.
+	for i := range 6 {
+		for _, k := range []rabbitmq.Key{shortKey, longKey} {
+			pa, _ := ra.Predict(ctx, k)
+			pb, _ := rb.Predict(ctx, k)
+			if pa.Tier != pb.Tier || pa.AMQP != pb.AMQP {
+				t.Errorf("round %d, %s: tier %d/%d on one sidecar, %d/%d on the other", i, k.JobType, pa.Tier, pa.AMQP, pb.Tier, pb.AMQP)
+			}
+		}
+	}
+	ps, _ := ra.Predict(ctx, shortKey)
+	pl, _ := rb.Predict(ctx, longKey)
+	if ps.Tier != 0 || pl.Tier == 0 || ps.Cold || pl.Cold {
+		t.Errorf("short %+v, long %+v: want short in tier 0, long below it", ps, pl)
+	}
+	if a.Stats().Share.Sent != 10 || a.Stats().Share.Received != 10 {
+		t.Errorf("sidecar a shared %+v, want 10 sent and 10 received", a.Stats().Share)
+	}
+}
+
+// A sidecar that starts after the learning catches up from snapshots, at
+// once: the newcomer's first snapshot makes the others answer.
+func TestLateSidecarCatchesUp(t *testing.T) {
+	t.Parallel()
+	requireRabbit(t)
+	ctx := context.Background()
+	ex := testExchange(t)
+	a := start(t, ex)
+	ra := dialRemote(t, a)
+	for range 50 {
+		_ = ra.Observe(ctx, longKey, 300*time.Millisecond)
+	}
+	late := start(t, ex)
+	eventually(t, 5*time.Second, "the late sidecar to catch up", func() bool {
+		return count(late, longKey) >= 3
+	})
+	st, _ := late.Local().Lookup(longKey)
+	if st.Count != DefaultCatchUpObservations || st.EWMA != 300*time.Millisecond {
+		t.Errorf("caught up to %+v, want %d replays of 300ms", st, DefaultCatchUpObservations)
+	}
+	if pr, _ := dialRemote(t, late).Predict(ctx, longKey); pr.Cold {
+		t.Errorf("late sidecar still cold on a learned key: %+v", pr)
+	}
+}
+
+func TestServiceRejectsBadRequests(t *testing.T) {
+	t.Parallel()
+	local, _ := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+	svc := NewService(local)
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"predict without queue", func() error { _, err := svc.Predict(ctx, &harbingerv1.PredictRequest{}); return err }},
+		{"observe without duration", func() error {
+			_, err := svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: "q"})
+			return err
+		}},
+		{"observe negative duration", func() error {
+			_, err := svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: "q", Duration: durationpb.New(-time.Second)})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		if code := status.Code(tt.call()); code != codes.InvalidArgument {
+			t.Errorf("%s: code %v, want InvalidArgument", tt.name, code)
+		}
+	}
+	resp, err := svc.Predict(ctx, &harbingerv1.PredictRequest{Queue: "q"})
+	if err != nil || !resp.Cold || resp.Tier != 1 || resp.AmqpPriority != 2 {
+		t.Errorf("cold predict = %v, %v; want middle tier, priority 2", resp, err)
+	}
+}
+
+// Without RabbitMQ the sidecar serves predictions and metrics from its own
+// learning.
+func TestMetricsWithoutRabbitMQ(t *testing.T) {
+	t.Parallel()
+	s := start(t, "")
+	r := dialRemote(t, s)
+	ctx := context.Background()
+	for range 3 {
+		if err := r.Observe(ctx, shortKey, 5*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pr, _ := r.Predict(ctx, shortKey); pr.Cold {
+		t.Errorf("prediction after 3 observations is cold: %+v", pr)
+	}
+	resp, err := http.Get("http://" + s.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		"harbinger_predictor_keys 1",
+		"harbinger_predictor_observations_total 3",
+		`harbinger_predictor_predictions_total{tier="0"} 1`,
+		"harbinger_sidecar_amqp_connected 0",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
