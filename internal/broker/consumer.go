@@ -99,6 +99,9 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 	}
 }
 
+// MaxCredit bounds a consumer's outstanding credit.
+const MaxCredit = 1 << 20
+
 // AddCredit lets the consumer receive n more deliveries.
 func (c *Consumer) AddCredit(n int) {
 	if n <= 0 {
@@ -106,7 +109,7 @@ func (c *Consumer) AddCredit(n int) {
 	}
 	q := c.q
 	q.mu.Lock()
-	c.credit += n
+	c.credit = min(c.credit+n, MaxCredit)
 	if c.waiting && !c.inWaiters {
 		c.signal()
 	}
@@ -180,9 +183,10 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 // maxReason bounds the reason kept on a dead letter.
 const maxReason = 1024
 
-// Extend renews a delivery's lease to lease from now.
+// Extend renews a delivery's lease to lease from now; 0 means the queue's
+// lease.
 func (c *Consumer) Extend(id string, lease time.Duration) error {
-	if lease <= 0 || lease > MaxLease {
+	if lease < 0 || lease > MaxLease {
 		return invalid("lease", fmt.Sprintf("must be positive and at most %v, got %v", MaxLease, lease))
 	}
 	q := c.q
@@ -191,6 +195,9 @@ func (c *Consumer) Extend(id string, lease time.Duration) error {
 	m := c.inflight[id]
 	if m == nil {
 		return unknown(id)
+	}
+	if lease == 0 {
+		lease = q.cfg.Lease
 	}
 	now := q.b.clk.Now()
 	m.deadline = now.Add(lease)

@@ -1,0 +1,182 @@
+// Package client is the Go SDK for Harbinger: publish jobs, run workers
+// that learn the broker how long jobs take, and manage queues. It talks to
+// the broker over gRPC and depends only on the public API package.
+package client
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+)
+
+// Client is a connection to a Harbinger broker. It is safe for concurrent
+// use; one Client per process is usually enough.
+type Client struct {
+	conn   *grpc.ClientConn
+	broker pb.BrokerClient
+	admin  pb.AdminClient
+	log    *slog.Logger
+}
+
+// Option configures Dial.
+type Option func(*options)
+
+type options struct {
+	dial []grpc.DialOption
+	log  *slog.Logger
+}
+
+// WithDialOptions adds gRPC dial options, e.g. transport credentials (the
+// default is an insecure connection, fit for loopback and private networks).
+func WithDialOptions(o ...grpc.DialOption) Option {
+	return func(opts *options) { opts.dial = append(opts.dial, o...) }
+}
+
+// WithLogger sets the logger workers report reconnects and errors to.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// Dial connects to the broker at addr (host:port). The connection is made
+// lazily and re-made after failures, so Dial succeeds even while the broker
+// is down; ctx bounds only the setup.
+func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o := options{log: slog.Default()}
+	for _, f := range opts {
+		f(&o)
+	}
+	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.dial...)
+	conn, err := grpc.NewClient(addr, dial...)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{conn: conn, broker: pb.NewBrokerClient(conn), admin: pb.NewAdminClient(conn), log: o.log}, nil
+}
+
+// Close closes the connection. Workers and producers using it stop.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Message is a job to publish.
+type Message struct {
+	Queue    string
+	Producer string // part of the predictor's key: who sends the job
+	JobType  string // part of the predictor's key: what kind of job it is
+	// SizeHint feeds the predictor's size bucket; 0 uses the payload size.
+	SizeHint    uint64
+	Payload     []byte
+	TTL         time.Duration // 0 uses the queue's default
+	MaxAttempts int           // 0 uses the queue's default
+	Headers     map[string]string
+}
+
+func (m *Message) proto() *pb.Message {
+	p := &pb.Message{
+		Queue: m.Queue, Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint,
+		Payload: m.Payload, MaxAttempts: uint32(max(m.MaxAttempts, 0)), Headers: m.Headers,
+	}
+	if m.TTL != 0 {
+		p.Ttl = durationpb.New(m.TTL)
+	}
+	return p
+}
+
+// Publish sends messages in one request and returns their ids in order.
+// For many small publishes from a hot loop, use a Producer.
+func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	req := &pb.PublishRequest{Messages: make([]*pb.Message, len(msgs))}
+	for i, m := range msgs {
+		req.Messages[i] = m.proto()
+	}
+	resp, err := c.broker.Publish(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Ids, nil
+}
+
+// DeclareQueue creates a queue with cfg, or updates its config. A nil cfg
+// takes the broker's defaults.
+func (c *Client) DeclareQueue(ctx context.Context, name string, cfg *pb.QueueConfig) (*pb.QueueInfo, error) {
+	return c.admin.DeclareQueue(ctx, &pb.DeclareQueueRequest{Name: name, Config: cfg})
+}
+
+// ListQueues reports every queue, sorted by name.
+func (c *Client) ListQueues(ctx context.Context) ([]*pb.QueueInfo, error) {
+	resp, err := c.admin.ListQueues(ctx, &pb.ListQueuesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Queues, nil
+}
+
+// Queue reports one queue, or a NotFound error.
+func (c *Client) Queue(ctx context.Context, name string) (*pb.QueueInfo, error) {
+	qs, err := c.ListQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range qs {
+		if q.Name == name {
+			return q, nil
+		}
+	}
+	return nil, errNotFound(name)
+}
+
+// PurgeQueue drops a queue's ready jobs and reports how many.
+func (c *Client) PurgeQueue(ctx context.Context, name string) (int, error) {
+	resp, err := c.admin.PurgeQueue(ctx, &pb.PurgeQueueRequest{Name: name})
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.Purged), nil
+}
+
+// ListDeadLetters reports up to limit dead letters (0: the server's
+// default), oldest first.
+func (c *Client) ListDeadLetters(ctx context.Context, queue string, limit int) ([]*pb.DeadLetter, error) {
+	resp, err := c.admin.ListDeadLetters(ctx, &pb.ListDeadLettersRequest{Queue: queue, Limit: uint32(max(limit, 0))})
+	if err != nil {
+		return nil, err
+	}
+	return resp.DeadLetters, nil
+}
+
+// RequeueDeadLetters moves dead letters back to their queue (all when ids
+// is empty) and reports how many moved.
+func (c *Client) RequeueDeadLetters(ctx context.Context, queue string, ids ...string) (int, error) {
+	resp, err := c.admin.RequeueDeadLetters(ctx, &pb.RequeueDeadLettersRequest{Queue: queue, Ids: ids})
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.Requeued), nil
+}
+
+// ListKeys reports up to limit of a queue's predictor keys, busiest first.
+func (c *Client) ListKeys(ctx context.Context, queue string, limit int) ([]*pb.KeyStats, error) {
+	resp, err := c.admin.ListKeys(ctx, &pb.ListKeysRequest{Queue: queue, Limit: uint32(max(limit, 0))})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Keys, nil
+}
+
+func errNotFound(name string) error {
+	return status.Errorf(codes.NotFound, "queue %q not found", name)
+}
+
+// ErrClosed is returned by a Producer after Close.
+var ErrClosed = errors.New("harbinger: producer closed")

@@ -1,0 +1,285 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+)
+
+// Delivery is one job handed to a worker.
+type Delivery struct {
+	ID          string
+	Queue       string
+	Producer    string
+	JobType     string
+	SizeHint    uint64
+	Payload     []byte
+	Headers     map[string]string
+	Attempt     int // 1 for the first delivery
+	PublishedAt time.Time
+	Lease       time.Duration // time before the broker redelivers unless acked or extended
+	Tier        int           // scheduling tier, 0 is the shortest
+	Predicted   time.Duration // the broker's guess of how long the job takes
+}
+
+func fromProto(d *pb.Delivery) *Delivery {
+	return &Delivery{
+		ID: d.Id, Queue: d.Queue, Producer: d.Producer, JobType: d.JobType, SizeHint: d.SizeHint,
+		Payload: d.Payload, Headers: d.Headers, Attempt: int(d.Attempt),
+		PublishedAt: d.PublishedAt.AsTime(), Lease: d.Lease.AsDuration(), Tier: int(d.Tier),
+		Predicted: time.Duration(d.PredictedMs * float64(time.Millisecond)),
+	}
+}
+
+// Handler runs one job. Returning nil acks it with the measured duration;
+// an error nacks it for a retry after WorkerConfig.RetryBackoff, or sends it
+// straight to the dead-letter list if the error wraps ErrDeadLetter.
+type Handler func(ctx context.Context, d *Delivery) error
+
+// ErrDeadLetter, wrapped in a handler's error, sends the job to the
+// dead-letter list without further attempts: return
+// fmt.Errorf("%w: bad input", client.ErrDeadLetter).
+var ErrDeadLetter = errors.New("harbinger: dead-letter this job")
+
+// WorkerConfig configures RunWorker.
+type WorkerConfig struct {
+	// Queue to consume from; required.
+	Queue string
+	// Concurrency is how many handlers run at once; default 1.
+	Concurrency int
+	// Prefetch is how many deliveries the worker may hold at once, counting
+	// those being handled; default 1, and never below Concurrency. Keeping it
+	// at Concurrency lets the broker choose each job at the last moment.
+	Prefetch int
+	// Name identifies the worker in admin views.
+	Name string
+	// RetryBackoff is the delay before a failed job is retried, given the
+	// attempt that failed; default DefaultRetryBackoff.
+	RetryBackoff func(attempt int) time.Duration
+	// LeaseExtend is how often a running job's lease is renewed; 0 renews at
+	// half the lease, negative never.
+	LeaseExtend time.Duration
+	// MaxReconnectDelay caps the backoff between reconnects; default 5s.
+	MaxReconnectDelay time.Duration
+}
+
+// DefaultRetryBackoff doubles from one second per attempt, up to a minute.
+func DefaultRetryBackoff(attempt int) time.Duration {
+	d := time.Second << min(max(attempt-1, 0), 6)
+	return min(d, time.Minute)
+}
+
+// RunWorker consumes cfg.Queue until ctx ends, running h for each job and
+// acking it with the time h took, so the broker learns how long each kind
+// of job runs. When the broker goes away it reconnects with backoff; jobs
+// it held are redelivered by the broker. It returns nil once ctx ends, or an
+// error the broker says retrying cannot fix (e.g. an invalid queue name).
+func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) error {
+	if cfg.Queue == "" {
+		return errors.New("harbinger: RunWorker needs a queue")
+	}
+	if h == nil {
+		return errors.New("harbinger: RunWorker needs a handler")
+	}
+	cfg.Concurrency = max(cfg.Concurrency, 1)
+	cfg.Prefetch = max(cfg.Prefetch, cfg.Concurrency)
+	if cfg.RetryBackoff == nil {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.MaxReconnectDelay <= 0 {
+		cfg.MaxReconnectDelay = 5 * time.Second
+	}
+	const minDelay = 50 * time.Millisecond
+	delay := minDelay
+	for {
+		got, err := c.session(ctx, cfg, h)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch status.Code(err) {
+		case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented:
+			return err
+		}
+		if got {
+			delay = minDelay
+		}
+		c.log.Warn("harbinger: worker reconnecting", "queue", cfg.Queue, "in", delay, "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		delay = min(delay*2, cfg.MaxReconnectDelay)
+	}
+}
+
+// session runs one Consume stream. got reports whether any delivery
+// arrived, so a healthy connection resets the reconnect backoff.
+func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got bool, err error) {
+	// The stream outlives ctx briefly so finished handlers can still ack.
+	sctx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelStream()
+	stream, err := c.broker.Consume(sctx, grpc.WaitForReady(true))
+	if err != nil {
+		return false, err
+	}
+	s := &session{stream: stream, cfg: cfg}
+	if err := s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Subscribe{Subscribe: &pb.Subscribe{
+		Queue: cfg.Queue, Prefetch: uint32(cfg.Prefetch), ConsumerName: cfg.Name,
+	}}}); err != nil {
+		return false, err
+	}
+	hctx, cancelHandlers := context.WithCancel(ctx)
+	defer cancelHandlers()
+	jobs := make(chan *Delivery)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for {
+				select {
+				case d := <-jobs:
+					s.handle(hctx, d, h)
+				case <-stop:
+					return
+				}
+			}
+		})
+	}
+	recvErr := make(chan error, 1)
+	var gotMu sync.Mutex
+	go func() {
+		for {
+			pd, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			gotMu.Lock()
+			got = true
+			gotMu.Unlock()
+			select {
+			case jobs <- fromProto(pd):
+			case <-stop:
+				// Stopping: the broker takes the job back when the stream closes.
+			}
+		}
+	}()
+	select {
+	case err = <-recvErr:
+		cancelHandlers() // their acks cannot reach the broker any more
+		close(stop)
+		wg.Wait()
+	case <-ctx.Done():
+		close(stop)
+		wg.Wait() // let running handlers finish and settle their jobs
+		s.mu.Lock()
+		_ = stream.CloseSend()
+		s.mu.Unlock()
+		// The broker ends the stream once it has read our last acks.
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case err = <-recvErr:
+		case <-t.C:
+			cancelStream()
+			err = <-recvErr
+		}
+		t.Stop()
+	}
+	gotMu.Lock()
+	defer gotMu.Unlock()
+	return got, err
+}
+
+type session struct {
+	mu     sync.Mutex // gRPC allows one Send at a time
+	stream grpc.BidiStreamingClient[pb.ConsumeRequest, pb.Delivery]
+	cfg    WorkerConfig
+}
+
+func (s *session) send(req *pb.ConsumeRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stream.Send(req)
+}
+
+// handle runs h on d, renews its lease while it runs, and settles it.
+func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
+	every := s.cfg.LeaseExtend
+	if every == 0 {
+		every = d.Lease / 2
+	}
+	var ext *time.Timer
+	var extMu sync.Mutex
+	done := false
+	if every > 0 {
+		var renew func()
+		renew = func() {
+			_ = s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Extend{Extend: &pb.Extend{Id: d.ID, Lease: durationpb.New(d.Lease)}}})
+			extMu.Lock()
+			if !done {
+				ext.Reset(every)
+			}
+			extMu.Unlock()
+		}
+		extMu.Lock()
+		ext = time.AfterFunc(every, renew)
+		extMu.Unlock()
+	}
+	start := time.Now()
+	err := run(ctx, d, h)
+	took := max(time.Since(start), time.Microsecond)
+	if ext != nil {
+		extMu.Lock()
+		done = true
+		ext.Stop()
+		extMu.Unlock()
+	}
+	credit := uint32(1)
+	if ctx.Err() != nil {
+		credit = 0 // stopping: ask for nothing more
+	}
+	var req *pb.ConsumeRequest
+	switch {
+	case err == nil:
+		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Ack{Ack: &pb.Ack{Id: d.ID, Duration: durationpb.New(took), Credit: credit}}}
+	case errors.Is(err, ErrDeadLetter):
+		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: reason(err), Credit: credit}}}
+	case ctx.Err() != nil:
+		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_REQUEUE, Reason: "worker stopping"}}}
+	default:
+		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{
+			Id: d.ID, Action: pb.NackAction_NACK_ACTION_REQUEUE_AFTER,
+			Delay: durationpb.New(s.cfg.RetryBackoff(d.Attempt)), Reason: reason(err), Credit: credit,
+		}}}
+	}
+	_ = s.send(req) // if the stream is gone, the broker redelivers the job
+}
+
+func run(ctx context.Context, d *Delivery, h Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return h(ctx, d)
+}
+
+func reason(err error) string {
+	s := err.Error()
+	if len(s) > 512 {
+		s = s[:512]
+	}
+	return s
+}

@@ -1,0 +1,132 @@
+// Package metrics exports the broker's state to Prometheus. The Collector
+// reads the broker's inspector at scrape time, so the broker never imports
+// Prometheus and nothing is counted twice.
+package metrics
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/harbinger-mq/harbinger/internal/broker"
+)
+
+// Inspector is the part of the broker the collector reads.
+type Inspector interface {
+	Queues() []broker.QueueInfo
+	Stats() broker.Stats
+}
+
+// Collector is a prometheus.Collector over a broker's inspector.
+type Collector struct {
+	in Inspector
+
+	published, delivered, acked, nacked, redelivered *prometheus.Desc
+	deadLettered, expired, badDurations              *prometheus.Desc
+	ready, inFlight, delayed, deadLetters, consumers *prometheus.Desc
+	duration, tierAccuracy, mae, keys, observations  *prometheus.Desc
+	brokerConsumers, brokerInFlight, draining        *prometheus.Desc
+}
+
+// New returns a Collector reading in.
+func New(in Inspector) *Collector {
+	q := []string{"queue"}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("harbinger_"+name, help, labels, nil)
+	}
+	return &Collector{
+		in:              in,
+		published:       d("published_total", "Jobs published.", q...),
+		delivered:       d("deliveries_total", "Jobs delivered to consumers, redeliveries included.", q...),
+		acked:           d("acks_total", "Jobs acked.", q...),
+		nacked:          d("nacks_total", "Jobs nacked.", q...),
+		redelivered:     d("redeliveries_total", "Deliveries after a job's first.", q...),
+		deadLettered:    d("dead_letters_total", "Jobs moved to the dead-letter list.", q...),
+		expired:         d("expired_total", "Jobs whose TTL passed while waiting.", q...),
+		badDurations:    d("bad_durations_total", "Acks whose duration the predictor refused.", q...),
+		ready:           d("ready", "Jobs waiting, per tier.", "queue", "tier"),
+		inFlight:        d("in_flight", "Jobs delivered and not yet settled.", q...),
+		delayed:         d("delayed", "Nacked jobs waiting out their delay.", q...),
+		deadLetters:     d("dead_letters", "Jobs in the dead-letter list.", q...),
+		consumers:       d("consumers", "Open consumers.", q...),
+		duration:        d("job_duration_seconds", "Predicted and actual durations of acked jobs.", "queue", "kind"),
+		tierAccuracy:    d("tier_accuracy_ratio", "Fraction of observed jobs whose predicted tier matched the tier their duration earned.", q...),
+		mae:             d("prediction_mae_seconds", "Mean absolute error of routed predictions.", q...),
+		keys:            d("predictor_keys", "Predictor keys tracked.", q...),
+		observations:    d("predictor_observations_total", "Durations the predictor learned from.", q...),
+		brokerConsumers: d("broker_consumers", "Open consumers across all queues."),
+		brokerInFlight:  d("broker_in_flight", "Jobs in flight across all queues."),
+		draining:        d("broker_draining", "1 while the broker shuts down."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.published, c.delivered, c.acked, c.nacked, c.redelivered, c.deadLettered, c.expired,
+		c.badDurations, c.ready, c.inFlight, c.delayed, c.deadLetters, c.consumers, c.duration,
+		c.tierAccuracy, c.mae, c.keys, c.observations, c.brokerConsumers, c.brokerInFlight, c.draining,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.in.Stats()
+	ch <- prometheus.MustNewConstMetric(c.brokerConsumers, prometheus.GaugeValue, float64(st.Consumers))
+	ch <- prometheus.MustNewConstMetric(c.brokerInFlight, prometheus.GaugeValue, float64(st.InFlight))
+	drain := 0.0
+	if st.Draining {
+		drain = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.draining, prometheus.GaugeValue, drain)
+	for _, q := range c.in.Queues() {
+		counter := func(d *prometheus.Desc, v uint64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), q.Name)
+		}
+		gauge := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, q.Name)
+		}
+		counter(c.published, q.Published)
+		counter(c.delivered, q.Delivered)
+		counter(c.acked, q.Acked)
+		counter(c.nacked, q.Nacked)
+		counter(c.redelivered, q.Redelivered)
+		counter(c.deadLettered, q.DeadLettered)
+		counter(c.expired, q.Expired)
+		counter(c.badDurations, q.BadDurations)
+		counter(c.observations, q.Predictor.Observations)
+		for tier, n := range q.DepthPerTier {
+			ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n), q.Name, strconv.Itoa(tier))
+		}
+		gauge(c.inFlight, float64(q.InFlight))
+		gauge(c.delayed, float64(q.Delayed))
+		gauge(c.deadLetters, float64(q.DeadLetters))
+		gauge(c.consumers, float64(q.Consumers))
+		gauge(c.keys, float64(q.Predictor.Keys))
+		if !math.IsNaN(q.Predictor.TierAccuracy) {
+			gauge(c.tierAccuracy, q.Predictor.TierAccuracy)
+		}
+		if q.Predictor.MAESamples > 0 {
+			gauge(c.mae, q.Predictor.MAE.Seconds())
+		}
+		h := q.Durations
+		ch <- prometheus.MustNewConstHistogram(c.duration, h.Count, h.PredictedSum, cumulative(h.Predicted), q.Name, "predicted")
+		ch <- prometheus.MustNewConstHistogram(c.duration, h.Count, h.ActualSum, cumulative(h.Actual), q.Name, "actual")
+	}
+}
+
+// cumulative turns per-bucket counts into Prometheus's cumulative buckets.
+func cumulative(counts []uint64) map[float64]uint64 {
+	out := make(map[float64]uint64, len(broker.HistogramBounds))
+	var sum uint64
+	for i, ub := range broker.HistogramBounds {
+		if i < len(counts) {
+			sum += counts[i]
+		}
+		out[ub] = sum
+	}
+	return out
+}

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+)
+
+// duration converts an optional proto duration; nil is zero. Invalid or
+// negative durations are an error naming field.
+func duration(field string, d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, invalidArg("%s: %v", field, err)
+	}
+	if d.Seconds < 0 || d.Nanos < 0 {
+		return 0, invalidArg("%s must not be negative", field)
+	}
+	if d.Seconds > math.MaxInt64/int64(time.Second)-1 {
+		return 0, invalidArg("%s is too long", field)
+	}
+	return d.AsDuration(), nil
+}
+
+func fromMessage(i int, m *pb.Message) (*broker.Message, error) {
+	if m == nil {
+		return nil, invalidArg("messages[%d] is empty", i)
+	}
+	ttl, err := duration("ttl", m.Ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &broker.Message{
+		Queue: m.Queue, Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint,
+		Payload: m.Payload, Headers: m.Headers, TTL: ttl, MaxAttempts: int(m.MaxAttempts),
+	}, nil
+}
+
+func toDelivery(d *broker.Delivery, out *pb.Delivery) {
+	*out = pb.Delivery{
+		Id: d.ID, Queue: d.Queue, Producer: d.Producer, JobType: d.JobType,
+		SizeHint: d.SizeHint, Payload: d.Payload, Headers: d.Headers,
+		Attempt:     uint32(d.Attempt),
+		PublishedAt: timestamppb.New(d.PublishedAt),
+		Lease:       durationpb.New(d.Lease),
+		Tier:        uint32(d.Tier),
+		PredictedMs: float64(d.Predicted) / float64(time.Millisecond),
+	}
+}
+
+// Bounds on config fields before they are narrowed to int.
+const (
+	maxTiersField = 1 << 10
+	maxDepthField = 1 << 40
+)
+
+func fromQueueConfig(c *pb.QueueConfig) (broker.QueueConfig, error) {
+	if c == nil {
+		return broker.QueueConfig{}, nil
+	}
+	if c.Tiers > maxTiersField {
+		return broker.QueueConfig{}, invalidArg("tiers: %d is far too many", c.Tiers)
+	}
+	if c.MaxDepth > maxDepthField {
+		return broker.QueueConfig{}, invalidArg("max_depth: %d is over the limit of %d", c.MaxDepth, uint64(maxDepthField))
+	}
+	if len(c.Weights) > maxTiersField || len(c.Aging) > maxTiersField {
+		return broker.QueueConfig{}, invalidArg("weights and aging need one entry per tier")
+	}
+	q := broker.QueueConfig{
+		Policy: c.Policy, Tiers: int(c.Tiers), AgingOff: c.AgingOff,
+		MaxDepth: int(c.MaxDepth), MaxAttempts: int(min(c.MaxAttempts, math.MaxInt32)), Shadow: c.Shadow,
+	}
+	for _, w := range c.Weights {
+		q.Weights = append(q.Weights, int(min(w, math.MaxInt32)))
+	}
+	for i, a := range c.Aging {
+		d, err := duration("aging", a)
+		if err != nil {
+			return broker.QueueConfig{}, err
+		}
+		if a == nil {
+			return broker.QueueConfig{}, invalidArg("aging[%d] is empty", i)
+		}
+		q.Aging = append(q.Aging, d)
+	}
+	if len(c.StaticTiers) > 0 {
+		q.StaticTiers = make(map[string]int, len(c.StaticTiers))
+		for k, v := range c.StaticTiers {
+			q.StaticTiers[k] = int(min(v, maxTiersField))
+		}
+	}
+	var err error
+	if q.Lease, err = duration("lease", c.Lease); err != nil {
+		return broker.QueueConfig{}, err
+	}
+	if q.DefaultTTL, err = duration("default_ttl", c.DefaultTtl); err != nil {
+		return broker.QueueConfig{}, err
+	}
+	return q, nil
+}
+
+func toQueueConfig(q broker.QueueConfig) *pb.QueueConfig {
+	c := &pb.QueueConfig{
+		Policy: q.Policy, Tiers: uint32(q.Tiers), AgingOff: q.AgingOff,
+		MaxDepth: uint64(q.MaxDepth), MaxAttempts: uint32(q.MaxAttempts),
+		Lease: durationpb.New(q.Lease), Shadow: q.Shadow,
+	}
+	if q.DefaultTTL > 0 {
+		c.DefaultTtl = durationpb.New(q.DefaultTTL)
+	}
+	for _, w := range q.Weights {
+		c.Weights = append(c.Weights, uint32(w))
+	}
+	for _, a := range q.Aging {
+		c.Aging = append(c.Aging, durationpb.New(a))
+	}
+	if len(q.StaticTiers) > 0 {
+		c.StaticTiers = make(map[string]uint32, len(q.StaticTiers))
+		for k, v := range q.StaticTiers {
+			c.StaticTiers[k] = uint32(v)
+		}
+	}
+	return c
+}
+
+func toQueueInfo(in broker.QueueInfo) *pb.QueueInfo {
+	out := &pb.QueueInfo{
+		Name: in.Name, Config: toQueueConfig(in.Config), Ready: uint64(in.Ready),
+		InFlight: uint64(in.InFlight), DeadLetters: uint64(in.DeadLetters),
+		Consumers: uint32(in.Consumers), Published: in.Published, Acked: in.Acked,
+	}
+	for _, n := range in.DepthPerTier {
+		out.DepthPerTier = append(out.DepthPerTier, uint64(n))
+	}
+	return out
+}

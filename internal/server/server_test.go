@@ -1,0 +1,428 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/client"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/clock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type testBundle struct {
+	b    *broker.Broker
+	srv  *Server
+	gs   *grpc.Server
+	clk  *clock.Fake // nil unless setup was given one
+	addr string
+	bc   pb.BrokerClient
+	ac   pb.AdminClient
+	cl   *client.Client
+	ctx  context.Context
+}
+
+// setup runs a broker behind a gRPC server on a loopback port and dials it.
+func setup(t testing.TB, cfg broker.Config) *testBundle {
+	t.Helper()
+	cfg.Logger = quiet
+	b, err := broker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(b, quiet)
+	gs := grpc.NewServer(ServerOptions(cfg)...)
+	srv.Register(gs)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.Dial(context.Background(), lis.Addr().String(), client.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &testBundle{b: b, srv: srv, gs: gs, addr: lis.Addr().String(), bc: pb.NewBrokerClient(conn), ac: pb.NewAdminClient(conn), cl: cl, ctx: context.Background()}
+	if f, ok := cfg.Clock.(*clock.Fake); ok {
+		tb.clk = f
+	}
+	t.Cleanup(func() {
+		_ = cl.Close()
+		_ = conn.Close()
+		gs.Stop()
+		<-served
+		_ = b.Shutdown(context.Background())
+	})
+	return tb
+}
+
+func fakeClock() *clock.Fake { return clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }
+
+func (tb *testBundle) publish(t testing.TB, msgs ...*pb.Message) []string {
+	t.Helper()
+	resp, err := tb.bc.Publish(tb.ctx, &pb.PublishRequest{Messages: msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Ids
+}
+
+type consumer struct {
+	s      grpc.BidiStreamingClient[pb.ConsumeRequest, pb.Delivery]
+	cancel context.CancelFunc
+}
+
+func (tb *testBundle) consume(t testing.TB, queue string, prefetch uint32) *consumer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(tb.ctx)
+	s, err := tb.bc.Consume(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Subscribe{Subscribe: &pb.Subscribe{Queue: queue, Prefetch: prefetch}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cancel)
+	return &consumer{s: s, cancel: cancel}
+}
+
+func (c *consumer) recv(t testing.TB) *pb.Delivery {
+	t.Helper()
+	d, err := c.s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (c *consumer) ack(t testing.TB, id string, d time.Duration, credit uint32) {
+	t.Helper()
+	if err := c.s.Send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Ack{Ack: &pb.Ack{Id: id, Duration: durationpb.New(d), Credit: credit}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *consumer) nack(t testing.TB, n *pb.Nack) {
+	t.Helper()
+	if err := c.s.Send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: n}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pmsg(queue, jobType string) *pb.Message {
+	return &pb.Message{Queue: queue, Producer: "p", JobType: jobType, Payload: []byte(jobType)}
+}
+
+// waitFor polls the broker's inspector until cond holds. The waits are for
+// another goroutine's gRPC messages to arrive, which no signal can expose;
+// the loop yields rather than sleeping a fixed time.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		select {
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (tb *testBundle) info(t testing.TB, queue string) broker.QueueInfo {
+	t.Helper()
+	in, err := tb.b.Queue(queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func wantCode(t testing.TB, err error, want codes.Code, contains string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != want || !strings.Contains(st.Message(), contains) {
+		t.Fatalf("err = %v, want %v containing %q", err, want, contains)
+	}
+}
+
+func TestPublishConsumeAck(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	ids := tb.publish(t, pmsg("q", "a"), pmsg("q", "b"))
+	c := tb.consume(t, "q", 1)
+	d := c.recv(t)
+	if d.Id != ids[0] || string(d.Payload) != "a" || d.Attempt != 1 || d.Lease.AsDuration() != broker.DefaultLease {
+		t.Fatalf("delivery = %v", d)
+	}
+	c.ack(t, d.Id, time.Millisecond, 1) // ack and ask for the next in one message
+	if d := c.recv(t); d.Id != ids[1] {
+		t.Fatalf("second delivery = %v", d)
+	}
+	waitFor(t, "the ack", func() bool { return tb.info(t, "q").Acked == 1 })
+
+	// Admin and health see the queue.
+	qs, err := tb.ac.ListQueues(tb.ctx, &pb.ListQueuesRequest{})
+	if err != nil || len(qs.Queues) != 1 || qs.Queues[0].Published != 2 || qs.Queues[0].InFlight != 1 {
+		t.Fatalf("queues = %v, %v", qs, err)
+	}
+	conn, _ := grpc.NewClient(tb.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	h, err := healthpb.NewHealthClient(conn).Check(tb.ctx, &healthpb.HealthCheckRequest{Service: pb.Broker_ServiceDesc.ServiceName})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v", h, err)
+	}
+}
+
+func TestErrorCodes(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{MaxPayload: 100, Queue: broker.QueueConfig{MaxDepth: 1}})
+	_, err := tb.bc.Publish(tb.ctx, &pb.PublishRequest{Messages: []*pb.Message{{Queue: "q", Payload: make([]byte, 101)}}})
+	wantCode(t, err, codes.InvalidArgument, "limit of 100 bytes")
+	_, err = tb.bc.Publish(tb.ctx, &pb.PublishRequest{})
+	wantCode(t, err, codes.InvalidArgument, "at least one")
+	tb.publish(t, pmsg("q", "a"))
+	_, err = tb.bc.Publish(tb.ctx, &pb.PublishRequest{Messages: []*pb.Message{pmsg("q", "b")}})
+	wantCode(t, err, codes.ResourceExhausted, `queue "q" is full`)
+	_, err = tb.ac.ListDeadLetters(tb.ctx, &pb.ListDeadLettersRequest{Queue: "nope"})
+	wantCode(t, err, codes.NotFound, `"nope"`)
+	_, err = tb.ac.DeclareQueue(tb.ctx, &pb.DeclareQueueRequest{Name: "x", Config: &pb.QueueConfig{Policy: "lifo"}})
+	wantCode(t, err, codes.InvalidArgument, "lifo")
+
+	// A Consume stream must start with Subscribe.
+	s, err := tb.bc.Consume(tb.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Credit{Credit: &pb.Credit{N: 1}}})
+	_, err = s.Recv()
+	wantCode(t, err, codes.InvalidArgument, "Subscribe")
+}
+
+func TestStreamCutRedeliversToAnotherWorker(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	ids := tb.publish(t, pmsg("q", "a"))
+	c1 := tb.consume(t, "q", 1)
+	if d := c1.recv(t); d.Id != ids[0] {
+		t.Fatalf("got %v", d)
+	}
+	c2 := tb.consume(t, "q", 1)
+	c1.cancel() // the worker dies mid-job
+	d := c2.recv(t)
+	if d.Id != ids[0] || d.Attempt != 2 {
+		t.Fatalf("redelivery = %v", d)
+	}
+}
+
+func TestLeaseExpiryRedelivers(t *testing.T) {
+	t.Parallel()
+	clk := fakeClock()
+	tb := setup(t, broker.Config{Clock: clk, Queue: broker.QueueConfig{Lease: 10 * time.Second}})
+	ids := tb.publish(t, pmsg("q", "a"))
+	c1 := tb.consume(t, "q", 1)
+	c1.recv(t)
+	c2 := tb.consume(t, "q", 1)
+	waitFor(t, "second consumer", func() bool { return tb.info(t, "q").Consumers == 2 })
+	clk.Advance(10 * time.Second)
+	if d := c2.recv(t); d.Id != ids[0] || d.Attempt != 2 {
+		t.Fatalf("redelivery = %v", d)
+	}
+}
+
+func TestMaxAttemptsAndTTLDeadLetter(t *testing.T) {
+	t.Parallel()
+	clk := fakeClock()
+	tb := setup(t, broker.Config{Clock: clk})
+	if _, err := tb.ac.DeclareQueue(tb.ctx, &pb.DeclareQueueRequest{Name: "q", Config: &pb.QueueConfig{MaxAttempts: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	ids := tb.publish(t, pmsg("q", "poison"))
+	c := tb.consume(t, "q", 1)
+	for range 2 {
+		d := c.recv(t)
+		c.nack(t, &pb.Nack{Id: d.Id, Reason: "boom", Credit: 1})
+	}
+	tb.publish(t, &pb.Message{Queue: "q", JobType: "stale", Ttl: durationpb.New(time.Minute)})
+	waitFor(t, "the poison job to die", func() bool { return tb.info(t, "q").DeadLetters == 1 })
+	clk.Advance(time.Minute)
+	dl, err := tb.ac.ListDeadLetters(tb.ctx, &pb.ListDeadLettersRequest{Queue: "q"})
+	if err != nil || len(dl.DeadLetters) != 2 {
+		t.Fatalf("dead letters = %v, %v", dl, err)
+	}
+	if d := dl.DeadLetters[0]; d.Id != ids[0] || d.Attempts != 2 || !strings.Contains(d.Reason, "boom") {
+		t.Fatalf("first = %v", d)
+	}
+	if d := dl.DeadLetters[1]; d.JobType != "stale" || d.Reason != "expired" {
+		t.Fatalf("second = %v", d)
+	}
+	rq, err := tb.ac.RequeueDeadLetters(tb.ctx, &pb.RequeueDeadLettersRequest{Queue: "q", Ids: []string{ids[0]}})
+	if err != nil || rq.Requeued != 1 {
+		t.Fatalf("requeue = %v, %v", rq, err)
+	}
+}
+
+func TestNackRequeueAfter(t *testing.T) {
+	t.Parallel()
+	clk := fakeClock()
+	tb := setup(t, broker.Config{Clock: clk})
+	ids := tb.publish(t, pmsg("q", "a"))
+	c := tb.consume(t, "q", 1)
+	d := c.recv(t)
+	c.nack(t, &pb.Nack{Id: d.Id, Action: pb.NackAction_NACK_ACTION_REQUEUE_AFTER, Delay: durationpb.New(time.Minute), Credit: 1})
+	waitFor(t, "the nack", func() bool { return tb.info(t, "q").Delayed == 1 })
+	clk.Advance(time.Minute)
+	if d := c.recv(t); d.Id != ids[0] || d.Attempt != 2 {
+		t.Fatalf("got %v", d)
+	}
+}
+
+// Jobs in flight when the broker shuts down are acked if their handlers
+// finish in time and returned to the queue if not: none is lost.
+func TestShutdownLosesNothing(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	const n = 20
+	for i := range n {
+		tb.publish(t, pmsg("q", string(rune('a'+i))))
+	}
+	release := make(chan struct{})
+	started := make(chan struct{}, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	workerDone := make(chan error)
+	go func() {
+		workerDone <- tb.cl.RunWorker(ctx, client.WorkerConfig{Queue: "q", Concurrency: 4}, func(ctx context.Context, d *client.Delivery) error {
+			started <- struct{}{}
+			if d.JobType == "a" {
+				<-ctx.Done() // never finishes before shutdown gives up
+				return ctx.Err()
+			}
+			<-release
+			return nil
+		})
+	}()
+	for range 4 {
+		<-started
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	shut := make(chan error)
+	go func() { shut <- tb.b.Shutdown(sctx) }()
+	waitFor(t, "draining", tb.b.Draining)
+	close(release)
+	waitFor(t, "three acks", func() bool { return tb.info(t, "q").Acked == 3 })
+	scancel() // job "a" is still running
+	<-shut
+	in := tb.info(t, "q")
+	if in.Acked != 3 || in.Ready != n-3 || in.InFlight != 0 {
+		t.Fatalf("after shutdown: acked %d ready %d in flight %d", in.Acked, in.Ready, in.InFlight)
+	}
+	cancel()
+	<-workerDone
+}
+
+// A predictive queue learns from acks and then serves short keys first.
+func TestPredictiveShortFirst(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	if _, err := tb.ac.DeclareQueue(tb.ctx, &pb.DeclareQueueRequest{Name: "q", Config: &pb.QueueConfig{Policy: "predictive", AgingOff: true}}); err != nil {
+		t.Fatal(err)
+	}
+	cost := map[string]time.Duration{"short": time.Millisecond, "mid": 100 * time.Millisecond, "long": 10 * time.Second}
+	c := tb.consume(t, "q", 1)
+	for range 50 {
+		for _, jt := range []string{"long", "mid", "short"} {
+			tb.publish(t, pmsg("q", jt))
+			d := c.recv(t)
+			c.ack(t, d.Id, cost[d.JobType], 1)
+		}
+	}
+	waitFor(t, "acks", func() bool { return tb.info(t, "q").Acked == 150 })
+	// Hold the consumer's credit while the backlog builds.
+	var backlog []*pb.Message
+	for range 10 {
+		backlog = append(backlog, pmsg("q", "long"), pmsg("q", "mid"), pmsg("q", "short"))
+	}
+	tb.publish(t, backlog...)
+	order := ""
+	c2 := tb.consume(t, "q", 1)
+	c.cancel()
+	for range 30 {
+		d := c2.recv(t)
+		order += d.JobType[:1]
+		c2.ack(t, d.Id, cost[d.JobType], 1)
+	}
+	if want := strings.Repeat("s", 10) + strings.Repeat("m", 10) + strings.Repeat("l", 10); order != want {
+		t.Fatalf("order = %s, want %s", order, want)
+	}
+	keys, err := tb.ac.ListKeys(tb.ctx, &pb.ListKeysRequest{Queue: "q"})
+	if err != nil || len(keys.Keys) != 3 {
+		t.Fatalf("keys = %v, %v", keys, err)
+	}
+}
+
+func TestHTTPMetricsAndHealthz(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	tb.publish(t, pmsg("q", "a"))
+	c := tb.consume(t, "q", 1)
+	d := c.recv(t)
+	c.ack(t, d.Id, 5*time.Millisecond, 0)
+	waitFor(t, "ack", func() bool { return tb.info(t, "q").Acked == 1 })
+	hs := httptest.NewServer(HTTPHandler(tb.b))
+	defer hs.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	code, body := get("/metrics")
+	for _, want := range []string{
+		`harbinger_published_total{queue="q"} 1`,
+		`harbinger_acks_total{queue="q"} 1`,
+		`harbinger_ready{queue="q",tier="0"} 0`,
+		`harbinger_job_duration_seconds_count{kind="actual",queue="q"} 1`,
+	} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Fatalf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("healthz = %d %q", code, body)
+	}
+	_ = tb.b.Shutdown(context.Background())
+	if code, _ := get("/healthz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("healthz while stopped = %d", code)
+	}
+}
