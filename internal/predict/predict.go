@@ -315,7 +315,10 @@ func (p *Predictor) record(ms float64) {
 	p.recentPos = (p.recentPos + 1) % len(p.recent)
 	p.recentN = min(p.recentN+1, len(p.recent))
 	p.sincePlan++
-	if p.boundaries == nil || p.sincePlan >= p.cfg.RecomputeEvery {
+	// While the window fills, recompute at every power of two as well, so the
+	// first few predictions do not fix the tiers for a whole interval.
+	warming := p.recentN < len(p.recent) && p.recentN&(p.recentN-1) == 0
+	if warming || p.sincePlan >= p.cfg.RecomputeEvery {
 		p.sincePlan = 0
 		p.sorted = append(p.sorted[:0], p.recent[:p.recentN]...)
 		slices.Sort(p.sorted)
