@@ -38,28 +38,28 @@ const (
 // of every field means its default; call WithDefaults then Validate.
 type Config struct {
 	// MaxPayload is the largest payload accepted, in bytes.
-	MaxPayload int
+	MaxPayload int `yaml:"max_payload"`
 	// MaxHeaderBytes bounds the summed length of a message's header keys and
 	// values.
-	MaxHeaderBytes int
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 	// MaxKeyLen bounds producer and job type, in bytes.
-	MaxKeyLen int
+	MaxKeyLen int `yaml:"max_key_len"`
 	// MaxQueueName bounds queue names, in bytes.
-	MaxQueueName int
+	MaxQueueName int `yaml:"max_queue_name"`
 	// MaxKeysPerQueue is how many predictor keys each queue tracks; the least
 	// recently used is evicted past it.
-	MaxKeysPerQueue int
+	MaxKeysPerQueue int `yaml:"max_keys_per_queue"`
 	// MaxQueues bounds the number of queues, declared or auto-created.
-	MaxQueues int
+	MaxQueues int `yaml:"max_queues"`
 	// MaxConsumers bounds open consumers across all queues.
-	MaxConsumers int
+	MaxConsumers int `yaml:"max_consumers"`
 	// MaxDeadLetters bounds each queue's dead-letter list.
-	MaxDeadLetters int
+	MaxDeadLetters int `yaml:"max_dead_letters"`
 	// MaxDuration is the longest ack duration the predictor learns from.
-	MaxDuration time.Duration
+	MaxDuration time.Duration `yaml:"max_duration"`
 	// Queue is the config of queues that were never declared, and the
 	// defaults of the fields a declaration leaves zero.
-	Queue QueueConfig
+	Queue QueueConfig `yaml:"queue"`
 	// Clock is the source of every time read and timer; nil means clock.Real.
 	Clock clock.Clock `yaml:"-"`
 	// Logger receives lifecycle and shutdown logs; nil means slog.Default.

@@ -1,0 +1,296 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+
+	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/server"
+)
+
+func init() {
+	register("serve", "run the broker: gRPC for jobs, HTTP for metrics and health", runServe)
+}
+
+// Defaults for ServeConfig.
+const (
+	DefaultGRPCAddr        = "127.0.0.1:7070"
+	DefaultHTTPAddr        = "127.0.0.1:7071"
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultLogLevel        = "info"
+	DefaultLogFormat       = "text"
+)
+
+// ServeConfig is everything "harbinger serve" runs with. Each field comes,
+// in rising precedence, from its default, the config file (-config, YAML,
+// keys as in the yaml tags), a HARBINGER_* environment variable, or a flag
+// (see serveSettings for the names).
+type ServeConfig struct {
+	// GRPCAddr is where producers and workers connect.
+	GRPCAddr string `yaml:"grpc_addr"`
+	// HTTPAddr serves /metrics and /healthz; "off" disables it.
+	HTTPAddr string `yaml:"http_addr"`
+	// ShutdownTimeout is how long in-flight jobs get to finish after SIGINT
+	// or SIGTERM before they are returned to their queues.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+	// LogFormat is text or json.
+	LogFormat string `yaml:"log_format"`
+	// Broker holds the broker's limits and default queue settings.
+	Broker broker.Config `yaml:"broker"`
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c ServeConfig) WithDefaults() ServeConfig {
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = DefaultGRPCAddr
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = DefaultLogLevel
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = DefaultLogFormat
+	}
+	return c
+}
+
+// Validate reports the first setting that makes no sense.
+func (c ServeConfig) Validate() error {
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		return fmt.Errorf("grpc address %q: %v", c.GRPCAddr, err)
+	}
+	if c.HTTPAddr != "off" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return fmt.Errorf("http address %q: %v (use \"off\" to disable)", c.HTTPAddr, err)
+		}
+	}
+	if c.ShutdownTimeout < 0 {
+		return fmt.Errorf("shutdown timeout must not be negative, got %v", c.ShutdownTimeout)
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return fmt.Errorf("log level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return fmt.Errorf("log format %q: want text or json", c.LogFormat)
+	}
+	return c.Broker.WithDefaults().Validate()
+}
+
+// setting is one ServeConfig field reachable from a flag and an environment
+// variable (HARBINGER_ and the flag name in upper case, dashes as
+// underscores).
+type setting struct {
+	name, usage string
+	set         func(c *ServeConfig, v string) error
+}
+
+func str(p func(*ServeConfig) *string) func(*ServeConfig, string) error {
+	return func(c *ServeConfig, v string) error { *p(c) = v; return nil }
+}
+
+func num(p func(*ServeConfig) *int) func(*ServeConfig, string) error {
+	return func(c *ServeConfig, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("want a whole number, got %q", v)
+		}
+		*p(c) = n
+		return nil
+	}
+}
+
+func dur(p func(*ServeConfig) *time.Duration) func(*ServeConfig, string) error {
+	return func(c *ServeConfig, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("want a duration such as 30s, got %q", v)
+		}
+		*p(c) = d
+		return nil
+	}
+}
+
+var serveSettings = []setting{
+	{"grpc-addr", "gRPC listen address (default " + DefaultGRPCAddr + ")", str(func(c *ServeConfig) *string { return &c.GRPCAddr })},
+	{"http-addr", "HTTP listen address for /metrics and /healthz, or off (default " + DefaultHTTPAddr + ")", str(func(c *ServeConfig) *string { return &c.HTTPAddr })},
+	{"shutdown-timeout", "time in-flight jobs get to finish on SIGINT/SIGTERM (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.ShutdownTimeout })},
+	{"log-level", "debug, info, warn or error (default info)", str(func(c *ServeConfig) *string { return &c.LogLevel })},
+	{"log-format", "text or json (default text)", str(func(c *ServeConfig) *string { return &c.LogFormat })},
+	{"max-payload", "largest payload in bytes (default 1048576)", num(func(c *ServeConfig) *int { return &c.Broker.MaxPayload })},
+	{"max-key-len", "longest producer or job type in bytes (default 256)", num(func(c *ServeConfig) *int { return &c.Broker.MaxKeyLen })},
+	{"max-queue-name", "longest queue name in bytes (default 128)", num(func(c *ServeConfig) *int { return &c.Broker.MaxQueueName })},
+	{"max-keys-per-queue", "predictor keys tracked per queue (default 100000)", num(func(c *ServeConfig) *int { return &c.Broker.MaxKeysPerQueue })},
+	{"max-queues", "most queues (default 1024)", num(func(c *ServeConfig) *int { return &c.Broker.MaxQueues })},
+	{"max-consumers", "most open consumers (default 10000)", num(func(c *ServeConfig) *int { return &c.Broker.MaxConsumers })},
+	{"max-dead-letters", "dead letters kept per queue (default 100000)", num(func(c *ServeConfig) *int { return &c.Broker.MaxDeadLetters })},
+	{"policy", "default scheduling policy: fifo, static, predictive, weighted, bounded or shadow (default " + broker.DefaultPolicy + ")", str(func(c *ServeConfig) *string { return &c.Broker.Queue.Policy })},
+	{"tiers", "default number of tiers (default 3)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.Tiers })},
+	{"max-depth", "ready jobs per queue before publishes are refused (default 1000000)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.MaxDepth })},
+	{"lease", "visibility timeout of a delivery (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.Lease })},
+	{"max-attempts", "deliveries before a job is dead-lettered (default 5)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.MaxAttempts })},
+	{"default-ttl", "time to live of jobs published without one; 0 is forever", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.DefaultTTL })},
+}
+
+func envName(flag string) string {
+	return "HARBINGER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// loadServeConfig builds the config from defaults, file, environment and
+// flags, in that order of precedence.
+func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer) (ServeConfig, error) {
+	fs := newFlags("serve", "serve [-config FILE] [flags]   (every flag also reads HARBINGER_<FLAG>, e.g. HARBINGER_GRPC_ADDR)", stderr)
+	configPath := fs.String("config", "", "YAML config file (env HARBINGER_CONFIG)")
+	flagged := map[string]string{}
+	for _, s := range serveSettings {
+		fs.Func(s.name, s.usage, func(v string) error { flagged[s.name] = v; return nil })
+	}
+	if err := parse(fs, args); err != nil {
+		return ServeConfig{}, err
+	}
+	var cfg ServeConfig
+	path := *configPath
+	if path == "" {
+		path = getenv("HARBINGER_CONFIG")
+	}
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return ServeConfig{}, err
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(data)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return ServeConfig{}, fmt.Errorf("config file %s: %v", path, err)
+		}
+	}
+	for _, s := range serveSettings {
+		if v := getenv(envName(s.name)); v != "" {
+			if err := s.set(&cfg, v); err != nil {
+				return ServeConfig{}, fmt.Errorf("%s: %v", envName(s.name), err)
+			}
+		}
+	}
+	for _, s := range serveSettings {
+		if v, ok := flagged[s.name]; ok {
+			if err := s.set(&cfg, v); err != nil {
+				return ServeConfig{}, fmt.Errorf("-%s: %v", s.name, err)
+			}
+		}
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return ServeConfig{}, err
+	}
+	return cfg, nil
+}
+
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	cfg, err := loadServeConfig(args, os.Getenv, stderr)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, stderr, nil)
+}
+
+// serve runs the broker until ctx ends, then shuts down gracefully. If ready
+// is not nil it receives the bound gRPC and HTTP addresses.
+func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(grpcAddr, httpAddr string)) error {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(cfg.LogLevel))
+	var h slog.Handler = slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: lv})
+	if cfg.LogFormat == "json" {
+		h = slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: lv})
+	}
+	log := slog.New(h)
+	bcfg := cfg.Broker
+	bcfg.Logger = log
+	b, err := broker.New(bcfg)
+	if err != nil {
+		return err
+	}
+	glis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return err
+	}
+	srv := server.New(b, log)
+	gs := grpc.NewServer(server.ServerOptions(bcfg)...)
+	srv.Register(gs)
+	errs := make(chan error, 2)
+	go func() { errs <- gs.Serve(glis) }()
+
+	var hs *http.Server
+	httpAddr := "off"
+	if cfg.HTTPAddr != "off" {
+		hlis, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			gs.Stop()
+			return err
+		}
+		httpAddr = hlis.Addr().String()
+		hs = &http.Server{Handler: server.HTTPHandler(b), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := hs.Serve(hlis); !errors.Is(err, http.ErrServerClosed) {
+				errs <- err
+			}
+		}()
+	}
+	eff := b.Config()
+	log.Info("harbinger: serving", "grpc", glis.Addr().String(), "http", httpAddr,
+		"policy", eff.Queue.Policy, "lease", eff.Queue.Lease, "max_attempts", eff.Queue.MaxAttempts,
+		"max_depth", eff.Queue.MaxDepth, "max_payload", eff.MaxPayload)
+	if ready != nil {
+		ready(glis.Addr().String(), httpAddr)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("harbinger: shutting down", "timeout", cfg.ShutdownTimeout)
+	case runErr = <-errs:
+		log.Error("harbinger: listener failed, shutting down", "err", runErr)
+	}
+	srv.SetNotServing()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := b.Shutdown(sctx); err != nil {
+		log.Warn("harbinger: shutdown timed out; jobs still in flight were returned to their queues")
+	}
+	stopped := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		gs.Stop()
+		<-stopped
+	}
+	if hs != nil {
+		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = hs.Shutdown(hctx)
+		hcancel()
+	}
+	log.Info("harbinger: stopped")
+	return runErr
+}
