@@ -1,0 +1,6 @@
+//go:build !race
+
+package server
+
+// stressMessages is the load of TestManyProducersWorkersWithKills.
+const stressMessages = 100_000
