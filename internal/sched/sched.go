@@ -155,6 +155,9 @@ type Scheduler struct {
 	ttl    itemHeap
 	n      int
 	seq    uint64
+	// expired holds items Pop found past their TTL and took out, in
+	// expiry order, until the next Expire reports them.
+	expired []*Item
 
 	enqWork float64 // predicted seconds of work ever enqueued
 	deqWork float64 // predicted seconds of work dispatched or removed
@@ -285,8 +288,13 @@ func (s *Scheduler) detach(it *Item) {
 
 // Pop returns the next item to dispatch, or nil when none waits. Expired
 // items are never returned: call Expire first, or they are skipped here and
-// reported by the next Expire.
+// reported by the next Expire (meanwhile they are no longer waiting: Len
+// leaves them out and Remove reports false).
 func (s *Scheduler) Pop(now time.Time) *Item {
+	if s.n == 0 {
+		return nil
+	}
+	s.expired = s.expire(now, s.expired)
 	if s.n == 0 {
 		return nil
 	}
@@ -352,8 +360,19 @@ func (s *Scheduler) age(now time.Time) {
 }
 
 // Expire removes every item whose TTL has passed at now, appending them to
-// buf, and returns it.
+// buf, and returns it. Items Pop skipped because they had expired come first.
 func (s *Scheduler) Expire(now time.Time, buf []*Item) []*Item {
+	for _, it := range s.expired {
+		if !it.queued { // unless the caller pushed it again meanwhile
+			buf = append(buf, it)
+		}
+	}
+	clear(s.expired)
+	s.expired = s.expired[:0]
+	return s.expire(now, buf)
+}
+
+func (s *Scheduler) expire(now time.Time, buf []*Item) []*Item {
 	for {
 		it := s.ttl.min()
 		if it == nil || it.Expires.After(now) {
@@ -364,12 +383,19 @@ func (s *Scheduler) Expire(now time.Time, buf []*Item) []*Item {
 	}
 }
 
-// NextExpiry is the earliest TTL among waiting items.
+// NextExpiry is the earliest TTL among waiting items and expired items
+// that Pop skipped and Expire has yet to report.
 func (s *Scheduler) NextExpiry() (time.Time, bool) {
-	if it := s.ttl.min(); it != nil {
-		return it.Expires, true
+	var at time.Time
+	for _, it := range s.expired {
+		if at.IsZero() || it.Expires.Before(at) {
+			at = it.Expires
+		}
 	}
-	return time.Time{}, false
+	if it := s.ttl.min(); it != nil && (at.IsZero() || it.Expires.Before(at)) {
+		at = it.Expires
+	}
+	return at, !at.IsZero()
 }
 
 // Backlog is the predicted work waiting, in the units of Item.Cost.

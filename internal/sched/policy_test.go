@@ -1,0 +1,252 @@
+package sched
+
+import (
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+)
+
+func TestNewPolicy(t *testing.T) {
+	t.Parallel()
+	age3 := []time.Duration{0, DefaultAgeAfter, DefaultAgeAfter}
+	bound := &Bound{Stretch: DefaultStretch, MinSlack: DefaultMinSlack}
+	stretch := 0.5
+	tests := []struct {
+		name      string
+		policy    string
+		opts      PolicyOptions
+		want      Config
+		predictor bool
+		shadow    bool
+	}{
+		{"default is bounded", "", PolicyOptions{},
+			Config{Levels: 3, Discipline: Strict, ShortestFirst: true, Bound: bound}, true, false},
+		{"fifo", FIFO, PolicyOptions{}, Config{Levels: 1, Discipline: Strict}, false, false},
+		{"fifo shortest first", FIFO, PolicyOptions{ShortestFirst: true}, Config{Levels: 1, Discipline: Strict, ShortestFirst: true}, false, false},
+		{"shadow", Shadow, PolicyOptions{}, Config{Levels: 1, Discipline: Strict}, true, true},
+		{"static", Static, PolicyOptions{StaticTiers: map[string]int{"a": 0, "b": 2}}, Config{Levels: 3, Discipline: Strict}, false, false},
+		{"static widens to its map", Static, PolicyOptions{StaticTiers: map[string]int{"a": 5}}, Config{Levels: 6, Discipline: Strict}, false, false},
+		{"predictive", Predictive, PolicyOptions{},
+			Config{Levels: 3, Discipline: Strict, Aging: AgingStep, AgeAfter: age3}, true, false},
+		{"predictive aging off", Predictive, PolicyOptions{AgingOff: true},
+			Config{Levels: 3, Discipline: Strict, Aging: AgingOff, AgeAfter: age3}, true, false},
+		{"predictive 5 tiers", Predictive, PolicyOptions{Tiers: 5},
+			Config{Levels: 5, Discipline: Strict, Aging: AgingStep, AgeAfter: []time.Duration{0, DefaultAgeAfter, DefaultAgeAfter, DefaultAgeAfter, DefaultAgeAfter}}, true, false},
+		{"weighted", WeightedP, PolicyOptions{},
+			Config{Levels: 3, Discipline: Weighted, Weights: []int{8, 3, 1}, Aging: AgingPausing, AgeAfter: age3}, true, false},
+		{"weighted 5 tiers", WeightedP, PolicyOptions{Tiers: 5, AgeAfter: []time.Duration{0, 1, 2, 3, 4}},
+			Config{Levels: 5, Discipline: Weighted, Weights: []int{8, 5, 3, 2, 1}, Aging: AgingPausing, AgeAfter: []time.Duration{0, 1, 2, 3, 4}}, true, false},
+		{"weighted 1 tier", WeightedP, PolicyOptions{Tiers: 1},
+			Config{Levels: 1, Discipline: Weighted, Weights: []int{8}, Aging: AgingPausing, AgeAfter: []time.Duration{0}}, true, false},
+		{"weighted own weights", WeightedP, PolicyOptions{Weights: []int{4, 2, 1}},
+			Config{Levels: 3, Discipline: Weighted, Weights: []int{4, 2, 1}, Aging: AgingPausing, AgeAfter: age3}, true, false},
+		{"bounded options", Bounded, PolicyOptions{Tiers: 2, Stretch: &stretch, MinSlack: time.Minute},
+			Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: 0.5, MinSlack: time.Minute}}, true, false},
+		{"bounded aging off drops the bound", Bounded, PolicyOptions{AgingOff: true},
+			Config{Levels: 3, Discipline: Strict, ShortestFirst: true}, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := NewPolicy(tt.policy, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name := tt.policy
+			if name == "" {
+				name = DefaultPolicy
+			}
+			if p.Name != name || p.UsePredictor != tt.predictor || p.Shadow != tt.shadow {
+				t.Errorf("name %q predictor %v shadow %v, want %q %v %v", p.Name, p.UsePredictor, p.Shadow, name, tt.predictor, tt.shadow)
+			}
+			if !reflect.DeepEqual(p.Sched, tt.want) {
+				t.Errorf("config\n got %+v (bound %+v)\nwant %+v (bound %+v)", p.Sched, p.Sched.Bound, tt.want, tt.want.Bound)
+			}
+			if tt.policy == Static && !reflect.DeepEqual(p.StaticTiers, tt.opts.StaticTiers) {
+				t.Errorf("static tiers %v", p.StaticTiers)
+			}
+			if _, err := New(p.Sched); err != nil {
+				t.Errorf("New: %v", err)
+			}
+		})
+	}
+	// Every listed policy resolves.
+	for _, name := range Policies {
+		if _, err := NewPolicy(name, PolicyOptions{}); err != nil {
+			t.Errorf("NewPolicy(%q): %v", name, err)
+		}
+	}
+}
+
+func TestNewPolicyErrors(t *testing.T) {
+	t.Parallel()
+	nan, low := math.NaN(), -2.0
+	tests := []struct {
+		name   string
+		policy string
+		opts   PolicyOptions
+		want   string
+	}{
+		{"unknown", "lifo", PolicyOptions{}, `unknown policy "lifo" (want one of fifo, static, predictive, weighted, bounded, shadow)`},
+		{"case matters", "FIFO", PolicyOptions{}, `unknown policy "FIFO"`},
+		{"too many tiers", Predictive, PolicyOptions{Tiers: predict.MaxTiers + 1}, "tiers must be 1 to 16, got 17"},
+		{"negative tiers", Bounded, PolicyOptions{Tiers: -1}, "tiers must be 1 to 16, got -1"},
+		{"static tier too high", Static, PolicyOptions{StaticTiers: map[string]int{"report": 16}}, `static tier of "report" must be 0 to 15, got 16`},
+		{"static tier negative", Static, PolicyOptions{StaticTiers: map[string]int{"x": -1}}, "must be 0 to 15, got -1"},
+		{"weights count", WeightedP, PolicyOptions{Weights: []int{8, 1}}, "one weight per level (3), got 2"},
+		{"zero weight", WeightedP, PolicyOptions{Weights: []int{8, 0, 1}}, "weights must be 1 to 1000000, got 0"},
+		{"age thresholds count", Predictive, PolicyOptions{AgeAfter: []time.Duration{0, time.Second}}, "one threshold per level (3), got 2"},
+		{"zero age threshold", WeightedP, PolicyOptions{AgeAfter: []time.Duration{0, time.Second, 0}}, "threshold of level 2 must be positive, got 0s"},
+		{"NaN stretch", Bounded, PolicyOptions{Stretch: &nan}, "bound stretch must be -1 to 1000, got NaN"},
+		{"stretch below -1", Bounded, PolicyOptions{Stretch: &low}, "bound stretch must be -1 to 1000, got -2"},
+		{"negative min slack", Bounded, PolicyOptions{MinSlack: -time.Second}, "min slack must not be negative, got -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := NewPolicy(tt.policy, tt.opts)
+			if err == nil || !strings.HasPrefix(err.Error(), "sched: ") || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("NewPolicy error = %v, want %q", err, tt.want)
+			}
+			if !reflect.DeepEqual(p, Policy{}) {
+				t.Errorf("NewPolicy returned %+v with its error", p)
+			}
+		})
+	}
+}
+
+func TestQueueClassify(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		policy  string
+		opts    PolicyOptions
+		jobType string
+		want    int
+	}{
+		{FIFO, PolicyOptions{}, "a", 0},
+		{Shadow, PolicyOptions{}, "a", 0},
+		{Static, PolicyOptions{StaticTiers: map[string]int{"a": 2, "b": 0}}, "a", 2},
+		{Static, PolicyOptions{StaticTiers: map[string]int{"a": 2, "b": 0}}, "unknown", 1}, // the middle tier
+		{Bounded, PolicyOptions{}, "a", 1},                                                 // cold: the middle tier
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy+"/"+tt.jobType, func(t *testing.T) {
+			t.Parallel()
+			pol, err := NewPolicy(tt.policy, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := NewQueue(pol, predict.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			it := &Item{}
+			pr := q.Classify(it, q.Predictor.KeyFor("q", "p", tt.jobType, 0))
+			if it.Tier != tt.want || !pr.Made || it.Cost != pr.Cost || it.Long != pr.Long {
+				t.Errorf("tier %d, prediction %+v; want tier %d", it.Tier, pr, tt.want)
+			}
+			if err := q.Push(it, t0); err != nil {
+				t.Fatal(err)
+			}
+			if got := q.Pop(t0); got != it {
+				t.Errorf("Pop = %v", got)
+			}
+		})
+	}
+}
+
+// The predictor learns and routes: after a few observations a short key
+// goes to a lower tier than a long one.
+func TestQueueLearns(t *testing.T) {
+	t.Parallel()
+	pol, err := NewPolicy(Bounded, PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := NewQueue(pol, predict.Config{RecomputeEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Predictor.Config().Tiers != pol.Sched.Levels {
+		t.Fatalf("predictor tiers %d, levels %d", q.Predictor.Config().Tiers, pol.Sched.Levels)
+	}
+	short, long := q.Predictor.KeyFor("q", "p", "short", 0), q.Predictor.KeyFor("q", "p", "long", 0)
+	for range 50 {
+		for _, k := range []predict.Key{short, long} {
+			it := &Item{}
+			pr := q.Classify(it, k)
+			d := time.Millisecond
+			if k == long {
+				d = time.Second
+			}
+			if err := q.Learn(k, pr, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a, b := &Item{}, &Item{}
+	q.Classify(a, short)
+	q.Classify(b, long)
+	if a.Tier >= b.Tier || a.Cost >= b.Cost {
+		t.Errorf("short key tier %d cost %v, long key tier %d cost %v", a.Tier, a.Cost, b.Tier, b.Cost)
+	}
+	o := &Item{}
+	if pr := q.ClassifyKnown(o, 2*time.Second); o.Cost != 2*time.Second || o.Tier != pr.Tier || o.Tier != pol.Sched.Levels-1 {
+		t.Errorf("ClassifyKnown: %+v, prediction %+v", o, pr)
+	}
+}
+
+// benchSched runs Pop then Push of a fresh message per iteration, with
+// resident messages waiting throughout.
+func benchSched(b *testing.B, cfg Config, resident int, longEvery int) {
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	item := func(id uint64, it *Item) {
+		*it = Item{ID: id, Tier: rng.IntN(cfg.Levels), Cost: time.Duration(1+rng.IntN(1000)) * time.Millisecond,
+			Long: longEvery > 0 && rng.IntN(longEvery) == 0}
+	}
+	pool := make([]Item, resident)
+	now := t0
+	for i := range pool {
+		item(uint64(i), &pool[i])
+		if err := s.Push(&pool[i], now); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Microsecond)
+		it := s.Pop(now)
+		item(uint64(resident+i), it)
+		if err := s.Push(it, now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPushPop(b *testing.B) {
+	cfg := Config{Levels: 3, Discipline: Strict}
+	for _, n := range []int{1_000, 100_000} {
+		b.Run("resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, cfg, n, 0) })
+	}
+}
+
+func BenchmarkPushPopBounded(b *testing.B) {
+	pol, err := NewPolicy(Bounded, PolicyOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1_000, 100_000} {
+		b.Run("resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, pol.Sched, n, 100) })
+	}
+}

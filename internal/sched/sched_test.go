@@ -1,0 +1,417 @@
+package sched
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func mustNew(t testing.TB, cfg Config) *Scheduler {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustPush(t testing.TB, s *Scheduler, now time.Time, items ...*Item) {
+	t.Helper()
+	for _, it := range items {
+		if err := s.Push(it, now); err != nil {
+			t.Fatalf("Push(%d): %v", it.ID, err)
+		}
+	}
+}
+
+// popIDs pops n items at now and returns their IDs (0 for nil).
+func popIDs(s *Scheduler, now time.Time, n int) []uint64 {
+	var ids []uint64
+	for range n {
+		if it := s.Pop(now); it != nil {
+			ids = append(ids, it.ID)
+		} else {
+			ids = append(ids, 0)
+		}
+	}
+	return ids
+}
+
+func TestStrictPriorityAndFIFO(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		shortestFirst bool
+		want          []uint64
+	}{
+		// Level 0 first, then 1, then 2; within a level by first enqueue.
+		{"fifo", false, []uint64{3, 6, 1, 4, 7, 2, 5}},
+		// Within a level by cost, ties by first enqueue.
+		{"shortest first", true, []uint64{6, 3, 4, 7, 1, 5, 2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := mustNew(t, Config{Levels: 3, Discipline: Strict, ShortestFirst: tt.shortestFirst})
+			mustPush(t, s, t0,
+				&Item{ID: 1, Tier: 1, Cost: 5 * time.Second},
+				&Item{ID: 2, Tier: 2, Cost: 2 * time.Second},
+				&Item{ID: 3, Tier: 0, Cost: 9 * time.Second},
+				&Item{ID: 4, Tier: 1, Cost: 3 * time.Second},
+				&Item{ID: 5, Tier: 2, Cost: 1 * time.Second},
+				&Item{ID: 6, Tier: 0, Cost: 1 * time.Second},
+				&Item{ID: 7, Tier: 1, Cost: 3 * time.Second},
+			)
+			if got := popIDs(s, t0, 8); !slices.Equal(got, append(tt.want, 0)) {
+				t.Errorf("order %v, want %v then nil", got, tt.want)
+			}
+		})
+	}
+}
+
+// With every level non-empty the weighted discipline serves the levels in
+// exactly the ratio of their weights, in every window of sum(weights) pops.
+func TestWeightedShares(t *testing.T) {
+	t.Parallel()
+	pol, err := NewPolicy(WeightedP, PolicyOptions{AgingOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mustNew(t, pol.Sched)
+	const perLevel = 20_000
+	for i := range 3 * perLevel {
+		mustPush(t, s, t0, &Item{ID: uint64(i), Tier: i % 3})
+	}
+	const window = 8 + 3 + 1
+	const pops = 1000 * window
+	total := [3]int{}
+	for w := range pops / window {
+		got := [3]int{}
+		for range window {
+			got[s.Pop(t0).Level()]++
+		}
+		if got != [3]int{8, 3, 1} {
+			t.Fatalf("window %d served %v per level, want [8 3 1]", w, got)
+		}
+		for i := range got {
+			total[i] += got[i]
+		}
+	}
+	if total != [3]int{8000, 3000, 1000} {
+		t.Errorf("served %v, want [8000 3000 1000]", total)
+	}
+	// An empty level's share goes to the others in their own ratio.
+	s = mustNew(t, pol.Sched)
+	for i := range 2000 {
+		mustPush(t, s, t0, &Item{ID: uint64(i), Tier: 1 + i%2})
+	}
+	got := [3]int{}
+	for range 1000 {
+		got[s.Pop(t0).Level()]++
+	}
+	if got != [3]int{0, 750, 250} {
+		t.Errorf("levels 1 and 2 alone served %v, want 3:1", got)
+	}
+}
+
+// levels returns the current level of each item.
+func levels(items ...*Item) []int {
+	var out []int
+	for _, it := range items {
+		out = append(out, it.Level())
+	}
+	return out
+}
+
+// fillers pushes n items at level 0 that Pop serves before anything
+// promoted later (they were enqueued first).
+func fillers(t *testing.T, s *Scheduler, n int) {
+	t.Helper()
+	for i := range n {
+		mustPush(t, s, t0, &Item{ID: 1000 + uint64(i)})
+	}
+}
+
+func TestStepAging(t *testing.T) {
+	t.Parallel()
+	s := mustNew(t, Config{Levels: 3, Discipline: Strict, Aging: AgingStep,
+		AgeAfter: []time.Duration{0, 10 * time.Second, 10 * time.Second}})
+	fillers(t, s, 10)
+	a, b, c := &Item{ID: 1, Tier: 2}, &Item{ID: 2, Tier: 2}, &Item{ID: 3, Tier: 1}
+	mustPush(t, s, t0, a, c)
+	mustPush(t, s, t0.Add(5*time.Second), b)
+
+	steps := []struct {
+		at         time.Duration
+		want       []int // levels of a, b, c
+		promotions uint64
+	}{
+		{10*time.Second - 1, []int{2, 2, 1}, 0},
+		{10 * time.Second, []int{1, 2, 0}, 2}, // a and c waited exactly the threshold
+		{15*time.Second - 1, []int{1, 2, 0}, 2},
+		{15 * time.Second, []int{1, 1, 0}, 3}, // b, and not a: its wait at level 1 began at 10 s
+		{20 * time.Second, []int{0, 1, 0}, 4},
+		{25 * time.Second, []int{0, 0, 0}, 5},
+	}
+	for _, st := range steps {
+		if it := s.Pop(t0.Add(st.at)); it == nil || it.ID < 1000 {
+			t.Fatalf("at %v Pop = %v, want a filler", st.at, it)
+		}
+		if got := levels(a, b, c); !slices.Equal(got, st.want) || s.Promotions != st.promotions {
+			t.Errorf("at %v levels %v, %d promotions; want %v, %d", st.at, got, s.Promotions, st.want, st.promotions)
+		}
+	}
+}
+
+func TestPausingAging(t *testing.T) {
+	t.Parallel()
+	ageAfter := []time.Duration{0, 10 * time.Second, 10 * time.Second}
+	for _, mode := range []string{AgingStep, AgingPausing} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			s := mustNew(t, Config{Levels: 3, Discipline: Strict, Aging: mode, AgeAfter: ageAfter})
+			fillers(t, s, 10)
+			x1, x2, y := &Item{ID: 1, Tier: 1}, &Item{ID: 2, Tier: 1}, &Item{ID: 3, Tier: 2}
+			z := &Item{ID: 4, Tier: 2}
+			mustPush(t, s, t0, x1, x2, y)
+			mustPush(t, s, t0.Add(10*time.Second), z)
+
+			// At 10 s x1, x2 (level 1) and y (level 2) have waited the
+			// threshold. Step moves all three. Pausing moves x1, then holds
+			// x2 because level 0 now holds a promoted item; y still moves, as
+			// level 1 holds no promoted item.
+			s.Pop(t0.Add(10 * time.Second))
+			want := []int{0, 0, 1, 2}
+			if mode == AgingPausing {
+				want = []int{0, 1, 1, 2}
+			}
+			if got := levels(x1, x2, y, z); !slices.Equal(got, want) {
+				t.Fatalf("at 10 s levels %v, want %v", got, want)
+			}
+			// At 20 s everything below level 0 has waited 10 s at its level.
+			// Step moves y and z; pausing holds x2 and y behind promoted x1,
+			// and z behind promoted y.
+			s.Pop(t0.Add(20 * time.Second))
+			want = []int{0, 0, 0, 1}
+			if mode == AgingPausing {
+				want = []int{0, 1, 1, 2}
+			}
+			if got := levels(x1, x2, y, z); !slices.Equal(got, want) {
+				t.Fatalf("at 20 s levels %v, want %v", got, want)
+			}
+			if mode == AgingStep {
+				return
+			}
+			// When x1 leaves, x2 (first in line at level 1) moves up, and
+			// then holds y in turn.
+			s.Remove(x1)
+			s.Pop(t0.Add(20 * time.Second))
+			if got := levels(x2, y, z); !slices.Equal(got, []int{0, 1, 2}) {
+				t.Fatalf("after x1 left, levels %v, want [0 1 2]", got)
+			}
+			// When x2 leaves, y moves up, which frees z in the same pass.
+			s.Remove(x2)
+			s.Pop(t0.Add(20 * time.Second))
+			if got := levels(y, z); !slices.Equal(got, []int{0, 1}) {
+				t.Fatalf("after x2 left, levels %v, want [0 1]", got)
+			}
+			if s.Promotions != 5 { // x1 and y at 10 s, then x2, y, z
+				t.Errorf("Promotions = %d, want 5", s.Promotions)
+			}
+		})
+	}
+}
+
+func TestExpiredNeverPopped(t *testing.T) {
+	t.Parallel()
+	s := mustNew(t, Config{Levels: 2, Discipline: Strict})
+	soon := &Item{ID: 1, Tier: 0, Expires: t0.Add(time.Second)}
+	later := &Item{ID: 2, Tier: 0, Expires: t0.Add(time.Minute)}
+	never := &Item{ID: 3, Tier: 1}
+	mustPush(t, s, t0, soon, later, never)
+	if at, ok := s.NextExpiry(); !ok || !at.Equal(soon.Expires) {
+		t.Fatalf("NextExpiry = %v, %v", at, ok)
+	}
+
+	// Pop without Expire first: the expired item is skipped, not returned.
+	now := t0.Add(2 * time.Second)
+	if it := s.Pop(now); it != later {
+		t.Fatalf("Pop = %v, want item 2", it)
+	}
+	if s.Len() != 1 || soon.Queued() || s.Remove(soon) {
+		t.Errorf("skipped item: Len %d, Queued %v", s.Len(), soon.Queued())
+	}
+	// It is still reported, once, by the next Expire.
+	if at, ok := s.NextExpiry(); !ok || !at.Equal(soon.Expires) {
+		t.Errorf("NextExpiry = %v, %v; want the skipped item's %v", at, ok, soon.Expires)
+	}
+	if got := s.Expire(now, nil); len(got) != 1 || got[0] != soon {
+		t.Errorf("Expire = %v, want [item 1]", got)
+	}
+	if got := s.Expire(now, nil); len(got) != 0 {
+		t.Errorf("second Expire = %v, want nothing", got)
+	}
+	if _, ok := s.NextExpiry(); ok {
+		t.Error("NextExpiry reports a TTL with none waiting")
+	}
+	if it := s.Pop(now); it != never {
+		t.Errorf("Pop = %v, want item 3", it)
+	}
+	// Expiry at exactly the TTL.
+	edge := &Item{ID: 4, Expires: now}
+	mustPush(t, s, now, edge)
+	if it := s.Pop(now); it != nil {
+		t.Errorf("Pop returned item %d at its expiry instant", it.ID)
+	}
+	if got := s.Expire(now, nil); len(got) != 1 || got[0] != edge {
+		t.Errorf("Expire = %v, want [item 4]", got)
+	}
+}
+
+func TestRetryKeepsTierAndPlace(t *testing.T) {
+	t.Parallel()
+	s := mustNew(t, Config{Levels: 3, Discipline: Strict, Aging: AgingStep,
+		AgeAfter: []time.Duration{0, time.Second, time.Second}})
+	a := &Item{ID: 1, Tier: 2}
+	mustPush(t, s, t0, a)
+	// a ages to level 1 and is dispatched; the handler fails.
+	if it := s.Pop(t0.Add(time.Second)); it != a || a.Level() != 1 {
+		t.Fatalf("Pop = %v at level %d, want a at level 1", it, a.Level())
+	}
+	mustPush(t, s, t0.Add(time.Second), a)
+	if err := s.Push(a, t0.Add(time.Second)); !errors.Is(err, ErrQueued) {
+		t.Errorf("second Push = %v, want ErrQueued", err)
+	}
+	// Back at its tier, not the level it had aged to.
+	if a.Tier != 2 || a.Level() != 2 || s.LevelLen(2) != 1 {
+		t.Errorf("retried item tier %d level %d, want 2 and 2", a.Tier, a.Level())
+	}
+
+	// Within its level it keeps its first-enqueue place.
+	for _, sf := range []bool{false, true} {
+		s := mustNew(t, Config{Levels: 2, Discipline: Strict, ShortestFirst: sf})
+		a, b := &Item{ID: 1, Tier: 1, Cost: time.Second}, &Item{ID: 2, Tier: 1, Cost: time.Second}
+		mustPush(t, s, t0, a, b)
+		if it := s.Pop(t0); it != a {
+			t.Fatalf("Pop = %v, want a", it)
+		}
+		mustPush(t, s, t0, &Item{ID: 3, Tier: 1, Cost: time.Second})
+		mustPush(t, s, t0.Add(time.Minute), a)
+		if got := popIDs(s, t0.Add(time.Minute), 3); !slices.Equal(got, []uint64{1, 2, 3}) {
+			t.Errorf("shortest first %v: order %v, want [1 2 3]", sf, got)
+		}
+	}
+}
+
+func TestTierClamped(t *testing.T) {
+	t.Parallel()
+	s := mustNew(t, Config{Levels: 2, Discipline: Strict})
+	lo, hi := &Item{ID: 1, Tier: -3}, &Item{ID: 2, Tier: 9}
+	mustPush(t, s, t0, hi, lo)
+	if lo.Tier != 0 || hi.Tier != 1 || s.LevelLen(0) != 1 || s.LevelLen(1) != 1 {
+		t.Errorf("tiers %d %d, level lengths %d %d", lo.Tier, hi.Tier, s.LevelLen(0), s.LevelLen(1))
+	}
+}
+
+// A Long item is held to its FIFO start: once the predicted work
+// dispatched passes its deadline it goes next, ahead of shorter items.
+func TestBound(t *testing.T) {
+	t.Parallel()
+	sec := time.Second
+	tests := []struct {
+		name     string
+		bound    *Bound
+		long     bool
+		position int // shorts served before the long item
+	}{
+		{"at FIFO start", &Bound{}, true, 5},
+		{"min slack", &Bound{MinSlack: 2 * sec}, true, 7},
+		{"negative stretch", &Bound{Stretch: -0.5}, true, 3},              // due 5 - 0.5*5 = 2.5
+		{"positive stretch", &Bound{Stretch: 1, MinSlack: sec}, true, 11}, // due 5 + 5 + 1
+		{"not long", &Bound{}, false, 15},
+		{"no bound", nil, true, 15},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := mustNew(t, Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: tt.bound})
+			for i := range 5 {
+				mustPush(t, s, t0, &Item{ID: uint64(i + 1), Cost: sec})
+			}
+			// At level 1, so only the bound can put it ahead of level 0.
+			long := &Item{ID: 100, Tier: 1, Cost: 20 * sec, Long: tt.long}
+			mustPush(t, s, t0, long)
+			for i := range 10 {
+				mustPush(t, s, t0, &Item{ID: uint64(i + 6), Cost: sec})
+			}
+			got := popIDs(s, t0, 17)
+			if i := slices.Index(got, 100); i != tt.position {
+				t.Errorf("long item served at %d in %v, want %d", i, got, tt.position)
+			}
+			wantOverdue := uint64(0)
+			if tt.position < 15 {
+				wantOverdue = 1
+			}
+			if s.Overdue != wantOverdue {
+				t.Errorf("Overdue = %d, want %d", s.Overdue, wantOverdue)
+			}
+		})
+	}
+}
+
+// Removed work counts as dispatched, so purging the work ahead of a long
+// item brings its deadline closer.
+func TestBoundCountsRemovedWork(t *testing.T) {
+	t.Parallel()
+	s := mustNew(t, Config{Levels: 1, Discipline: Strict, ShortestFirst: true, Bound: &Bound{}})
+	var shorts []*Item
+	for i := range 4 {
+		shorts = append(shorts, &Item{ID: uint64(i + 1), Cost: time.Second})
+	}
+	mustPush(t, s, t0, shorts...)
+	long := &Item{ID: 100, Cost: time.Minute, Long: true}
+	mustPush(t, s, t0, long, &Item{ID: 5, Cost: time.Second})
+	for _, it := range shorts[:3] {
+		s.Remove(it)
+	}
+	if got := popIDs(s, t0, 3); !slices.Equal(got, []uint64{4, 100, 5}) {
+		t.Errorf("order %v, want [4 100 5]", got)
+	}
+	if s.Backlog() != 0 {
+		t.Errorf("Backlog = %v after everything left", s.Backlog())
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no levels", Config{Discipline: Strict}, "levels must be 1 to 64, got 0"},
+		{"too many levels", Config{Levels: 65, Discipline: Strict}, "levels must be 1 to 64, got 65"},
+		{"unknown discipline", Config{Levels: 1, Discipline: "lottery"}, `unknown discipline "lottery"`},
+		{"weights count", Config{Levels: 2, Discipline: Weighted, Weights: []int{1}}, "one weight per level (2), got 1"},
+		{"zero weight", Config{Levels: 2, Discipline: Weighted, Weights: []int{1, 0}}, "weights must be 1 to 1000000, got 0"},
+		{"unknown aging", Config{Levels: 1, Discipline: Strict, Aging: "sometimes"}, `unknown aging mode "sometimes"`},
+		{"aging thresholds", Config{Levels: 2, Discipline: Strict, Aging: AgingStep}, "one threshold per level (2), got 0"},
+		{"zero threshold", Config{Levels: 2, Discipline: Strict, Aging: AgingPausing, AgeAfter: []time.Duration{0, 0}}, "threshold of level 1 must be positive"},
+		{"NaN stretch", Config{Levels: 1, Discipline: Strict, Bound: &Bound{Stretch: math.NaN()}}, "stretch must be -1 to 1000, got NaN"},
+		{"negative slack", Config{Levels: 1, Discipline: Strict, Bound: &Bound{MinSlack: -1}}, "min slack must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := New(tt.cfg)
+			if err == nil || !strings.HasPrefix(err.Error(), "sched: ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New error = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
