@@ -1,0 +1,163 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+)
+
+// fuzzServer is a Server without a network, on a fake clock, so each fuzz
+// input runs in microseconds and leaves no timers behind.
+func fuzzServer(t *testing.T) (*Server, *broker.Broker) {
+	b, err := broker.New(broker.Config{Clock: fakeClock(), Logger: quiet, MaxPayload: 1 << 10, MaxQueues: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	return New(b, quiet), b
+}
+
+// checkCode fails unless err is nil or a status a client can act on; an
+// Internal or Unknown code means a request slipped past validation.
+func checkCode(t *testing.T, err error) {
+	t.Helper()
+	switch c := status.Code(err); c {
+	case codes.OK, codes.InvalidArgument, codes.NotFound, codes.ResourceExhausted, codes.FailedPrecondition:
+	default:
+		t.Fatalf("unexpected code %v: %v", c, err)
+	}
+}
+
+func dur(sec int64, nanos int32, set bool) *durationpb.Duration {
+	if !set {
+		return nil
+	}
+	return &durationpb.Duration{Seconds: sec, Nanos: nanos}
+}
+
+func FuzzPublish(f *testing.F) {
+	f.Add("q", "p", "j", uint64(0), []byte("x"), int64(0), int32(0), false, uint32(0), "k", "v", 1)
+	f.Add("", "", "", uint64(1<<63), []byte{}, int64(-1), int32(-5), true, uint32(1<<31), "", "", 0)
+	f.Add("q q", "\xff", "j", uint64(3), make([]byte, 2000), int64(1<<62), int32(999999999), true, uint32(5), "a", "b", 3)
+	f.Fuzz(func(t *testing.T, queue, producer, jobType string, size uint64, payload []byte, ttlSec int64, ttlNanos int32, ttlSet bool, attempts uint32, hk, hv string, copies int) {
+		s, _ := fuzzServer(t)
+		m := &pb.Message{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size, Payload: payload,
+			Ttl: dur(ttlSec, ttlNanos, ttlSet), MaxAttempts: attempts, Headers: map[string]string{hk: hv}}
+		req := &pb.PublishRequest{}
+		for range min(max(copies, 0), 4) {
+			req.Messages = append(req.Messages, m)
+		}
+		if copies < 0 {
+			req.Messages = append(req.Messages, nil)
+		}
+		resp, err := s.Publish(context.Background(), req)
+		checkCode(t, err)
+		if err == nil && len(resp.Ids) != len(req.Messages) {
+			t.Fatalf("%d ids for %d messages", len(resp.Ids), len(req.Messages))
+		}
+	})
+}
+
+func FuzzConsumeRequest(f *testing.F) {
+	f.Add(uint8(0), "", uint32(1), int64(1), int32(0), true, int32(1), "boom", uint32(1), true)
+	f.Add(uint8(1), "x", uint32(0), int64(-1), int32(-1), true, int32(2), "", uint32(0), false)
+	f.Add(uint8(2), "", uint32(5), int64(1<<40), int32(0), true, int32(9), "r", uint32(1<<31), true)
+	f.Add(uint8(3), "", uint32(0), int64(0), int32(0), false, int32(0), "", uint32(0), true)
+	f.Fuzz(func(t *testing.T, kind uint8, id string, n uint32, sec int64, nanos int32, durSet bool, action int32, reason string, credit uint32, realID bool) {
+		s, b := fuzzServer(t)
+		if _, err := b.Publish(&broker.Message{Queue: "q"}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Subscribe("q", "fuzz", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		d, err := c.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if realID {
+			id = d.ID
+		}
+		var req *pb.ConsumeRequest
+		switch kind % 6 {
+		case 0:
+			req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Ack{Ack: &pb.Ack{Id: id, Duration: dur(sec, nanos, durSet), Credit: credit}}}
+		case 1:
+			req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: id, Action: pb.NackAction(action), Delay: dur(sec, nanos, durSet), Reason: reason, Credit: credit}}}
+		case 2:
+			req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Extend{Extend: &pb.Extend{Id: id, Lease: dur(sec, nanos, durSet)}}}
+		case 3:
+			req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Credit{Credit: &pb.Credit{N: n}}}
+		case 4:
+			req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Subscribe{Subscribe: &pb.Subscribe{Queue: id, Prefetch: n}}}
+		case 5:
+			req = &pb.ConsumeRequest{}
+		}
+		checkCode(t, s.apply(c, req))
+		// Whatever happened, the job is acked, waiting, in flight, delayed or dead.
+		in, _ := b.Queue("q")
+		if in.Acked+uint64(in.Ready+in.InFlight+in.Delayed+in.DeadLetters) != 1 {
+			t.Fatalf("job lost or duplicated: %+v", in)
+		}
+	})
+}
+
+func FuzzDeclareQueue(f *testing.F) {
+	f.Add("q", "predictive", uint32(3), []byte{8, 3, 1}, int64(10), true, false, "j", uint32(1), uint64(10), uint32(5), int64(30), int64(0), false)
+	f.Add("", "weighted", uint32(99), []byte{}, int64(-1), true, true, "", uint32(99), uint64(1<<50), uint32(1<<31), int64(-1), int64(-5), true)
+	f.Add("s", "static", uint32(2), []byte{0}, int64(0), false, false, "a", uint32(1), uint64(0), uint32(0), int64(0), int64(1), false)
+	f.Fuzz(func(t *testing.T, name, policy string, tiers uint32, weights []byte, agingSec int64, agingSet, agingOff bool, jobType string, tier uint32, depth uint64, attempts uint32, leaseSec, ttlSec int64, shadow bool) {
+		s, _ := fuzzServer(t)
+		cfg := &pb.QueueConfig{Policy: policy, Tiers: tiers, AgingOff: agingOff, StaticTiers: map[string]uint32{jobType: tier},
+			MaxDepth: depth, MaxAttempts: attempts, Lease: dur(leaseSec, 0, leaseSec != 0), DefaultTtl: dur(ttlSec, 0, ttlSec != 0), Shadow: shadow}
+		for _, w := range weights {
+			cfg.Weights = append(cfg.Weights, uint32(w))
+		}
+		if agingSet {
+			for range tiers % 20 {
+				cfg.Aging = append(cfg.Aging, durationpb.New(time.Duration(agingSec)))
+			}
+		}
+		info, err := s.admin.DeclareQueue(context.Background(), &pb.DeclareQueueRequest{Name: name, Config: cfg})
+		checkCode(t, err)
+		if err != nil {
+			return
+		}
+		// A declared queue works: publish, consume, list.
+		_, err = s.Publish(context.Background(), &pb.PublishRequest{Messages: []*pb.Message{{Queue: name, JobType: jobType}}})
+		checkCode(t, err)
+		if uint64(len(info.DepthPerTier)) == 0 {
+			t.Fatalf("declared queue has no tiers: %v", info)
+		}
+		for _, call := range []func() error{
+			func() error { _, err := s.admin.ListKeys(context.Background(), &pb.ListKeysRequest{Queue: name, Limit: tier}); return err },
+			func() error { _, err := s.admin.ListDeadLetters(context.Background(), &pb.ListDeadLettersRequest{Queue: name}); return err },
+			func() error { _, err := s.admin.PurgeQueue(context.Background(), &pb.PurgeQueueRequest{Name: name}); return err },
+		} {
+			checkCode(t, call())
+		}
+	})
+}
+
+func FuzzPredictor(f *testing.F) {
+	f.Add("q", "p", "j", uint64(10), int64(1), int32(0), true)
+	f.Add("", "\xff", "", uint64(0), int64(-1), int32(0), true)
+	f.Fuzz(func(t *testing.T, queue, producer, jobType string, size uint64, sec int64, nanos int32, set bool) {
+		s, _ := fuzzServer(t)
+		_, err := s.pred.Predict(context.Background(), &pb.PredictRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size})
+		checkCode(t, err)
+		_, err = s.pred.Observe(context.Background(), &pb.ObserveRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size, Duration: dur(sec, nanos, set)})
+		checkCode(t, err)
+	})
+}
