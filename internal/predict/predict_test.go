@@ -1,0 +1,499 @@
+package predict
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func mustNew(t testing.TB, cfg Config) *Predictor {
+	t.Helper()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func ms(x float64) time.Duration { return time.Duration(x * float64(time.Millisecond)) }
+
+func observe(t testing.TB, p *Predictor, k Key, pr Prediction, d time.Duration) {
+	t.Helper()
+	if err := p.Observe(k, pr, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"alpha", Config{Alpha: 1.5}, "alpha must be in (0, 1], got 1.5"},
+		{"NaN alpha", Config{Alpha: math.NaN()}, "alpha must be in (0, 1], got NaN"},
+		{"decay", Config{Decay: -0.1}, "decay must be in (0, 1]"},
+		{"min observations", Config{MinObservations: -1}, "min observations must be at least 1"},
+		{"spread gate", Config{SpreadGate: 0.5}, "spread gate must be at least 1"},
+		{"tiers", Config{Tiers: MaxTiers + 1}, "tiers must be 1 to 16, got 17"},
+		{"window", Config{Window: 1<<20 + 1}, "window must be 1 to 1048576"},
+		{"recompute", Config{RecomputeEvery: -1}, "recompute interval must be at least 1"},
+		{"max keys", Config{MaxKeys: -1}, "max keys must be at least 1"},
+		{"max duration", Config{MaxDuration: -1}, "max duration must be positive"},
+		{"long factor", Config{LongFactor: 0.5}, "long factor must be at least 1"},
+		{"estimator", Config{Estimator: "mode"}, `unknown estimator "mode"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := New(tt.cfg)
+			if err == nil || !strings.HasPrefix(err.Error(), "predict: ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New error = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := New(Config{SpreadGate: -1, LongFactor: -1}); err != nil {
+		t.Errorf("negative spread gate and long factor disable them, got %v", err)
+	}
+}
+
+func TestKeyFor(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{})
+	for size, want := range map[uint64]int8{0: -1, 1: 1, 1023: 10, 1024: 11, math.MaxUint64: 64} {
+		if k := p.KeyFor("q", "p", "j", size); k.SizeBucket != want || k.Queue != "q" || k.Producer != "p" || k.JobType != "j" {
+			t.Errorf("KeyFor size %d = %+v, want bucket %d", size, k, want)
+		}
+	}
+	if k := mustNew(t, Config{NoSizeBucket: true}).KeyFor("q", "p", "j", 4096); k.SizeBucket != -1 {
+		t.Errorf("NoSizeBucket: bucket %d", k.SizeBucket)
+	}
+}
+
+func TestEWMA(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{Alpha: 0.5, MinObservations: 1, SpreadGate: -1})
+	k := p.KeyFor("q", "p", "j", 0)
+	want := []float64{10, 15, 22.5, 16.25} // first observation seeds it, then halfway each time
+	for i, d := range []float64{10, 20, 30, 10} {
+		observe(t, p, k, Prediction{}, ms(d))
+		ks, ok := p.Lookup(k)
+		if !ok || ks.Count != uint64(i+1) || ks.EWMA != ms(want[i]) {
+			t.Errorf("after %d observations: %+v, want EWMA %v ms", i+1, ks, want[i])
+		}
+	}
+	if pr := p.Predict(k); pr.Cost != ms(16.25) || pr.Cold || pr.SpreadGated || !pr.Routed() {
+		t.Errorf("Predict = %+v, want the EWMA, routed", pr)
+	}
+
+	// The median estimator predicts the histogram's median instead.
+	m := mustNew(t, Config{Estimator: EstimateMedian, MinObservations: 1, SpreadGate: -1})
+	for _, d := range []float64{1.5, 1.5, 5} {
+		observe(t, m, k, Prediction{}, ms(d))
+	}
+	ks, _ := m.Lookup(k)
+	if pr := m.Predict(k); pr.Cost != ks.P50 || ks.P50 < ms(1) || ks.P50 >= ms(2) {
+		t.Errorf("median estimator: Predict %v, P50 %v, want P50 in [1, 2) ms", pr.Cost, ks.P50)
+	}
+}
+
+func TestColdStart(t *testing.T) {
+	t.Parallel()
+	for _, tiers := range []int{1, 2, 3, 5} {
+		p := mustNew(t, Config{Tiers: tiers, MinObservations: 3, RecomputeEvery: 1})
+		warm, cold := p.KeyFor("q", "p", "warm", 0), p.KeyFor("q", "p", "cold", 0)
+		for range 3 {
+			observe(t, p, warm, Prediction{}, ms(1))
+		}
+		p.Predict(warm) // boundaries now exist
+		for i := range 3 {
+			pr := p.Predict(cold)
+			if !pr.Cold || pr.Tier != tiers/2 || !pr.Long || pr.Routed() || !pr.Made || pr.Cost != p.typical() {
+				t.Errorf("tiers %d, after %d observations: %+v, want cold in tier %d", tiers, i, pr, tiers/2)
+			}
+			observe(t, p, cold, pr, ms(1000))
+		}
+		if pr := p.Predict(cold); pr.Cold || !pr.Routed() {
+			t.Errorf("tiers %d, after 3 observations: %+v, want warm", tiers, pr)
+		}
+	}
+	// With LongFactor disabled a cold message is not held as long.
+	p := mustNew(t, Config{LongFactor: -1})
+	if pr := p.Predict(p.KeyFor("q", "p", "j", 0)); !pr.Cold || pr.Long {
+		t.Errorf("LongFactor -1: %+v", pr)
+	}
+}
+
+func TestSpreadGate(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{RecomputeEvery: 1})
+	bimodal, steady := p.KeyFor("q", "p", "bimodal", 0), p.KeyFor("q", "p", "steady", 0)
+	// Two thirds at 1 ms, a third at 1000 ms: the median is 1 ms and the
+	// p99 1000 ms. (The gate is p99/p50, so a key whose long mode holds
+	// half or more of the weight has a long median and is routed instead.)
+	for i := range 300 {
+		d := ms(1)
+		if i%3 == 2 {
+			d = ms(1000)
+		}
+		observe(t, p, bimodal, Prediction{}, d)
+		observe(t, p, steady, Prediction{}, ms(3))
+	}
+	for range 10 {
+		p.Predict(steady)
+	}
+	pr := p.Predict(bimodal)
+	if !pr.SpreadGated || pr.Cold || pr.Tier != 1 || !pr.Long || pr.Routed() {
+		t.Errorf("bimodal 1 ms / 1000 ms key: %+v, want spread-gated in the middle tier", pr)
+	}
+	if ks, _ := p.Lookup(bimodal); !ks.SpreadGated || ks.P99 < 16*ks.P50 || ks.Tier != 1 {
+		t.Errorf("Lookup: %+v", ks)
+	}
+	if pr := p.Predict(steady); pr.SpreadGated || !pr.Routed() {
+		t.Errorf("steady key: %+v", pr)
+	}
+	// A negative gate disables it.
+	q := mustNew(t, Config{SpreadGate: -1})
+	for i := range 30 {
+		observe(t, q, bimodal, Prediction{}, ms(float64(1+999*(i%2))))
+	}
+	if pr := q.Predict(bimodal); pr.SpreadGated || !pr.Routed() {
+		t.Errorf("gate off: %+v", pr)
+	}
+}
+
+func TestBoundariesInGaps(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	cluster := func(n int, center float64) []float64 {
+		var out []float64
+		for range n {
+			out = append(out, center*(0.9+0.2*rng.Float64()))
+		}
+		return out
+	}
+	// Unequal clusters, so the plain tercile cuts fall inside clusters.
+	a, b, c := cluster(400, 1), cluster(250, 10), cluster(350, 100)
+	costs := slices.Concat(c, a, b)
+	rng.Shuffle(len(costs), func(i, j int) { costs[i], costs[j] = costs[j], costs[i] })
+	orig := slices.Clone(costs)
+	got := Boundaries(costs, 3)
+	if !slices.Equal(costs, orig) {
+		t.Error("Boundaries modified its input")
+	}
+	if len(got) != 2 {
+		t.Fatalf("Boundaries = %v, want 2", got)
+	}
+	if got[0] <= slices.Max(a) || got[0] >= slices.Min(b) || got[1] <= slices.Max(b) || got[1] >= slices.Min(c) {
+		t.Errorf("boundaries %v, want one in (%.3f, %.3f) and one in (%.3f, %.3f)",
+			got, slices.Max(a), slices.Min(b), slices.Max(b), slices.Min(c))
+	}
+	// Each boundary is the geometric midpoint of its gap.
+	if want := math.Sqrt(slices.Max(a) * slices.Min(b)); math.Abs(got[0]-want) > 1e-9 {
+		t.Errorf("first boundary %v, want the gap's geometric midpoint %v", got[0], want)
+	}
+
+	tests := []struct {
+		name  string
+		costs []float64
+		tiers int
+		want  []float64
+	}{
+		{"one tier", []float64{1, 2, 3}, 1, nil},
+		{"no costs", nil, 3, nil},
+		{"one cost", []float64{5}, 3, []float64{5, 5}},
+		{"all equal", []float64{4, 4, 4, 4, 4, 4}, 3, []float64{4, 4}},
+		{"zeros skipped", []float64{0, 0, 0, 8, 8, 8}, 2, []float64{8}},
+		{"two clusters", []float64{1, 1, 1, 1, 100, 100}, 2, []float64{10}},
+	}
+	for _, tt := range tests {
+		got := Boundaries(tt.costs, tt.tiers)
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: Boundaries = %v, want %v", tt.name, got, tt.want)
+			continue
+		}
+		for i := range got {
+			if math.Abs(got[i]-tt.want[i]) > 1e-9 {
+				t.Errorf("%s: Boundaries = %v, want %v", tt.name, got, tt.want)
+			}
+		}
+	}
+}
+
+// MAE and tier accuracy on a sequence worked out by hand.
+func TestSummaryAccuracy(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{Tiers: 2, MinObservations: 1, SpreadGate: -1, RecomputeEvery: 1})
+	if s := p.Summary(); !math.IsNaN(s.TierAccuracy) || s.MAE != 0 || s.MAESamples != 0 {
+		t.Errorf("empty summary %+v", s)
+	}
+	a, b, c := p.KeyFor("q", "p", "a", 0), p.KeyFor("q", "p", "b", 0), p.KeyFor("q", "p", "c", 0)
+	observe(t, p, a, Prediction{}, ms(10)) // no prediction: counts for neither figure
+	observe(t, p, b, Prediction{}, ms(100))
+
+	prA := p.Predict(a) // 10 ms; boundaries [10]
+	prB := p.Predict(b) // 100 ms; boundaries [sqrt(10*100)]
+	prC := p.Predict(c) // cold, middle tier 1
+	if prA.Tier != 0 || prB.Tier != 1 || !prC.Cold || prC.Tier != 1 {
+		t.Fatalf("predictions %+v %+v %+v", prA, prB, prC)
+	}
+	if s := p.Summary(); len(s.Boundaries) != 1 || s.Boundaries[0] != ms(math.Sqrt(1000)) {
+		t.Fatalf("boundaries %v, want [%v]", s.Boundaries, ms(math.Sqrt(1000)))
+	}
+	observe(t, p, a, prA, ms(12))  // |10-12| = 2; tier 0, right
+	observe(t, p, b, prB, ms(20))  // |100-20| = 80; 20 ms earns tier 0, wrong
+	observe(t, p, c, prC, ms(500)) // cold: no MAE; tier 1, right
+	s := p.Summary()
+	if s.MAE != ms(41) || s.MAESamples != 2 || s.TierSamples != 3 || math.Abs(s.TierAccuracy-2.0/3) > 1e-12 {
+		t.Errorf("MAE %v over %d, accuracy %v over %d; want 41ms over 2, 2/3 over 3", s.MAE, s.MAESamples, s.TierAccuracy, s.TierSamples)
+	}
+	if s.Observations != 5 || s.Keys != 3 || s.Rejected != 0 || s.Evicted != 0 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+func TestBadDurations(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{MaxDuration: time.Hour, MinObservations: 1})
+	good, bad := p.KeyFor("q", "p", "good", 0), p.KeyFor("q", "p", "bad", 0)
+	observe(t, p, good, Prediction{}, ms(5))
+	before := p.Summary()
+	typical := p.typical()
+	for i, d := range []time.Duration{0, -1, -time.Hour, math.MinInt64, math.MaxInt64, time.Hour + 1, 1 << 62} {
+		for _, k := range []Key{good, bad} {
+			err := p.Observe(k, Prediction{Made: true, Tier: 2}, d)
+			if !errors.Is(err, ErrBadDuration) || !strings.Contains(err.Error(), d.String()) {
+				t.Errorf("Observe(%v) = %v, want ErrBadDuration naming it", d, err)
+			}
+		}
+		if s := p.Summary(); s.Rejected != uint64(2*(i+1)) || s.Observations != before.Observations || s.TierSamples != 0 {
+			t.Errorf("after rejecting %v: %+v", d, s)
+		}
+	}
+	if _, ok := p.Lookup(bad); ok {
+		t.Error("a key with only rejected durations is tracked")
+	}
+	if ks, _ := p.Lookup(good); ks.Count != 1 || ks.EWMA != ms(5) || p.typical() != typical {
+		t.Errorf("rejected durations folded in: %+v, typical %v", ks, p.typical())
+	}
+	// The limits themselves: 1 ns and exactly MaxDuration are accepted.
+	observe(t, p, good, Prediction{}, 1)
+	observe(t, p, good, Prediction{}, time.Hour)
+}
+
+func TestLRU(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{MaxKeys: 3, MinObservations: 1})
+	k := func(s string) Key { return p.KeyFor("q", "p", s, 0) }
+	for _, s := range []string{"a", "b", "c"} {
+		observe(t, p, k(s), Prediction{}, ms(1))
+	}
+	p.Predict(k("a"))                          // touches a: b is now the least recent
+	p.Lookup(k("b"))                           // Lookup does not touch
+	observe(t, p, k("d"), Prediction{}, ms(1)) // evicts b
+	observe(t, p, k("c"), Prediction{}, ms(1)) // touches c: a is least recent
+	observe(t, p, k("e"), Prediction{}, ms(1)) // evicts a
+	var got []string
+	for _, ks := range p.Keys(0) {
+		got = append(got, ks.Key.JobType)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"c", "d", "e"}) || p.Summary().Evicted != 2 {
+		t.Errorf("keys %v, evicted %d; want [c d e], 2", got, p.Summary().Evicted)
+	}
+	if top := p.Keys(1); len(top) != 1 || top[0].Key.JobType != "c" || top[0].Count != 2 {
+		t.Errorf("Keys(1) = %+v, want c, the busiest", top)
+	}
+}
+
+// A million distinct keys never hold more than MaxKeys in memory.
+func TestMaxKeysBound(t *testing.T) {
+	t.Parallel()
+	const maxKeys, n = 1000, 1_000_000
+	p := mustNew(t, Config{MaxKeys: maxKeys})
+	hot := p.KeyFor("q", "p", "hot", 0)
+	names := make([]string, 0, 1000)
+	for i := range 1000 {
+		names = append(names, strconv.Itoa(i))
+	}
+	for i := range n {
+		k := Key{Queue: "q", Producer: names[i%1000], JobType: names[(i/1000)%1000], SizeBucket: -1}
+		observe(t, p, k, Prediction{}, ms(1))
+		if i%100 == 0 {
+			observe(t, p, hot, Prediction{}, ms(1)) // kept warm, never evicted
+		}
+		if len(p.keys) > maxKeys {
+			t.Fatalf("after %d keys %d are tracked", i+1, len(p.keys))
+		}
+	}
+	s := p.Summary()
+	if s.Keys != maxKeys || len(p.keys) != maxKeys || s.Evicted != n+1-maxKeys {
+		t.Errorf("keys %d, evicted %d; want %d and %d", s.Keys, s.Evicted, maxKeys, n+1-maxKeys)
+	}
+	if _, ok := p.Lookup(hot); !ok {
+		t.Error("the recently used key was evicted")
+	}
+	// The LRU list and the map agree.
+	count := 0
+	for e := p.head; e != nil; e = e.next {
+		if p.keys[e.key] != e {
+			t.Fatalf("list entry %+v not in the map", e.key)
+		}
+		count++
+	}
+	if count != maxKeys {
+		t.Errorf("LRU list holds %d entries, map %d", count, maxKeys)
+	}
+}
+
+// TestBytesPerKey measures the heap one tracked key costs, excluding its
+// strings, and holds the BytesPerKey constant to within a factor of two.
+func TestBytesPerKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures 100k keys")
+	}
+	// Not parallel: other tests' allocations would count.
+	const n = 100_000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = strconv.Itoa(i)
+	}
+	p := mustNew(t, Config{MaxKeys: n})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		observe(t, p, Key{Queue: "q", Producer: "p", JobType: names[i], SizeBucket: -1}, Prediction{}, ms(1))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if len(p.keys) != n {
+		t.Fatalf("%d keys tracked", len(p.keys))
+	}
+	per := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
+	runtime.KeepAlive(p)
+	t.Logf("%.0f bytes per key (BytesPerKey = %d)", per, BytesPerKey)
+	if per < BytesPerKey/2 || per > 2*BytesPerKey {
+		t.Errorf("%.0f bytes per key, BytesPerKey says %d", per, BytesPerKey)
+	}
+}
+
+// Random sequences of Predict and Observe under random configurations never
+// panic, keep every tier in range and keep the figures consistent.
+func TestPredictObserveProperty(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		cfg := Config{
+			Alpha:           []float64{0.01, 0.2, 1}[rng.IntN(3)],
+			Decay:           []float64{0.5, 0.98, 1}[rng.IntN(3)],
+			MinObservations: 1 + rng.IntN(4),
+			SpreadGate:      []float64{-1, 1, 16}[rng.IntN(3)],
+			Tiers:           1 + rng.IntN(MaxTiers),
+			Window:          1 + rng.IntN(64),
+			RecomputeEvery:  1 + rng.IntN(16),
+			MaxKeys:         1 + rng.IntN(20),
+			Estimator:       []string{EstimateEWMA, EstimateMedian}[rng.IntN(2)],
+			LongFactor:      []float64{-1, 1, 64}[rng.IntN(3)],
+		}
+		p := mustNew(t, cfg)
+		var accepted, rejected uint64
+		for range 500 {
+			k := p.KeyFor("q", "p", strconv.Itoa(rng.IntN(30)), rng.Uint64N(1<<20))
+			pr := p.Predict(k)
+			if pr.Tier < 0 || pr.Tier >= cfg.Tiers || pr.Cost < 0 || !pr.Made {
+				t.Fatalf("seed %d %+v: prediction %+v", seed, cfg, pr)
+			}
+			var d time.Duration
+			switch rng.IntN(10) {
+			case 0:
+				d = -time.Duration(rng.Int64())
+			case 1:
+				d = DefaultMaxDuration + time.Duration(rng.Int64N(1<<40))
+			default:
+				d = time.Duration(rng.Int64N(int64(10 * time.Second)))
+			}
+			if err := p.Observe(k, pr, d); err != nil {
+				rejected++
+				if !errors.Is(err, ErrBadDuration) || d > 0 && d <= DefaultMaxDuration {
+					t.Fatalf("seed %d: Observe(%v) = %v", seed, d, err)
+				}
+			} else {
+				accepted++
+			}
+		}
+		s := p.Summary()
+		if s.Observations != accepted || s.Rejected != rejected || s.Keys > cfg.MaxKeys || len(s.Boundaries) > cfg.Tiers-1 ||
+			!slices.IsSorted(s.Boundaries) || (s.TierSamples > 0 && !(s.TierAccuracy >= 0 && s.TierAccuracy <= 1)) {
+			t.Fatalf("seed %d %+v: summary %+v", seed, cfg, s)
+		}
+		for _, ks := range p.Keys(0) {
+			if ks.Tier < 0 || ks.Tier >= cfg.Tiers {
+				t.Fatalf("seed %d: key %+v", seed, ks)
+			}
+		}
+	}
+}
+
+func FuzzObserve(f *testing.F) {
+	f.Add("q", "job", uint64(0), int64(time.Millisecond), int64(0))
+	f.Add("", "", uint64(1<<63), int64(0), int64(-1))
+	f.Add("q", "x", uint64(7), int64(math.MinInt64), int64(math.MaxInt64))
+	f.Add("q", "y", uint64(7), int64(DefaultMaxDuration), int64(DefaultMaxDuration+1))
+	f.Fuzz(func(t *testing.T, queue, jobType string, size uint64, d1, d2 int64) {
+		p := mustNew(t, Config{MinObservations: 1, RecomputeEvery: 1, MaxKeys: 2})
+		k := p.KeyFor(queue, "p", jobType, size)
+		for _, d := range []time.Duration{time.Duration(d1), time.Duration(d2), time.Duration(d1)} {
+			pr := p.Predict(k)
+			if pr.Tier < 0 || pr.Tier >= DefaultTiers {
+				t.Fatalf("tier %d", pr.Tier)
+			}
+			before, _ := p.Lookup(k)
+			err := p.Observe(k, pr, d)
+			after, _ := p.Lookup(k)
+			if d <= 0 || d > DefaultMaxDuration {
+				if !errors.Is(err, ErrBadDuration) || after.Count != before.Count || after.EWMA != before.EWMA {
+					t.Fatalf("Observe(%v) = %v; count %d -> %d", d, err, before.Count, after.Count)
+				}
+			} else if err != nil || after.Count != before.Count+1 || after.EWMA <= 0 || after.EWMA > DefaultMaxDuration {
+				t.Fatalf("Observe(%v) = %v; %+v -> %+v", d, err, before, after)
+			}
+		}
+	})
+}
+
+func BenchmarkPredictObserve(b *testing.B) {
+	p := mustNew(b, Config{})
+	keys := make([]Key, 1000)
+	for i := range keys {
+		keys[i] = p.KeyFor("queue", "producer", "job-"+strconv.Itoa(i), uint64(i*100))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	durs := make([]time.Duration, 4096)
+	for i := range durs {
+		durs[i] = time.Duration(1+rng.IntN(1000)) * time.Millisecond
+	}
+	for i, k := range keys { // warm every key
+		for range DefaultMinObservations {
+			if err := p.Observe(k, Prediction{}, durs[i%len(durs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		k := keys[i%len(keys)]
+		pr := p.Predict(k)
+		if err := p.Observe(k, pr, durs[i%len(durs)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
