@@ -1,0 +1,321 @@
+// Package experiment owns Harbinger's ablation studies: it replays the
+// pre-registered workload and the shipped trace at several offered loads
+// through many variants of the scheduler and predictor, and renders the
+// findings as Markdown tables and hand-written SVG charts
+// (docs/experiments.md). It only composes the simulator; the one model it
+// adds, a regression tree standing in for a heavier predictor, lives here
+// too, so the scheduling core stays as it ships.
+package experiment
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/report"
+	"github.com/harbinger-mq/harbinger/internal/sim"
+	"github.com/harbinger-mq/harbinger/internal/stats"
+	"github.com/harbinger-mq/harbinger/internal/workload"
+)
+
+// Defaults for Config.
+var (
+	DefaultLoads = []float64{0.8, 0.95, 1.1}
+	DefaultSeeds = []uint64{1, 2, 3, 4, 5}
+)
+
+// Scenario is one job stream the studies run on, before load scaling.
+type Scenario struct {
+	Label string     // short name for tables, e.g. "production-flow"
+	Src   sim.Source // workers and durations are kept; arrivals are rescaled per load
+}
+
+// Config says what to run.
+type Config struct {
+	Scenarios []Scenario
+	Loads     []float64 // offered loads; default DefaultLoads
+	Seeds     []uint64  // default DefaultSeeds
+	Parallel  int       // concurrent runs; default GOMAXPROCS
+	Progress  io.Writer // one line per finished scenario and load; nil for none
+	Command   string    // the command line that reproduces the run, quoted in the document
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if len(c.Loads) == 0 {
+		c.Loads = slices.Clone(DefaultLoads)
+	}
+	if len(c.Seeds) == 0 {
+		c.Seeds = slices.Clone(DefaultSeeds)
+	}
+	if c.Parallel <= 0 {
+		c.Parallel = runtime.GOMAXPROCS(0)
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+	if c.Command == "" {
+		c.Command = "go run ./cmd/harbinger experiments"
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Scenarios) == 0 {
+		return fmt.Errorf("experiment: no scenarios to run")
+	}
+	for _, l := range c.Loads {
+		if !(l > 0) || math.IsInf(l, 0) {
+			return fmt.Errorf("experiment: offered load %v must be a positive number", l)
+		}
+	}
+	return nil
+}
+
+// Arm names. The default arm is the shipped configuration: the bounded
+// policy, three tiers, the EWMA estimator, the spread gate, size buckets and
+// a cold-start threshold of three observations.
+const (
+	ArmFIFO         = "fifo"
+	ArmDefault      = "default"
+	ArmAgingOff     = "bound-off"
+	ArmStrictAging  = "strict+step"
+	ArmWeighted     = "weighted+pausing"
+	ArmLong16       = "bound>=16x"
+	ArmLong4        = "bound>=4x"
+	ArmOracle       = "oracle"
+	ArmStatic       = "static"
+	ArmMedian       = "median"
+	ArmNoGate       = "ewma-no-gate"
+	ArmMedianNoGate = "median-no-gate"
+	ArmNoSize       = "no-size-bucket"
+	ArmCold1        = "cold-start-1"
+	ArmCold10       = "cold-start-10"
+	ArmTree         = "tree"
+	ArmTiers2       = "tiers-2"
+	ArmTiers4       = "tiers-4"
+	ArmTiers6       = "tiers-6"
+	ArmSJF          = "sjf"
+)
+
+// armSpec is an arm and how to run it.
+type armSpec struct {
+	sim.Arm
+	tree bool // tiers from the regression tree (runTreeSeed)
+}
+
+// buildArms resolves every arm the studies need for one scenario's types.
+func buildArms(types []workload.JobType) ([]armSpec, error) {
+	by := func(name, base string, tweak func(*sim.Arm)) (armSpec, error) {
+		a, err := sim.ArmByName(base, types)
+		if err != nil {
+			return armSpec{}, err
+		}
+		a.Name = name
+		if tweak != nil {
+			tweak(&a)
+		}
+		return armSpec{Arm: a}, nil
+	}
+	def := func(name string, tweak func(*sim.Arm)) (armSpec, error) { return by(name, "bounded", tweak) }
+	var out []armSpec
+	add := func(a armSpec, err error) error {
+		if err == nil {
+			out = append(out, a)
+		}
+		return err
+	}
+	tree, err := def(ArmTree, nil)
+	tree.tree = true
+	for _, e := range []error{
+		add(by(ArmFIFO, "fifo", nil)),
+		add(def(ArmDefault, nil)),
+		add(def(ArmAgingOff, func(a *sim.Arm) { a.Options.AgingOff = true })),
+		add(by(ArmStrictAging, "strict-aging", nil)),
+		add(by(ArmWeighted, "weighted", nil)),
+		add(def(ArmLong16, func(a *sim.Arm) { a.Predictor.LongFactor = 16 })),
+		add(def(ArmLong4, func(a *sim.Arm) { a.Predictor.LongFactor = 4 })),
+		add(by(ArmOracle, "oracle", nil)),
+		add(by(ArmStatic, "static", nil)),
+		add(def(ArmMedian, func(a *sim.Arm) { a.Predictor.Estimator = predict.EstimateMedian })),
+		add(def(ArmNoGate, func(a *sim.Arm) { a.Predictor.SpreadGate = -1 })),
+		add(def(ArmMedianNoGate, func(a *sim.Arm) {
+			a.Predictor.Estimator, a.Predictor.SpreadGate = predict.EstimateMedian, -1
+		})),
+		add(def(ArmNoSize, func(a *sim.Arm) { a.Predictor.NoSizeBucket = true })),
+		add(def(ArmCold1, func(a *sim.Arm) { a.Predictor.MinObservations = 1 })),
+		add(def(ArmCold10, func(a *sim.Arm) { a.Predictor.MinObservations = 10 })),
+		add(tree, err),
+		add(def(ArmTiers2, func(a *sim.Arm) { a.Options.Tiers = 2 })),
+		add(def(ArmTiers4, func(a *sim.Arm) { a.Options.Tiers = 4 })),
+		add(def(ArmTiers6, func(a *sim.Arm) { a.Options.Tiers = 6 })),
+		add(by(ArmSJF, "sjf", nil)),
+	} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	return out, nil
+}
+
+// Cell is one arm on one scenario at one load, across seeds.
+type Cell struct {
+	*report.ArmResult
+	ExportP99WaitS []float64 // per seed: 99th percentile wait of the export class
+	ExportMeanWait []float64 // per seed: mean wait of the export class
+}
+
+// Results holds every cell: Cells[scenario][load][arm].
+type Results struct {
+	Config    Config
+	Scenarios []ScenarioInfo
+	Cells     []map[float64]map[string]*Cell
+	Took      time.Duration
+}
+
+// ScenarioInfo describes a scenario as run.
+type ScenarioInfo struct {
+	Label   string
+	Name    string // the source's own name
+	Workers int
+	Jobs    int     // jobs of the first seed
+	Load    float64 // offered load of the first seed before rescaling
+}
+
+// Cell returns one cell, or nil.
+func (r *Results) Cell(scenario int, load float64, arm string) *Cell {
+	if scenario < 0 || scenario >= len(r.Cells) {
+		return nil
+	}
+	return r.Cells[scenario][load][arm]
+}
+
+// Run runs every arm on every scenario, load and seed.
+func Run(c Config) (*Results, error) {
+	c = c.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	res := &Results{Config: c}
+	for si, sc := range c.Scenarios {
+		arms, err := buildArms(sc.Src.Types())
+		if err != nil {
+			return nil, err
+		}
+		first := sc.Src.Generate(c.Seeds[0])
+		base, err := sim.OfferedLoad(first, sc.Src.Workers())
+		if err != nil {
+			return nil, fmt.Errorf("experiment: %s: %w", sc.Label, err)
+		}
+		res.Scenarios = append(res.Scenarios, ScenarioInfo{Label: sc.Label, Name: sc.Src.Name(),
+			Workers: sc.Src.Workers(), Jobs: len(first), Load: base})
+		res.Cells = append(res.Cells, map[float64]map[string]*Cell{})
+		for _, load := range c.Loads {
+			cells, err := runLoad(sc.Src, load, arms, c)
+			if err != nil {
+				return nil, fmt.Errorf("experiment: %s at load %v: %w", sc.Label, load, err)
+			}
+			res.Cells[si][load] = cells
+			fmt.Fprintf(c.Progress, "experiments: %s at load %v: %d arms x %d seeds done (%.1f s)\n",
+				sc.Label, load, len(arms), len(c.Seeds), time.Since(begin).Seconds())
+		}
+	}
+	res.Took = time.Since(begin)
+	return res, nil
+}
+
+// seedSource pins the seeds AtLoad measures on to the study's seeds.
+type seedSource struct {
+	sim.Source
+	seeds []uint64
+}
+
+func (s seedSource) Seeds() []uint64 { return slices.Clone(s.seeds) }
+
+func runLoad(src sim.Source, load float64, arms []armSpec, c Config) (map[string]*Cell, error) {
+	scaled, err := sim.AtLoad(seedSource{src, c.Seeds}, load)
+	if err != nil {
+		return nil, err
+	}
+	types := scaled.Types()
+	jobs := make([][]workload.Job, len(c.Seeds))
+	for i, s := range c.Seeds {
+		jobs[i] = scaled.Generate(s)
+	}
+	type out struct {
+		res        report.SeedResult
+		p99, meanW float64
+	}
+	outs := make([][]out, len(arms))
+	for i := range outs {
+		outs[i] = make([]out, len(c.Seeds))
+	}
+	type task struct{ arm, seed int }
+	tasks := make(chan task)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range c.Parallel {
+		wg.Go(func() {
+			for t := range tasks {
+				a := arms[t.arm]
+				run := sim.RunSeed
+				if a.tree {
+					run = runTreeSeed
+				}
+				r, recs, err := run(types, jobs[t.seed], scaled.Workers(), a.Arm, c.Seeds[t.seed])
+				p99, meanW := exportWaits(recs)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = fmt.Errorf("arm %s seed %d: %w", a.Name, c.Seeds[t.seed], err)
+				}
+				outs[t.arm][t.seed] = out{r, p99, meanW}
+				mu.Unlock()
+			}
+		})
+	}
+	for a := range arms {
+		for s := range c.Seeds {
+			tasks <- task{a, s}
+		}
+	}
+	close(tasks)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	cells := make(map[string]*Cell, len(arms))
+	for i, a := range arms {
+		per := make([]report.SeedResult, len(c.Seeds))
+		cell := &Cell{}
+		for s, o := range outs[i] {
+			per[s] = o.res
+			cell.ExportP99WaitS = append(cell.ExportP99WaitS, o.p99)
+			cell.ExportMeanWait = append(cell.ExportMeanWait, o.meanW)
+		}
+		cell.ArmResult = report.Combine(per)
+		cells[a.Name] = cell
+	}
+	return cells, nil
+}
+
+// exportWaits returns the 99th percentile and the mean wait (send to start)
+// of the export class, in seconds; NaN when there is none.
+func exportWaits(recs []report.Record) (p99, mean float64) {
+	var w []float64
+	for _, r := range recs {
+		if r.Class == report.ClassExport {
+			w = append(w, (r.Started - r.Sent).Seconds())
+		}
+	}
+	if len(w) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return stats.Quantile(w, 0.99), stats.Mean(w)
+}

@@ -1,0 +1,181 @@
+package experiment
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/sim"
+	"github.com/harbinger-mq/harbinger/internal/workload"
+)
+
+// tiny is a two-worker workload of short, mid and export jobs, small enough
+// to run every arm in well under a second.
+func tiny() *workload.Workload {
+	jt := func(name string, rate, ms float64, tier int, class string) workload.JobType {
+		return workload.JobType{Name: name, Producer: "p-" + name, RatePerS: rate,
+			Duration:   workload.DurationSpec{Dist: "lognormal", MeanMS: ms, Sigma: 0.3},
+			Size:       workload.SizeSpec{Dist: "fixed", Mean: 1024},
+			StaticTier: tier, Class: class}
+	}
+	return &workload.Workload{Name: "tiny", ArrivalsS: 20, Workers: 2, Seeds: []uint64{1, 2},
+		JobTypes: []workload.JobType{
+			jt("short", 40, 5, 0, "short"),
+			jt("mid", 5, 60, 1, "mid"),
+			jt("export", 0.3, 1500, 2, "export"),
+		}}
+}
+
+func setup(t *testing.T) *Results {
+	t.Helper()
+	w := tiny()
+	r, err := Run(Config{
+		Scenarios: []Scenario{{"tiny", sim.FromWorkload(w)}, {"tiny again", sim.FromWorkload(w)}},
+		Loads:     []float64{0.7, 0.95},
+		Seeds:     []uint64{1, 2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestMarkdownTables(t *testing.T) {
+	t.Parallel()
+	r := setup(t)
+	var b bytes.Buffer
+	if err := r.Markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, s := range studies() {
+		if !strings.Contains(md, "## "+s.title) {
+			t.Errorf("missing study %q", s.title)
+		}
+		if !strings.Contains(md, "("+ChartDir+"/"+s.slug+".svg)") {
+			t.Errorf("study %q does not link its chart", s.slug)
+		}
+		// Each table has a header, a rule, and one row per load and arm.
+		header := "| load | arm |"
+		for _, c := range s.columns {
+			header += " " + c.head() + " |"
+		}
+		if got := strings.Count(md, header); got < 2 {
+			t.Errorf("study %q: %d tables, want one per scenario", s.slug, got)
+		}
+	}
+	if !strings.Contains(md, "| 0.95 | default |") || !strings.Contains(md, "Does the default policy follow from this?") {
+		t.Error("missing rows or the conclusion")
+	}
+	// FIFO against itself is exactly 1.
+	if v := r.ratio(0, 0.95, ArmFIFO, ArmFIFO, mMean); v != 1 {
+		t.Errorf("fifo vs fifo = %v", v)
+	}
+	for _, a := range []string{ArmDefault, ArmTree, ArmOracle, ArmSJF} {
+		if v := r.value(0, 0.7, a, mMean); math.IsNaN(v) || v <= 0 {
+			t.Errorf("%s mean = %v", a, v)
+		}
+	}
+	if v := r.value(0, 0.7, ArmTree, mMAE); math.IsNaN(v) {
+		t.Error("tree arm reports no MAE")
+	}
+}
+
+func TestChartsAreWellFormedXML(t *testing.T) {
+	t.Parallel()
+	r := setup(t)
+	charts, err := r.Charts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(charts) != len(studies()) {
+		t.Fatalf("%d charts, want %d", len(charts), len(studies()))
+	}
+	for name, svg := range charts {
+		wellFormed(t, name, svg)
+		for _, want := range []string{"<svg", "offered load", "<rect", "<title>"} {
+			if !bytes.Contains(svg, []byte(want)) {
+				t.Errorf("%s: no %q", name, want)
+			}
+		}
+	}
+}
+
+func TestChartEscapesAndSurvivesGaps(t *testing.T) {
+	t.Parallel()
+	c := Chart{Title: `a < b & "c"`, Series: []string{"x<y", "z"}, Panels: []Panel{
+		{Title: "log", Groups: []string{"1", "2"}, Values: [][]float64{{0.5, math.NaN()}, {3, 0}}, Log: true},
+		{Title: "linear", Groups: []string{"1"}, Values: [][]float64{{math.NaN()}, {math.Inf(1)}}},
+	}}
+	var b bytes.Buffer
+	if err := c.WriteSVG(&b); err != nil {
+		t.Fatal(err)
+	}
+	wellFormed(t, "escape", b.Bytes())
+	if bytes.Contains(b.Bytes(), []byte("NaN")) || bytes.Contains(b.Bytes(), []byte("Inf")) {
+		t.Error("chart drew a NaN or infinite coordinate")
+	}
+}
+
+func TestWrite(t *testing.T) {
+	t.Parallel()
+	r := setup(t)
+	dir := t.TempDir()
+	if err := Write(r, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range studies() {
+		if _, err := os.Stat(filepath.Join(dir, ChartDir, s.slug+".svg")); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "experiments.md")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestTreeLearnsTypes(t *testing.T) {
+	t.Parallel()
+	m := newTreeModel()
+	short, long := &workload.JobType{Name: "s", Producer: "a"}, &workload.JobType{Name: "l", Producer: "b"}
+	for i := range 600 {
+		m.observe(m.features(short, 0), time.Duration(10+i%3)*time.Millisecond)
+		m.observe(m.features(long, 1<<20), time.Duration(500+i%7)*time.Millisecond)
+	}
+	s, ok1 := m.predict(m.features(short, 0))
+	l, ok2 := m.predict(m.features(long, 1<<20))
+	if !ok1 || !ok2 || math.Abs(s-11) > 1 || math.Abs(l-503) > 5 {
+		t.Errorf("tree predicts %v ms and %v ms, want about 11 and 503", s, l)
+	}
+}
+
+func TestRunRejects(t *testing.T) {
+	t.Parallel()
+	if _, err := Run(Config{}); err == nil {
+		t.Error("ran without scenarios")
+	}
+	if _, err := Run(Config{Scenarios: []Scenario{{"tiny", sim.FromWorkload(tiny())}}, Loads: []float64{-1}}); err == nil {
+		t.Error("accepted a negative load")
+	}
+}
+
+func wellFormed(t *testing.T, name string, doc []byte) {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	for {
+		_, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s is not well-formed XML: %v", name, err)
+		}
+	}
+}
