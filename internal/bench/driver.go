@@ -1,0 +1,153 @@
+// Package bench owns the live side-by-side comparison of Harbinger with
+// RabbitMQ and Redis: one Driver per broker, the flow harness that replays a
+// workload through every arm with identical producers, handlers and arrival
+// schedules, the broker-cost harness, and the files a run writes (report,
+// raw records, charts). It is the only package that imports the AMQP and
+// Redis clients.
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Broker names.
+const (
+	Harbinger = "harbinger"
+	RabbitMQ  = "rabbitmq"
+	Redis     = "redis"
+)
+
+// Queue policies an arm asks a driver for. Not every driver supports every
+// policy; Setup returns ErrPolicy for the rest.
+const (
+	PolicyFIFO       = "fifo"       // one level, arrival order
+	PolicyStatic     = "static"     // the workload's static_tier map, strict priority, no aging
+	PolicyPredictive = "predictive" // the per-key predictor with the broker's default policy
+	PolicyWeighted   = "weighted"   // Harbinger's predictor with level weights and pausing aging
+)
+
+// ErrPolicy is returned by Setup for a policy the broker cannot run.
+var ErrPolicy = errors.New("bench: policy not supported by this broker")
+
+// Key is what a producer reports about a message and what a predictor keys
+// on: who sent it, what kind of job it is and how big it is.
+type Key struct {
+	Producer string
+	JobType  string
+	Size     uint64
+}
+
+// QueueSpec describes the fresh queue one run needs.
+type QueueSpec struct {
+	Name   string         // unique for the run
+	Policy string         // one of the Policy constants
+	Static map[string]int // job type -> tier (0 is served first), for PolicyStatic
+}
+
+// Message is one message a producer publishes.
+type Message struct {
+	Key  Key
+	Body []byte
+}
+
+// Handler runs one delivery. The driver acks the message when it returns nil
+// (with the handler's measured duration where the broker takes one) and lets
+// the broker's own rules redeliver it otherwise.
+type Handler func(ctx context.Context, body []byte) error
+
+// Driver connects the harness to one broker. A Driver is safe for concurrent
+// use; several queues may be set up on it at once.
+type Driver interface {
+	// Broker is the broker's name (Harbinger, RabbitMQ or Redis).
+	Broker() string
+	// Version describes the broker's server for the method line.
+	Version(ctx context.Context) string
+	// Setup creates a fresh, empty queue with the spec's policy.
+	Setup(ctx context.Context, spec QueueSpec) (Queue, error)
+	// Close releases the driver's connections.
+	Close() error
+}
+
+// Queue is one run's queue on one broker.
+type Queue interface {
+	// NewPublisher returns a publisher for one producer goroutine.
+	NewPublisher(ctx context.Context) (Publisher, error)
+	// Work runs one worker with prefetch 1 until ctx ends, calling h for
+	// every delivery. It calls ready (once) when the worker can receive.
+	// It returns nil when ctx ends; a worker whose ctx ends mid-handler
+	// stops as a crashed process would, without acking.
+	Work(ctx context.Context, worker int, ready func(), h Handler) error
+	// Teardown deletes the queue and anything left on it.
+	Teardown(ctx context.Context) error
+}
+
+// Publisher publishes messages for one producer goroutine.
+type Publisher interface {
+	Publish(ctx context.Context, m Message) error
+	Close() error
+}
+
+// Arm is one broker and policy under comparison.
+type Arm struct {
+	Name   string // e.g. "rabbitmq-priority"
+	Broker string
+	Policy string
+}
+
+// FlowArms are the pre-registered live arms, in report order.
+var FlowArms = []Arm{
+	{"harbinger-fifo", Harbinger, PolicyFIFO},
+	{"harbinger-static", Harbinger, PolicyStatic},
+	{"harbinger-predictive", Harbinger, PolicyPredictive},
+	{"harbinger-weighted", Harbinger, PolicyWeighted},
+	{"rabbitmq-fifo", RabbitMQ, PolicyFIFO},
+	{"rabbitmq-priority", RabbitMQ, PolicyStatic},
+	{"rabbitmq-predictive", RabbitMQ, PolicyPredictive},
+	{"redis-fifo", Redis, PolicyFIFO},
+}
+
+// ArmNames lists the names of arms.
+func ArmNames(arms []Arm) []string {
+	out := make([]string, len(arms))
+	for i, a := range arms {
+		out[i] = a.Name
+	}
+	return out
+}
+
+// ParseArms resolves a comma-separated list of arm names against known, in
+// the order given, dropping duplicates.
+func ParseArms(s string, known []Arm) ([]Arm, error) {
+	byName := map[string]Arm{}
+	for _, a := range known {
+		byName[a.Name] = a
+	}
+	var out []Arm
+	seen := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" || seen[f] {
+			continue
+		}
+		a, ok := byName[f]
+		if !ok {
+			return nil, fmt.Errorf("unknown arm %q (want one of %s)", f, strings.Join(ArmNames(known), ", "))
+		}
+		seen[f] = true
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("name at least one arm")
+	}
+	return out, nil
+}
+
+// PriorityOf maps a static tier to the AMQP priority of the rabbitmq-priority
+// arm: tier 0 (served first) -> 2, tier 1 -> 1, tier 2 -> 0, on a queue with
+// x-max-priority 3. Tiers outside 0-2 clamp to the nearest end.
+func PriorityOf(tier int) uint8 {
+	return uint8(2 - min(max(tier, 0), 2))
+}

@@ -1,0 +1,221 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// DefaultAMQPURL is the RabbitMQ the harness dials when HARBINGER_AMQP_URL
+// is unset: a local broker with the stock guest account.
+const DefaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// AMQPURL returns HARBINGER_AMQP_URL or DefaultAMQPURL.
+func AMQPURL() string {
+	if u := os.Getenv("HARBINGER_AMQP_URL"); u != "" {
+		return u
+	}
+	return DefaultAMQPURL
+}
+
+// maxPriority is the x-max-priority of the priority and predictive arms.
+const maxPriority = 3
+
+// RabbitDriver runs the RabbitMQ arms: classic queues, transient messages,
+// no publisher confirms, manual acks, one channel per producer and per
+// worker, prefetch 1 per worker.
+type RabbitDriver struct {
+	conn *amqp.Connection
+}
+
+// DialRabbit connects to the RabbitMQ at url.
+func DialRabbit(url string) (*RabbitDriver, error) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return nil, fmt.Errorf("bench: rabbitmq: %w", err)
+	}
+	return &RabbitDriver{conn: conn}, nil
+}
+
+// Broker implements Driver.
+func (d *RabbitDriver) Broker() string { return RabbitMQ }
+
+// Version implements Driver with the server's own product and version.
+func (d *RabbitDriver) Version(context.Context) string {
+	p := d.conn.Properties
+	return fmt.Sprintf("%v %v", p["product"], p["version"])
+}
+
+// Close implements Driver.
+func (d *RabbitDriver) Close() error { return d.conn.Close() }
+
+// Setup implements Driver: a fresh, purged, non-durable classic queue; with
+// x-max-priority 3 for the static and predictive policies.
+func (d *RabbitDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error) {
+	q := &rabbitQueue{d: d, name: spec.Name, policy: spec.Policy, static: spec.Static}
+	args := amqp.Table{"x-queue-type": "classic"}
+	switch spec.Policy {
+	case PolicyFIFO:
+	case PolicyStatic:
+		args["x-max-priority"] = int32(maxPriority)
+	case PolicyPredictive:
+		return setupRabbitPredictive(ctx, q)
+	default:
+		return nil, fmt.Errorf("%w: rabbitmq %s", ErrPolicy, spec.Policy)
+	}
+	if err := q.declare(args); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+type rabbitQueue struct {
+	d      *RabbitDriver
+	name   string
+	policy string
+	static map[string]int
+	// predictive arm only, set by setupRabbitPredictive
+	pred rabbitPredictive
+}
+
+// rabbitPredictive is the predictive arm's hooks into the rabbitmq package.
+type rabbitPredictive interface {
+	publisher(ch *amqp.Channel) func(ctx context.Context, m Message, p amqp.Publishing) error
+	consume(ctx context.Context, ch *amqp.Channel, queue string, h Handler) error
+}
+
+func (q *rabbitQueue) declare(args amqp.Table) error {
+	ch, err := q.d.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("bench: rabbitmq channel: %w", err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclare(q.name, false, false, false, false, args); err != nil {
+		return fmt.Errorf("bench: rabbitmq declare %s: %w", q.name, err)
+	}
+	if _, err := ch.QueuePurge(q.name, false); err != nil {
+		return fmt.Errorf("bench: rabbitmq purge %s: %w", q.name, err)
+	}
+	return nil
+}
+
+// Teardown implements Queue.
+func (q *rabbitQueue) Teardown(context.Context) error {
+	ch, err := q.d.conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	_, err = ch.QueueDelete(q.name, false, false, false)
+	return err
+}
+
+// NewPublisher implements Queue: one channel per producer.
+func (q *rabbitQueue) NewPublisher(context.Context) (Publisher, error) {
+	ch, err := q.d.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("bench: rabbitmq channel: %w", err)
+	}
+	p := &rabbitPublisher{ch: ch, q: q}
+	if q.pred != nil {
+		p.send = q.pred.publisher(ch)
+	}
+	return p, nil
+}
+
+type rabbitPublisher struct {
+	ch   *amqp.Channel
+	q    *rabbitQueue
+	send func(ctx context.Context, m Message, p amqp.Publishing) error
+}
+
+func (p *rabbitPublisher) Publish(ctx context.Context, m Message) error {
+	pub := amqp.Publishing{
+		DeliveryMode: amqp.Transient,
+		Body:         m.Body,
+		Headers: amqp.Table{
+			"producer": m.Key.Producer,
+			"job_type": m.Key.JobType,
+			"size":     int64(m.Key.Size),
+		},
+	}
+	if p.send != nil {
+		return p.send(ctx, m, pub)
+	}
+	if p.q.policy == PolicyStatic {
+		tier, ok := p.q.static[m.Key.JobType]
+		if !ok {
+			tier = 1 // unknown types take the middle tier, as in Harbinger's static policy
+		}
+		pub.Priority = PriorityOf(tier)
+	}
+	return p.ch.PublishWithContext(ctx, "", p.q.name, false, false, pub)
+}
+
+func (p *rabbitPublisher) Close() error { return p.ch.Close() }
+
+// Work implements Queue: its own channel, basic.qos prefetch 1, manual ack
+// after the handler; a failed handler's message is requeued.
+func (q *rabbitQueue) Work(ctx context.Context, worker int, ready func(), h Handler) error {
+	ch, err := q.d.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("bench: rabbitmq channel: %w", err)
+	}
+	// Closing the channel returns any unacked message to the queue, as a
+	// crashed worker's connection would.
+	var closeOnce sync.Once
+	closeCh := func() { closeOnce.Do(func() { ch.Close() }) }
+	defer closeCh()
+	if q.pred != nil {
+		if ready != nil {
+			ready()
+		}
+		return q.pred.consume(ctx, ch, q.name, h)
+	}
+	if err := ch.Qos(1, 0, false); err != nil {
+		return fmt.Errorf("bench: rabbitmq qos: %w", err)
+	}
+	tag := fmt.Sprintf("%s-w%d", q.name, worker)
+	// Plain Consume: ConsumeWithContext cancels from its own goroutine, which
+	// can race the channel close below and leave Close waiting forever.
+	deliveries, err := ch.Consume(q.name, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("bench: rabbitmq consume: %w", err)
+	}
+	if ready != nil {
+		ready()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case dl, ok := <-deliveries:
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("bench: rabbitmq delivery channel closed")
+			}
+			herr := h(ctx, dl.Body)
+			if ctx.Err() != nil {
+				return nil // crashed mid-handler: no ack
+			}
+			if herr != nil {
+				_ = dl.Nack(false, true)
+				continue
+			}
+			if err := dl.Ack(false); err != nil {
+				return fmt.Errorf("bench: rabbitmq ack: %w", err)
+			}
+		}
+	}
+}
+
+// setupRabbitPredictive is replaced once the rabbitmq package exists.
+var setupRabbitPredictive = func(ctx context.Context, q *rabbitQueue) (Queue, error) {
+	return nil, fmt.Errorf("%w: rabbitmq predictive (the rabbitmq package is not built yet)", ErrPolicy)
+}
