@@ -91,7 +91,9 @@ func (m *Message) proto() *pb.Message {
 }
 
 // Publish sends messages in one request and returns their ids in order.
-// For many small publishes from a hot loop, use a Producer.
+// While the broker is unreachable (e.g. restarting) it waits and retries as
+// long as ctx allows; a retry after a connection broke mid-call may publish
+// a batch twice, which at-least-once delivery allows. For many small publishes from a hot loop, use a Producer.
 func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error) {
 	if len(msgs) == 0 {
 		return nil, nil
@@ -100,11 +102,24 @@ func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error
 	for i, m := range msgs {
 		req.Messages[i] = m.proto()
 	}
-	resp, err := c.broker.Publish(ctx, req)
-	if err != nil {
-		return nil, err
+	delay := 50 * time.Millisecond
+	for {
+		resp, err := c.broker.Publish(ctx, req, grpc.WaitForReady(true))
+		if err == nil {
+			return resp.Ids, nil
+		}
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return nil, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		delay = min(delay*2, time.Second)
 	}
-	return resp.Ids, nil
 }
 
 // DeclareQueue creates a queue with cfg, or updates its config. A nil cfg
