@@ -52,6 +52,14 @@ type RunResult struct {
 	// Overrun is the mean time, in wall microseconds, handlers slept past
 	// the scaled duration they were asked to sleep.
 	OverrunUS float64
+	// MAEms and TierAccuracy are the predictor's, where the arm's driver
+	// can report them (NaN otherwise). MAE is in workload milliseconds.
+	MAEms, TierAccuracy float64
+}
+
+// predictorStats is implemented by queues whose predictor the harness can read.
+type predictorStats interface {
+	PredictorStats() (mae time.Duration, tierAccuracy float64, ok bool)
 }
 
 // Progress counts a run's messages for the progress lines; it is safe to
@@ -271,6 +279,13 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 	if c := len(records) + dups; c > 0 {
 		res.OverrunUS = float64(overrun.Microseconds()) / float64(c)
 	}
+	res.MAEms, res.TierAccuracy = math.NaN(), math.NaN()
+	if ps, ok := q.(predictorStats); ok {
+		if mae, acc, ok := ps.PredictorStats(); ok {
+			res.MAEms = float64(back(mae)) / 1e6
+			res.TierAccuracy = acc
+		}
+	}
 	return res, nil
 }
 
@@ -403,7 +418,9 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 					arm.Name, seed, res.Wall.Seconds(), len(res.Records), res.Sent)
 			}
 			out.Runs = append(out.Runs, res)
-			perArm[arm.Name] = append(perArm[arm.Name], report.Summarize(seed, res.Sent, res.Records))
+			sr := report.Summarize(seed, res.Sent, res.Records)
+			sr.MAEms, sr.TierAccuracy = report.Num(res.MAEms), report.Num(res.TierAccuracy)
+			perArm[arm.Name] = append(perArm[arm.Name], sr)
 		}
 	}
 	r := &report.Report{Workload: cfg.Source.Name(), Seeds: cfg.Seeds, Arms: map[string]*report.ArmResult{}}

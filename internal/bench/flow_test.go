@@ -9,11 +9,11 @@ import (
 // TestFlowEveryArm runs every flow arm briefly against the real brokers and
 // checks that every message completed.
 func TestFlowEveryArm(t *testing.T) {
-	drivers := map[string]Driver{RabbitMQ: rabbitForTest(t), Redis: redisForTest(t)}
+	drivers := map[string]Driver{RabbitMQ: rabbitForTest(t), Redis: redisForTest(t), Harbinger: harbingerForTest(t)}
 	src := productionFlow(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	res, err := RunFlow(ctx, FlowConfig{Source: src, Seeds: []uint64{1}, Arms: []Arm{FlowArms[4], FlowArms[5], FlowArms[7]},
+	res, err := RunFlow(ctx, FlowConfig{Source: src, Seeds: []uint64{1}, Arms: FlowArms,
 		TimeScale: 0.05, Window: 6 * time.Second, DrainTimeout: 10 * time.Second}, drivers)
 	if err != nil {
 		t.Fatal(err)

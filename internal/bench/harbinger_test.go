@@ -4,6 +4,7 @@ import "testing"
 
 func harbingerForTest(t *testing.T) Driver {
 	t.Helper()
-	t.Skip("harbinger driver not built yet")
-	return nil
+	d := NewHarbinger(HarbingerOptions{})
+	t.Cleanup(func() { d.Close() })
+	return d
 }

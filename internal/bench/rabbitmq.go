@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
 // DefaultAMQPURL is the RabbitMQ the harness dials when HARBINGER_AMQP_URL
@@ -215,7 +218,51 @@ func (q *rabbitQueue) Work(ctx context.Context, worker int, ready func(), h Hand
 	}
 }
 
-// setupRabbitPredictive is replaced once the rabbitmq package exists.
-var setupRabbitPredictive = func(ctx context.Context, q *rabbitQueue) (Queue, error) {
-	return nil, fmt.Errorf("%w: rabbitmq predictive (the rabbitmq package is not built yet)", ErrPolicy)
+// setupRabbitPredictive declares the predictive arm's queue: the layout
+// rabbitmq.DeclarePriorityQueue makes, x-max-priority 3, but not durable,
+// since nothing is durable on any broker in the comparison. Publishing and
+// consuming go through the rabbitmq package itself, with a fresh in-process
+// predictor for the run, so the product and the benchmark cannot drift.
+func setupRabbitPredictive(_ context.Context, q *rabbitQueue) (Queue, error) {
+	local, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{MaxPriority: maxPriority})
+	if err != nil {
+		return nil, err
+	}
+	q.pred = &rabbitLocal{local: local, queue: q.name}
+	if err := q.declare(amqp.Table{"x-queue-type": "classic", "x-max-priority": int32(maxPriority)}); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+type rabbitLocal struct {
+	local *rabbitmq.Local
+	queue string
+}
+
+func (r *rabbitLocal) publisher(ch *amqp.Channel) func(ctx context.Context, m Message, p amqp.Publishing) error {
+	pub := rabbitmq.NewPublisher(ch, r.local, rabbitmq.PublisherOptions{MaxPriority: maxPriority})
+	return func(ctx context.Context, m Message, p amqp.Publishing) error {
+		k := rabbitmq.Key{Queue: r.queue, Producer: m.Key.Producer, JobType: m.Key.JobType, Size: m.Key.Size}
+		return pub.Publish(ctx, "", r.queue, k, p)
+	}
+}
+
+func (r *rabbitLocal) consume(ctx context.Context, ch *amqp.Channel, queue string, h Handler) error {
+	err := rabbitmq.Consume(ctx, ch, queue, r.local, rabbitmq.ConsumerOptions{Prefetch: 1},
+		func(ctx context.Context, d amqp.Delivery) error { return h(ctx, d.Body) })
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// PredictorStats implements predictorStats.
+func (q *rabbitQueue) PredictorStats() (mae time.Duration, tierAccuracy float64, ok bool) {
+	r, isLocal := q.pred.(*rabbitLocal)
+	if !isLocal {
+		return 0, 0, false
+	}
+	st := r.local.Stats()
+	return st.MAE, st.TierAccuracy, st.Observations > 0
 }
