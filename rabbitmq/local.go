@@ -21,6 +21,10 @@ type LocalConfig struct {
 	RecomputeEvery  int     // predictions between boundary recomputations, default 64
 	MaxKeys         int     // tracked keys, least recently used evicted, default 100000
 	NoSizeBucket    bool    // leave the size out of keys
+	// LongFactor: a message predicted at least this many times the median
+	// recent cost is Long and takes the top priority, as are cold and
+	// gated keys' messages; default 64, negative disables (tiers only).
+	LongFactor float64
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -44,6 +48,7 @@ func (c LocalConfig) predictConfig() predict.Config {
 		RecomputeEvery:  c.RecomputeEvery,
 		MaxKeys:         c.MaxKeys,
 		NoSizeBucket:    c.NoSizeBucket,
+		LongFactor:      c.LongFactor,
 	}
 }
 
@@ -83,9 +88,10 @@ func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	l.mu.Unlock()
 	return Priority{
 		Tier:      pr.Tier,
-		AMQP:      AMQPPriority(pr.Tier, l.cfg.Tiers, l.cfg.MaxPriority),
+		AMQP:      PriorityFor(pr.Tier, l.cfg.Tiers, pr.Long, l.cfg.MaxPriority),
 		Predicted: pr.Cost,
 		Cold:      !pr.Routed(),
+		Long:      pr.Long,
 	}, nil
 }
 

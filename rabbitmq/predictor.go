@@ -21,6 +21,9 @@ type Priority struct {
 	AMQP      uint8         // AMQP priority for the predictor's max priority; higher is served first
 	Predicted time.Duration // predicted duration; for a cold key, the typical duration
 	Cold      bool          // the key has too few observations, or the prediction fell back
+	// Long marks a message that must not be held back: predicted far longer
+	// than typical, or not predictable. It takes the highest priority.
+	Long bool
 }
 
 // Predictor is what Publisher and Consume need from a duration predictor.
@@ -71,9 +74,26 @@ func AMQPPriority(tier, tiers int, maxPriority uint8) uint8 {
 	return uint8(p)
 }
 
+// PriorityFor maps a prediction onto AMQP priorities 0..maxPriority, as the
+// publisher sends it. RabbitMQ never ages a waiting message, so the only way
+// to keep shortest-first from starving long work there is not to make the
+// long work wait: a long message takes maxPriority and starts no later than
+// FIFO would have started it (the simulator's bounded policy with stretch
+// -1). The tiers share the priorities below it, shortest highest. With long
+// false for every message (or maxPriority below 2) it is AMQPPriority.
+func PriorityFor(tier, tiers int, long bool, maxPriority uint8) uint8 {
+	if maxPriority < 2 {
+		return AMQPPriority(tier, tiers, maxPriority)
+	}
+	if long {
+		return maxPriority
+	}
+	return AMQPPriority(tier, tiers, maxPriority-1)
+}
+
 // middle returns the default (middle) priority used when there is no
 // prediction: the same tier a cold key takes.
 func middle(tiers int, maxPriority uint8) Priority {
 	t := tiers / 2
-	return Priority{Tier: t, AMQP: AMQPPriority(t, tiers, maxPriority), Cold: true}
+	return Priority{Tier: t, AMQP: PriorityFor(t, tiers, false, maxPriority), Cold: true}
 }

@@ -51,7 +51,7 @@ func NewPublisher(ch *amqp.Channel, p Predictor, opts PublisherOptions) *Publish
 // headers are copied, not modified.
 func (pb *Publisher) Publish(ctx context.Context, exchange, routingKey string, k Key, msg amqp.Publishing) error {
 	pr := pb.prepare(ctx, k, &msg)
-	msg.Priority = AMQPPriority(pr.Tier, pb.opts.Tiers, pb.opts.MaxPriority)
+	msg.Priority = PriorityFor(pr.Tier, pb.opts.Tiers, pr.Long, pb.opts.MaxPriority)
 	if err := pb.ch.PublishWithContext(ctx, exchange, routingKey, pb.opts.Mandatory, false, msg); err != nil {
 		return fmt.Errorf("rabbitmq: publish: %w", err)
 	}

@@ -8,6 +8,26 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
+func TestPriorityFor(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		tier, tiers int
+		long        bool
+		max         uint8
+		want        uint8
+	}{
+		{0, 3, false, 3, 2}, {1, 3, false, 3, 1}, {2, 3, false, 3, 0},
+		{0, 3, true, 3, 3}, {2, 3, true, 3, 3},
+		{0, 3, false, 10, 9}, {2, 3, true, 10, 10},
+		{0, 2, true, 1, 1}, {1, 2, true, 1, 0}, // no room for a top level: tiers only
+	}
+	for _, tt := range tests {
+		if got := PriorityFor(tt.tier, tt.tiers, tt.long, tt.max); got != tt.want {
+			t.Errorf("PriorityFor(%d, %d, %v, %d) = %d, want %d", tt.tier, tt.tiers, tt.long, tt.max, got, tt.want)
+		}
+	}
+}
+
 func TestAMQPPriority(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -97,8 +117,8 @@ func TestLocalLearnsTiers(t *testing.T) {
 	}
 	short, long := Key{Queue: "q", JobType: "short"}, Key{Queue: "q", JobType: "long"}
 	pr, _ := l.Predict(ctx, short)
-	if !pr.Cold || pr.Tier != 1 || pr.AMQP != 2 {
-		t.Errorf("cold prediction = %+v, want cold middle tier, AMQP 2", pr)
+	if !pr.Cold || !pr.Long || pr.Tier != 1 || pr.AMQP != 3 {
+		t.Errorf("cold prediction = %+v, want cold, long, middle tier, AMQP 3 (never held back)", pr)
 	}
 	for range 5 {
 		_ = l.Observe(ctx, short, 5*time.Millisecond)

@@ -105,6 +105,7 @@ func (r *Remote) Predict(ctx context.Context, k Key) (Priority, error) {
 		AMQP:      uint8(min(resp.GetAmqpPriority(), 255)),
 		Predicted: time.Duration(resp.GetPredictedMs() * float64(time.Millisecond)),
 		Cold:      resp.GetCold() || resp.GetSpreadGated(),
+		Long:      resp.GetLong(),
 	}, nil
 }
 

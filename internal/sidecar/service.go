@@ -39,6 +39,7 @@ func (s *Service) Predict(ctx context.Context, req *harbingerv1.PredictRequest) 
 	return &harbingerv1.PredictResponse{
 		Tier:         uint32(pr.Tier),
 		AmqpPriority: uint32(pr.AMQP),
+		Long:         pr.Long,
 		PredictedMs:  float64(pr.Predicted.Microseconds()) / 1000,
 		Cold:         pr.Cold,
 	}, nil

@@ -2008,7 +2008,11 @@ type PredictResponse struct {
 	// True while the key has too few observations to trust.
 	Cold bool `protobuf:"varint,4,opt,name=cold,proto3" json:"cold,omitempty"`
 	// True when the key's spread kept it out of the shortest tiers.
-	SpreadGated   bool `protobuf:"varint,5,opt,name=spread_gated,json=spreadGated,proto3" json:"spread_gated,omitempty"`
+	SpreadGated bool `protobuf:"varint,5,opt,name=spread_gated,json=spreadGated,proto3" json:"spread_gated,omitempty"`
+	// True for a message that must not be held back: predicted far longer than
+	// typical, or not predictable (cold or spread-gated). amqp_priority then
+	// is the highest, so it starts no later than FIFO would have started it.
+	Long          bool `protobuf:"varint,6,opt,name=long,proto3" json:"long,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2074,6 +2078,13 @@ func (x *PredictResponse) GetCold() bool {
 func (x *PredictResponse) GetSpreadGated() bool {
 	if x != nil {
 		return x.SpreadGated
+	}
+	return false
+}
+
+func (x *PredictResponse) GetLong() bool {
+	if x != nil {
+		return x.Long
 	}
 	return false
 }
@@ -2344,13 +2355,14 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
 	"\bjob_type\x18\x03 \x01(\tR\ajobType\x12\x1b\n" +
-	"\tsize_hint\x18\x04 \x01(\x04R\bsizeHint\"\xa4\x01\n" +
+	"\tsize_hint\x18\x04 \x01(\x04R\bsizeHint\"\xb8\x01\n" +
 	"\x0fPredictResponse\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\rR\x04tier\x12#\n" +
 	"\ramqp_priority\x18\x02 \x01(\rR\famqpPriority\x12!\n" +
 	"\fpredicted_ms\x18\x03 \x01(\x01R\vpredictedMs\x12\x12\n" +
 	"\x04cold\x18\x04 \x01(\bR\x04cold\x12!\n" +
-	"\fspread_gated\x18\x05 \x01(\bR\vspreadGated\"\xb1\x01\n" +
+	"\fspread_gated\x18\x05 \x01(\bR\vspreadGated\x12\x12\n" +
+	"\x04long\x18\x06 \x01(\bR\x04long\"\xb1\x01\n" +
 	"\x0eObserveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
