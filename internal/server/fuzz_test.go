@@ -141,9 +141,18 @@ func FuzzDeclareQueue(f *testing.F) {
 			t.Fatalf("declared queue has no tiers: %v", info)
 		}
 		for _, call := range []func() error{
-			func() error { _, err := s.admin.ListKeys(context.Background(), &pb.ListKeysRequest{Queue: name, Limit: tier}); return err },
-			func() error { _, err := s.admin.ListDeadLetters(context.Background(), &pb.ListDeadLettersRequest{Queue: name}); return err },
-			func() error { _, err := s.admin.PurgeQueue(context.Background(), &pb.PurgeQueueRequest{Name: name}); return err },
+			func() error {
+				_, err := s.admin.ListKeys(context.Background(), &pb.ListKeysRequest{Queue: name, Limit: tier})
+				return err
+			},
+			func() error {
+				_, err := s.admin.ListDeadLetters(context.Background(), &pb.ListDeadLettersRequest{Queue: name})
+				return err
+			},
+			func() error {
+				_, err := s.admin.PurgeQueue(context.Background(), &pb.PurgeQueueRequest{Name: name})
+				return err
+			},
 		} {
 			checkCode(t, call())
 		}
