@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 )
 
@@ -150,4 +151,54 @@ func ParseArms(s string, known []Arm) ([]Arm, error) {
 // x-max-priority 3. Tiers outside 0-2 clamp to the nearest end.
 func PriorityOf(tier int) uint8 {
 	return uint8(2 - min(max(tier, 0), 2))
+}
+
+// Connect dials the brokers the arms need: RabbitMQ at AMQPURL(), Redis at
+// RedisAddr() and an in-process Harbinger. The caller closes the drivers
+// with CloseAll.
+func Connect(ctx context.Context, arms []Arm, h HarbingerOptions) (map[string]Driver, error) {
+	drivers := map[string]Driver{}
+	for _, a := range arms {
+		if drivers[a.Broker] != nil {
+			continue
+		}
+		switch a.Broker {
+		case Harbinger:
+			drivers[Harbinger] = NewHarbinger(h)
+		case RabbitMQ:
+			d, err := DialRabbit(AMQPURL())
+			if err != nil {
+				CloseAll(drivers)
+				return nil, fmt.Errorf("RabbitMQ at %s is unreachable (set HARBINGER_AMQP_URL, or leave the rabbitmq arms out with --arms): %w", redactURL(AMQPURL()), err)
+			}
+			drivers[RabbitMQ] = d
+		case Redis:
+			d, err := DialRedis(ctx, RedisAddr())
+			if err != nil {
+				CloseAll(drivers)
+				return nil, fmt.Errorf("Redis at %s is unreachable (set HARBINGER_REDIS_ADDR, or leave the redis arms out with --arms): %w", RedisAddr(), err)
+			}
+			drivers[Redis] = d
+		default:
+			CloseAll(drivers)
+			return nil, fmt.Errorf("bench: unknown broker %q", a.Broker)
+		}
+	}
+	return drivers, nil
+}
+
+// CloseAll closes every driver.
+func CloseAll(drivers map[string]Driver) {
+	for _, d := range drivers {
+		d.Close()
+	}
+}
+
+// redactURL hides the password of a URL for messages.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }

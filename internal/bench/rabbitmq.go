@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -264,5 +265,6 @@ func (q *rabbitQueue) PredictorStats() (mae time.Duration, tierAccuracy float64,
 		return 0, 0, false
 	}
 	st := r.local.Stats()
-	return st.MAE, st.TierAccuracy, st.Observations > 0
+	// Local learns from durations alone, so it may have no MAE to give.
+	return st.MAE, st.TierAccuracy, st.Observations > 0 && (st.MAE > 0 || !math.IsNaN(st.TierAccuracy))
 }

@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"sort"
+	"strings"
+)
+
+// Environment describes where a comparison ran, for its method line.
+type Environment struct {
+	Brokers   map[string]string // broker name -> server version
+	GoVersion string
+	CPUs      int
+	MaxProcs  int
+}
+
+// Describe asks each driver for its server's version.
+func Describe(ctx context.Context, drivers map[string]Driver) Environment {
+	e := Environment{Brokers: map[string]string{}, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), MaxProcs: runtime.GOMAXPROCS(0)}
+	for name, d := range drivers {
+		if d != nil {
+			e.Brokers[name] = d.Version(ctx)
+		}
+	}
+	return e
+}
+
+func (e Environment) String() string {
+	names := make([]string, 0, len(e.Brokers))
+	for n := range e.Brokers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, e.Brokers[n])
+	}
+	return fmt.Sprintf("brokers: %s; client: %s on %d cores (GOMAXPROCS %d), every broker on the same machine",
+		strings.Join(parts, "; "), e.GoVersion, e.CPUs, e.MaxProcs)
+}
+
+// FlowMethod is the method paragraph of a flow report.
+func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
+	cfg = cfg.WithDefaults()
+	producers := map[string]bool{}
+	for _, t := range cfg.Source.Types() {
+		producers[t.Producer] = true
+	}
+	over := make([]float64, 0, len(runs))
+	for _, r := range runs {
+		over = append(over, r.OverrunUS)
+	}
+	window := "the whole arrival window"
+	if cfg.Window > 0 {
+		window = fmt.Sprintf("only the first %s of arrivals", cfg.Window)
+	}
+	return fmt.Sprintf("Live run of %q, %s, seeds %v, time scale %g (every inter-arrival gap and duration multiplied by it; "+
+		"latencies quoted back in workload seconds by dividing by it). Arms: %s, run one at a time, arms interleaved within each seed, "+
+		"each on a fresh queue (Harbinger: a fresh in-process broker per run, served over gRPC on loopback and used through the public client SDK; "+
+		"RabbitMQ: a new non-durable classic queue, purged; Redis: fresh keys). "+
+		"Identical for every arm: %d producer goroutines (one per workload producer, each with its own channel or stream) publish each job "+
+		"at its scaled arrival time with its key (producer, job type, size hint) and the send time in the payload; %d workers, each "+
+		"with prefetch 1, sleep the job's scaled true duration and ack (Harbinger and rabbitmq-predictive ack with the measured duration). "+
+		"Handlers sleep with nanosleep and a learned wake-up correction; the mean overrun per run was %s µs. "+
+		"RabbitMQ: transient messages, no publisher confirms, manual ack; rabbitmq-priority uses x-max-priority 3 and the workload's static_tier map "+
+		"with tier t -> AMQP priority 2-t (tier 0 -> 2, 1 -> 1, 2 -> 0), no aging; rabbitmq-predictive publishes and consumes through Harbinger's "+
+		"rabbitmq package with a fresh in-process predictor per run (tier -> priority 3, 2, 0 on x-max-priority 3). "+
+		"Redis: reliable list queue (LPUSH; BLMOVE into a per-worker processing list; LREM as the ack; a starting worker pushes its processing list back). "+
+		"Latency: producer send to handler return (the ack), per message. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+
+		"Per-arm figures are medians across seeds; comparisons are medians of per-seed paired differences with 95%% percentile bootstrap intervals "+
+		"(10,000 resamples of seeds, fixed RNG seed); a row passes when its point estimate meets the threshold. Live form of the gate: "+
+		"baselines rabbitmq-fifo and redis-fifo, P5 against rabbitmq-predictive. Arrivals: %s. Environment: %s.",
+		cfg.Source.Name(), describeLoad(cfg), cfg.Seeds, cfg.TimeScale, strings.Join(ArmNames(cfg.Arms), ", "),
+		len(producers), cfg.Workers, rangeStr(over, "%.0f"), cfg.DrainTimeout, window, env)
+}
+
+func describeLoad(cfg FlowConfig) string {
+	return fmt.Sprintf("%d workers, %d job types", cfg.Workers, len(cfg.Source.Types()))
+}
+
+// rangeStr renders min-max of xs, or one value when they agree.
+func rangeStr(xs []float64, format string) string {
+	if len(xs) == 0 {
+		return "n/a"
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range xs {
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	a, b := fmt.Sprintf(format, lo), fmt.Sprintf(format, hi)
+	if a == b {
+		return a
+	}
+	return a + " to " + b
+}

@@ -1,0 +1,248 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/harbinger-mq/harbinger/internal/report"
+	"github.com/harbinger-mq/harbinger/internal/workload"
+)
+
+// Files a flow run writes with --out.
+const (
+	FileReport   = "report.md"
+	FileResults  = "results.jsonl"
+	FileSummary  = "summary.json"
+	FileMeanSVG  = "latency-mean.svg"
+	FileCDFSVG   = "latency-cdf.svg"
+	FileCostSVG  = "cost-throughput.svg"
+	fifoGroup    = "FIFO (one level)"
+	orderedGroup = "priority or predictive"
+)
+
+// resultLine is one line of results.jsonl: one completed message, times
+// in workload seconds from the run's start.
+type resultLine struct {
+	Arm     string  `json:"arm"`
+	Seed    uint64  `json:"seed"`
+	Type    string  `json:"type"`
+	Class   string  `json:"class"`
+	Sent    float64 `json:"sent"`
+	Started float64 `json:"started"`
+	Done    float64 `json:"done"`
+}
+
+// WriteFlowFiles writes a flow result into dir: report.md, results.jsonl,
+// summary.json and the latency charts.
+func WriteFlowFiles(dir string, res *FlowResult, types []workload.JobType) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, FileResults), func(w io.Writer) error { return writeResults(w, res, types) }); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, FileSummary), func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res.Report)
+	}); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, FileMeanSVG), func(w io.Writer) error { return MeanChart(w, res.Report) }); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, FileCDFSVG), func(w io.Writer) error { return LatencyCDF(w, res) }); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, FileReport), func(w io.Writer) error { return FlowMarkdown(w, res.Report, true) })
+}
+
+func writeFile(path string, f func(io.Writer) error) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(fh)
+	if err := f(bw); err != nil {
+		fh.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
+}
+
+func writeResults(w io.Writer, res *FlowResult, types []workload.JobType) error {
+	enc := json.NewEncoder(w)
+	for _, run := range res.Runs {
+		for _, r := range run.Records {
+			if err := enc.Encode(resultLine{Arm: run.Arm, Seed: run.Seed, Type: types[r.Type].Name, Class: r.Class,
+				Sent: r.Sent.Seconds(), Started: r.Started.Seconds(), Done: r.Done.Seconds()}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// isFIFO reports whether an arm serves in arrival order.
+func isFIFO(arm string) bool { return strings.HasSuffix(arm, "-fifo") || arm == "fifo" }
+
+// MeanChart draws each arm's mean latency (median across seeds), FIFO arms
+// in their own colour.
+func MeanChart(w io.Writer, r *report.Report) error {
+	var bars []Bar
+	for _, name := range r.ArmOrder {
+		a := r.Arms[name]
+		if a == nil {
+			continue
+		}
+		g := orderedGroup
+		if isFIFO(name) {
+			g = fifoGroup
+		}
+		lo, hi := math.NaN(), math.NaN()
+		if len(a.PerSeed) > 1 {
+			lo, hi = math.Inf(1), math.Inf(-1)
+			for _, s := range a.PerSeed {
+				lo, hi = math.Min(lo, float64(s.MeanS)), math.Max(hi, float64(s.MeanS))
+			}
+		}
+		bars = append(bars, Bar{Label: name, Value: float64(a.MeanS), Lo: lo, Hi: hi, Group: g})
+	}
+	title := fmt.Sprintf("Mean latency per arm, %s (median of %d seeds; whiskers: seed range)", r.Workload, len(r.Seeds))
+	return BarChart(w, title, "mean latency, send to ack (workload s)", bars,
+		[]string{fifoGroup, orderedGroup}, map[string]string{fifoGroup: "#999999", orderedGroup: "#0072B2"})
+}
+
+// LatencyCDF draws each arm's latency distribution, all seeds pooled.
+func LatencyCDF(w io.Writer, res *FlowResult) error {
+	by := map[string][]float64{}
+	for _, run := range res.Runs {
+		for _, r := range run.Records {
+			by[run.Arm] = append(by[run.Arm], (r.Done - r.Sent).Seconds())
+		}
+	}
+	var series []Series
+	for _, name := range res.Report.ArmOrder {
+		series = append(series, Series{Name: name, Values: by[name]})
+	}
+	title := fmt.Sprintf("Latency CDF per arm, %s (all seeds pooled)", res.Report.Workload)
+	return CDFChart(w, title, "latency, send to ack (workload s, log scale)", series)
+}
+
+// FlowMarkdown writes the report as Markdown: per-arm table, gate with the
+// reason for each failing row, secondary rows and the method. charts links
+// the SVGs written beside it.
+func FlowMarkdown(w io.Writer, r *report.Report, charts bool) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Harbinger live comparison: %s\n\n", r.Workload)
+	passed := 0
+	for _, g := range r.Gate {
+		if g.Pass {
+			passed++
+		}
+	}
+	fmt.Fprintf(&b, "Seeds %v. Gate: **%d of %d rows pass**.\n\n", r.Seeds, passed, len(r.Gate))
+	b.WriteString("## Per arm\n\nEach figure is the median across seeds, in workload seconds; lost is the worst seed.\n\n")
+	b.WriteString("| arm | mean s | P99 s | short median s | export max wait s | lost | throughput/s | MAE ms | tier accuracy |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, name := range r.ArmOrder {
+		a := r.Arms[name]
+		if a == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %s | %s | %s |\n", name, md(a.MeanS, 3), md(a.P99S, 3),
+			md(a.ShortMedianS, 3), md(a.ExportMaxWaitS, 3), a.Lost, md(a.ThroughputPerS, 1), md(a.MAEms, 1), md(a.TierAccuracy, 3))
+	}
+	if charts {
+		fmt.Fprintf(&b, "\n![mean latency per arm](%s)\n\n![latency CDF per arm](%s)\n", FileMeanSVG, FileCDFSVG)
+	}
+	b.WriteString("\n## Gate (primary arm harbinger-predictive)\n\nPaired by seed: estimate = median of per-seed differences, 95% bootstrap interval.\n\n")
+	b.WriteString("| id | criterion | estimate | 95% CI | threshold | result | reason |\n|---|---|---:|---|---|---|---|\n")
+	for _, g := range r.Gate {
+		res, why := "pass", ""
+		switch {
+		case g.Note != "":
+			res, why = "fail", g.Note
+		case !g.Pass:
+			res, why = "fail", failReason(g)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", g.ID, g.Criterion, val(g.Kind, g.Estimate), ci(g),
+			threshold(g), res, why)
+	}
+	if len(r.Secondary) > 0 {
+		b.WriteString("\n## Secondary (reported, not gated)\n\n| id | criterion | estimate | 95% CI |\n|---|---|---:|---|\n")
+		for _, g := range r.Secondary {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", g.ID, g.Criterion, val(g.Kind, g.Estimate), ci(g))
+		}
+	}
+	if r.Method != "" {
+		fmt.Fprintf(&b, "\n## Method\n\n%s\n", r.Method)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// failReason states plainly why a gate row failed.
+func failReason(g report.Row) string {
+	if math.IsNaN(float64(g.Estimate)) {
+		return "no estimate"
+	}
+	if g.Kind == "count" {
+		return fmt.Sprintf("%s messages were lost in the worst run; the gate allows none", val(g.Kind, g.Estimate))
+	}
+	if g.AtLeast {
+		return fmt.Sprintf("the estimate %s is below the required %s", val(g.Kind, g.Estimate), val(g.Kind, g.Threshold))
+	}
+	return fmt.Sprintf("the estimate %s is above the allowed %s", val(g.Kind, g.Estimate), val(g.Kind, g.Threshold))
+}
+
+func threshold(g report.Row) string {
+	if g.Kind == "count" {
+		return "0"
+	}
+	if g.AtLeast {
+		return ">= " + val(g.Kind, g.Threshold)
+	}
+	return "<= " + val(g.Kind, g.Threshold)
+}
+
+func ci(g report.Row) string {
+	if math.IsNaN(float64(g.CI[0])) {
+		return "-"
+	}
+	return "[" + val(g.Kind, g.CI[0]) + ", " + val(g.Kind, g.CI[1]) + "]"
+}
+
+func val(kind string, v report.Num) string {
+	f := float64(v)
+	if math.IsNaN(f) {
+		return "-"
+	}
+	switch kind {
+	case "percent":
+		return fmt.Sprintf("%+.1f%%", 100*f)
+	case "ratio":
+		return fmt.Sprintf("%.3fx", f)
+	default:
+		return fmt.Sprintf("%g", f)
+	}
+}
+
+func md(v report.Num, prec int) string {
+	f := float64(v)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, f)
+}

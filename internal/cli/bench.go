@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/bench"
+	"github.com/harbinger-mq/harbinger/internal/report"
+	"github.com/harbinger-mq/harbinger/internal/sim"
+	"github.com/harbinger-mq/harbinger/internal/workload"
+)
+
+func init() {
+	register("bench", "compare Harbinger with RabbitMQ and Redis on live brokers (flow, cost)", runBench)
+}
+
+func benchUsage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: harbinger bench <flow|cost> [flags]   (harbinger bench <flow|cost> -h for flags)")
+	fmt.Fprintln(w, "\n  flow  replay a workload through every broker and policy; the pre-registered scheduling comparison")
+	fmt.Fprintln(w, "  cost  peak delivery rate and latency at a fixed rate with empty handlers; the broker-cost comparison")
+	fmt.Fprintln(w, "\nRabbitMQ: HARBINGER_AMQP_URL (default "+redacted(bench.DefaultAMQPURL)+"); Redis: HARBINGER_REDIS_ADDR (default "+bench.DefaultRedisAddr+").")
+}
+
+func redacted(s string) string { return strings.Replace(s, "guest:guest@", "guest:***@", 1) }
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		benchUsage(stderr)
+		return errUsage
+	}
+	switch args[0] {
+	case "flow":
+		return runBenchFlow(ctx, args[1:], stdout, stderr)
+	case "cost":
+		return runBenchCost(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		benchUsage(stdout)
+		return flag.ErrHelp
+	default:
+		fmt.Fprintf(stderr, "harbinger bench: unknown benchmark %q\n\n", args[0])
+		benchUsage(stderr)
+		return errUsage
+	}
+}
+
+// defaultOut is the output directory of a run started at t.
+func defaultOut(t time.Time) string { return "bench-out/" + t.Format("20060102-150405") }
+
+func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--out DIR] [--json]", stderr)
+	wl := fs.String("workload", DefaultWorkload, "workload file (YAML)")
+	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
+	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.FlowArms), ","), "comma-separated arms")
+	scale := fs.Float64("time-scale", bench.DefaultTimeScale, "wall seconds per workload second (0.1 runs ten times faster; the registered run uses 0.1 or slower)")
+	drain := fs.Duration("drain-timeout", bench.DefaultDrainTimeout, "wall time after the last send to wait for the backlog before counting the rest as lost")
+	window := fs.Duration("arrival-window", 0, "replay only the arrivals of this much workload time (0: all; for quick checks, not registered runs)")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object")
+	start := time.Now()
+	out := fs.String("out", defaultOut(start), "directory for report.md, results.jsonl, summary.json and charts; \"\" writes none")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	w, err := workload.Load(*wl)
+	if err != nil {
+		return err
+	}
+	src := sim.FromWorkload(w)
+	seeds, err := parseSeeds(*seedsFlag)
+	if err != nil {
+		return err
+	}
+	arms, err := bench.ParseArms(*armsFlag, bench.FlowArms)
+	if err != nil {
+		return fmt.Errorf("--arms: %w", err)
+	}
+	if *scale <= 0 {
+		return fmt.Errorf("--time-scale must be positive, got %g", *scale)
+	}
+	if *drain <= 0 {
+		return fmt.Errorf("--drain-timeout must be positive, got %s", *drain)
+	}
+	cfg := bench.FlowConfig{Source: src, Seeds: seeds, Arms: arms, TimeScale: *scale, DrainTimeout: *drain,
+		Window: *window, Progress: stderr}
+	drivers, err := bench.Connect(ctx, arms, bench.HarbingerOptions{})
+	if err != nil {
+		return err
+	}
+	defer bench.CloseAll(drivers)
+	env := bench.Describe(ctx, drivers)
+	res, err := bench.RunFlow(ctx, cfg, drivers)
+	if err != nil {
+		return err
+	}
+	res.Report.Method = bench.FlowMethod(cfg.WithDefaults(), env, res.Runs)
+	if *out != "" {
+		if err := bench.WriteFlowFiles(*out, res, w.JobTypes); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: wrote %s\n", *out)
+	}
+	return printFlow(stdout, res.Report, *asJSON, time.Since(start))
+}
+
+func printFlow(w io.Writer, rep *report.Report, asJSON bool, took time.Duration) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	if err := report.WriteText(w, rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n(ran in %.0f s)\n", took.Seconds())
+	return nil
+}
+
+func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return errors.New("not built yet")
+}
