@@ -1,0 +1,121 @@
+package report
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	recs := []Record{
+		{Class: ClassShort, Sent: 0, Started: 0, Done: 1 * s},
+		{Class: ClassShort, Sent: 1 * s, Started: 2 * s, Done: 4 * s},
+		{Class: ClassExport, Sent: 2 * s, Started: 7 * s, Done: 10 * s},
+		{Class: "mid", Sent: 3 * s, Started: 3 * s, Done: 5 * s},
+	}
+	r := Summarize(7, 5, recs)
+	if r.Lost != 1 || r.Completed != 4 || r.Seed != 7 {
+		t.Fatalf("counts: %+v", r)
+	}
+	// Latencies 1, 3, 8, 2: mean 3.5, short median (1+3)/2, export wait 5.
+	if r.MeanS != 3.5 || r.ShortMedianS != 2 || r.ExportMaxWaitS != 5 {
+		t.Fatalf("figures: %+v", r)
+	}
+	if got := float64(r.ThroughputPerS); math.Abs(got-0.4) > 1e-12 {
+		t.Fatalf("throughput %v, want 4 / 10 s", got)
+	}
+	if p99 := float64(r.P99S); p99 < 7.8 || p99 > 8 {
+		t.Fatalf("P99 %v", p99)
+	}
+	empty := Summarize(1, 3, nil)
+	if empty.Lost != 3 || !math.IsNaN(float64(empty.MeanS)) {
+		t.Fatalf("empty run: %+v", empty)
+	}
+}
+
+func arm(means ...float64) *ArmResult {
+	var per []SeedResult
+	for i, m := range means {
+		per = append(per, SeedResult{Seed: uint64(i + 1), MeanS: Num(m), P99S: Num(m * 4), ShortMedianS: Num(m / 10),
+			ExportMaxWaitS: Num(m * 2), ThroughputPerS: 100, MAEms: Num(math.NaN()), TierAccuracy: Num(math.NaN())})
+	}
+	return Combine(per)
+}
+
+// A primary arm at exactly 40% of the baseline on every seed: every percent
+// row estimates -60% with a degenerate interval, every ratio row 0.4x.
+func TestGateKnownAnswer(t *testing.T) {
+	t.Parallel()
+	arms := map[string]*ArmResult{
+		"fifo":       arm(10, 20, 30, 40, 50),
+		"static":     arm(4, 8, 12, 16, 20),
+		"predictive": arm(4, 8, 12, 16, 20),
+	}
+	rows := Gate(arms, SimBaselines)
+	byID := map[string]Row{}
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	if r := byID["P1"]; math.Abs(float64(r.Estimate)+0.6) > 1e-12 || r.CI[0] != r.CI[1] || !r.Pass {
+		t.Fatalf("P1 = %+v", r)
+	}
+	if r := byID["P2"]; r.Pass {
+		t.Fatalf("P2 passed at -60%% against a -90%% threshold: %+v", r)
+	}
+	if r := byID["P5"]; r.Estimate != 0 || !r.Pass {
+		t.Fatalf("P5 (equal arms) = %+v", r)
+	}
+	if r := byID["G2"]; math.Abs(float64(r.Estimate)-0.4) > 1e-12 || !r.Pass {
+		t.Fatalf("G2 = %+v", r)
+	}
+	if r := byID["G4"]; r.Estimate != 1 || !r.Pass || !r.AtLeast {
+		t.Fatalf("G4 = %+v", r)
+	}
+	if r := byID["G3"]; !r.Pass || r.Estimate != 0 {
+		t.Fatalf("G3 = %+v", r)
+	}
+	// A missing arm is reported, never passed.
+	live := Gate(arms, LiveBaselines)
+	for _, r := range live {
+		if r.Pass || r.Note != "not run" {
+			t.Fatalf("live row without arms: %+v", r)
+		}
+	}
+	// Losing a message anywhere fails G3.
+	arms["predictive"].PerSeed[2].Lost = 1
+	arms["predictive"] = Combine(arms["predictive"].PerSeed)
+	if r := Gate(arms, SimBaselines)[7]; r.ID != "G3" || r.Pass || r.Estimate != 1 {
+		t.Fatalf("G3 with a loss = %+v", r)
+	}
+}
+
+func TestJSONAndText(t *testing.T) {
+	t.Parallel()
+	arms := map[string]*ArmResult{"fifo": arm(1, 2), "predictive": arm(0.5, 1)}
+	r := &Report{Workload: "w", Seeds: []uint64{1, 2}, Arms: arms, ArmOrder: []string{"fifo", "predictive"},
+		Gate: Gate(arms, SimBaselines)}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]any
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	if a := back["arms"].(map[string]any)["fifo"].(map[string]any); a["mae_ms"] != nil || a["mean_s"].(float64) != 1.5 {
+		t.Fatalf("fifo arm JSON: %v", a)
+	}
+	var sb strings.Builder
+	if err := WriteText(&sb, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"predictive mean vs fifo", "-50.0%", "not run", "Gate:"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, sb.String())
+		}
+	}
+}
