@@ -28,7 +28,7 @@ const (
 	DefaultSpreadGate      = 16
 	DefaultTiers           = 3
 	DefaultWindow          = 1024
-	DefaultRecomputeEvery  = 64
+	DefaultRecomputeEvery  = 256
 	DefaultMaxKeys         = 100_000
 	DefaultMaxDuration     = 24 * time.Hour
 	DefaultLongFactor      = 64

@@ -117,7 +117,7 @@ type Item struct {
 	Tier     int           // the level it was assigned; kept across retries
 	Cost     time.Duration // predicted duration, used by Bound and ShortestFirst
 	Long     bool          // predicted far longer than typical: Bound applies
-	Enqueued time.Time     // first enqueue; aging and waits count from here
+	Enqueued time.Time     // first enqueue, for the caller's waits; aging counts from entry to the current level
 	Expires  time.Time     // zero means never
 	Data     any           // the caller's message
 

@@ -21,14 +21,13 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
-// Defaults for Options. The window is minutes 721-730, noon to 12:10 of the
-// trace day, chosen from the shipped sample as busy but ordinary: its 4,248
-// invocations sit at the day's median for a ten-minute window, its expected
-// work is about a fifth above the median (the 76th percentile of windows),
-// and 48 functions are active, more than in almost any other window, so it
-// carries the widest mix of job lengths. Compressing arrivals by half
-// replays the ten minutes in 300 s of virtual time at double the trace's
-// arrival rate.
+// Defaults for Options. The window is the hour from noon, minutes 721-780 of
+// the trace day: its first ten minutes are busy but ordinary in the shipped
+// sample (invocations at the day's median for such a window, 48 active
+// functions, the widest mix of job lengths), and an hour is long enough that
+// the sample's slowest functions (minutes per call) finish well inside it.
+// Compressing time 12x, durations and arrivals alike, replays the hour in
+// 300 s of virtual time at the trace's own offered load.
 const (
 	DefaultStartMinute = 721
 	DefaultMinutes     = 60
@@ -265,7 +264,7 @@ func (t *Trace) classify() {
 func exportCount(n int) int { return int(math.Ceil(float64(n) * exportFraction)) }
 
 // Name identifies the replay in reports, e.g.
-// "azure-functions-2019 minutes 721-730 x0.5 load 0.95".
+// "azure-functions-2019 minutes 721-780 x0.0833 load 0.95".
 func (t *Trace) Name() string {
 	return fmt.Sprintf("%s minutes %d-%d x%s load %s", t.source, t.opts.StartMinute, t.lastMinute(),
 		strconv.FormatFloat(t.opts.Compression, 'g', -1, 64), strconv.FormatFloat(t.opts.Load, 'g', -1, 64))
