@@ -246,3 +246,113 @@ func md(v report.Num, prec int) string {
 	}
 	return fmt.Sprintf("%.*f", prec, f)
 }
+
+// WriteCostText prints the cost comparison for a terminal.
+func WriteCostText(w io.Writer, r *CostResult) error {
+	var b bytes.Buffer
+	costTable(&b, r, false)
+	fmt.Fprintf(&b, "\nMethod: %s\n", r.Method)
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func costTable(b *bytes.Buffer, r *CostResult, markdown bool) {
+	row := func(cells ...string) {
+		if markdown {
+			fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
+		} else {
+			fmt.Fprintf(b, "%-10s %12s %22s %10s %9s %9s\n", toAny(cells)...)
+		}
+	}
+	row("arm", "peak msg/s", "range", "kept up", "P50 ms", "P99 ms")
+	if markdown {
+		b.WriteString("|---|---:|---|---:|---:|---:|\n")
+	}
+	for _, name := range r.ArmOrder {
+		a := r.Arms[name]
+		kept, p50, p99 := "-", "-", "-"
+		if f := a.FixedRate; f != nil {
+			kept = fmt.Sprintf("%d of %d", f.KeptUp, f.Runs)
+			p50, p99 = fmt.Sprintf("%.2f", f.P50ms), fmt.Sprintf("%.2f", f.P99ms)
+		}
+		row(name, fmt.Sprintf("%.0f", a.PeakPerS), fmt.Sprintf("%.0f-%.0f", a.PeakMin, a.PeakMax), kept, p50, p99)
+	}
+	ratio := func(v *float64) string {
+		if v == nil {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.2fx", *v)
+	}
+	offered := ""
+	for _, a := range r.Arms {
+		if a.FixedRate != nil {
+			offered = fmt.Sprintf(" (fixed rate: %.0f msg/s offered)", a.FixedRate.OfferedPerS)
+			break
+		}
+	}
+	fmt.Fprintf(b, "\nPeak-rate ratios, same repetition%s: harbinger/redis %s, harbinger/rabbitmq %s\n", offered,
+		ratio(r.Ratios.HarbingerVsRedis), ratio(r.Ratios.HarbingerVsRabbitMQ))
+	for _, name := range r.ArmOrder {
+		for i, run := range r.Arms[name].Runs {
+			if !run.KeptUp {
+				fmt.Fprintf(b, "\n%s fixed-rate run %d did not keep up: %s", name, i+1, run.Why)
+			}
+		}
+	}
+	b.WriteString("\n")
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+// WriteCostFiles writes report.md, summary.json and the throughput chart.
+func WriteCostFiles(dir string, r *CostResult) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, FileSummary), func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, FileCostSVG), func(w io.Writer) error { return CostChart(w, r) }); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, FileReport), func(w io.Writer) error {
+		var b bytes.Buffer
+		b.WriteString("# Harbinger broker cost\n\n")
+		costTable(&b, r, true)
+		fmt.Fprintf(&b, "\n![peak delivery rate per broker](%s)\n\n## Method\n\n%s\n", FileCostSVG, r.Method)
+		_, err := w.Write(b.Bytes())
+		return err
+	})
+}
+
+// CostChart draws each broker's peak delivery rate, median with range.
+func CostChart(w io.Writer, r *CostResult) error {
+	var bars []Bar
+	for _, name := range r.ArmOrder {
+		a := r.Arms[name]
+		bars = append(bars, Bar{Label: name, Value: a.PeakPerS, Lo: a.PeakMin, Hi: a.PeakMax, Group: name})
+	}
+	colours := map[string]string{}
+	for i, n := range r.ArmOrder {
+		colours[n] = palette[i%len(palette)]
+	}
+	return BarChart(w, fmt.Sprintf("Peak sustained delivery rate (median of %d runs; whiskers: range)", len(firstRuns(r))),
+		"acked messages per second", bars, r.ArmOrder, colours)
+}
+
+func firstRuns(r *CostResult) []float64 {
+	for _, n := range r.ArmOrder {
+		return r.Arms[n].PeakRuns
+	}
+	return nil
+}

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -121,5 +120,61 @@ func printFlow(w io.Writer, rep *report.Report, asJSON bool, took time.Duration)
 }
 
 func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("not built yet")
+	fs := newFlags("bench cost", "bench cost [--duration 30s] [--warmup 5s] [--reps 5] [--rate 5000] [--arms harbinger,rabbitmq,redis] [--out DIR] [--json]", stderr)
+	dur := fs.Duration("duration", bench.DefaultCostDuration, "timed window of each run")
+	warm := fs.Duration("warmup", bench.DefaultCostWarmup, "untimed warm-up before each timed window")
+	reps := fs.Int("reps", bench.DefaultCostReps, "repetitions; arms run interleaved within each")
+	rate := fs.Float64("rate", bench.DefaultCostRate, "offered msg/s of the fixed-rate runs")
+	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.CostArms), ","), "comma-separated arms")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	start := time.Now()
+	out := fs.String("out", defaultOut(start), "directory for report.md, summary.json and the chart; \"\" writes none")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	arms, err := bench.ParseArms(*armsFlag, bench.CostArms)
+	if err != nil {
+		return fmt.Errorf("--arms: %w", err)
+	}
+	switch {
+	case *dur <= 0:
+		return fmt.Errorf("--duration must be positive, got %s", *dur)
+	case *warm < 0:
+		return fmt.Errorf("--warmup must not be negative, got %s", *warm)
+	case *reps < 1:
+		return fmt.Errorf("--reps must be at least 1, got %d", *reps)
+	case !(*rate > 0):
+		return fmt.Errorf("--rate must be positive, got %g", *rate)
+	}
+	cfg := bench.CostConfig{Arms: arms, Duration: *dur, Warmup: *warm, Reps: *reps, Rate: *rate, Progress: stderr}
+	if *warm == 0 {
+		cfg.Warmup = time.Nanosecond // zero means the default; a nanosecond is none
+	}
+	drivers, err := bench.Connect(ctx, arms, bench.HarbingerOptions{})
+	if err != nil {
+		return err
+	}
+	defer bench.CloseAll(drivers)
+	env := bench.Describe(ctx, drivers)
+	res, err := bench.RunCost(ctx, cfg, drivers)
+	if err != nil {
+		return err
+	}
+	res.Method = bench.CostMethod(cfg, env)
+	if *out != "" {
+		if err := bench.WriteCostFiles(*out, res); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: wrote %s\n", *out)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	if err := bench.WriteCostText(stdout, res); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\n(ran in %.0f s)\n", time.Since(start).Seconds())
+	return nil
 }
