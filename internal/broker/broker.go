@@ -32,7 +32,7 @@ type Broker struct {
 	log *slog.Logger
 	ids *idGen
 
-	mu     sync.Mutex                       // serialises queue creation
+	mu     sync.Mutex                        // serialises queue creation
 	queues atomic.Pointer[map[string]*queue] // copy on write: the hot path takes no broker lock
 
 	consumers atomic.Int64

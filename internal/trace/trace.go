@@ -267,7 +267,7 @@ func exportCount(n int) int { return int(math.Ceil(float64(n) * exportFraction))
 // "azure-functions-2019 minutes 721-780 x0.0833 load 0.95".
 func (t *Trace) Name() string {
 	return fmt.Sprintf("%s minutes %d-%d x%s load %s", t.source, t.opts.StartMinute, t.lastMinute(),
-		strconv.FormatFloat(t.opts.Compression, 'g', -1, 64), strconv.FormatFloat(t.opts.Load, 'g', -1, 64))
+		strconv.FormatFloat(t.opts.Compression, 'g', 3, 64), strconv.FormatFloat(t.opts.Load, 'g', -1, 64))
 }
 
 // Workers is the worker count that puts the expected offered load at the
@@ -331,7 +331,7 @@ func (t *Trace) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Replays minutes %d-%d (%d min) of the %s trace with time compressed x%s, so the window's %d invocations arrive over %s s of virtual time; ",
 		t.opts.StartMinute, t.lastMinute(), t.opts.Minutes, t.source,
-		strconv.FormatFloat(t.opts.Compression, 'g', -1, 64), t.jobs,
+		strconv.FormatFloat(t.opts.Compression, 'g', 3, 64), t.jobs,
 		strconv.FormatFloat(t.windowSeconds(), 'g', -1, 64))
 	b.WriteString("within each minute arrivals are uniform at random, and each job's duration is drawn from its function's percentile curve (linear between percentiles 0, 1, 25, 50, 75, 99, 100) and compressed by the same factor. ")
 	fmt.Fprintf(&b, "%d workers for a target load of %s give an offered load of %.3f (%.0f s of expected work). ",

@@ -46,7 +46,7 @@ func TestLoadShipped(t *testing.T) {
 	t.Parallel()
 	tr := mustLoad(t, shipped, Options{})
 	// The defaults: minutes 721-780 at 1/12 speed, so the hour replays in 300 s.
-	if got, want := tr.Name(), "azure-functions-2019 minutes 721-780 x0.08333333333333333 load 0.95"; got != want {
+	if got, want := tr.Name(), "azure-functions-2019 minutes 721-780 x0.0833 load 0.95"; got != want {
 		t.Errorf("Name = %q, want %q", got, want)
 	}
 	if got := tr.windowSeconds(); math.Abs(got-300) > 1e-9 {
@@ -93,7 +93,7 @@ func TestLoadShipped(t *testing.T) {
 			real.Workers(), real.OfferedLoad(), tr.Workers(), tr.OfferedLoad())
 	}
 	d := tr.Describe()
-	for _, want := range []string{"minutes 721-780 (60 min)", "x0.08333333333333333", strconv.FormatInt(jobs, 10) + " invocations",
+	for _, want := range []string{"minutes 721-780 (60 min)", "x0.0833", strconv.FormatInt(jobs, 10) + " invocations",
 		"300 s", strconv.Itoa(tr.Workers()) + " workers", "export", "short", "mid"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("Describe lacks %q:\n%s", want, d)
