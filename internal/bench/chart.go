@@ -29,7 +29,8 @@ type Series struct {
 }
 
 // palette is colour-blind-safe (Okabe-Ito) and legible on white.
-var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442", "#999999"}
+// Lines past the sixth are dashed to stay distinguishable.
+var palette = []string{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#777777"}
 
 func esc(s string) string {
 	var b bytes.Buffer
@@ -60,6 +61,15 @@ func niceTicks(hi float64, n int) []float64 {
 	return ticks
 }
 
+// valueLabel prints a bar's value: whole numbers from 100 up, three
+// significant digits below.
+func valueLabel(v float64) string {
+	if math.Abs(v) >= 100 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
 func tickLabel(v float64) string {
 	switch {
 	case v == 0:
@@ -75,8 +85,8 @@ func tickLabel(v float64) string {
 // groups appear in the legend in the order given by groups.
 func BarChart(w io.Writer, title, yLabel string, bars []Bar, groups []string, groupColour map[string]string) error {
 	const (
-		width, height          = 900, 520
-		left, right, top, bott = 90, 30, 70, 150
+		width, height          = 900, 560
+		left, right, top, bott = 90, 30, 110, 150
 	)
 	pw, ph := float64(width-left-right), float64(height-top-bott)
 	hi := 0.0
@@ -125,15 +135,15 @@ func BarChart(w io.Writer, title, yLabel string, bars []Bar, groups []string, gr
 				}
 				top = math.Min(top, y(br.Hi))
 			}
-			fmt.Fprintf(&b, `<text x="%s" y="%s" text-anchor="middle" font-size="11">%s</text>`+"\n", num(x+bw/2), num(top-5), esc(strconv.FormatFloat(v, 'g', 3, 64)))
+			fmt.Fprintf(&b, `<text x="%s" y="%s" text-anchor="middle" font-size="11">%s</text>`+"\n", num(x+bw/2), num(top-5), esc(valueLabel(v)))
 		}
 		lx, ly := x+bw/2, float64(top)+ph+12
 		fmt.Fprintf(&b, `<text transform="translate(%s,%s) rotate(35)" text-anchor="start" font-size="12">%s</text>`+"\n", num(lx), num(ly), esc(br.Label))
 	}
-	// Legend, top right.
-	lx := width - right - 230
+	// Legend, under the title.
+	lx := left + 10
 	for i, g := range groups {
-		ly := 40 + 18*i
+		ly := 58 + 18*i
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/>`+"\n", lx, ly-10, groupColour[g])
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="12">%s</text>`+"\n", lx+18, ly, esc(g))
 	}
@@ -184,7 +194,7 @@ func CDFChart(w io.Writer, title, xLabel string, series []Series) error {
 			fmt.Fprintf(&b, `<line x1="%s" y1="%s" x2="%s" y2="%s" stroke="#999"/>`+"\n", num(x(m*v)), num(float64(top)+ph), num(x(m*v)), num(float64(top)+ph+4))
 		}
 	}
-	for _, p := range []float64{0, 0.25, 0.5, 0.75, 0.9, 0.99, 1} {
+	for _, p := range []float64{0, 0.25, 0.5, 0.75, 0.9, 1} {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%s" x2="%s" y2="%s" stroke="#e0e0e0"/>`+"\n", left, num(y(p)), num(float64(left)+pw), num(y(p)))
 		fmt.Fprintf(&b, `<text x="%d" y="%s" text-anchor="end" dominant-baseline="middle" font-size="12">%s</text>`+"\n", left-8, num(y(p)), esc(strconv.FormatFloat(p, 'g', -1, 64)))
 	}

@@ -30,7 +30,7 @@ const (
 	DefaultCostDrain = 10 * time.Second
 	// CostOnTime is the largest 99th-percentile send lag (actual minus
 	// scheduled send time) of a fixed-rate run whose sends count as on time.
-	CostOnTime = 10 * time.Millisecond
+	CostOnTime  = 10 * time.Millisecond
 	costPayload = 64
 )
 
