@@ -117,7 +117,7 @@ func TestFlowMarkdownStatesFailReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := b.String()
-	for _, want := range []string{"## Gate", "| P5 |", "not run", "is above the allowed", "## Method", FileMeanSVG} {
+	for _, want := range []string{"## Gate", "| P5 |", "no result", "is above the allowed", "## Method", FileMeanSVG} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report.md lacks %q:\n%s", want, s)
 		}

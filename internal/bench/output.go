@@ -152,7 +152,17 @@ func FlowMarkdown(w io.Writer, r *report.Report, charts bool) error {
 			passed++
 		}
 	}
-	fmt.Fprintf(&b, "Seeds %v. Gate: **%d of %d rows pass**.\n\n", r.Seeds, passed, len(r.Gate))
+	missing := 0
+	for _, g := range r.Gate {
+		if g.Note != "" {
+			missing++
+		}
+	}
+	fmt.Fprintf(&b, "Seeds %v. Gate: **%d of %d rows pass**", r.Seeds, passed, len(r.Gate))
+	if missing > 0 {
+		fmt.Fprintf(&b, " (%d without a result: not every arm was run)", missing)
+	}
+	b.WriteString(".\n\n")
 	b.WriteString("## Per arm\n\nEach figure is the median across seeds, in workload seconds; lost is the worst seed.\n\n")
 	b.WriteString("| arm | mean s | P99 s | short median s | export max wait s | lost | throughput/s | MAE ms | tier accuracy |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -172,8 +182,10 @@ func FlowMarkdown(w io.Writer, r *report.Report, charts bool) error {
 	for _, g := range r.Gate {
 		res, why := "pass", ""
 		switch {
+		case g.Note == "not run":
+			res, why = "no result", "an arm it compares was not run"
 		case g.Note != "":
-			res, why = "fail", g.Note
+			res, why = "no result", g.Note
 		case !g.Pass:
 			res, why = "fail", failReason(g)
 		}
