@@ -133,7 +133,7 @@ type FixedRateArm struct {
 // FixedRateRun is one fixed-rate run.
 type FixedRateRun struct {
 	Sent          int     `json:"sent"`
-	Delivered     int     `json:"delivered"` // of the messages sent in the timed window
+	Delivered     int     `json:"delivered"` // acks inside the timed window
 	Lost          int     `json:"lost"`      // sent (whole run) - delivered after the drain
 	DeliveredPerS float64 `json:"delivered_per_s"`
 	SendLagP99ms  float64 `json:"send_lag_p99_ms"`
@@ -234,17 +234,18 @@ func progressf(w io.Writer, format string, args ...any) {
 // costRun is the machinery a peak and a fixed-rate run share: a fresh
 // queue, consumers with empty handlers and a record of latencies.
 type costRun struct {
-	q       Queue
-	acked   atomic.Int64
-	stopW   context.CancelFunc
-	wg      sync.WaitGroup
-	onAck   func() // peak run: release an in-flight slot
-	mu      sync.Mutex
-	from    time.Time // latencies of messages sent from here ...
-	to      time.Time // ... to here are kept
-	lat     []float64 // seconds
-	seen    atomic.Int64
-	workErr chan error
+	q        Queue
+	acked    atomic.Int64
+	stopW    context.CancelFunc
+	wg       sync.WaitGroup
+	onAck    func() // peak run: release an in-flight slot
+	mu       sync.Mutex
+	from     time.Time // latencies of messages sent from here ...
+	to       time.Time // ... to here are kept
+	lat      []float64 // seconds
+	inWindow int       // acks inside [from, to)
+	seen     atomic.Int64
+	workErr  chan error
 }
 
 func startCostRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int, onAck func()) (*costRun, error) {
@@ -263,6 +264,9 @@ func startCostRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int,
 			r.mu.Lock()
 			if !sent.Before(r.from) && sent.Before(r.to) {
 				r.lat = append(r.lat, now.Sub(sent).Seconds())
+			}
+			if !now.Before(r.from) && now.Before(r.to) {
+				r.inWindow++
 			}
 			r.mu.Unlock()
 		}
@@ -465,14 +469,14 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 	}
 
 	r.mu.Lock()
-	lat := r.lat
+	lat, inWindow := r.lat, r.inWindow
 	r.mu.Unlock()
 	var allLags []float64
 	for _, l := range lags {
 		allLags = append(allLags, l...)
 	}
-	run := FixedRateRun{Sent: int(sent.Load()), Delivered: len(lat), Lost: int(sent.Load() - r.acked.Load())}
-	run.DeliveredPerS = float64(len(lat)) / cfg.Duration.Seconds()
+	run := FixedRateRun{Sent: int(sent.Load()), Delivered: inWindow, Lost: int(sent.Load() - r.acked.Load())}
+	run.DeliveredPerS = float64(inWindow) / cfg.Duration.Seconds()
 	run.SendLagP99ms = 1000 * stats.Quantile(allLags, 0.99)
 	run.P50ms = 1000 * stats.Quantile(lat, 0.5)
 	run.P99ms = 1000 * stats.Quantile(lat, 0.99)
@@ -480,7 +484,7 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 	switch {
 	case run.Lost > 0:
 		run.Why = fmt.Sprintf("%d messages not delivered within %s of the last send", run.Lost, cfg.Drain)
-	case float64(len(lat)) < 0.99*offered:
+	case float64(inWindow) < 0.99*offered:
 		run.Why = fmt.Sprintf("delivered %.0f/s, under 99%% of the offered %.0f/s", run.DeliveredPerS, cfg.Rate)
 	case float64(sentTimed.Load()) < 0.99*offered || run.SendLagP99ms > float64(CostOnTime.Milliseconds()):
 		run.Why = fmt.Sprintf("sends fell behind schedule (P99 lag %.1f ms, limit %s)", run.SendLagP99ms, CostOnTime)
