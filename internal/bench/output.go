@@ -119,7 +119,7 @@ func MeanChart(w io.Writer, r *report.Report) error {
 		}
 		bars = append(bars, Bar{Label: name, Value: float64(a.MeanS), Lo: lo, Hi: hi, Group: g})
 	}
-	title := fmt.Sprintf("Mean latency per arm, %s (median of %d seeds; whiskers: seed range)", r.Workload, len(r.Seeds))
+	title := fmt.Sprintf("Mean latency per arm, %s (median of %s; whiskers: seed range)", r.Workload, plural(len(r.Seeds), "seed"))
 	return BarChart(w, title, "mean latency, send to ack (workload s)", bars,
 		[]string{fifoGroup, orderedGroup}, map[string]string{fifoGroup: "#999999", orderedGroup: "#0072B2"})
 }
@@ -358,7 +358,7 @@ func CostChart(w io.Writer, r *CostResult) error {
 	for i, n := range r.ArmOrder {
 		colours[n] = palette[i%len(palette)]
 	}
-	return BarChart(w, fmt.Sprintf("Peak sustained delivery rate (median of %d runs; whiskers: range)", len(firstRuns(r))),
+	return BarChart(w, fmt.Sprintf("Peak sustained delivery rate (median of %s; whiskers: range)", plural(len(firstRuns(r)), "run")),
 		"acked messages per second", bars, r.ArmOrder, colours)
 }
 
@@ -367,4 +367,12 @@ func firstRuns(r *CostResult) []float64 {
 		return r.Arms[n].PeakRuns
 	}
 	return nil
+}
+
+// plural writes n and the noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
