@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -129,9 +132,16 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	start := time.Now()
 	out := fs.String("out", defaultOut(start), "directory for report.md, summary.json and the chart; \"\" writes none")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (harness and in-process broker) to this file")
+	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	stopProfiles, err := startProfiles(*cpuProfile, *mutexProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	arms, err := bench.ParseArms(*armsFlag, bench.CostArms)
 	if err != nil {
 		return fmt.Errorf("--arms: %w", err)
@@ -177,4 +187,37 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "\n(ran in %.0f s)\n", time.Since(start).Seconds())
 	return nil
+}
+
+// startProfiles starts the CPU and mutex profiles asked for; the returned
+// function writes them.
+func startProfiles(cpuPath, mutexPath string) (func(), error) {
+	var stops []func()
+	if cpuPath != "" {
+		f, err := os.Create(cpuPath)
+		if err != nil {
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	if mutexPath != "" {
+		runtime.SetMutexProfileFraction(5)
+		stops = append(stops, func() {
+			f, err := os.Create(mutexPath)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			_ = pprof.Lookup("mutex").WriteTo(f, 0)
+		})
+	}
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"google.golang.org/grpc"
@@ -55,7 +56,13 @@ func New(b *broker.Broker, log *slog.Logger) *Server {
 // receive limit large enough for a full-size payload and its envelope.
 func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 	cfg = cfg.WithDefaults()
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(max(4<<20, cfg.MaxPayload+cfg.MaxHeaderBytes+64<<10))}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(max(4<<20, cfg.MaxPayload+cfg.MaxHeaderBytes+64<<10)),
+		// One write buffer per connection, shared by its streams, and a
+		// fixed pool of stream handlers instead of a goroutine per stream.
+		grpc.SharedWriteBuffer(true),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+	}
 }
 
 // Register adds the Harbinger services, the standard health service and
