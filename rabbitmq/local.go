@@ -21,10 +21,11 @@ type LocalConfig struct {
 	RecomputeEvery  int     // predictions between boundary recomputations, default 64
 	MaxKeys         int     // tracked keys, least recently used evicted, default 100000
 	NoSizeBucket    bool    // leave the size out of keys
-	// LongFactor: a message predicted at least this many times the median
-	// recent cost is Long and takes the top priority, as are cold and
-	// gated keys' messages; default 64, negative disables (tiers only).
-	LongFactor float64
+	// LongShare: the most expensive recent messages that together make up
+	// this share of the recent predicted work are Long and take the top
+	// priority, as are cold and gated keys' messages; default 0.2, negative
+	// disables (tiers only).
+	LongShare float64
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -48,7 +49,7 @@ func (c LocalConfig) predictConfig() predict.Config {
 		RecomputeEvery:  c.RecomputeEvery,
 		MaxKeys:         c.MaxKeys,
 		NoSizeBucket:    c.NoSizeBucket,
-		LongFactor:      c.LongFactor,
+		LongShare:       c.LongShare,
 	}
 }
 

@@ -125,7 +125,7 @@ type policyFlags struct {
 	ageAfter      time.Duration
 	shortestFirst bool
 	agingOff      bool
-	longFactor    float64
+	longShare     float64
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
@@ -135,7 +135,7 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&p.ageAfter, "age-after", 0, "predictive and weighted policies: wait at a tier before aging lifts a message (default 10s)")
 	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
 	fs.BoolVar(&p.agingOff, "aging-off", false, "turn aging (and the bounded policy's bound) off")
-	fs.Float64Var(&p.longFactor, "long-factor", 0, "bounded policy: a message is long (bounded) when predicted at least this many times the median cost (default 64)")
+	fs.Float64Var(&p.longShare, "long-share", 0, "bounded policy: the most expensive messages making up this share of recent predicted work are long and bounded (default 0.2; negative: none)")
 }
 
 func (p *policyFlags) apply(arms []sim.Arm) error {
@@ -175,8 +175,8 @@ func (p *policyFlags) apply(arms []sim.Arm) error {
 			}
 		}
 		a.Options.ShortestFirst = a.Options.ShortestFirst || p.shortestFirst
-		if p.longFactor != 0 {
-			a.Predictor.LongFactor = p.longFactor
+		if p.longShare != 0 {
+			a.Predictor.LongShare = p.longShare
 		}
 		a.Options.AgingOff = a.Options.AgingOff || p.agingOff
 	}

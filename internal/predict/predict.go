@@ -31,7 +31,7 @@ const (
 	DefaultRecomputeEvery  = 256
 	DefaultMaxKeys         = 100_000
 	DefaultMaxDuration     = 24 * time.Hour
-	DefaultLongFactor      = 64
+	DefaultLongShare       = 0.2
 	MaxTiers               = 16
 )
 
@@ -65,10 +65,12 @@ type Config struct {
 	MaxDuration     time.Duration // longer observations are rejected
 	Estimator       string        // EstimateEWMA or EstimateMedian
 	NoSizeBucket    bool          // leave the size bucket out of keys
-	// LongFactor marks a message Long when its predicted cost is at least
-	// this many times the median recent predicted cost: the few jobs that
-	// shortest-first would starve. Negative disables.
-	LongFactor float64
+	// LongShare marks messages Long: the most expensive recent messages
+	// that together make up this share of the recent predicted work (the
+	// cut moved to the widest gap between neighbouring costs nearby), plus
+	// every cold or spread-gated one. These are the jobs shortest-first
+	// would starve. Negative disables.
+	LongShare float64
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -103,8 +105,8 @@ func (c Config) WithDefaults() Config {
 	if c.Estimator == "" {
 		c.Estimator = EstimateEWMA
 	}
-	if c.LongFactor == 0 {
-		c.LongFactor = DefaultLongFactor
+	if c.LongShare == 0 {
+		c.LongShare = DefaultLongShare
 	}
 	return c
 }
@@ -130,8 +132,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("predict: max keys must be at least 1, got %d", c.MaxKeys)
 	case c.MaxDuration <= 0:
 		return fmt.Errorf("predict: max duration must be positive, got %v", c.MaxDuration)
-	case math.IsNaN(c.LongFactor) || (c.LongFactor > 0 && c.LongFactor < 1):
-		return fmt.Errorf("predict: long factor must be at least 1 (or negative to disable), got %v", c.LongFactor)
+	case math.IsNaN(c.LongShare) || c.LongShare > 1:
+		return fmt.Errorf("predict: long share must be at most 1 (or negative to disable), got %v", c.LongShare)
 	case c.Estimator != EstimateEWMA && c.Estimator != EstimateMedian:
 		return fmt.Errorf("predict: unknown estimator %q (want %q or %q)", c.Estimator, EstimateEWMA, EstimateMedian)
 	}
@@ -151,7 +153,7 @@ type Prediction struct {
 	Tier        int           // 0 is served first
 	Cold        bool          // too few observations to trust
 	SpreadGated bool          // the key's p99/median is above the spread gate
-	Long        bool          // predicted at least LongFactor times the median recent cost, or cold, or gated
+	Long        bool          // among the most expensive LongShare of recent work, or cold, or gated
 	Made        bool          // false for the zero Prediction
 }
 
@@ -179,7 +181,7 @@ type Predictor struct {
 	recentPos  int
 	sincePlan  int
 	boundaries []float64 // ms; len Tiers-1; message goes to first tier whose boundary >= cost
-	medianMS   float64   // median of the recent warm predicted costs
+	longMS     float64   // warm predictions at or above this cost are Long
 	sorted     []float64 // scratch for recomputing boundaries
 	typicalMS  float64   // EWMA over all observations, the cost given to cold keys
 
@@ -199,6 +201,7 @@ func New(cfg Config) (*Predictor, error) {
 		cfg:    cfg,
 		keys:   make(map[Key]*entry),
 		recent: make([]float64, cfg.Window),
+		longMS: math.Inf(1),
 	}, nil
 }
 
@@ -223,12 +226,12 @@ func (p *Predictor) Predict(k Key) Prediction {
 	if e == nil || e.count < uint64(p.cfg.MinObservations) {
 		// Nothing known could be anything, including the longest job there
 		// is: it is held to its FIFO start like one.
-		pr.Cold, pr.Long = true, p.cfg.LongFactor > 0
+		pr.Cold, pr.Long = true, p.cfg.LongShare > 0
 		return pr
 	}
 	p.touch(e)
 	if p.cfg.SpreadGate > 0 && e.p50 > 0 && e.p99/e.p50 > p.cfg.SpreadGate {
-		pr.SpreadGated, pr.Long = true, p.cfg.LongFactor > 0
+		pr.SpreadGated, pr.Long = true, p.cfg.LongShare > 0
 		e.tier = mid
 		return pr
 	}
@@ -323,12 +326,12 @@ func (p *Predictor) record(ms float64) {
 		p.sorted = append(p.sorted[:0], p.recent[:p.recentN]...)
 		slices.Sort(p.sorted)
 		p.boundaries = boundaries(p.sorted, p.cfg.Tiers, p.boundaries)
-		p.medianMS = p.sorted[len(p.sorted)/2]
+		p.longMS = longCut(p.sorted, p.cfg.LongShare)
 	}
 }
 
 func (p *Predictor) isLong(ms float64) bool {
-	return p.cfg.LongFactor > 0 && p.medianMS > 0 && ms >= p.cfg.LongFactor*p.medianMS
+	return p.cfg.LongShare > 0 && ms >= p.longMS
 }
 
 // Boundaries computes tier boundaries from a sample of costs: the
@@ -427,4 +430,42 @@ func (p *Predictor) Place(cost time.Duration) Prediction {
 	ms := float64(cost) / float64(time.Millisecond)
 	p.record(ms)
 	return Prediction{Made: true, Cost: cost, Tier: p.tierOf(ms), Long: p.isLong(ms)}
+}
+
+// longCut returns the cost at and above which messages are long: the cut
+// where the most expensive messages first add up to more than share of all
+// the predicted work in sorted, moved to the widest relative gap between
+// neighbouring costs within a sixteenth of the sample of it, so one key's
+// messages are not split by noise. +Inf when nothing qualifies.
+func longCut(sorted []float64, share float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return math.Inf(1)
+	}
+	total := 0.0
+	for _, c := range sorted {
+		total += c
+	}
+	acc, k := 0.0, n
+	for k > 0 && acc+sorted[k-1] <= share*total {
+		k--
+		acc += sorted[k]
+	}
+	// sorted[k:] adds up to at most share; the cut lies between k-1 and k.
+	m := max(n/16, 1)
+	best, bestGap := k, 0.0
+	for j := max(k-m, 1); j <= min(k+m, n-1); j++ {
+		if sorted[j-1] > 0 {
+			if g := sorted[j] / sorted[j-1]; g > bestGap {
+				best, bestGap = j, g
+			}
+		}
+	}
+	if best >= n {
+		return math.Inf(1)
+	}
+	if best == 0 || bestGap <= 1 {
+		return sorted[best]
+	}
+	return math.Sqrt(sorted[best-1] * sorted[best])
 }

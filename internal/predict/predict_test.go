@@ -47,7 +47,7 @@ func TestConfigValidate(t *testing.T) {
 		{"recompute", Config{RecomputeEvery: -1}, "recompute interval must be at least 1"},
 		{"max keys", Config{MaxKeys: -1}, "max keys must be at least 1"},
 		{"max duration", Config{MaxDuration: -1}, "max duration must be positive"},
-		{"long factor", Config{LongFactor: 0.5}, "long factor must be at least 1"},
+		{"long share", Config{LongShare: 1.5}, "long share must be at most 1"},
 		{"estimator", Config{Estimator: "mode"}, `unknown estimator "mode"`},
 	}
 	for _, tt := range tests {
@@ -59,8 +59,8 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(Config{SpreadGate: -1, LongFactor: -1}); err != nil {
-		t.Errorf("negative spread gate and long factor disable them, got %v", err)
+	if _, err := New(Config{SpreadGate: -1, LongShare: -1}); err != nil {
+		t.Errorf("negative spread gate and long share disable them, got %v", err)
 	}
 }
 
@@ -124,10 +124,10 @@ func TestColdStart(t *testing.T) {
 			t.Errorf("tiers %d, after 3 observations: %+v, want warm", tiers, pr)
 		}
 	}
-	// With LongFactor disabled a cold message is not held as long.
-	p := mustNew(t, Config{LongFactor: -1})
+	// With LongShare disabled a cold message is not held as long.
+	p := mustNew(t, Config{LongShare: -1})
 	if pr := p.Predict(p.KeyFor("q", "p", "j", 0)); !pr.Cold || pr.Long {
-		t.Errorf("LongFactor -1: %+v", pr)
+		t.Errorf("LongShare -1: %+v", pr)
 	}
 }
 
@@ -401,7 +401,7 @@ func TestPredictObserveProperty(t *testing.T) {
 			RecomputeEvery:  1 + rng.IntN(16),
 			MaxKeys:         1 + rng.IntN(20),
 			Estimator:       []string{EstimateEWMA, EstimateMedian}[rng.IntN(2)],
-			LongFactor:      []float64{-1, 1, 64}[rng.IntN(3)],
+			LongShare:       []float64{-1, 0.2, 1}[rng.IntN(3)],
 		}
 		p := mustNew(t, cfg)
 		var accepted, rejected uint64
@@ -495,5 +495,60 @@ func BenchmarkPredictObserve(b *testing.B) {
 		if err := p.Observe(k, pr, durs[i%len(durs)]); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The long cut lands in the gap between clusters of costs, so a key whose
+// estimate wobbles is not long one moment and short the next, and it holds
+// the most expensive messages that make up the share of the work.
+func TestLongCut(t *testing.T) {
+	t.Parallel()
+	var costs []float64
+	for i := range 1000 {
+		switch {
+		case i%100 == 0: // 1% of messages, 5000 ms each: 5 x 10 = 50 s, 38% of the work
+			costs = append(costs, 5000+float64(i%7))
+		case i%10 == 0: // 9%, 350 ms: 31.5 s, 24%
+			costs = append(costs, 350+float64(i%5))
+		default: // 90%, 5 to 100 ms
+			costs = append(costs, 5+float64(i%96))
+		}
+	}
+	slices.Sort(costs)
+	cut := longCut(costs, 0.2)
+	if !(cut > 400 && cut < 5000) {
+		t.Fatalf("cut at 20%% of work = %v ms, want it in the gap between 355 and 5000", cut)
+	}
+	// At half the work the cut is within reach of the 355 -> 5000 gap and
+	// snaps to it; at 90% it must reach down into the short cluster.
+	if cut := longCut(costs, 0.5); !(cut > 400 && cut < 5000) {
+		t.Fatalf("cut at 50%% of work = %v ms, want the 355-5000 gap", cut)
+	}
+	if cut := longCut(costs, 0.9); !(cut < 100) {
+		t.Fatalf("cut at 90%% of work = %v ms, want it among the short costs", cut)
+	}
+	if cut := longCut(nil, 0.2); !math.IsInf(cut, 1) {
+		t.Fatalf("empty sample: %v", cut)
+	}
+	// Through the predictor: after learning, the 5 s key is long, the 350 ms one is not.
+	p := mustNew(t, Config{RecomputeEvery: 1})
+	long, mid, short := p.KeyFor("q", "p", "export", 0), p.KeyFor("q", "p", "pdf", 0), p.KeyFor("q", "p", "email", 0)
+	for range 5 {
+		observe(t, p, long, Prediction{}, ms(5000))
+		observe(t, p, mid, Prediction{}, ms(350))
+		observe(t, p, short, Prediction{}, ms(8))
+	}
+	for i := range 1000 {
+		switch {
+		case i%100 == 0:
+			p.Predict(long)
+		case i%10 == 0:
+			p.Predict(mid)
+		default:
+			p.Predict(short)
+		}
+	}
+	if !p.Predict(long).Long || p.Predict(mid).Long || p.Predict(short).Long {
+		t.Fatalf("long %+v mid %+v short %+v", p.Predict(long), p.Predict(mid), p.Predict(short))
 	}
 }
