@@ -78,16 +78,20 @@ func (c Config) validate() error {
 }
 
 // Arm names. The default arm is the shipped configuration: the bounded
-// policy, three tiers, the EWMA estimator, the spread gate, size buckets and
-// a cold-start threshold of three observations.
+// policy with the predictor's default long share (the most expensive recent
+// messages making up a fifth of the recent predicted work are bounded),
+// three tiers, the EWMA estimator, the spread gate, size buckets and a
+// cold-start threshold of three observations. ArmShare40 and ArmShare60
+// bound the most expensive 40% and 60% of the recent work instead; their
+// names must match shareWide and shareWider.
 const (
 	ArmFIFO         = "fifo"
 	ArmDefault      = "default"
 	ArmAgingOff     = "bound-off"
 	ArmStrictAging  = "strict+step"
 	ArmWeighted     = "weighted+pausing"
-	ArmLong16       = "bound>=16x"
-	ArmLong4        = "bound>=4x"
+	ArmShare40      = "bound 40% of work"
+	ArmShare60      = "bound 60% of work"
 	ArmOracle       = "oracle"
 	ArmStatic       = "static"
 	ArmMedian       = "median"
@@ -101,6 +105,12 @@ const (
 	ArmTiers4       = "tiers-4"
 	ArmTiers6       = "tiers-6"
 	ArmSJF          = "sjf"
+)
+
+// The long shares of ArmShare40 and ArmShare60.
+const (
+	shareWide  = 0.4
+	shareWider = 0.6
 )
 
 // armSpec is an arm and how to run it.
@@ -138,8 +148,8 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		add(def(ArmAgingOff, func(a *sim.Arm) { a.Options.AgingOff = true })),
 		add(by(ArmStrictAging, "strict-aging", nil)),
 		add(by(ArmWeighted, "weighted", nil)),
-		add(def(ArmLong16, func(a *sim.Arm) { a.Predictor.LongShare = 0.4 })),
-		add(def(ArmLong4, func(a *sim.Arm) { a.Predictor.LongShare = 0.6 })),
+		add(def(ArmShare40, func(a *sim.Arm) { a.Predictor.LongShare = shareWide })),
+		add(def(ArmShare60, func(a *sim.Arm) { a.Predictor.LongShare = shareWider })),
 		add(by(ArmOracle, "oracle", nil)),
 		add(by(ArmStatic, "static", nil)),
 		add(def(ArmMedian, func(a *sim.Arm) { a.Predictor.Estimator = predict.EstimateMedian })),

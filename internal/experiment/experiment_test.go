@@ -74,6 +74,9 @@ func TestMarkdownTables(t *testing.T) {
 	if !strings.Contains(md, "| 0.95 | default |") || !strings.Contains(md, "Does the default policy follow from this?") {
 		t.Error("missing rows or the conclusion")
 	}
+	if i := strings.Index(md, "%!"); i >= 0 {
+		t.Errorf("a findings template has a formatting error: %q", md[max(i-80, 0):min(i+40, len(md))])
+	}
 	// FIFO against itself is exactly 1.
 	if v := r.ratio(0, 0.95, ArmFIFO, ArmFIFO, mMean); v != 1 {
 		t.Errorf("fifo vs fifo = %v", v)
@@ -85,6 +88,43 @@ func TestMarkdownTables(t *testing.T) {
 	}
 	if v := r.value(0, 0.7, ArmTree, mMAE); math.IsNaN(v) {
 		t.Error("tree arm reports no MAE")
+	}
+}
+
+func TestShareArmsNameTheirShare(t *testing.T) {
+	t.Parallel()
+	for arm, share := range map[string]float64{ArmShare40: shareWide, ArmShare60: shareWider} {
+		if !strings.Contains(arm, sharePct(share)) {
+			t.Errorf("arm %q does not say its long share %v", arm, share)
+		}
+	}
+}
+
+func TestFindingsWords(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		vs   []float64
+		want string
+	}{
+		{[]float64{0.9, 0.5}, "below"},
+		{[]float64{0.9, 1.001}, "at or below"},
+		{[]float64{1.2, 1.0}, "at or above"},
+		{[]float64{1.2, 0.8}, "on both sides of"},
+		{[]float64{1.0004}, "level with"},
+		{[]float64{math.NaN()}, "level with"},
+	} {
+		if got := side(c.vs...); got != c.want {
+			t.Errorf("side(%v) = %q, want %q", c.vs, got, c.want)
+		}
+	}
+	if got := slightly(1.047); got != "slightly above" {
+		t.Errorf("slightly(1.047) = %q", got)
+	}
+	if got, want := pct(1.193), "20%"; got != want {
+		t.Errorf("pct(1.193) = %q, want %q", got, want)
+	}
+	if got, want := pctRound(1.047), "5%"; got != want {
+		t.Errorf("pctRound(1.047) = %q, want %q", got, want)
 	}
 }
 

@@ -2,13 +2,17 @@ package experiment
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
 )
 
 // ChartDir is where Write puts the charts, relative to the output directory.
@@ -142,20 +146,187 @@ func writeTable(b *strings.Builder, r *Results, si int, s study) {
 	b.WriteString("\n")
 }
 
+// scName names a scenario the way the findings do.
+func (r *Results) scName(si int) string {
+	switch si {
+	case scWorkload:
+		return "production-flow"
+	case scTrace:
+		return "the trace"
+	}
+	return r.Scenarios[si].Label
+}
+
+// tierPlace says where the default's figure on one scenario and load lies
+// among the other tier counts', with their range.
+func (r *Results) tierPlace(si int, load float64, m metric) (where string, def, lo, hi float64) {
+	lo, hi = r.extremes(si, load, []string{ArmTiers2, ArmTiers4, ArmTiers6}, m)
+	def = r.value(si, load, ArmDefault, m)
+	switch {
+	case def > hi:
+		where = "the longest of the four"
+	case def < lo:
+		where = "the shortest of the four"
+	default:
+		where = "between theirs"
+	}
+	return where, def, lo, hi
+}
+
+// loss is one scenario and load where the default does worse than FIFO.
+type loss struct {
+	si    int
+	load  float64
+	worst float64 // the largest ratio to FIFO
+	text  string
+}
+
+// losses lists every scenario and load where the default's mean, P99 or
+// longest export wait is above FIFO's, worst first.
+func (r *Results) losses() []loss {
+	labels := map[string]string{mMean.name: "mean", mP99.name: "P99", mExport.name: "longest export wait"}
+	var out []loss
+	for si := range r.Scenarios {
+		for _, l := range r.Config.Loads {
+			var parts, fine []string
+			worst := 0.0
+			for _, m := range []metric{mExport, mP99, mMean} {
+				v := r.ratio(si, l, ArmDefault, ArmFIFO, m)
+				if level(v) <= 0 {
+					if m.name == mMean.name && !math.IsNaN(v) {
+						fine = append(fine, fmt.Sprintf("while its mean is %s FIFO's", r.x(si, l, ArmDefault, ArmFIFO, m)))
+					}
+					continue
+				}
+				worst = max(worst, v)
+				p := fmt.Sprintf("its %s %s FIFO's", labels[m.name], r.x(si, l, ArmDefault, ArmFIFO, m))
+				if len(parts) == 0 {
+					p = fmt.Sprintf("the default's %s is %s FIFO's", labels[m.name], r.x(si, l, ArmDefault, ArmFIFO, m))
+				}
+				if v < 1.1 {
+					p += fmt.Sprintf(" (%s longer)", pctRound(v))
+				}
+				parts = append(parts, p)
+			}
+			if len(parts) == 0 {
+				continue
+			}
+			text := strings.Join(parts, " and ")
+			if len(fine) > 0 {
+				text += ", " + fine[0]
+			}
+			out = append(out, loss{si, l, worst, text})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b loss) int { return cmp.Compare(b.worst, a.worst) })
+	return out
+}
+
+// lossNote explains a loss where the studies say more about it.
+func (r *Results) lossNote(si int, load float64) string {
+	w, t := scWorkload, scTrace
+	var b strings.Builder
+	switch {
+	case si == t && load == 1.1:
+		fmt.Fprintf(&b, " The longest export wait is %s s against FIFO's %s s. With %s of the work bounded it is %s FIFO's and P99 %s FIFO's",
+			r.at(t, 1.1, ArmDefault, mExport), r.at(t, 1.1, ArmFIFO, mExport),
+			sharePct(shareWide), r.x(t, 1.1, ArmShare40, ArmFIFO, mExport), r.x(t, 1.1, ArmShare40, ArmFIFO, mP99))
+		if len(r.holdsBoth(t, 1.1, []string{ArmDefault, ArmShare40, ArmShare60})) == 0 {
+			b.WriteString("; none of the three shares keeps both at or below FIFO's")
+		}
+		b.WriteString(".")
+		alt := []string{ArmMedian, ArmMedianNoGate, ArmCold1, ArmCold10, ArmTree, ArmTiers2, ArmTiers4, ArmTiers6}
+		lo, hi := r.extremes(t, 1.1, alt, mExport)
+		if hi < 0.75*r.value(t, 1.1, ArmDefault, mExport) {
+			fmt.Fprintf(&b, " The figure is fragile: the median estimator, either other cold-start threshold, the tree and 2, 4 or 6 tiers each bring it to between %s s and %s s (studies 3 and 4).",
+				fmtNum(lo), fmtNum(hi))
+		}
+	case si == w && load == 1.1:
+		if p, off := r.ratio(w, 1.1, ArmDefault, ArmFIFO, mP99), r.ratio(w, 1.1, ArmAgingOff, ArmFIFO, mP99); level(p) > 0 && level(off) < 0 {
+			fmt.Fprintf(&b, " With the bound off P99 is %s FIFO's, so under overload the bound's cost lands on the tail",
+				r.x(w, 1.1, ArmAgingOff, ArmFIFO, mP99))
+			if s40, s60 := r.ratio(w, 1.1, ArmShare40, ArmFIFO, mP99), r.ratio(w, 1.1, ArmShare60, ArmFIFO, mP99); s40 > p && s60 > p {
+				fmt.Fprintf(&b, "; the wider bounds make it worse (%s and %s FIFO's)", r.x(w, 1.1, ArmShare40, ArmFIFO, mP99), r.x(w, 1.1, ArmShare60, ArmFIFO, mP99))
+			}
+			b.WriteString(".")
+		}
+	}
+	return b.String()
+}
+
 func conclusion(r *Results) string {
 	w, t := scWorkload, scTrace
-	return fmt.Sprintf(`## Does the default policy follow from this?
+	vf := func(si int, l float64, arm string, m metric) float64 { return r.ratio(si, l, arm, ArmFIFO, m) }
+	vd := func(si int, l float64, arm string, m metric) float64 { return r.ratio(si, l, arm, ArmDefault, m) }
+	losses := r.losses()
+	var b strings.Builder
+	b.WriteString("## Does the default policy follow from this?\n\n")
+	if len(losses) > 0 {
+		b.WriteString("Partly. ")
+	} else {
+		b.WriteString("Yes, on these two sources. ")
+	}
+	b.WriteString("What the default reflects, and how far the studies back each part:\n\n")
 
-Partly. What the studies support:
-
-- **Shortest predicted first with a bound, rather than strict or weighted levels with aging.** On production-flow the default's mean is %s of FIFO's at load 0.95 against %s (strict + step) and %s (weighted + pausing), with export waits no worse than FIFO's. This is the default, and the data back it.
-- **A simple per-key EWMA.** Neither the median estimator nor a regression tree buys latency, and the tree breaks the long-job guarantee. Keeping the EWMA is supported.
-- **Three tiers.** The tier count makes no measurable difference under the default policy, so three is as good as any; the choice is harmless rather than supported.
-- **The spread gate, the size bucket and a cold-start threshold of 3** change mean latency by no more than seed noise on either source. They are kept for robustness, not because these runs show a gain.
-
-What the default does not reflect: the long-job bound is tuned to production-flow. On the trace the 64x line leaves the longest-mean functions unbounded and their longest wait is %s FIFO's at 0.95 and %s at 1.1, which breaks the promise that long work starts no later than FIFO would start it. A wider fixed line (16x) repairs the trace but costs production-flow %s of the default's mean at 0.95. No fixed factor serves both sources, so the default stays at 64x for now, and the gap is stated here rather than hidden. The change these results point to is a bound that follows a message's own key (bound a job when its key's mean is far above the median, or when it has already waited longer than FIFO would have made it wait), not a different constant. That change is not made here: it needs its own pre-registered run.
-`,
+	fmt.Fprintf(&b, "- **Shortest predicted first with a bound, rather than strict or weighted levels with aging.** On production-flow the default's mean is %s of FIFO's at load 0.95 against %s (strict + step) and %s (weighted + pausing), and its longest export wait %s FIFO's (%s). On the trace at 0.8 and 0.95 its mean is %s FIFO's (%s, %s) and the longest functions' wait %s FIFO's (%s, %s).\n",
 		r.x(w, 0.95, ArmDefault, ArmFIFO, mMean), r.x(w, 0.95, ArmStrictAging, ArmFIFO, mMean), r.x(w, 0.95, ArmWeighted, ArmFIFO, mMean),
-		r.x(t, 0.95, ArmDefault, ArmFIFO, mExport), r.x(t, 1.1, ArmDefault, ArmFIFO, mExport),
-		r.x(w, 0.95, ArmLong16, ArmDefault, mMean))
+		side(vf(w, 0.95, ArmDefault, mExport)), r.x(w, 0.95, ArmDefault, ArmFIFO, mExport),
+		side(vf(t, 0.8, ArmDefault, mMean), vf(t, 0.95, ArmDefault, mMean)), r.x(t, 0.8, ArmDefault, ArmFIFO, mMean), r.x(t, 0.95, ArmDefault, ArmFIFO, mMean),
+		side(vf(t, 0.8, ArmDefault, mExport), vf(t, 0.95, ArmDefault, mExport)), r.x(t, 0.8, ArmDefault, ArmFIFO, mExport), r.x(t, 0.95, ArmDefault, ArmFIFO, mExport))
+
+	// The previous rule's figure is quoted from the run that preceded the
+	// work-share cut; it cannot be recomputed from these arms.
+	fmt.Fprintf(&b, "- **Bounding the most expensive %s of the recent predicted work.** This cut replaced the previous rule, under which a message was long only when predicted at least 64x the median recent predicted cost. That line left the trace's longest functions unbounded: under it their longest wait at load 0.95 was 4.79x FIFO's (with the bound off, this run gives %s); with the work-share cut it is %s. Bounding %s or %s of the work instead puts production-flow's mean at 0.95 at %s and %s the default's, and its P99 at 1.1 at %s and %s FIFO's against the default's %s.\n",
+		sharePct(predict.DefaultLongShare), r.x(t, 0.95, ArmAgingOff, ArmFIFO, mExport), r.x(t, 0.95, ArmDefault, ArmFIFO, mExport),
+		sharePct(shareWide), sharePct(shareWider), r.x(w, 0.95, ArmShare40, ArmDefault, mMean), r.x(w, 0.95, ArmShare60, ArmDefault, mMean),
+		r.x(w, 1.1, ArmShare40, ArmFIFO, mP99), r.x(w, 1.1, ArmShare60, ArmFIFO, mP99), r.x(w, 1.1, ArmDefault, ArmFIFO, mP99))
+
+	med, tree := vd(w, 0.95, ArmMedian, mMean), vd(w, 0.95, ArmTree, mMean)
+	fmt.Fprintf(&b, "- **A simple per-key EWMA.** On production-flow the median estimator's mean is %s and the regression tree's %s the default's at 0.95",
+		r.x(w, 0.95, ArmMedian, ArmDefault, mMean), r.x(w, 0.95, ArmTree, ArmDefault, mMean))
+	if level(med) >= 0 && level(tree) >= 0 {
+		b.WriteString(", so neither buys latency there and keeping the EWMA is supported")
+	}
+	b.WriteString(".")
+	if me, te := vd(t, 1.1, ArmMedian, mExport), vd(t, 1.1, ArmTree, mExport); level(me) < 0 && level(te) < 0 {
+		fmt.Fprintf(&b, " On the trace at 1.1, though, both hold the longest export wait better (%s s and %s s against the default's %s s).",
+			r.at(t, 1.1, ArmMedian, mExport), r.at(t, 1.1, ArmTree, mExport), r.at(t, 1.1, ArmDefault, mExport))
+	}
+	b.WriteString("\n")
+
+	lo, hi := r.extremes(w, 0.95, []string{ArmTiers2, ArmDefault, ArmTiers4, ArmTiers6}, mMean)
+	where, def, tlo, thi := r.tierPlace(t, 1.1, mExport)
+	fmt.Fprintf(&b, "- **Three tiers.** On production-flow the tier count %s moves the mean (at 0.95 the largest is %s above the smallest)%s. On the trace at 1.1 the three-tier default's longest export wait is %s (%s s against %s s to %s s)%s.\n",
+		barely(hi/lo), pctRound(hi/lo), map[bool]string{true: ", so three is as good as any there", false: ""}[hi/lo < 1.1],
+		where, fmtNum(def), fmtNum(tlo), fmtNum(thi),
+		map[bool]string{true: ", so three is not supported there", false: ""}[where == "the longest of the four"])
+
+	fmt.Fprintf(&b, "- **The size bucket and a cold-start threshold of 3.** Without the size bucket production-flow's mean is %s the default's at 0.95 (%s at 1.1); a threshold of 10 puts it at %s (%s at 1.1) and a threshold of 1 at %s.\n",
+		r.x(w, 0.95, ArmNoSize, ArmDefault, mMean), r.x(w, 1.1, ArmNoSize, ArmDefault, mMean),
+		r.x(w, 0.95, ArmCold10, ArmDefault, mMean), r.x(w, 1.1, ArmCold10, ArmDefault, mMean), r.x(w, 0.95, ArmCold1, ArmDefault, mMean))
+
+	gm, gp := vd(w, 0.8, ArmNoGate, mMean), vd(w, 0.8, ArmNoGate, mP99)
+	fmt.Fprintf(&b, "- **The spread gate.** With it off production-flow's mean and P99 at 0.8 are %s and %s the default's",
+		r.x(w, 0.8, ArmNoGate, ArmDefault, mMean), r.x(w, 0.8, ArmNoGate, ArmDefault, mP99))
+	if level(gm) <= 0 && level(gp) <= 0 {
+		b.WriteString(", so production-flow's latency does not support it")
+	}
+	fmt.Fprintf(&b, "; on the trace at 1.1 the gate-off arm's longest export wait is %s s against the default's %s s",
+		r.at(t, 1.1, ArmNoGate, mExport), r.at(t, 1.1, ArmDefault, mExport))
+	if level(vd(t, 1.1, ArmNoGate, mExport)) > 0 {
+		b.WriteString(", which is where the gate earns its place")
+	}
+	b.WriteString(".\n\n")
+
+	if len(losses) == 0 {
+		b.WriteString("The default does no worse than FIFO on mean, P99 or longest export wait at any load of either source.\n")
+		return b.String()
+	}
+	b.WriteString("Where the default still loses to FIFO (ratios paired by seed):\n\n")
+	for _, l := range losses {
+		name := r.scName(l.si)
+		fmt.Fprintf(&b, "- **%s%s at load %s.** %s%s.%s\n", strings.ToUpper(name[:1]), name[1:], fmtLoad(l.load), strings.ToUpper(l.text[:1]), l.text[1:], r.lossNote(l.si, l.load))
+	}
+	b.WriteString("\nThese losses are stated here rather than hidden; changing the rule again to remove them needs its own pre-registered run.\n")
+	return b.String()
 }
