@@ -67,7 +67,7 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"Handlers sleep with nanosleep and a learned wake-up correction; the mean overrun per run was %s µs. "+
 		"RabbitMQ: transient messages, no publisher confirms, manual ack; rabbitmq-priority uses x-max-priority 3 and the workload's static_tier map "+
 		"with tier t -> AMQP priority 2-t (tier 0 -> 2, 1 -> 1, 2 -> 0), no aging; rabbitmq-predictive publishes and consumes through Harbinger's "+
-		"rabbitmq package with a fresh in-process predictor per run (tier -> priority 3, 2, 0 on x-max-priority 3). "+
+		"rabbitmq package with a fresh in-process predictor per run on x-max-priority 3 (long and unpredictable messages -> priority 3, tiers 0, 1, 2 -> 2, 1, 0). "+
 		"Redis: reliable list queue (LPUSH; BLMOVE into a per-worker processing list; LREM as the ack; a starting worker pushes its processing list back). "+
 		"Latency: producer send to handler return (the ack), per message. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+
 		"Per-arm figures are medians across seeds; comparisons are medians of per-seed paired differences with 95%% percentile bootstrap intervals "+

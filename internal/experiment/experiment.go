@@ -116,7 +116,6 @@ const (
 // armSpec is an arm and how to run it.
 type armSpec struct {
 	sim.Arm
-	tree bool // tiers from the regression tree (runTreeSeed)
 }
 
 // buildArms resolves every arm the studies need for one scenario's types.
@@ -141,7 +140,7 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		return err
 	}
 	tree, err := def(ArmTree, nil)
-	tree.tree = true
+	tree.NewModel = func() sim.Model { return newTreeModel() }
 	for _, e := range []error{
 		add(by(ArmFIFO, "fifo", nil)),
 		add(def(ArmDefault, nil)),
@@ -275,11 +274,7 @@ func runLoad(src sim.Source, load float64, arms []armSpec, c Config) (map[string
 		wg.Go(func() {
 			for t := range tasks {
 				a := arms[t.arm]
-				run := sim.RunSeed
-				if a.tree {
-					run = runTreeSeed
-				}
-				r, recs, err := run(types, jobs[t.seed], scaled.Workers(), a.Arm, c.Seeds[t.seed])
+				r, recs, err := sim.RunSeed(types, jobs[t.seed], scaled.Workers(), a.Arm, c.Seeds[t.seed])
 				p99, meanW := exportWaits(recs)
 				mu.Lock()
 				if err != nil && firstErr == nil {

@@ -352,7 +352,7 @@ func studies() []study {
 			title: "3. Which parts of the predictor matter",
 			question: "Each arm changes one part of the default predictor: the histogram median instead of the EWMA, the spread gate off (for either estimator), the size bucket left out of keys, and a cold-start threshold of 1 or 10 observations instead of 3. " +
 				"The tree arm replaces the EWMA with a heavier model: a CART regression tree over (producer, job type, log2 size), fitted to the log durations of the last 4,096 completed jobs and refitted every 512 completions; a leaf predicts the mean duration of its jobs. " +
-				"It is a real model run in the experiment package's own copy of the simulator loop (the same sched.Queue, fed the tree's cost through ClassifyKnown), not the oracle with noise. Cold and spread-gated keys are handled exactly as the default predictor handles them, so the arm differs only in the estimate.",
+				"It is a real model plugged into the simulator through sim.Arm.NewModel (the same sched.Queue, fed the tree's cost through ClassifyKnown), not the oracle with noise. Cold and spread-gated keys are handled exactly as the default predictor handles them, so the arm differs only in the estimate.",
 			arms: []string{ArmDefault, ArmMedian, ArmNoGate, ArmMedianNoGate, ArmNoSize, ArmCold1, ArmCold10, ArmTree},
 			columns: []column{{mMAE, ""}, {mTier, ""}, {mMean, ""}, {mMean, ArmDefault}, {mP99, ArmDefault},
 				{mExport, ""}},

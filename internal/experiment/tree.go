@@ -2,17 +2,11 @@ package experiment
 
 import (
 	"cmp"
-	"container/heap"
-	"fmt"
 	"math"
 	"math/bits"
 	"slices"
 	"time"
 
-	"github.com/harbinger-mq/harbinger/internal/predict"
-	"github.com/harbinger-mq/harbinger/internal/report"
-	"github.com/harbinger-mq/harbinger/internal/sched"
-	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
@@ -194,109 +188,13 @@ func fit(s []sample, depth int) *node {
 	return nd
 }
 
-// runTreeSeed replays one seed like sim.RunSeed, but a warm key's cost comes
-// from the regression tree instead of the key's EWMA. Cold and spread-gated
-// keys are handled exactly as the default predictor handles them (middle
-// tier, bounded like long jobs), so the arm differs from the default only in
-// the estimate. The queue's own predictor still learns every duration: it
-// decides which keys are cold or gated and scores the tree's predictions
-// (MAE and tier accuracy) the way it scores its own.
-func runTreeSeed(types []workload.JobType, jobs []workload.Job, workers int, arm sim.Arm, seed uint64) (report.SeedResult, []report.Record, error) {
-	pol, err := sched.NewPolicy(arm.Policy, arm.Options)
-	if err != nil {
-		return report.SeedResult{}, nil, err
-	}
-	q, err := sched.NewQueue(pol, arm.Predictor)
-	if err != nil {
-		return report.SeedResult{}, nil, err
-	}
-	if workers < 1 {
-		return report.SeedResult{}, nil, fmt.Errorf("experiment: need at least one worker, got %d", workers)
-	}
-	model := newTreeModel()
-	n := len(jobs)
-	items := make([]sched.Item, n)
-	preds := make([]predict.Prediction, n)
-	keys := make([]predict.Key, n)
-	feats := make([][3]float64, n)
-	started := make([]time.Duration, n)
-	records := make([]report.Record, 0, n)
-	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-	var busy busyHeap
-	free, next := workers, 0
-	for next < n || busy.Len() > 0 {
-		var now time.Duration
-		if busy.Len() > 0 && (next >= n || busy[0].done <= jobs[next].Arrival) {
-			now = busy[0].done
-			for busy.Len() > 0 && busy[0].done == now {
-				w := heap.Pop(&busy).(running)
-				j := &jobs[w.seq]
-				_ = q.Learn(keys[w.seq], preds[w.seq], j.Duration)
-				model.observe(feats[w.seq], j.Duration)
-				records = append(records, report.Record{Type: j.Type, Class: types[j.Type].Class,
-					Sent: j.Arrival, Started: started[w.seq], Done: now})
-				free++
-			}
-		} else {
-			now = jobs[next].Arrival
-			for next < n && jobs[next].Arrival == now {
-				j := &jobs[next]
-				t := &types[j.Type]
-				it := &items[next]
-				it.ID, it.Enqueued = uint64(next), epoch.Add(now)
-				keys[next] = q.Predictor.KeyFor("sim", t.Producer, t.Name, uint64(j.Size))
-				feats[next] = model.features(t, j.Size)
-				ks, known := q.Predictor.Lookup(keys[next])
-				ms, fitted := model.predict(feats[next])
-				if known && !ks.Cold && !ks.SpreadGated && fitted {
-					preds[next] = q.ClassifyKnown(it, time.Duration(ms*float64(time.Millisecond)))
-				} else {
-					preds[next] = q.Classify(it, keys[next])
-				}
-				if err := q.Push(it, epoch.Add(now)); err != nil {
-					return report.SeedResult{}, nil, err
-				}
-				next++
-			}
-		}
-		for free > 0 && q.Len() > 0 {
-			it := q.Pop(epoch.Add(now))
-			seq := int(it.ID)
-			started[seq] = now
-			heap.Push(&busy, running{done: now + jobs[seq].Duration, seq: seq})
-			free--
-		}
-	}
-	res := report.Summarize(seed, n, records)
-	s := q.Predictor.Summary()
-	res.MAEms = report.Num(float64(s.MAE) / 1e6)
-	if s.MAESamples == 0 {
-		res.MAEms = report.Num(math.NaN())
-	}
-	res.TierAccuracy = report.Num(s.TierAccuracy)
-	return res, records, nil
+// Estimate implements sim.Model: the tree's cost for the job, once fitted.
+func (m *treeModel) Estimate(t *workload.JobType, j *workload.Job) (time.Duration, bool) {
+	ms, ok := m.predict(m.features(t, j.Size))
+	return time.Duration(ms * float64(time.Millisecond)), ok
 }
 
-type running struct {
-	done time.Duration
-	seq  int
-}
-
-type busyHeap []running
-
-func (h busyHeap) Len() int { return len(h) }
-func (h busyHeap) Less(i, j int) bool {
-	if h[i].done != h[j].done {
-		return h[i].done < h[j].done
-	}
-	return h[i].seq < h[j].seq
-}
-func (h busyHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *busyHeap) Push(x any)   { *h = append(*h, x.(running)) }
-func (h *busyHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+// Observe implements sim.Model.
+func (m *treeModel) Observe(t *workload.JobType, j *workload.Job, d time.Duration) {
+	m.observe(m.features(t, j.Size), d)
 }

@@ -47,6 +47,20 @@ type Arm struct {
 	Options   sched.PolicyOptions
 	Predictor predict.Config
 	Oracle    bool // tiers from the true durations, known in advance
+	// NewModel, when set, gives each run its own Model: the estimate of a
+	// warm, ungated key comes from it instead of the key's EWMA.
+	NewModel func() Model
+}
+
+// Model is another way of estimating a job's cost (the experiments'
+// heavier model). Cold and spread-gated keys are still handled by the
+// queue's predictor, so an arm with a Model differs only in the estimate.
+type Model interface {
+	// Estimate returns the predicted cost of j, or false when the model
+	// has nothing to say yet.
+	Estimate(t *workload.JobType, j *workload.Job) (time.Duration, bool)
+	// Observe is told every completed job and its duration.
+	Observe(t *workload.JobType, j *workload.Job, d time.Duration)
 }
 
 // StandardArms are the pre-registered simulator arms, in report order.
@@ -126,6 +140,10 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 	started := make([]time.Duration, n)
 	records := make([]report.Record, 0, n)
 
+	var model Model
+	if arm.NewModel != nil {
+		model = arm.NewModel()
+	}
 	var busy busyHeap
 	free := workers
 	next := 0
@@ -138,6 +156,9 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 				j := &jobs[w.seq]
 				// The handler acks with the duration it measured.
 				_ = q.Learn(keys[w.seq], preds[w.seq], j.Duration)
+				if model != nil {
+					model.Observe(&types[j.Type], j, j.Duration)
+				}
 				records = append(records, report.Record{Type: j.Type, Class: types[j.Type].Class,
 					Sent: j.Arrival, Started: started[w.seq], Done: now})
 				free++
@@ -150,9 +171,12 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 				it := &items[next]
 				it.ID, it.Enqueued = uint64(next), epoch.Add(now)
 				keys[next] = q.Predictor.KeyFor(queueName, t.Producer, t.Name, uint64(j.Size))
-				if arm.Oracle {
+				switch {
+				case arm.Oracle:
 					preds[next] = q.ClassifyKnown(it, j.Duration)
-				} else {
+				case model != nil:
+					preds[next] = classifyWith(q, model, it, keys[next], t, j)
+				default:
 					preds[next] = q.Classify(it, keys[next])
 				}
 				if err := q.Push(it, epoch.Add(now)); err != nil {
@@ -171,7 +195,7 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 	}
 
 	res := report.Summarize(seed, n, records)
-	if pol.UsePredictor || pol.Shadow || arm.Oracle {
+	if pol.UsePredictor || pol.Shadow || arm.Oracle || model != nil {
 		s := q.Predictor.Summary()
 		res.MAEms = report.Num(float64(s.MAE) / 1e6)
 		if s.MAESamples == 0 {
@@ -180,6 +204,17 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 		res.TierAccuracy = report.Num(s.TierAccuracy)
 	}
 	return res, records, nil
+}
+
+// classifyWith places a message by model's estimate when its key is warm
+// and ungated, and by the queue's own predictor otherwise.
+func classifyWith(q *sched.Queue, m Model, it *sched.Item, k predict.Key, t *workload.JobType, j *workload.Job) predict.Prediction {
+	if ks, ok := q.Predictor.Lookup(k); ok && !ks.Cold && !ks.SpreadGated {
+		if est, ok := m.Estimate(t, j); ok {
+			return q.ClassifyKnown(it, est)
+		}
+	}
+	return q.Classify(it, k)
 }
 
 type running struct {
