@@ -201,6 +201,8 @@ func (p *Producer) run() {
 
 type mismatchError struct{}
 
-func (mismatchError) Error() string { return "harbinger: broker answered a batch with the wrong number of ids" }
+func (mismatchError) Error() string {
+	return "harbinger: broker answered a batch with the wrong number of ids"
+}
 
 var errMismatch = mismatchError{}
