@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	register("demo", "run a workload through a FIFO queue and a predictive queue side by side (about 30 s)", runDemo)
+	register("demo", "run a workload through a FIFO queue and a predictive queue side by side (about 40 s)", runDemo)
 }
 
 // DefaultDemoTimeScale squeezes the 300 s production-flow workload into

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/report"
+	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/trace"
 	"github.com/harbinger-mq/harbinger/internal/workload"
@@ -131,7 +132,7 @@ type policyFlags struct {
 func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.tiers, "tiers", 0, "tier count of the learning arms (default 3)")
 	fs.StringVar(&p.stretch, "stretch", "", "bounded policy: a long message's slack as a fraction of the wait FIFO would give it (default -0.25)")
-	fs.DurationVar(&p.minSlack, "min-slack", 0, "bounded policy: slack every message gets, as predicted work (default 2s)")
+	fs.DurationVar(&p.minSlack, "min-slack", 0, fmt.Sprintf("bounded policy: slack every long message gets, as predicted work (default %v)", sched.DefaultMinSlack))
 	fs.DurationVar(&p.ageAfter, "age-after", 0, "predictive and weighted policies: wait at a tier before aging lifts a message (default 10s)")
 	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
 	fs.BoolVar(&p.agingOff, "aging-off", false, "turn aging (and the bounded policy's bound) off")
@@ -198,9 +199,9 @@ const TracePrefix = "azure-functions-2019:"
 func (t *traceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.spec, "trace", "", "replay a trace instead of a workload: "+TracePrefix+"DIR (DIR holds one *_inv.csv and one *_run.csv)")
 	fs.IntVar(&t.start, "trace-start", 0, fmt.Sprintf("trace: first minute of the window, 1-1440 (default %d)", trace.DefaultStartMinute))
-	fs.IntVar(&t.minutes, "trace-minutes", 0, "trace: window length in minutes (default 10)")
-	fs.Float64Var(&t.compression, "trace-compression", 0, "trace: replay seconds per trace second (default 0.5)")
-	fs.Float64Var(&t.load, "load", 0, "trace: target offered load, busy workers / workers (default 0.95)")
+	fs.IntVar(&t.minutes, "trace-minutes", 0, fmt.Sprintf("trace: window length in minutes (default %d)", trace.DefaultMinutes))
+	fs.Float64Var(&t.compression, "trace-compression", 0, fmt.Sprintf("trace: replay seconds per trace second, durations and arrivals alike (default %.4g)", trace.DefaultCompression))
+	fs.Float64Var(&t.load, "load", 0, fmt.Sprintf("trace: target offered load, busy workers / workers (default %g)", trace.DefaultLoad))
 }
 
 func loadSource(workloadPath string, t traceFlags) (sim.Source, error) {
