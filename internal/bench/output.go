@@ -189,13 +189,13 @@ func FlowMarkdown(w io.Writer, r *report.Report, charts bool) error {
 		case !g.Pass:
 			res, why = "fail", failReason(g)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", g.ID, g.Criterion, val(g.Kind, g.Estimate), ci(g),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", g.ID, g.Criterion, report.FormatValue(g.Kind, g.Estimate), ci(g),
 			threshold(g), res, why)
 	}
 	if len(r.Secondary) > 0 {
 		b.WriteString("\n## Secondary (reported, not gated)\n\n| id | criterion | estimate | 95% CI |\n|---|---|---:|---|\n")
 		for _, g := range r.Secondary {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", g.ID, g.Criterion, val(g.Kind, g.Estimate), ci(g))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", g.ID, g.Criterion, report.FormatValue(g.Kind, g.Estimate), ci(g))
 		}
 	}
 	if r.Method != "" {
@@ -211,12 +211,12 @@ func failReason(g report.Row) string {
 		return "no estimate"
 	}
 	if g.Kind == "count" {
-		return fmt.Sprintf("%s messages were lost in the worst run; the gate allows none", val(g.Kind, g.Estimate))
+		return fmt.Sprintf("%s messages were lost in the worst run; the gate allows none", report.FormatValue(g.Kind, g.Estimate))
 	}
 	if g.AtLeast {
-		return fmt.Sprintf("the estimate %s is below the required %s", val(g.Kind, g.Estimate), val(g.Kind, g.Threshold))
+		return fmt.Sprintf("the estimate %s is below the required %s", report.FormatValue(g.Kind, g.Estimate), report.FormatValue(g.Kind, g.Threshold))
 	}
-	return fmt.Sprintf("the estimate %s is above the allowed %s", val(g.Kind, g.Estimate), val(g.Kind, g.Threshold))
+	return fmt.Sprintf("the estimate %s is above the allowed %s", report.FormatValue(g.Kind, g.Estimate), report.FormatValue(g.Kind, g.Threshold))
 }
 
 func threshold(g report.Row) string {
@@ -224,31 +224,16 @@ func threshold(g report.Row) string {
 		return "0"
 	}
 	if g.AtLeast {
-		return ">= " + val(g.Kind, g.Threshold)
+		return ">= " + report.FormatValue(g.Kind, g.Threshold)
 	}
-	return "<= " + val(g.Kind, g.Threshold)
+	return "<= " + report.FormatValue(g.Kind, g.Threshold)
 }
 
 func ci(g report.Row) string {
 	if math.IsNaN(float64(g.CI[0])) {
 		return "-"
 	}
-	return "[" + val(g.Kind, g.CI[0]) + ", " + val(g.Kind, g.CI[1]) + "]"
-}
-
-func val(kind string, v report.Num) string {
-	f := float64(v)
-	if math.IsNaN(f) {
-		return "-"
-	}
-	switch kind {
-	case "percent":
-		return fmt.Sprintf("%+.1f%%", 100*f)
-	case "ratio":
-		return fmt.Sprintf("%.3fx", f)
-	default:
-		return fmt.Sprintf("%g", f)
-	}
+	return "[" + report.FormatValue(g.Kind, g.CI[0]) + ", " + report.FormatValue(g.Kind, g.CI[1]) + "]"
 }
 
 func md(v report.Num, prec int) string {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/bench"
-	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
@@ -106,20 +105,7 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		fmt.Fprintf(stderr, "bench: wrote %s\n", *out)
 	}
-	return printFlow(stdout, res.Report, *asJSON, time.Since(start))
-}
-
-func printFlow(w io.Writer, rep *report.Report, asJSON bool, took time.Duration) error {
-	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	if err := report.WriteText(w, rep); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "\n(ran in %.0f s)\n", took.Seconds())
-	return nil
+	return writeReport(stdout, res.Report, *asJSON, time.Since(start))
 }
 
 func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -65,17 +65,19 @@ func writeRows(w io.Writer, rows []Row, gated bool) {
 			if g.AtLeast {
 				th = ">= "
 			}
-			th += fmtVal(g.Kind, g.Threshold)
+			th += FormatValue(g.Kind, g.Threshold)
 		} else {
 			res = g.Note
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t[%s, %s]\t%s\t%s\n", g.ID, g.Criterion, fmtVal(g.Kind, g.Estimate),
-			fmtVal(g.Kind, g.CI[0]), fmtVal(g.Kind, g.CI[1]), th, res)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t[%s, %s]\t%s\t%s\n", g.ID, g.Criterion, FormatValue(g.Kind, g.Estimate),
+			FormatValue(g.Kind, g.CI[0]), FormatValue(g.Kind, g.CI[1]), th, res)
 	}
 	tw.Flush()
 }
 
-func fmtVal(kind string, v Num) string {
+// FormatValue prints a gate figure by its row's kind: a percent criterion
+// as a signed percentage, a ratio as "0.812x", a count plainly, NaN as "-".
+func FormatValue(kind string, v Num) string {
 	f := float64(v)
 	if math.IsNaN(f) {
 		return "-"
