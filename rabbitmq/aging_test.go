@@ -136,3 +136,88 @@ func TestLongJobWait(t *testing.T) {
 		})
 	}
 }
+
+// holding is a Predictor that holds "long" messages for a fixed time.
+type holding struct{ hold time.Duration }
+
+func (h holding) Predict(_ context.Context, k rabbitmq.Key) (rabbitmq.Priority, error) {
+	if k.JobType == "long" {
+		return rabbitmq.Priority{Tier: 2, Long: true, Hold: h.hold}, nil
+	}
+	return rabbitmq.Priority{Tier: 4}, nil
+}
+func (holding) Observe(context.Context, rabbitmq.Key, time.Duration) error { return nil }
+
+// TestHoldQueue publishes a held long message and then a backlog of
+// short ones at the lowest priority: the long message must reach the queue
+// only through the hold queue, at the top priority, and so be served first.
+func TestHoldQueue(t *testing.T) {
+	t.Parallel()
+	conn := dial(t)
+	ch := channel(t, conn)
+	q := unique("hold")
+	hq := q + ".hold"
+	deleteQueues(t, conn, q, hq)
+	if err := rabbitmq.DeclarePriorityQueue(ch, q, rabbitmq.DefaultMaxPriority); err != nil {
+		t.Fatal(err)
+	}
+	if err := rabbitmq.DeclareHoldQueue(ch, hq, q); err != nil {
+		t.Fatal(err)
+	}
+	if err := rabbitmq.DeclareHoldQueue(ch, q, q); err == nil {
+		t.Error("a hold queue that dead-letters to itself was accepted")
+	}
+	ctx := context.Background()
+	pub := rabbitmq.NewPublisher(ch, holding{hold: 50 * time.Millisecond}, rabbitmq.PublisherOptions{HoldQueue: hq})
+	if err := pub.Publish(ctx, "", q, rabbitmq.Key{Queue: q, JobType: "long"}, amqp.Publishing{}); err != nil {
+		t.Fatal(err)
+	}
+	// A message with its own TTL is never held.
+	if err := pub.Publish(ctx, "", q, rabbitmq.Key{Queue: q, JobType: "long"}, amqp.Publishing{Expiration: "600000", Body: []byte("own ttl")}); err != nil {
+		t.Fatal(err)
+	}
+	const shorts = 20
+	for range shorts {
+		if err := pub.Publish(ctx, "", q, rabbitmq.Key{Queue: q, JobType: "short"}, amqp.Publishing{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pub.Held() != 1 {
+		t.Errorf("Held = %d, want 1", pub.Held())
+	}
+	depth := func(name string) int {
+		st, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Messages
+	}
+	eventually(t, 5*time.Second, "the held message to reach the queue", func() bool { return depth(q) == shorts+2 })
+	if n := depth(hq); n != 0 {
+		t.Errorf("hold queue still has %d messages", n)
+	}
+	ds, err := ch.Consume(q, "", false, true, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []amqp.Delivery
+	for range 2 {
+		d := <-ds
+		first = append(first, d)
+		_ = d.Ack(false)
+	}
+	for _, d := range first {
+		if d.Headers[rabbitmq.HeaderJobType] != "long" || d.Priority != rabbitmq.DefaultMaxPriority {
+			t.Errorf("served first: %s at priority %d, want the two long messages at %d", d.Headers[rabbitmq.HeaderJobType], d.Priority, rabbitmq.DefaultMaxPriority)
+		}
+	}
+	var held amqp.Delivery
+	for _, d := range first {
+		if string(d.Body) != "own ttl" {
+			held = d
+		}
+	}
+	if _, ok := held.Headers["x-death"]; !ok {
+		t.Error("the held message has no x-death header: it did not go through the hold queue")
+	}
+}

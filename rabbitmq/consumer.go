@@ -81,6 +81,10 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, o
 	if err != nil {
 		return fmt.Errorf("rabbitmq: consume %q: %w", queue, err)
 	}
+	if bt, ok := p.(backlogTracker); ok {
+		bt.attach(queue, opts.Workers)
+		defer bt.attach(queue, -opts.Workers)
+	}
 	w := worker{queue: queue, p: p, h: h, onObserveError: opts.OnObserveError, now: time.Now}
 	var wg sync.WaitGroup
 	for range opts.Workers {
@@ -136,9 +140,23 @@ func (w worker) handle(ctx context.Context, d amqp.Delivery) {
 	if err := d.Ack(false); err != nil {
 		return // the channel is gone; RabbitMQ redelivers, so this was not a success
 	}
-	if err := w.p.Observe(ctx, KeyOf(w.queue, d), took); err != nil && w.onObserveError != nil {
+	k := KeyOf(w.queue, d)
+	if bt, ok := w.p.(backlogTracker); ok {
+		if n, ok := headerInt(d.Headers[HeaderPredictedNS]); ok {
+			bt.completed(k.Queue, time.Duration(n))
+		}
+	}
+	if err := w.p.Observe(ctx, k, took); err != nil && w.onObserveError != nil {
 		w.onObserveError(err)
 	}
+}
+
+// backlogTracker is a predictor that tracks its queues' backlogs (Local):
+// Consume tells it how many handlers drain a queue and which messages are
+// done with.
+type backlogTracker interface {
+	attach(queue string, handlers int)
+	completed(queue string, predicted time.Duration)
 }
 
 func callHandler(ctx context.Context, h func(ctx context.Context, d amqp.Delivery) error, d amqp.Delivery) (err error) {

@@ -3,6 +3,8 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"sync"
 	"time"
 
@@ -12,8 +14,8 @@ import (
 // LocalConfig configures an in-process predictor. The zero value of a field
 // means its default (those of Harbinger's broker).
 type LocalConfig struct {
-	Tiers           int     // number of tiers, default 3
-	MaxPriority     uint8   // the queues' x-max-priority, default 3; sets Priority.AMQP
+	Tiers           int     // number of tiers, default 5
+	MaxPriority     uint8   // the queues' x-max-priority, default 5; sets Priority.AMQP
 	Alpha           float64 // EWMA weight of a new observation, default 0.2
 	MinObservations int     // a key with fewer observations is cold, default 3
 	SpreadGate      float64 // p99/p50 above this takes the middle tier, default 16; negative disables
@@ -26,6 +28,14 @@ type LocalConfig struct {
 	// priority, as are cold and gated keys' messages; default 0.2, negative
 	// disables (tiers only).
 	LongShare float64
+	// Hold is the share of its FIFO wait a long message is held before it
+	// takes the top priority (see HoldQueueArgs), default DefaultHold;
+	// negative disables holding. It applies only to queues that Consume
+	// drains with this predictor, since only then is the backlog known, and
+	// only to publishers with a HoldQueue.
+	Hold float64
+	// MaxHold caps a hold, default DefaultMaxHold.
+	MaxHold time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -36,7 +46,23 @@ func (c LocalConfig) WithDefaults() LocalConfig {
 	if c.MaxPriority == 0 {
 		c.MaxPriority = DefaultMaxPriority
 	}
+	if c.Hold == 0 {
+		c.Hold = DefaultHold
+	}
+	if c.MaxHold == 0 {
+		c.MaxHold = DefaultMaxHold
+	}
 	return c
+}
+
+func (c LocalConfig) validate() error {
+	switch {
+	case math.IsNaN(c.Hold) || c.Hold > 1:
+		return fmt.Errorf("rabbitmq: hold must be at most 1 (negative disables), got %v", c.Hold)
+	case c.MaxHold < 0:
+		return fmt.Errorf("rabbitmq: max hold must be positive, got %v", c.MaxHold)
+	}
+	return nil
 }
 
 func (c LocalConfig) predictConfig() predict.Config {
@@ -56,29 +82,36 @@ func (c LocalConfig) predictConfig() predict.Config {
 // Local is Harbinger's predictor in the publisher's own process: the same
 // code as the broker's, behind a mutex. It learns only from what this
 // process observes; use the sidecar to share learning between processes.
+// When this process also consumes a queue (Consume), Local tracks the
+// queue's backlog and holds long messages (LocalConfig.Hold).
 type Local struct {
 	cfg LocalConfig
 
 	mu          sync.Mutex
 	p           *predict.Predictor
+	backlog     backlog
 	predictions []uint64 // by tier
-	cold        uint64
+	cold, held  uint64
 }
 
 // NewLocal returns an in-process predictor.
 func NewLocal(cfg LocalConfig) (*Local, error) {
 	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	p, err := predict.New(cfg.predictConfig())
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w", err)
 	}
-	return &Local{cfg: cfg, p: p, predictions: make([]uint64, cfg.Tiers)}, nil
+	return &Local{cfg: cfg, p: p, backlog: newBacklog(), predictions: make([]uint64, cfg.Tiers)}, nil
 }
 
 // Config returns the configuration in force.
 func (l *Local) Config() LocalConfig { return l.cfg }
 
-// Predict implements Predictor. It never fails.
+// Predict implements Predictor. It never fails. The message counts in its
+// queue's backlog until Consume reports it completed.
 func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	l.mu.Lock()
 	pr := l.p.Predict(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size))
@@ -86,6 +119,14 @@ func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	if !pr.Routed() {
 		l.cold++
 	}
+	var hold time.Duration
+	if pr.Long {
+		hold = l.backlog.hold(k.Queue, l.cfg.Hold, l.cfg.MaxHold)
+		if hold > 0 {
+			l.held++
+		}
+	}
+	l.backlog.published(k.Queue, pr.Cost)
 	l.mu.Unlock()
 	return Priority{
 		Tier:      pr.Tier,
@@ -93,7 +134,23 @@ func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 		Predicted: pr.Cost,
 		Cold:      !pr.Routed(),
 		Long:      pr.Long,
+		Hold:      hold,
 	}, nil
+}
+
+// completed takes a message Consume settled for good out of its queue's
+// backlog; predicted is what Predict said of it.
+func (l *Local) completed(queue string, predicted time.Duration) {
+	l.mu.Lock()
+	l.backlog.completed(queue, predicted)
+	l.mu.Unlock()
+}
+
+// attach counts n more handlers (negative: fewer) draining queue.
+func (l *Local) attach(queue string, n int) {
+	l.mu.Lock()
+	l.backlog.attach(queue, n)
+	l.mu.Unlock()
 }
 
 // Observe implements Predictor. It fails only for a duration that is not
@@ -164,6 +221,10 @@ type LocalStats struct {
 	Boundaries   []time.Duration
 	Predictions  []uint64 // by tier
 	Cold         uint64   // predictions that took the default tier
+	Held         uint64   // long messages given a hold
+	// Backlog is the predicted work published and not yet completed, by
+	// queue, for the queues this process consumes.
+	Backlog map[string]time.Duration
 }
 
 // Stats returns the overall figures.
@@ -174,6 +235,7 @@ func (l *Local) Stats() LocalStats {
 	return LocalStats{
 		Keys: s.Keys, Observations: s.Observations, Rejected: s.Rejected, Evicted: s.Evicted,
 		MAE: s.MAE, TierAccuracy: s.TierAccuracy, Boundaries: s.Boundaries,
-		Predictions: append([]uint64(nil), l.predictions...), Cold: l.cold,
+		Predictions: append([]uint64(nil), l.predictions...), Cold: l.cold, Held: l.held,
+		Backlog: maps.Clone(l.backlog.work),
 	}
 }

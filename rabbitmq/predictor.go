@@ -21,9 +21,14 @@ type Priority struct {
 	AMQP      uint8         // AMQP priority for the predictor's max priority; higher is served first
 	Predicted time.Duration // predicted duration; for a cold key, the typical duration
 	Cold      bool          // the key has too few observations, or the prediction fell back
-	// Long marks a message that must not be held back: predicted far longer
-	// than typical, or not predictable. It takes the highest priority.
+	// Long marks a message that must not wait behind shorter ones for long:
+	// predicted far longer than typical, or not predictable. It takes the
+	// highest priority, after Hold.
 	Long bool
+	// Hold is how long a Publisher with a HoldQueue keeps a Long message
+	// out of its queue before it joins it at the top priority; 0 means at
+	// once. See HoldQueueArgs.
+	Hold time.Duration
 }
 
 // Predictor is what Publisher and Consume need from a duration predictor.
@@ -35,10 +40,14 @@ type Predictor interface {
 	Observe(ctx context.Context, k Key, d time.Duration) error
 }
 
-// Defaults shared by the options structs.
+// Defaults shared by the options structs. A classic queue with
+// x-max-priority 5 (the most RabbitMQ recommends) has six priorities: the
+// top one for long messages and one for each of five tiers. Five tiers
+// approximate Harbinger's shortest-first order much better than three; see
+// docs/sidecar.md for the measurement.
 const (
-	DefaultTiers       = 3
-	DefaultMaxPriority = 3
+	DefaultTiers       = 5
+	DefaultMaxPriority = 5
 )
 
 // Headers the Publisher sets so that consumers (and the Ager) know a
@@ -50,7 +59,8 @@ const (
 	HeaderSize        = "x-harbinger-size"
 	HeaderPublishedNS = "x-harbinger-published-ns"
 	HeaderTier        = "x-harbinger-tier"
-	HeaderAged        = "x-harbinger-aged" // set on a message served early because it waited past AgeAfter
+	HeaderPredictedNS = "x-harbinger-predicted-ns" // Priority.Predicted, for the queue's backlog
+	HeaderAged        = "x-harbinger-aged"         // set on a message served early because it waited past AgeAfter
 )
 
 var (

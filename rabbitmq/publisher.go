@@ -13,9 +13,15 @@ import (
 // PublisherOptions configures a Publisher. The zero value of a field means
 // its default.
 type PublisherOptions struct {
-	MaxPriority uint8 // the queue's x-max-priority, default 3; tier 0 gets it
-	Tiers       int   // the predictor's tier count, default 3
+	MaxPriority uint8 // the queue's x-max-priority, default 5; long messages get it
+	Tiers       int   // the predictor's tier count, default 5
 	Mandatory   bool  // publish with the mandatory flag
+	// HoldQueue, when set, is the hold queue (DeclareHoldQueue) of the
+	// queues this publisher publishes to: a long message with a Hold goes
+	// there, through the default exchange, and joins its queue at the top
+	// priority when the hold ends. A message with its own Expiration is
+	// never held. Empty: long messages take the top priority at once.
+	HoldQueue string
 }
 
 // WithDefaults returns o with every zero field set to its default.
@@ -38,7 +44,7 @@ type Publisher struct {
 	opts PublisherOptions
 	now  func() time.Time
 
-	fallbacks atomic.Uint64
+	fallbacks, held atomic.Uint64
 }
 
 // NewPublisher returns a Publisher on ch that asks p for priorities.
@@ -52,6 +58,13 @@ func NewPublisher(ch *amqp.Channel, p Predictor, opts PublisherOptions) *Publish
 func (pb *Publisher) Publish(ctx context.Context, exchange, routingKey string, k Key, msg amqp.Publishing) error {
 	pr := pb.prepare(ctx, k, &msg)
 	msg.Priority = PriorityFor(pr.Tier, pb.opts.Tiers, pr.Long, pb.opts.MaxPriority)
+	if pr.Long && pr.Hold >= minHold && pb.opts.HoldQueue != "" && msg.Expiration == "" {
+		// The hold queue dead-letters to its own target queue, whatever
+		// exchange and routing key the message was published with.
+		exchange, routingKey = "", pb.opts.HoldQueue
+		msg.Expiration = expiration(pr.Hold)
+		pb.held.Add(1)
+	}
 	if err := pb.ch.PublishWithContext(ctx, exchange, routingKey, pb.opts.Mandatory, false, msg); err != nil {
 		return fmt.Errorf("rabbitmq: publish: %w", err)
 	}
@@ -62,6 +75,9 @@ func (pb *Publisher) Publish(ctx context.Context, exchange, routingKey string, k
 // predictor returned an error.
 func (pb *Publisher) Fallbacks() uint64 { return pb.fallbacks.Load() }
 
+// Held returns how many long messages went through the hold queue.
+func (pb *Publisher) Held() uint64 { return pb.held.Load() }
+
 // prepare asks the predictor, stamps the headers and returns the priority
 // with its tier clamped to the configured tiers.
 func (pb *Publisher) prepare(ctx context.Context, k Key, msg *amqp.Publishing) Priority {
@@ -71,12 +87,12 @@ func (pb *Publisher) prepare(ctx context.Context, k Key, msg *amqp.Publishing) P
 		pr = middle(pb.opts.Tiers, pb.opts.MaxPriority)
 	}
 	pr.Tier = max(0, min(pr.Tier, pb.opts.Tiers-1))
-	msg.Headers = stampHeaders(msg.Headers, k, pr.Tier, pb.now())
+	msg.Headers = stampHeaders(msg.Headers, k, pr, pb.now())
 	return pr
 }
 
-func stampHeaders(h amqp.Table, k Key, tier int, now time.Time) amqp.Table {
-	out := make(amqp.Table, len(h)+6)
+func stampHeaders(h amqp.Table, k Key, pr Priority, now time.Time) amqp.Table {
+	out := make(amqp.Table, len(h)+7)
 	for name, v := range h {
 		out[name] = v
 	}
@@ -85,7 +101,8 @@ func stampHeaders(h amqp.Table, k Key, tier int, now time.Time) amqp.Table {
 	out[HeaderJobType] = k.JobType
 	out[HeaderSize] = int64(min(k.Size, math.MaxInt64))
 	out[HeaderPublishedNS] = now.UnixNano()
-	out[HeaderTier] = int32(tier)
+	out[HeaderTier] = int32(pr.Tier)
+	out[HeaderPredictedNS] = int64(pr.Predicted)
 	return out
 }
 

@@ -88,11 +88,14 @@ func TestHeadersRoundTrip(t *testing.T) {
 	k := Key{Queue: "q", Producer: "billing", JobType: "invoice", Size: 4096}
 	at := time.Unix(1700000000, 123)
 	own := amqp.Table{"mine": "kept"}
-	h := stampHeaders(own, k, 2, at)
+	h := stampHeaders(own, k, Priority{Tier: 2, Predicted: 42 * time.Millisecond}, at)
 	if len(own) != 1 {
 		t.Error("stampHeaders modified the caller's headers")
 	}
 	d := amqp.Delivery{Headers: h}
+	if n, ok := headerInt(h[HeaderPredictedNS]); !ok || time.Duration(n) != 42*time.Millisecond {
+		t.Errorf("predicted header = %v, want 42ms in ns", h[HeaderPredictedNS])
+	}
 	if got := KeyOf("other", d); got != k {
 		t.Errorf("KeyOf = %+v, want %+v", got, k)
 	}
@@ -111,7 +114,8 @@ func TestHeadersRoundTrip(t *testing.T) {
 func TestLocalLearnsTiers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	l, err := NewLocal(LocalConfig{RecomputeEvery: 1, LongShare: -1}) // tiers only: with two keys the long one is all the work
+	// Three tiers, tiers only: with two keys the long one is all the work.
+	l, err := NewLocal(LocalConfig{Tiers: 3, MaxPriority: 3, RecomputeEvery: 1, LongShare: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +128,8 @@ func TestLocalLearnsTiers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pr, _ := d.Predict(ctx, short); !pr.Cold || !pr.Long || pr.Tier != 1 || pr.AMQP != 3 {
-		t.Errorf("cold prediction = %+v, want cold, long, middle tier, AMQP 3 (never held back)", pr)
+	if pr, _ := d.Predict(ctx, short); !pr.Cold || !pr.Long || pr.Tier != DefaultTiers/2 || pr.AMQP != DefaultMaxPriority {
+		t.Errorf("cold prediction = %+v, want cold, long, middle tier, AMQP %d (the top)", pr, DefaultMaxPriority)
 	}
 	for range 5 {
 		_ = l.Observe(ctx, short, 5*time.Millisecond)
@@ -160,7 +164,7 @@ func TestPublisherPrepareFallsBack(t *testing.T) {
 	pb := NewPublisher(nil, failing{}, PublisherOptions{})
 	var msg amqp.Publishing
 	pr := pb.prepare(context.Background(), Key{Queue: "q"}, &msg)
-	if pr.Tier != 1 || pb.Fallbacks() != 1 {
+	if pr.Tier != DefaultTiers/2 || pb.Fallbacks() != 1 {
 		t.Errorf("prepare = %+v, fallbacks %d; want middle tier and one fallback", pr, pb.Fallbacks())
 	}
 	if _, ok := msg.Headers[HeaderPublishedNS]; !ok {

@@ -195,7 +195,8 @@ func TestRemoteFallsBackWithoutBlocking(t *testing.T) {
 				start := time.Now()
 				pr, err := r.Predict(ctx, shortKey)
 				took := time.Since(start)
-				if err != nil || pr.Tier != 1 || pr.AMQP != 1 || !pr.Cold || pr.Long {
+				mid := rabbitmq.DefaultTiers / 2
+				if err != nil || pr.Tier != mid || pr.AMQP != rabbitmq.PriorityFor(mid, rabbitmq.DefaultTiers, false, rabbitmq.DefaultMaxPriority) || !pr.Cold || pr.Long {
 					t.Errorf("Predict = %+v, %v; want the middle priority", pr, err)
 				}
 				if took > 150*time.Millisecond {

@@ -21,8 +21,8 @@ const DefaultRemoteTimeout = 50 * time.Millisecond
 // means its default.
 type RemoteOptions struct {
 	Timeout     time.Duration // per call, default 50 ms
-	Tiers       int           // the sidecar's tier count, for the fallback priority; default 3
-	MaxPriority uint8         // for the fallback priority; default 3
+	Tiers       int           // the sidecar's tier count, for the fallback priority; default 5
+	MaxPriority uint8         // for the fallback priority; default 5
 }
 
 // WithDefaults returns o with every zero field set to its default.

@@ -17,13 +17,17 @@ import (
 // order, and Tiers queues (and consumers) per logical queue.
 type TierQueues struct {
 	Name   string
-	Tiers  int  // default 3
+	Tiers  int  // default 3 (DefaultTierQueues)
 	Quorum bool // declare quorum queues (else classic)
 }
 
+// DefaultTierQueues is TierQueues' default tier count: one queue, and one
+// weight, per tier.
+const DefaultTierQueues = 3
+
 func (t TierQueues) tiers() int {
 	if t.Tiers <= 0 {
-		return DefaultTiers
+		return DefaultTierQueues
 	}
 	return t.Tiers
 }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+
+	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
 // Environment describes where a comparison ran, for its method line.
@@ -67,7 +69,7 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"Handlers sleep with nanosleep and a learned wake-up correction; the mean overrun per run was %s µs. "+
 		"RabbitMQ: transient messages, no publisher confirms, manual ack; rabbitmq-priority uses x-max-priority 3 and the workload's static_tier map "+
 		"with tier t -> AMQP priority 2-t (tier 0 -> 2, 1 -> 1, 2 -> 0), no aging; rabbitmq-predictive publishes and consumes through Harbinger's "+
-		"rabbitmq package with a fresh in-process predictor per run on x-max-priority 3 (long and unpredictable messages -> priority 3, tiers 0, 1, 2 -> 2, 1, 0). "+
+		"rabbitmq package with a fresh in-process predictor per run and the package's defaults: "+rabbitPredictiveLayout()+". "+
 		"Redis: reliable list queue (LPUSH; BLMOVE into a per-worker processing list; LREM as the ack; a starting worker pushes its processing list back). "+
 		"Latency: producer send to handler return (the ack), per message. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+
 		"Per-arm figures are medians across seeds; comparisons are medians of per-seed paired differences with 95%% percentile bootstrap intervals "+
@@ -95,4 +97,17 @@ func rangeStr(xs []float64, format string) string {
 		return a
 	}
 	return a + " to " + b
+}
+
+// rabbitPredictiveLayout describes the priorities the rabbitmq package's
+// defaults give, from the package itself.
+func rabbitPredictiveLayout() string {
+	top := uint8(rabbitmq.DefaultMaxPriority)
+	tiers := rabbitmq.DefaultTiers
+	first := rabbitmq.PriorityFor(0, tiers, false, top)
+	last := rabbitmq.PriorityFor(tiers-1, tiers, false, top)
+	return fmt.Sprintf("x-max-priority %d, long and unpredictable messages -> priority %d, tiers 0..%d -> priorities %d..%d; "+
+		"a long message is first held in a hold queue (per-message TTL, dead-lettered into the queue at the top priority) "+
+		"for %g of its FIFO wait as the predictor estimates it (predicted work published and not completed, over the consumers)",
+		top, rabbitmq.PriorityFor(0, tiers, true, top), tiers-1, first, last, rabbitmq.DefaultHold)
 }

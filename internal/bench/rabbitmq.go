@@ -26,7 +26,9 @@ func AMQPURL() string {
 	return DefaultAMQPURL
 }
 
-// maxPriority is the x-max-priority of the priority and predictive arms.
+// maxPriority is the x-max-priority of the rabbitmq-priority arm (the
+// registered static map has three tiers). rabbitmq-predictive uses the
+// rabbitmq package's defaults, whatever they are.
 const maxPriority = 3
 
 // RabbitDriver runs the RabbitMQ arms: classic queues, transient messages,
@@ -58,7 +60,8 @@ func (d *RabbitDriver) Version(context.Context) string {
 func (d *RabbitDriver) Close() error { return d.conn.Close() }
 
 // Setup implements Driver: a fresh, purged, non-durable classic queue; with
-// x-max-priority 3 for the static and predictive policies.
+// x-max-priority 3 for the static policy and the rabbitmq package's default
+// for the predictive one.
 func (d *RabbitDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error) {
 	q := &rabbitQueue{d: d, name: spec.Name, policy: spec.Policy, static: spec.Static}
 	args := amqp.Table{"x-queue-type": "classic"}
@@ -83,7 +86,8 @@ type rabbitQueue struct {
 	policy string
 	static map[string]int
 	// predictive arm only, set by setupRabbitPredictive
-	pred rabbitPredictive
+	pred      rabbitPredictive
+	holdQueue string
 }
 
 // rabbitPredictive is the predictive arm's hooks into the rabbitmq package.
@@ -92,30 +96,41 @@ type rabbitPredictive interface {
 	consume(ctx context.Context, ch *amqp.Channel, queue string, h Handler) error
 }
 
-func (q *rabbitQueue) declare(args amqp.Table) error {
+func (q *rabbitQueue) declare(args amqp.Table) error { return q.declareNamed(q.name, args) }
+
+// declareNamed declares a non-durable queue and purges it.
+func (q *rabbitQueue) declareNamed(name string, args amqp.Table) error {
 	ch, err := q.d.conn.Channel()
 	if err != nil {
 		return fmt.Errorf("bench: rabbitmq channel: %w", err)
 	}
 	defer ch.Close()
-	if _, err := ch.QueueDeclare(q.name, false, false, false, false, args); err != nil {
-		return fmt.Errorf("bench: rabbitmq declare %s: %w", q.name, err)
+	if _, err := ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+		return fmt.Errorf("bench: rabbitmq declare %s: %w", name, err)
 	}
-	if _, err := ch.QueuePurge(q.name, false); err != nil {
-		return fmt.Errorf("bench: rabbitmq purge %s: %w", q.name, err)
+	if _, err := ch.QueuePurge(name, false); err != nil {
+		return fmt.Errorf("bench: rabbitmq purge %s: %w", name, err)
 	}
 	return nil
 }
 
-// Teardown implements Queue.
+// Teardown implements Queue: it deletes the queue and its hold queue, if any.
 func (q *rabbitQueue) Teardown(context.Context) error {
 	ch, err := q.d.conn.Channel()
 	if err != nil {
 		return err
 	}
 	defer ch.Close()
-	_, err = ch.QueueDelete(q.name, false, false, false)
-	return err
+	var errs []error
+	for _, name := range []string{q.name, q.holdQueue} {
+		if name == "" {
+			continue
+		}
+		if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // NewPublisher implements Queue: one channel per producer.
@@ -219,30 +234,35 @@ func (q *rabbitQueue) Work(ctx context.Context, worker int, ready func(), h Hand
 	}
 }
 
-// setupRabbitPredictive declares the predictive arm's queue: the layout
-// rabbitmq.DeclarePriorityQueue makes, x-max-priority 3, but not durable,
-// since nothing is durable on any broker in the comparison. Publishing and
-// consuming go through the rabbitmq package itself, with a fresh in-process
-// predictor for the run, so the product and the benchmark cannot drift.
+// setupRabbitPredictive declares the predictive arm's queues: the layout
+// rabbitmq.DeclarePriorityQueue and rabbitmq.DeclareHoldQueue make with the
+// package's defaults, but not durable, since nothing is durable on any
+// broker in the comparison. Publishing and consuming go through the
+// rabbitmq package itself, with a fresh in-process predictor for the run,
+// so the product and the benchmark cannot drift.
 func setupRabbitPredictive(_ context.Context, q *rabbitQueue) (Queue, error) {
-	local, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{MaxPriority: maxPriority})
+	local, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
 	if err != nil {
 		return nil, err
 	}
-	q.pred = &rabbitLocal{local: local, queue: q.name}
-	if err := q.declare(amqp.Table{"x-queue-type": "classic", "x-max-priority": int32(maxPriority)}); err != nil {
+	q.holdQueue = q.name + ".hold"
+	q.pred = &rabbitLocal{local: local, queue: q.name, holdQueue: q.holdQueue}
+	if err := q.declare(amqp.Table{"x-queue-type": "classic", "x-max-priority": int32(rabbitmq.DefaultMaxPriority)}); err != nil {
+		return nil, err
+	}
+	if err := q.declareNamed(q.holdQueue, rabbitmq.HoldQueueArgs(q.name)); err != nil {
 		return nil, err
 	}
 	return q, nil
 }
 
 type rabbitLocal struct {
-	local *rabbitmq.Local
-	queue string
+	local            *rabbitmq.Local
+	queue, holdQueue string
 }
 
 func (r *rabbitLocal) publisher(ch *amqp.Channel) func(ctx context.Context, m Message, p amqp.Publishing) error {
-	pub := rabbitmq.NewPublisher(ch, r.local, rabbitmq.PublisherOptions{MaxPriority: maxPriority})
+	pub := rabbitmq.NewPublisher(ch, r.local, rabbitmq.PublisherOptions{HoldQueue: r.holdQueue})
 	return func(ctx context.Context, m Message, p amqp.Publishing) error {
 		k := rabbitmq.Key{Queue: r.queue, Producer: m.Key.Producer, JobType: m.Key.JobType, Size: m.Key.Size}
 		return pub.Publish(ctx, "", r.queue, k, p)

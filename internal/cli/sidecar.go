@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/harbinger-mq/harbinger/internal/sidecar"
+	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
 func init() {
@@ -28,8 +29,8 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	httpAddr := fs.String("http", sidecar.DefaultHTTP, `metrics address (/metrics, /healthz); "-" disables`)
 	amqpURL := fs.String("amqp-url", defURL, `RabbitMQ URL for shared learning (default from `+amqpURLEnv+`); "-" disables sharing`)
 	exchange := fs.String("exchange", sidecar.DefaultExchange, "fanout exchange of observations; snapshots use NAME"+".snapshots")
-	maxPriority := fs.Uint("max-priority", 3, "x-max-priority of the queues; tier 0 gets this AMQP priority")
-	tiers := fs.Int("tiers", 3, "number of tiers")
+	maxPriority := fs.Uint("max-priority", rabbitmq.DefaultMaxPriority, "x-max-priority of the queues; long messages get this AMQP priority, the tiers share those below it")
+	tiers := fs.Int("tiers", rabbitmq.DefaultTiers, "number of tiers")
 	snapshotEvery := fs.Duration("snapshot-every", sidecar.DefaultSnapshotEvery, "interval between snapshots for late-starting sidecars")
 	if err := parse(fs, args); err != nil {
 		return err

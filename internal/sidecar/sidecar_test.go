@@ -219,8 +219,8 @@ func TestServiceRejectsBadRequests(t *testing.T) {
 		}
 	}
 	resp, err := svc.Predict(ctx, &harbingerv1.PredictRequest{Queue: "q"})
-	if err != nil || !resp.Cold || !resp.Long || resp.Tier != 1 || resp.AmqpPriority != 3 {
-		t.Errorf("cold predict = %v, %v; want long, middle tier, priority 3", resp, err)
+	if err != nil || !resp.Cold || !resp.Long || resp.Tier != rabbitmq.DefaultTiers/2 || resp.AmqpPriority != rabbitmq.DefaultMaxPriority {
+		t.Errorf("cold predict = %v, %v; want long, middle tier, priority %d", resp, err, rabbitmq.DefaultMaxPriority)
 	}
 }
 

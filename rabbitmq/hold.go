@@ -1,0 +1,119 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Holding long messages.
+//
+// RabbitMQ never ages a waiting message, so a long message published at a
+// low priority could wait forever behind shorter ones. Publishing it at the
+// top priority bounds its wait, but then long work goes ahead of everything
+// else even when the queue is deep, which is what makes an overloaded queue's
+// mean and P99 worse. Harbinger's broker instead lets a long message wait
+// until most of the work that was ahead of it has been served, then serves it
+// first. Holding does the same with RabbitMQ's own parts: the Publisher
+// sends a long message to a hold queue with a per-message TTL of Hold, and
+// RabbitMQ dead-letters it into its queue at the top priority when the TTL
+// runs out. Hold is DefaultHold of the wait FIFO would give the message: the
+// predicted work published to the queue and not yet completed, divided by
+// the queue's consumers.
+
+// DefaultHold is the share of its FIFO wait a long message is held: the
+// broker's bounded policy starts a long message once three quarters of the
+// work ahead of it has been served (1 + sched.DefaultStretch; a test keeps
+// the two equal).
+const DefaultHold = 0.75
+
+// DefaultMaxHold caps a hold, so that a backlog estimate gone wrong (for
+// example messages completed by consumers this predictor never hears of)
+// cannot hold long messages indefinitely.
+const DefaultMaxHold = 10 * time.Minute
+
+// minHold is the shortest hold worth a detour: per-message TTLs are whole
+// milliseconds.
+const minHold = time.Millisecond
+
+// HoldQueueArgs are the arguments of a hold queue for target: a classic
+// queue without priorities that dead-letters expired messages to target
+// through the default exchange. Every message in a hold queue carries its
+// own TTL, and RabbitMQ expires messages only at a queue's head, so a
+// message may stay a little past its TTL behind one published earlier with
+// a longer one.
+func HoldQueueArgs(target string) amqp.Table {
+	return amqp.Table{
+		"x-queue-type":              "classic",
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": target,
+	}
+}
+
+// DeclareHoldQueue declares the durable hold queue name for the priority
+// queue target (declared with DeclarePriorityQueue). Name it in
+// PublisherOptions.HoldQueue.
+func DeclareHoldQueue(ch *amqp.Channel, name, target string) error {
+	if name == "" || name == target {
+		return fmt.Errorf("rabbitmq: hold queue for %q needs a name of its own, got %q", target, name)
+	}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, HoldQueueArgs(target)); err != nil {
+		return fmt.Errorf("rabbitmq: declare hold queue %q: %w", name, err)
+	}
+	return nil
+}
+
+// expiration is an AMQP per-message TTL: whole milliseconds, as a string.
+func expiration(d time.Duration) string {
+	return strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// backlog is what Local knows of each queue's depth: the predicted work
+// published to it and not yet completed, and how many handlers in this
+// process consume it. Only queues with handlers are tracked, so that its
+// size is bounded by the queues this process consumes, not by the queue
+// names it is asked to predict for. It is not safe for concurrent use.
+type backlog struct {
+	work      map[string]time.Duration
+	consumers map[string]int
+}
+
+func newBacklog() backlog {
+	return backlog{work: make(map[string]time.Duration), consumers: make(map[string]int)}
+}
+
+func (b backlog) published(queue string, cost time.Duration) {
+	if b.consumers[queue] > 0 {
+		b.work[queue] += max(0, cost)
+	}
+}
+
+func (b backlog) completed(queue string, cost time.Duration) {
+	if w, ok := b.work[queue]; ok {
+		b.work[queue] = max(0, w-max(0, cost))
+	}
+}
+
+func (b backlog) attach(queue string, n int) {
+	if b.consumers[queue] += n; b.consumers[queue] <= 0 {
+		delete(b.consumers, queue)
+		delete(b.work, queue)
+	}
+}
+
+// hold returns share of the FIFO wait of a message published to queue now,
+// capped at maxHold; zero when no consumer in this process drains the queue,
+// since then its backlog cannot be known.
+func (b backlog) hold(queue string, share float64, maxHold time.Duration) time.Duration {
+	c := b.consumers[queue]
+	if c <= 0 || share <= 0 {
+		return 0
+	}
+	h := time.Duration(share * float64(b.work[queue]) / float64(c))
+	if h < minHold {
+		return 0
+	}
+	return min(h, maxHold)
+}

@@ -1,0 +1,96 @@
+package rabbitmq
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/sched"
+)
+
+func TestLocalHoldsLongMessages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := NewLocal(LocalConfig{MaxHold: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One observation makes the typical duration 100 ms; the cold key's
+	// messages are then Long and predicted at 100 ms each.
+	if err := l.Observe(ctx, Key{Queue: "other", JobType: "warm"}, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	cold := Key{Queue: "q", JobType: "new"}
+	holdOf := func() time.Duration {
+		t.Helper()
+		pr, _ := l.Predict(ctx, cold)
+		if !pr.Long || pr.Predicted != 100*time.Millisecond {
+			t.Fatalf("cold prediction %+v, want long at 100ms", pr)
+		}
+		return pr.Hold
+	}
+	if h := holdOf(); h != 0 {
+		t.Errorf("hold with no consumer in this process = %v, want 0 (the backlog cannot be known)", h)
+	}
+	if b := l.Stats().Backlog; len(b) != 0 {
+		t.Errorf("backlog tracked for a queue nobody here consumes: %v", b)
+	}
+	l.attach("q", 2)
+	if h := holdOf(); h != 0 {
+		t.Errorf("first hold = %v, want 0 (nothing ahead)", h)
+	}
+	// Backlog 100ms over 2 consumers is a 50 ms FIFO wait; held 3/4 of it.
+	for i, want := range []time.Duration{37500 * time.Microsecond, 75 * time.Millisecond, 100 * time.Millisecond} {
+		if h := holdOf(); h != want {
+			t.Errorf("hold %d = %v, want %v", i, h, want)
+		}
+	}
+	// Four published, 400 ms of work; three done leaves 100 ms.
+	for range 3 {
+		l.completed("q", 100*time.Millisecond)
+	}
+	if h := holdOf(); h != 37500*time.Microsecond {
+		t.Errorf("hold after completions = %v, want 37.5ms", h)
+	}
+	// Completions beyond the backlog (a message this process never
+	// predicted) floor it at zero.
+	for range 5 {
+		l.completed("q", 100*time.Millisecond)
+	}
+	if h := holdOf(); h != 0 {
+		t.Errorf("hold on a drained queue = %v, want 0", h)
+	}
+	l.attach("q", -2)
+	if st := l.Stats(); st.Held != 4 || len(st.Backlog) != 0 {
+		t.Errorf("Held = %d, backlog %v; want 4 and no queue tracked after the consumers left", st.Held, st.Backlog)
+	}
+
+	off, err := NewLocal(LocalConfig{Hold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = off.Observe(ctx, Key{Queue: "other"}, time.Second)
+	off.attach("q", 1)
+	for range 3 {
+		if pr, _ := off.Predict(ctx, cold); pr.Hold != 0 {
+			t.Fatalf("hold with holding disabled = %v", pr.Hold)
+		}
+	}
+}
+
+func TestDefaultHoldIsTheBrokersBound(t *testing.T) {
+	t.Parallel()
+	if DefaultHold != 1+sched.DefaultStretch {
+		t.Errorf("DefaultHold %v, the broker's bound %v: keep them equal", DefaultHold, 1+sched.DefaultStretch)
+	}
+}
+
+func TestLocalRejectsBadHold(t *testing.T) {
+	t.Parallel()
+	for _, c := range []LocalConfig{{Hold: math.NaN()}, {Hold: 1.5}, {MaxHold: -time.Second}} {
+		if _, err := NewLocal(c); err == nil {
+			t.Errorf("NewLocal(%+v) accepted", c)
+		}
+	}
+}
