@@ -140,23 +140,31 @@ func (w worker) handle(ctx context.Context, d amqp.Delivery) {
 	if err := d.Ack(false); err != nil {
 		return // the channel is gone; RabbitMQ redelivers, so this was not a success
 	}
-	k := KeyOf(w.queue, d)
-	if bt, ok := w.p.(backlogTracker); ok {
-		if n, ok := headerInt(d.Headers[HeaderPredictedNS]); ok {
-			bt.completed(k.Queue, time.Duration(n))
-		}
-	}
-	if err := w.p.Observe(ctx, k, took); err != nil && w.onObserveError != nil {
+	if err := w.observe(ctx, d, took); err != nil && w.onObserveError != nil {
 		w.onObserveError(err)
 	}
 }
 
-// backlogTracker is a predictor that tracks its queues' backlogs (Local):
-// Consume tells it how many handlers drain a queue and which messages are
-// done with.
+// observe reports a success. A predictor in this process (Local) also gets
+// the prediction the publisher stamped on the message, to take it out of
+// the queue's backlog and to score it.
+func (w worker) observe(ctx context.Context, d amqp.Delivery, took time.Duration) error {
+	k := KeyOf(w.queue, d)
+	if lp, ok := w.p.(backlogTracker); ok {
+		if s, ok := stampOf(d); ok {
+			return lp.observeStamped(k, s, took)
+		}
+	}
+	return w.p.Observe(ctx, k, took)
+}
+
+// backlogTracker is a predictor that tracks its queues' backlogs (Local).
+// Consume tells it how many handlers drain a queue and reports completions
+// with their stamps; a Publisher takes back a message it failed to publish.
 type backlogTracker interface {
 	attach(queue string, handlers int)
 	completed(queue string, predicted time.Duration)
+	observeStamped(k Key, s stamp, took time.Duration) error
 }
 
 func callHandler(ctx context.Context, h func(ctx context.Context, d amqp.Delivery) error, d amqp.Delivery) (err error) {

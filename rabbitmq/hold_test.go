@@ -79,6 +79,43 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 	}
 }
 
+// TestLocalScoresStampedCompletions checks that a completion reported with
+// its publisher's stamp leaves the backlog and counts towards MAE and tier
+// accuracy, and that a cold stamp counts only towards tier accuracy.
+func TestLocalScoresStampedCompletions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := NewLocal(LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := Key{Queue: "q", JobType: "a"}
+	for range 5 {
+		_ = l.Observe(ctx, k, 10*time.Millisecond)
+	}
+	l.attach("q", 1)
+	pr, _ := l.Predict(ctx, k)
+	if pr.Cold || pr.Predicted != 10*time.Millisecond {
+		t.Fatalf("warm prediction %+v, want 10ms", pr)
+	}
+	if err := l.observeStamped(k, stamp{predicted: pr.Predicted, tier: pr.Tier}, 14*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.observeStamped(k, stamp{predicted: 3 * time.Millisecond, tier: 0, cold: true}, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	st := l.Stats()
+	if st.MAESamples != 1 || st.MAE != 4*time.Millisecond || st.TierSamples != 2 {
+		t.Errorf("MAE %v over %d, tier samples %d; want 4ms over 1 (the cold stamp is not scored) and 2", st.MAE, st.MAESamples, st.TierSamples)
+	}
+	if w := st.Backlog["q"]; w != 0 {
+		t.Errorf("backlog %v after its one message completed, want 0", w)
+	}
+	if err := l.observeStamped(k, stamp{predicted: pr.Predicted}, -time.Second); err == nil {
+		t.Error("negative duration accepted")
+	}
+}
+
 func TestDefaultHoldIsTheBrokersBound(t *testing.T) {
 	t.Parallel()
 	if DefaultHold != 1+sched.DefaultStretch {

@@ -146,6 +146,20 @@ func (l *Local) completed(queue string, predicted time.Duration) {
 	l.mu.Unlock()
 }
 
+// observeStamped is Observe for a message this predictor's publisher
+// stamped: it also takes the message out of its queue's backlog and scores
+// the prediction (MAE, tier accuracy).
+func (l *Local) observeStamped(k Key, s stamp, took time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.backlog.completed(k.Queue, s.predicted)
+	pr := predict.Prediction{Cost: s.predicted, Tier: s.tier, Cold: s.cold, Made: true}
+	if err := l.p.Observe(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size), pr, took); err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	return nil
+}
+
 // attach counts n more handlers (negative: fewer) draining queue.
 func (l *Local) attach(queue string, n int) {
 	l.mu.Lock()
@@ -216,8 +230,10 @@ type LocalStats struct {
 	Observations uint64
 	Rejected     uint64
 	Evicted      uint64
-	MAE          time.Duration
-	TierAccuracy float64 // NaN when unknown
+	MAE          time.Duration // over MAESamples completions of routed predictions
+	MAESamples   uint64
+	TierAccuracy float64 // over TierSamples completions; NaN when unknown
+	TierSamples  uint64
 	Boundaries   []time.Duration
 	Predictions  []uint64 // by tier
 	Cold         uint64   // predictions that took the default tier
@@ -234,7 +250,7 @@ func (l *Local) Stats() LocalStats {
 	s := l.p.Summary()
 	return LocalStats{
 		Keys: s.Keys, Observations: s.Observations, Rejected: s.Rejected, Evicted: s.Evicted,
-		MAE: s.MAE, TierAccuracy: s.TierAccuracy, Boundaries: s.Boundaries,
+		MAE: s.MAE, MAESamples: s.MAESamples, TierAccuracy: s.TierAccuracy, TierSamples: s.TierSamples, Boundaries: s.Boundaries,
 		Predictions: append([]uint64(nil), l.predictions...), Cold: l.cold, Held: l.held,
 		Backlog: maps.Clone(l.backlog.work),
 	}

@@ -59,7 +59,8 @@ const (
 	HeaderSize        = "x-harbinger-size"
 	HeaderPublishedNS = "x-harbinger-published-ns"
 	HeaderTier        = "x-harbinger-tier"
-	HeaderPredictedNS = "x-harbinger-predicted-ns" // Priority.Predicted, for the queue's backlog
+	HeaderPredictedNS = "x-harbinger-predicted-ns" // Priority.Predicted, for the queue's backlog and the predictor's error
+	HeaderCold        = "x-harbinger-cold"         // set (true) when the prediction was the default, not the key's own
 	HeaderAged        = "x-harbinger-aged"         // set on a message served early because it waited past AgeAfter
 )
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
 )
 
 // PublisherOptions configures a Publisher. The zero value of a field means
@@ -66,6 +68,9 @@ func (pb *Publisher) Publish(ctx context.Context, exchange, routingKey string, k
 		pb.held.Add(1)
 	}
 	if err := pb.ch.PublishWithContext(ctx, exchange, routingKey, pb.opts.Mandatory, false, msg); err != nil {
+		if bt, ok := pb.p.(backlogTracker); ok {
+			bt.completed(k.Queue, pr.Predicted) // never queued: out of the backlog
+		}
 		return fmt.Errorf("rabbitmq: publish: %w", err)
 	}
 	return nil
@@ -92,7 +97,7 @@ func (pb *Publisher) prepare(ctx context.Context, k Key, msg *amqp.Publishing) P
 }
 
 func stampHeaders(h amqp.Table, k Key, pr Priority, now time.Time) amqp.Table {
-	out := make(amqp.Table, len(h)+7)
+	out := make(amqp.Table, len(h)+8)
 	for name, v := range h {
 		out[name] = v
 	}
@@ -103,7 +108,31 @@ func stampHeaders(h amqp.Table, k Key, pr Priority, now time.Time) amqp.Table {
 	out[HeaderPublishedNS] = now.UnixNano()
 	out[HeaderTier] = int32(pr.Tier)
 	out[HeaderPredictedNS] = int64(pr.Predicted)
+	if pr.Cold {
+		out[HeaderCold] = true
+	}
 	return out
+}
+
+// stamp is what the Publisher said of a message, read back from its headers.
+type stamp struct {
+	predicted time.Duration
+	tier      int
+	cold      bool
+}
+
+// stampOf reads a delivery's stamp; false when it carries no prediction.
+func stampOf(d amqp.Delivery) (stamp, bool) {
+	n, ok := headerInt(d.Headers[HeaderPredictedNS])
+	if !ok || n < 0 {
+		return stamp{}, false
+	}
+	tier, ok := headerInt(d.Headers[HeaderTier])
+	if !ok || tier < 0 || tier > predict.MaxTiers {
+		return stamp{}, false
+	}
+	cold, _ := d.Headers[HeaderCold].(bool)
+	return stamp{predicted: time.Duration(n), tier: int(tier), cold: cold}, true
 }
 
 // KeyOf reads a delivery's key from its x-harbinger-* headers. queue is used

@@ -93,8 +93,17 @@ func TestHeadersRoundTrip(t *testing.T) {
 		t.Error("stampHeaders modified the caller's headers")
 	}
 	d := amqp.Delivery{Headers: h}
-	if n, ok := headerInt(h[HeaderPredictedNS]); !ok || time.Duration(n) != 42*time.Millisecond {
-		t.Errorf("predicted header = %v, want 42ms in ns", h[HeaderPredictedNS])
+	if s, ok := stampOf(amqp.Delivery{Headers: h}); !ok || s != (stamp{predicted: 42 * time.Millisecond, tier: 2}) {
+		t.Errorf("stamp = %+v, %v; want 42ms, tier 2, not cold", s, ok)
+	}
+	cold := stampHeaders(nil, k, Priority{Tier: 1, Cold: true}, at)
+	if s, ok := stampOf(amqp.Delivery{Headers: cold}); !ok || !s.cold {
+		t.Errorf("cold stamp = %+v, %v", s, ok)
+	}
+	for _, bad := range []amqp.Table{nil, {HeaderPredictedNS: int64(-1), HeaderTier: int32(0)}, {HeaderPredictedNS: int64(5), HeaderTier: int32(-3)}, {HeaderPredictedNS: "5", HeaderTier: int32(0)}} {
+		if s, ok := stampOf(amqp.Delivery{Headers: bad}); ok {
+			t.Errorf("stampOf(%v) = %+v, want no stamp", bad, s)
+		}
 	}
 	if got := KeyOf("other", d); got != k {
 		t.Errorf("KeyOf = %+v, want %+v", got, k)

@@ -57,9 +57,12 @@ type RunResult struct {
 	MAEms, TierAccuracy float64
 }
 
-// predictorStats is implemented by queues whose predictor the harness can read.
+// predictorStats is implemented by queues whose predictor the harness can
+// read: the mean absolute error of routed predictions, in wall
+// milliseconds, and the share of messages whose predicted tier was the one
+// their duration earned; NaN for what the predictor cannot tell.
 type predictorStats interface {
-	PredictorStats() (mae time.Duration, tierAccuracy float64, ok bool)
+	PredictorStats() (maeMS, tierAccuracy float64)
 }
 
 // Progress counts a run's messages for the progress lines; it is safe to
@@ -281,10 +284,8 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 	}
 	res.MAEms, res.TierAccuracy = math.NaN(), math.NaN()
 	if ps, ok := q.(predictorStats); ok {
-		if mae, acc, ok := ps.PredictorStats(); ok {
-			res.MAEms = float64(back(mae)) / 1e6
-			res.TierAccuracy = acc
-		}
+		mae, acc := ps.PredictorStats()
+		res.MAEms, res.TierAccuracy = mae/rs.TimeScale, acc
 	}
 	return res, nil
 }

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,7 +27,15 @@ func TestFlowEveryArm(t *testing.T) {
 		if lost := run.Sent - len(run.Records); lost != 0 {
 			t.Errorf("%s: lost %d of %d", run.Arm, lost, run.Sent)
 		}
-		t.Logf("%s: %d sent, %d duplicates, wall %.1fs, handler overrun %.0f µs", run.Arm, run.Sent, run.Duplicates, run.Wall.Seconds(), run.OverrunUS)
+		t.Logf("%s: %d sent, %d duplicates, wall %.1fs, handler overrun %.0f µs, MAE %.1f ms, tier accuracy %.2f",
+			run.Arm, run.Sent, run.Duplicates, run.Wall.Seconds(), run.OverrunUS, run.MAEms, run.TierAccuracy)
+		// The arms that predict report how well: Harbinger's broker predicts
+		// on every queue, whatever its policy; RabbitMQ only with the
+		// rabbitmq package; Redis never.
+		predicts := strings.HasPrefix(run.Arm, "harbinger-") || run.Arm == "rabbitmq-predictive"
+		if got := !math.IsNaN(run.MAEms) && !math.IsNaN(run.TierAccuracy); got != predicts {
+			t.Errorf("%s: MAE %v, tier accuracy %v; want figures: %v", run.Arm, run.MAEms, run.TierAccuracy, predicts)
+		}
 	}
 	for _, name := range res.Report.ArmOrder {
 		a := res.Report.Arms[name]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/server"
 )
 
@@ -179,6 +181,31 @@ func (q *harbingerQueue) Teardown(ctx context.Context) error {
 	}
 	_, err := q.s.c.PurgeQueue(ctx, q.name)
 	return err
+}
+
+// PredictorStats implements predictorStats from the in-process broker's
+// own figures for the queue: MAE over the acks of routed predictions, tier
+// accuracy over every ack with a prediction. Arms whose policy makes no
+// predictions have neither.
+func (q *harbingerQueue) PredictorStats() (maeMS, tierAccuracy float64) {
+	in, err := q.s.b.Queue(q.name)
+	if err != nil {
+		return math.NaN(), math.NaN()
+	}
+	return summaryStats(in.Predictor)
+}
+
+// summaryStats reads MAE (wall ms) and tier accuracy from a predictor
+// summary, NaN where it has no samples.
+func summaryStats(s predict.Summary) (maeMS, tierAccuracy float64) {
+	maeMS, tierAccuracy = math.NaN(), math.NaN()
+	if s.MAESamples > 0 {
+		maeMS = float64(s.MAE) / float64(time.Millisecond)
+	}
+	if s.TierSamples > 0 {
+		tierAccuracy = s.TierAccuracy
+	}
+	return maeMS, tierAccuracy
 }
 
 // NewPublisher implements Queue: a client Producer, which publishes over

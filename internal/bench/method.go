@@ -71,7 +71,10 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"with tier t -> AMQP priority 2-t (tier 0 -> 2, 1 -> 1, 2 -> 0), no aging; rabbitmq-predictive publishes and consumes through Harbinger's "+
 		"rabbitmq package with a fresh in-process predictor per run and the package's defaults: "+rabbitPredictiveLayout()+". "+
 		"Redis: reliable list queue (LPUSH; BLMOVE into a per-worker processing list; LREM as the ack; a starting worker pushes its processing list back). "+
-		"Latency: producer send to handler return (the ack), per message. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+
+		"Latency: producer send to handler return (the ack), per message. "+
+		"MAE (workload ms, routed predictions only) and tier accuracy come from the arm's own predictor after the run: "+
+		"the in-process Harbinger broker's for its queue (it predicts under every policy), the rabbitmq package's Local for rabbitmq-predictive "+
+		"(each completion scored against the prediction stamped on the message); none for the other arms. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+
 		"Per-arm figures are medians across seeds; comparisons are medians of per-seed paired differences with 95%% percentile bootstrap intervals "+
 		"(10,000 resamples of seeds, fixed RNG seed); a row passes when its point estimate meets the threshold. Live form of the gate: "+
 		"baselines rabbitmq-fifo and redis-fifo, P5 against rabbitmq-predictive. Arrivals: %s. Environment: %s.",

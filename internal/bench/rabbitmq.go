@@ -7,10 +7,10 @@ import (
 	"math"
 	"os"
 	"sync"
-	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
@@ -278,13 +278,14 @@ func (r *rabbitLocal) consume(ctx context.Context, ch *amqp.Channel, queue strin
 	return err
 }
 
-// PredictorStats implements predictorStats.
-func (q *rabbitQueue) PredictorStats() (mae time.Duration, tierAccuracy float64, ok bool) {
+// PredictorStats implements predictorStats: the predictive arm's Local
+// predictor, which scores each completion against the prediction its
+// publisher stamped on the message.
+func (q *rabbitQueue) PredictorStats() (maeMS, tierAccuracy float64) {
 	r, isLocal := q.pred.(*rabbitLocal)
 	if !isLocal {
-		return 0, 0, false
+		return math.NaN(), math.NaN()
 	}
 	st := r.local.Stats()
-	// Local learns from durations alone, so it may have no MAE to give.
-	return st.MAE, st.TierAccuracy, st.Observations > 0 && (st.MAE > 0 || !math.IsNaN(st.TierAccuracy))
+	return summaryStats(predict.Summary{MAE: st.MAE, MAESamples: st.MAESamples, TierAccuracy: st.TierAccuracy, TierSamples: st.TierSamples})
 }

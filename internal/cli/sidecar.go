@@ -20,7 +20,7 @@ func init() {
 const amqpURLEnv = "HARBINGER_AMQP_URL"
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sidecar", "sidecar [--listen ADDR] [--http ADDR] [--amqp-url URL] [--exchange NAME] [--max-priority N]", stderr)
+	fs := newFlags("sidecar", "sidecar [--listen ADDR] [--http ADDR] [--amqp-url URL] [--exchange NAME] [--max-priority N] [--tiers N] [--snapshot-every D]", stderr)
 	defURL := os.Getenv(amqpURLEnv)
 	if defURL == "" {
 		defURL = sidecar.DefaultAMQPURL

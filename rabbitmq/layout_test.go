@@ -1,0 +1,208 @@
+package rabbitmq
+
+import (
+	"container/heap"
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/workload"
+)
+
+// A discrete-event model of what RabbitMQ does with the Publisher's
+// priorities: a classic priority queue (strict priority, FIFO within a
+// priority), a FIFO hold queue whose messages expire only at its head, and
+// a fixed per-message cost on the worker for the publish-deliver-ack round
+// trip. The priorities and holds come from the real Local predictor. It is
+// how the package's defaults were chosen, and it keeps the choice honest:
+// if a change to the predictor made the defaults worse than the old layout
+// on the pre-registered workload, TestLayoutSimulation fails.
+
+type layout struct {
+	name  string
+	tiers int
+	hold  bool
+}
+
+type layoutResult struct{ mean, p99, exportWait float64 }
+
+// modelEvent kinds, in the order simultaneous events are handled.
+const (
+	evDone = iota
+	evRelease
+	evArrive
+)
+
+type modelEvent struct {
+	at        time.Duration
+	kind, seq int
+}
+
+type eventHeap []modelEvent
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	if h[i].kind != h[j].kind {
+		return h[i].kind < h[j].kind
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(modelEvent)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// simulateLayout replays one seed of w. A nil layout is FIFO.
+func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, perMessage time.Duration) layoutResult {
+	t.Helper()
+	ctx := context.Background()
+	jobs := w.Generate(seed)
+	levels := [][]int{nil}
+	var local *Local
+	if l != nil {
+		cfg := LocalConfig{Tiers: l.tiers, MaxPriority: uint8(l.tiers)}
+		if !l.hold {
+			cfg.Hold = -1
+		}
+		var err error
+		if local, err = NewLocal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		local.attach("q", w.Workers)
+		levels = make([][]int, l.tiers+1)
+	}
+	keys := make([]Key, len(jobs))
+	prio := make([]uint8, len(jobs))
+	predicted := make([]time.Duration, len(jobs))
+	started := make([]time.Duration, len(jobs))
+	done := make([]time.Duration, len(jobs))
+	events := make(eventHeap, 0, len(jobs))
+	for i := range jobs {
+		events = append(events, modelEvent{at: jobs[i].Arrival, kind: evArrive, seq: i})
+	}
+	heap.Init(&events)
+	var holdHead time.Duration // the hold queue releases in publish order
+	free := w.Workers
+	for events.Len() > 0 {
+		e := heap.Pop(&events).(modelEvent)
+		now, i := e.at, e.seq
+		switch e.kind {
+		case evDone:
+			done[i] = now
+			free++
+			if local != nil {
+				local.completed("q", predicted[i])
+				_ = local.Observe(ctx, keys[i], jobs[i].Duration)
+			}
+		case evRelease:
+			levels[prio[i]] = append(levels[prio[i]], i)
+		case evArrive:
+			if local == nil {
+				levels[0] = append(levels[0], i)
+				break
+			}
+			jt := &w.JobTypes[jobs[i].Type]
+			keys[i] = Key{Queue: "q", Producer: jt.Producer, JobType: jt.Name, Size: uint64(jobs[i].Size)}
+			pr, _ := local.Predict(ctx, keys[i])
+			prio[i], predicted[i] = pr.AMQP, pr.Predicted
+			if pr.Long && pr.Hold >= minHold {
+				holdHead = max(holdHead, now+pr.Hold.Truncate(time.Millisecond))
+				heap.Push(&events, modelEvent{at: holdHead, kind: evRelease, seq: i})
+				break
+			}
+			levels[prio[i]] = append(levels[prio[i]], i)
+		}
+		for free > 0 {
+			p := len(levels) - 1
+			for p >= 0 && len(levels[p]) == 0 {
+				p--
+			}
+			if p < 0 {
+				break
+			}
+			j := levels[p][0]
+			levels[p] = levels[p][1:]
+			started[j] = now
+			free--
+			heap.Push(&events, modelEvent{at: now + jobs[j].Duration + perMessage, kind: evDone, seq: j})
+		}
+	}
+	var r layoutResult
+	lat := make([]float64, len(jobs))
+	for i := range jobs {
+		lat[i] = (done[i] - jobs[i].Arrival).Seconds()
+		r.mean += lat[i] / float64(len(jobs))
+		if w.JobTypes[jobs[i].Type].Class == "export" {
+			r.exportWait = max(r.exportWait, (started[i] - jobs[i].Arrival).Seconds())
+		}
+	}
+	slices.Sort(lat)
+	r.p99 = lat[len(lat)*99/100]
+	return r
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// TestLayoutSimulation compares layouts on the pre-registered workload with
+// a per-message cost of 4 ms of workload time (0.4 ms of wall time at the
+// registered time scale, about what the live rabbitmq-fifo arm's latencies
+// imply) and checks the defaults' case: five tiers with holding beat the
+// old layout (three tiers, long messages at the top at once) on mean and
+// P99, and keep the longest export wait below FIFO's. `go test -run
+// TestLayoutSimulation -v ./rabbitmq/` prints the table docs/sidecar.md
+// quotes.
+func TestLayoutSimulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 30 runs of the registered workload")
+	}
+	t.Parallel()
+	w, err := workload.Load("../workloads/production-flow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perMessage = 4 * time.Millisecond
+	layouts := []layout{
+		{"3 tiers, long at the top at once", 3, false},
+		{"5 tiers, long at the top at once", 5, false},
+		{"3 tiers, long held (0.75)", 3, true},
+		{"9 tiers, long held (0.75)", 9, true},
+		{"5 tiers, long held (0.75): the defaults", DefaultTiers, true},
+	}
+	type change struct{ mean, p99, export []float64 }
+	changes := make([]change, len(layouts))
+	for _, seed := range w.Seeds {
+		fifo := simulateLayout(t, w, seed, nil, perMessage)
+		for li := range layouts {
+			r := simulateLayout(t, w, seed, &layouts[li], perMessage)
+			c := &changes[li]
+			c.mean = append(c.mean, r.mean/fifo.mean-1)
+			c.p99 = append(c.p99, r.p99/fifo.p99)
+			c.export = append(c.export, r.exportWait/fifo.exportWait)
+		}
+	}
+	t.Logf("median over seeds %v of per-seed changes vs FIFO, per-message cost %v:", w.Seeds, perMessage)
+	for li, l := range layouts {
+		c := changes[li]
+		t.Logf("  %-42s mean %+5.1f%%  P99 %.2fx  export max wait %.2fx", l.name, 100*median(c.mean), median(c.p99), median(c.export))
+	}
+	old, def := changes[0], changes[len(changes)-1]
+	if median(def.mean) >= median(old.mean) || median(def.p99) >= median(old.p99) {
+		t.Errorf("the defaults (mean %+.1f%%, P99 %.2fx) do not beat three tiers with long work at the top (%+.1f%%, %.2fx)",
+			100*median(def.mean), median(def.p99), 100*median(old.mean), median(old.p99))
+	}
+	if e := median(def.export); e > 1 {
+		t.Errorf("the defaults' export max wait is %.2fx FIFO's, want at most 1x", e)
+	}
+}
