@@ -901,8 +901,9 @@ type QueueConfig struct {
 	AgingOff bool `protobuf:"varint,5,opt,name=aging_off,json=agingOff,proto3" json:"aging_off,omitempty"`
 	// Fixed tier per job type for the static policy.
 	StaticTiers map[string]uint32 `protobuf:"bytes,6,rep,name=static_tiers,json=staticTiers,proto3" json:"static_tiers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	// Most ready jobs the queue holds before Publish is refused; 0 is
-	// unlimited.
+	// Most ready jobs the queue holds before Publish is refused; 0 takes
+	// the broker's default (1,000,000 unless its configuration says otherwise).
+	// There is no unlimited depth: memory stays bounded.
 	MaxDepth uint64 `protobuf:"varint,7,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
 	// Default deliveries before a job is dead-lettered.
 	MaxAttempts uint32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
