@@ -122,6 +122,7 @@ func parseArms(s string, src sim.Source) ([]sim.Arm, error) {
 type policyFlags struct {
 	tiers         int
 	stretch       string
+	othersStretch string
 	minSlack      time.Duration
 	ageAfter      time.Duration
 	shortestFirst bool
@@ -132,6 +133,7 @@ type policyFlags struct {
 func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&p.tiers, "tiers", 0, "tier count of the learning arms (default 3)")
 	fs.StringVar(&p.stretch, "stretch", "", "bounded policy: a long message's slack as a fraction of the wait FIFO would give it (default -0.25)")
+	fs.StringVar(&p.othersStretch, "others-stretch", "", "bounded policy: bound the other (not long) messages too, with this slack as a fraction of the wait FIFO would give them (default: unbounded)")
 	fs.DurationVar(&p.minSlack, "min-slack", 0, fmt.Sprintf("bounded policy: slack every long message gets, as predicted work (default %v)", sched.DefaultMinSlack))
 	fs.DurationVar(&p.ageAfter, "age-after", 0, "predictive and weighted policies: wait at a tier before aging lifts a message (default 10s)")
 	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
@@ -140,13 +142,13 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 }
 
 func (p *policyFlags) apply(arms []sim.Arm) error {
-	var stretch *float64
-	if p.stretch != "" {
-		v, err := strconv.ParseFloat(p.stretch, 64)
-		if err != nil || math.IsNaN(v) {
-			return fmt.Errorf("--stretch: %q is not a number", p.stretch)
-		}
-		stretch = &v
+	stretch, err := optionalFloat("--stretch", p.stretch)
+	if err != nil {
+		return err
+	}
+	others, err := optionalFloat("--others-stretch", p.othersStretch)
+	if err != nil {
+		return err
 	}
 	if p.tiers < 0 || p.minSlack < 0 || p.ageAfter < 0 {
 		return fmt.Errorf("--tiers, --min-slack and --age-after must not be negative")
@@ -161,6 +163,9 @@ func (p *policyFlags) apply(arms []sim.Arm) error {
 		}
 		if stretch != nil {
 			a.Options.Stretch = stretch
+		}
+		if others != nil {
+			a.Options.OthersStretch = others
 		}
 		if p.minSlack > 0 {
 			a.Options.MinSlack = p.minSlack
@@ -220,4 +225,16 @@ func loadSource(workloadPath string, t traceFlags) (sim.Source, error) {
 		return nil, fmt.Errorf("--trace: want %sDIR, got %q", TracePrefix, t.spec)
 	}
 	return trace.Load(dir, trace.Options{StartMinute: t.start, Minutes: t.minutes, Compression: t.compression, Load: t.load})
+}
+
+// optionalFloat parses a flag that may be left unset ("").
+func optionalFloat(flag, s string) (*float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) {
+		return nil, fmt.Errorf("%s: %q is not a number", flag, s)
+	}
+	return &v, nil
 }

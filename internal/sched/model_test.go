@@ -63,9 +63,13 @@ func (m *refSched) push(r *refItem, now time.Time) {
 	m.entry++
 	r.entry = m.entry
 	r.hasDue = false
-	if b := m.cfg.Bound; b != nil && r.long {
+	if b := m.cfg.Bound; b != nil && (r.long || b.Others != nil) {
+		stretch := b.Stretch
+		if !r.long {
+			stretch = *b.Others
+		}
 		ahead := m.enqWork - m.deqWork
-		r.due = m.enqWork + b.Stretch*ahead + b.MinSlack.Seconds()
+		r.due = m.enqWork + stretch*ahead + b.MinSlack.Seconds()
 		r.hasDue = true
 	}
 	m.enqWork += r.cost.Seconds()
@@ -216,6 +220,9 @@ func randConfig(rng *rand.Rand) Config {
 	}
 	if rng.IntN(2) == 0 {
 		cfg.Bound = &Bound{Stretch: float64(rng.IntN(13)-4) / 4, MinSlack: time.Duration(rng.IntN(4)) * time.Second / 8}
+		if rng.IntN(2) == 0 {
+			cfg.Bound.Others = new(float64(rng.IntN(13)-4) / 4)
+		}
 	}
 	cfg.ShortestFirst = rng.IntN(2) == 0
 	return cfg

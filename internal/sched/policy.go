@@ -62,6 +62,10 @@ type PolicyOptions struct {
 	StaticTiers map[string]int
 	Stretch     *float64
 	MinSlack    time.Duration
+	// OthersStretch, when set, bounds the bounded policy's other (not long)
+	// messages too, with this stretch; nil leaves them unbounded (the
+	// default: see docs/experiments.md for the trade-off).
+	OthersStretch *float64
 	// ShortestFirst orders each level by predicted cost, not arrival.
 	ShortestFirst bool
 }
@@ -128,7 +132,7 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 			minSlack = DefaultMinSlack
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Strict, ShortestFirst: true,
-			Bound: &Bound{Stretch: stretch, MinSlack: minSlack}}
+			Bound: &Bound{Stretch: stretch, MinSlack: minSlack, Others: o.OthersStretch}}
 		if o.AgingOff {
 			p.Sched.Bound = nil
 		}

@@ -46,8 +46,8 @@ func TestNewPolicy(t *testing.T) {
 			Config{Levels: 1, Discipline: Weighted, Weights: []int{8}, Aging: AgingPausing, AgeAfter: []time.Duration{0}}, true, false},
 		{"weighted own weights", WeightedP, PolicyOptions{Weights: []int{4, 2, 1}},
 			Config{Levels: 3, Discipline: Weighted, Weights: []int{4, 2, 1}, Aging: AgingPausing, AgeAfter: age3}, true, false},
-		{"bounded options", Bounded, PolicyOptions{Tiers: 2, Stretch: &stretch, MinSlack: time.Minute},
-			Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: 0.5, MinSlack: time.Minute}}, true, false},
+		{"bounded options", Bounded, PolicyOptions{Tiers: 2, Stretch: &stretch, MinSlack: time.Minute, OthersStretch: &stretch},
+			Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: 0.5, MinSlack: time.Minute, Others: &stretch}}, true, false},
 		{"bounded aging off drops the bound", Bounded, PolicyOptions{AgingOff: true},
 			Config{Levels: 3, Discipline: Strict, ShortestFirst: true}, true, false},
 	}

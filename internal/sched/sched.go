@@ -56,14 +56,17 @@ type Config struct {
 // passes a bounded message's position plus its slack, the message is overdue
 // and goes next, earliest deadline first, ahead of any level.
 //
-// Only items marked Long are bounded (the predictor marks the few messages
-// predicted far longer than the typical one). Their slack is Stretch times
-// the predicted work waiting ahead of them when they arrived, plus MinSlack:
-// Stretch -0.25 starts a long message after about three quarters of the
-// wait FIFO would have given it, 0 at about FIFO's start.
+// Items marked Long (the predictor marks the few messages predicted far
+// longer than the typical one) get a slack of Stretch times the predicted
+// work waiting ahead of them when they arrived, plus MinSlack: Stretch -0.25
+// starts a long message after about three quarters of the wait FIFO would
+// have given it, 0 at about FIFO's start. Other items are bounded only when
+// Others is set, with that stretch instead: a cap on how far shortest-first
+// may push back the middle of the cost range while the queue is overloaded.
 type Bound struct {
 	Stretch  float64
 	MinSlack time.Duration
+	Others   *float64
 }
 
 // Validate reports the first setting that makes no sense.
@@ -102,6 +105,9 @@ func (c Config) Validate() error {
 	if b := c.Bound; b != nil {
 		if math.IsNaN(b.Stretch) || b.Stretch < -1 || b.Stretch > 1000 {
 			return fmt.Errorf("sched: bound stretch must be -1 to 1000, got %v", b.Stretch)
+		}
+		if o := b.Others; o != nil && (math.IsNaN(*o) || *o < -1 || *o > 1000) {
+			return fmt.Errorf("sched: bound stretch of other messages must be -1 to 1000, got %v", *o)
 		}
 		if b.MinSlack < 0 {
 			return fmt.Errorf("sched: bound min slack must not be negative, got %v", b.MinSlack)
@@ -232,9 +238,13 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		it.ttlIdx = -1
 	}
 	it.dueIdx = -1
-	if b := s.cfg.Bound; b != nil && it.Long {
+	if b := s.cfg.Bound; b != nil && (it.Long || b.Others != nil) {
+		stretch := b.Stretch
+		if !it.Long {
+			stretch = *b.Others
+		}
 		ahead := s.enqWork - s.deqWork
-		it.due = s.enqWork + b.Stretch*ahead + b.MinSlack.Seconds()
+		it.due = s.enqWork + stretch*ahead + b.MinSlack.Seconds()
 		s.due.push(it)
 	}
 	s.enqWork += it.Cost.Seconds()

@@ -364,6 +364,44 @@ func TestBound(t *testing.T) {
 	}
 }
 
+// With Others set, a message that is not long is bounded too: it starts
+// once the work dispatched passes its position plus Others times the work
+// that was ahead of it. Without Others, shortest-first keeps it waiting for
+// as long as shorter work arrives.
+func TestBoundOthers(t *testing.T) {
+	t.Parallel()
+	sec := time.Second
+	half := 0.5
+	for _, tt := range []struct {
+		name     string
+		others   *float64
+		position int
+	}{
+		{"bounded at 1.5x its FIFO position", &half, 8}, // due 5 + 0.5*5 = 7.5
+		{"unbounded", nil, 15},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := mustNew(t, Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: -1, Others: tt.others}})
+			for i := range 5 {
+				mustPush(t, s, t0, &Item{ID: uint64(i + 1), Cost: sec})
+			}
+			mid := &Item{ID: 100, Tier: 1, Cost: 2 * sec}
+			mustPush(t, s, t0, mid)
+			for i := range 10 {
+				mustPush(t, s, t0, &Item{ID: uint64(i + 6), Cost: sec})
+			}
+			got := popIDs(s, t0, 16)
+			if i := slices.Index(got, 100); i != tt.position {
+				t.Errorf("middle item served at %d in %v, want %d", i, got, tt.position)
+			}
+			if s.Len() != 0 {
+				t.Errorf("%d items left", s.Len())
+			}
+		})
+	}
+}
+
 // Removed work counts as dispatched, so purging the work ahead of a long
 // item brings its deadline closer.
 func TestBoundCountsRemovedWork(t *testing.T) {
@@ -404,6 +442,7 @@ func TestConfigErrors(t *testing.T) {
 		{"zero threshold", Config{Levels: 2, Discipline: Strict, Aging: AgingPausing, AgeAfter: []time.Duration{0, 0}}, "threshold of level 1 must be positive"},
 		{"NaN stretch", Config{Levels: 1, Discipline: Strict, Bound: &Bound{Stretch: math.NaN()}}, "stretch must be -1 to 1000, got NaN"},
 		{"negative slack", Config{Levels: 1, Discipline: Strict, Bound: &Bound{MinSlack: -1}}, "min slack must not be negative"},
+		{"others stretch", Config{Levels: 1, Discipline: Strict, Bound: &Bound{Others: new(float64(-2))}}, "stretch of other messages must be -1 to 1000, got -2"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

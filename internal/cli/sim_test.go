@@ -1,0 +1,34 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/harbinger-mq/harbinger/internal/sim"
+)
+
+func TestPolicyFlagsApply(t *testing.T) {
+	t.Parallel()
+	arms := func() []sim.Arm {
+		fifo, _ := sim.ArmByName("fifo", nil)
+		pred, _ := sim.ArmByName("predictive", nil)
+		return []sim.Arm{fifo, pred}
+	}
+	a := arms()
+	p := policyFlags{stretch: "-0.5", othersStretch: "1"}
+	if err := p.apply(a); err != nil {
+		t.Fatal(err)
+	}
+	if a[0].Options.Stretch != nil || a[0].Options.OthersStretch != nil {
+		t.Error("fifo arm got bound settings")
+	}
+	if s, o := a[1].Options.Stretch, a[1].Options.OthersStretch; s == nil || *s != -0.5 || o == nil || *o != 1 {
+		t.Errorf("predictive arm stretch %v, others %v; want -0.5 and 1", s, o)
+	}
+	for _, bad := range []policyFlags{{stretch: "x"}, {othersStretch: "NaN"}, {othersStretch: "off"}} {
+		err := bad.apply(arms())
+		if err == nil || !strings.Contains(err.Error(), "is not a number") {
+			t.Errorf("apply(%+v) = %v, want a not-a-number error", bad, err)
+		}
+	}
+}
