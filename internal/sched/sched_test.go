@@ -320,6 +320,22 @@ func TestTierClamped(t *testing.T) {
 
 // A Long item is held to its FIFO start: once the predicted work
 // dispatched passes its deadline it goes next, ahead of shorter items.
+// behindShorts pushes five one-second items at level 0, then it at level 1
+// (so only the bound can put it ahead of level 0), then ten more
+// one-second items, and pops everything: the order it was served in.
+func behindShorts(t *testing.T, b *Bound, it *Item) (*Scheduler, []uint64) {
+	t.Helper()
+	s := mustNew(t, Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: b})
+	for i := range 5 {
+		mustPush(t, s, t0, &Item{ID: uint64(i + 1), Cost: time.Second})
+	}
+	mustPush(t, s, t0, it)
+	for i := range 10 {
+		mustPush(t, s, t0, &Item{ID: uint64(i + 6), Cost: time.Second})
+	}
+	return s, popIDs(s, t0, 17)
+}
+
 func TestBound(t *testing.T) {
 	t.Parallel()
 	sec := time.Second
@@ -339,17 +355,7 @@ func TestBound(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := mustNew(t, Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: tt.bound})
-			for i := range 5 {
-				mustPush(t, s, t0, &Item{ID: uint64(i + 1), Cost: sec})
-			}
-			// At level 1, so only the bound can put it ahead of level 0.
-			long := &Item{ID: 100, Tier: 1, Cost: 20 * sec, Long: tt.long}
-			mustPush(t, s, t0, long)
-			for i := range 10 {
-				mustPush(t, s, t0, &Item{ID: uint64(i + 6), Cost: sec})
-			}
-			got := popIDs(s, t0, 17)
+			s, got := behindShorts(t, tt.bound, &Item{ID: 100, Tier: 1, Cost: 20 * sec, Long: tt.long})
 			if i := slices.Index(got, 100); i != tt.position {
 				t.Errorf("long item served at %d in %v, want %d", i, got, tt.position)
 			}
@@ -382,16 +388,7 @@ func TestBoundOthers(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := mustNew(t, Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: -1, Others: tt.others}})
-			for i := range 5 {
-				mustPush(t, s, t0, &Item{ID: uint64(i + 1), Cost: sec})
-			}
-			mid := &Item{ID: 100, Tier: 1, Cost: 2 * sec}
-			mustPush(t, s, t0, mid)
-			for i := range 10 {
-				mustPush(t, s, t0, &Item{ID: uint64(i + 6), Cost: sec})
-			}
-			got := popIDs(s, t0, 16)
+			s, got := behindShorts(t, &Bound{Stretch: -1, Others: tt.others}, &Item{ID: 100, Tier: 1, Cost: 2 * sec})
 			if i := slices.Index(got, 100); i != tt.position {
 				t.Errorf("middle item served at %d in %v, want %d", i, got, tt.position)
 			}
