@@ -32,8 +32,9 @@ type Broker struct {
 	log *slog.Logger
 	ids *idGen
 
-	mu     sync.Mutex                        // serialises queue creation
-	queues atomic.Pointer[map[string]*queue] // copy on write: the hot path takes no broker lock
+	mu      sync.Mutex                        // serialises queue creation
+	queues  atomic.Pointer[map[string]*queue] // copy on write: the hot path takes no broker lock
+	changes changes
 
 	consumers atomic.Int64
 	inflight  atomic.Int64
@@ -189,7 +190,7 @@ func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
 	for _, m := range msgs {
 		if q == nil || q.name != m.Queue {
 			if q != nil {
-				q.mu.Unlock()
+				q.unlockChanged()
 			}
 			var err error
 			if q, err = b.lookup(m.Queue, true); err != nil {
@@ -202,13 +203,13 @@ func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
 			m.SizeHint = uint64(len(m.Payload))
 		}
 		if err := q.publishLocked(m, now); err != nil {
-			q.mu.Unlock()
+			q.unlockChanged()
 			return ids, err
 		}
 		ids = append(ids, m.ID)
 	}
 	if q != nil {
-		q.mu.Unlock()
+		q.unlockChanged()
 	}
 	return ids, nil
 }
@@ -236,7 +237,7 @@ func (b *Broker) Subscribe(queueName, consumerName string, prefetch int) (*Consu
 	c := &Consumer{q: q, name: consumerName, credit: prefetch, inflight: map[string]*Message{}, ready: make(chan struct{}, 1)}
 	q.mu.Lock()
 	q.cons[c] = struct{}{}
-	q.mu.Unlock()
+	q.unlockChanged()
 	return c, nil
 }
 
@@ -261,7 +262,7 @@ func (b *Broker) Declare(name string, cfg QueueConfig) (QueueInfo, error) {
 	if !equalConfig(q.cfg, cfg) {
 		err = q.reconfigureLocked(cfg, pol, b.clk.Now())
 	}
-	q.mu.Unlock()
+	q.unlockChanged()
 	if err != nil {
 		return QueueInfo{}, err
 	}
@@ -275,7 +276,7 @@ func (b *Broker) Purge(name string) (int, error) {
 		return 0, err
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlockChanged()
 	var all []*Message
 	q.sq.Each(func(it *sched.Item) { all = append(all, it.Data.(*Message)) })
 	for _, m := range all {
@@ -297,7 +298,7 @@ func (b *Broker) RequeueDeadLetters(name string, ids []string) (int, error) {
 		want[id] = true
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlockChanged()
 	if q.closed {
 		return 0, ErrShuttingDown
 	}
@@ -358,7 +359,7 @@ func (b *Broker) Observe(queueName, producer, jobType string, size uint64, d tim
 		return err
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlockChanged()
 	k := q.sq.Predictor.KeyFor(queueName, producer, jobType, size)
 	if err := q.sq.Predictor.Observe(k, predict.Prediction{}, d); err != nil {
 		return &BadDurationError{Duration: d}
@@ -392,6 +393,7 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	start := b.clk.Now()
 	b.draining.Store(true)
 	close(b.stopping)
+	b.changes.notify()
 	b.log.Info("broker: draining", "in_flight", b.inflight.Load())
 	var err error
 wait:
@@ -433,7 +435,7 @@ wait:
 			q.ttlTimer = nil
 		}
 		ready += q.sq.Len()
-		q.mu.Unlock()
+		q.unlockChanged()
 	}
 	close(b.done)
 	b.mu.Unlock()

@@ -71,7 +71,7 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 		}
 		if c.credit > 0 {
 			if d, ok := q.deliverLocked(c, b.clk.Now()); ok {
-				q.mu.Unlock()
+				q.unlockChanged()
 				return d, nil
 			}
 			if !c.inWaiters {
@@ -79,7 +79,7 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 			}
 		}
 		c.waiting = true
-		q.mu.Unlock()
+		q.unlockChanged() // deliverLocked may have expired messages
 		select {
 		case <-c.ready:
 		case <-b.stopping:
@@ -123,7 +123,7 @@ func (c *Consumer) AddCredit(n int) {
 func (c *Consumer) Ack(id string, d time.Duration) error {
 	q := c.q
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlockChanged()
 	m := c.inflight[id]
 	if m == nil {
 		return unknown(id)
@@ -156,7 +156,7 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 	}
 	q := c.q
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlockChanged()
 	m := c.inflight[id]
 	if m == nil {
 		return unknown(id)
@@ -234,6 +234,7 @@ func (c *Consumer) Close() {
 	q.mu.Unlock()
 	c.signal()
 	q.b.consumers.Add(-1)
+	q.b.changes.notify()
 }
 
 func unknown(id string) error {

@@ -196,7 +196,7 @@ func (q *queue) armLeaseLocked(now time.Time) {
 
 func (q *queue) onLeaseTimer(g uint64) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlockChanged()
 	if g != q.leaseGen || q.closed {
 		return
 	}
@@ -228,7 +228,7 @@ func (q *queue) armTTLLocked(now time.Time) {
 
 func (q *queue) onTTLTimer(g uint64) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlockChanged()
 	if g != q.ttlGen || q.closed {
 		return
 	}
@@ -244,7 +244,7 @@ func (q *queue) requeueAfterLocked(m *Message, d time.Duration) {
 	var t clock.Timer
 	t = q.b.clk.AfterFunc(d, func() {
 		q.mu.Lock()
-		defer q.mu.Unlock()
+		defer q.unlockChanged()
 		if m.delay != t { // taken back by Shutdown
 			return
 		}

@@ -140,18 +140,22 @@ func pmsg(queue, jobType string) *pb.Message {
 	return &pb.Message{Queue: queue, Producer: "p", JobType: jobType, Payload: []byte(jobType)}
 }
 
-// waitFor polls the broker's inspector until cond holds. The waits are for
-// another goroutine's gRPC messages to arrive, which no signal can expose;
-// the loop yields rather than sleeping a fixed time.
-func waitFor(t testing.TB, what string, cond func() bool) {
+// waitFor waits until cond, which reads the broker's inspector, holds. The
+// waits are for another goroutine's gRPC messages to reach the broker; the
+// broker's Changed channel wakes the test at each change, so nothing polls.
+func (tb *testBundle) waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	timeout := time.NewTimer(20 * time.Second)
+	defer timeout.Stop()
+	for {
+		changed := tb.b.Changed() // before cond, so no change is missed
+		if cond() {
+			return
 		}
 		select {
-		case <-time.After(time.Millisecond):
+		case <-changed:
+		case <-timeout.C:
+			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }
@@ -186,7 +190,7 @@ func TestPublishConsumeAck(t *testing.T) {
 	if d := c.recv(t); d.Id != ids[1] {
 		t.Fatalf("second delivery = %v", d)
 	}
-	waitFor(t, "the ack", func() bool { return tb.info(t, "q").Acked == 1 })
+	tb.waitFor(t, "the ack", func() bool { return tb.info(t, "q").Acked == 1 })
 
 	// Admin and health see the queue.
 	qs, err := tb.ac.ListQueues(tb.ctx, &pb.ListQueuesRequest{})
@@ -250,7 +254,7 @@ func TestLeaseExpiryRedelivers(t *testing.T) {
 	c1 := tb.consume(t, "q", 1)
 	c1.recv(t)
 	c2 := tb.consume(t, "q", 1)
-	waitFor(t, "second consumer", func() bool { return tb.info(t, "q").Consumers == 2 })
+	tb.waitFor(t, "second consumer", func() bool { return tb.info(t, "q").Consumers == 2 })
 	clk.Advance(10 * time.Second)
 	if d := c2.recv(t); d.Id != ids[0] || d.Attempt != 2 {
 		t.Fatalf("redelivery = %v", d)
@@ -271,7 +275,7 @@ func TestMaxAttemptsAndTTLDeadLetter(t *testing.T) {
 		c.nack(t, &pb.Nack{Id: d.Id, Reason: "boom", Credit: 1})
 	}
 	tb.publish(t, &pb.Message{Queue: "q", JobType: "stale", Ttl: durationpb.New(time.Minute)})
-	waitFor(t, "the poison job to die", func() bool { return tb.info(t, "q").DeadLetters == 1 })
+	tb.waitFor(t, "the poison job to die", func() bool { return tb.info(t, "q").DeadLetters == 1 })
 	clk.Advance(time.Minute)
 	dl, err := tb.ac.ListDeadLetters(tb.ctx, &pb.ListDeadLettersRequest{Queue: "q"})
 	if err != nil || len(dl.DeadLetters) != 2 {
@@ -297,7 +301,7 @@ func TestNackRequeueAfter(t *testing.T) {
 	c := tb.consume(t, "q", 1)
 	d := c.recv(t)
 	c.nack(t, &pb.Nack{Id: d.Id, Action: pb.NackAction_NACK_ACTION_REQUEUE_AFTER, Delay: durationpb.New(time.Minute), Credit: 1})
-	waitFor(t, "the nack", func() bool { return tb.info(t, "q").Delayed == 1 })
+	tb.waitFor(t, "the nack", func() bool { return tb.info(t, "q").Delayed == 1 })
 	clk.Advance(time.Minute)
 	if d := c.recv(t); d.Id != ids[0] || d.Attempt != 2 {
 		t.Fatalf("got %v", d)
@@ -335,9 +339,9 @@ func TestShutdownLosesNothing(t *testing.T) {
 	sctx, scancel := context.WithCancel(context.Background())
 	shut := make(chan error)
 	go func() { shut <- tb.b.Shutdown(sctx) }()
-	waitFor(t, "draining", tb.b.Draining)
+	tb.waitFor(t, "draining", tb.b.Draining)
 	close(release)
-	waitFor(t, "three acks", func() bool { return tb.info(t, "q").Acked == 3 })
+	tb.waitFor(t, "three acks", func() bool { return tb.info(t, "q").Acked == 3 })
 	scancel() // job "a" is still running
 	<-shut
 	in := tb.info(t, "q")
@@ -364,7 +368,7 @@ func TestPredictiveShortFirst(t *testing.T) {
 			c.ack(t, d.Id, cost[d.JobType], 1)
 		}
 	}
-	waitFor(t, "acks", func() bool { return tb.info(t, "q").Acked == 150 })
+	tb.waitFor(t, "acks", func() bool { return tb.info(t, "q").Acked == 150 })
 	// Hold the consumer's credit while the backlog builds.
 	var backlog []*pb.Message
 	for range 10 {
@@ -395,7 +399,7 @@ func TestHTTPMetricsAndHealthz(t *testing.T) {
 	c := tb.consume(t, "q", 1)
 	d := c.recv(t)
 	c.ack(t, d.Id, 5*time.Millisecond, 0)
-	waitFor(t, "ack", func() bool { return tb.info(t, "q").Acked == 1 })
+	tb.waitFor(t, "ack", func() bool { return tb.info(t, "q").Acked == 1 })
 	hs := httptest.NewServer(HTTPHandler(tb.b))
 	defer hs.Close()
 	get := func(path string) (int, string) {

@@ -130,7 +130,7 @@ loop:
 	}
 	// Duplicates of jobs whose ack died with a killed worker may still be
 	// running; wait for the queue to settle.
-	waitFor(t, "the queue to drain", func() bool {
+	tb.waitFor(t, "the queue to drain", func() bool {
 		in := tb.info(t, "stress")
 		return in.Ready == 0 && in.InFlight == 0 && in.Delayed == 0 && in.Acked == uint64(n)
 	})
