@@ -407,7 +407,7 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 		}
 		for _, arm := range cfg.Arms {
 			prog := &Progress{}
-			stop := startProgress(cfg.Progress, cfg.ProgressEvery, prog)
+			stop := StartProgress(cfg.Progress, "bench", cfg.ProgressEvery, prog)
 			res, err := RunArm(ctx, drivers[arm.Broker], RunSpec{Arm: arm, Seed: seed, Types: types, Jobs: jobs,
 				Workers: cfg.Workers, TimeScale: cfg.TimeScale, DrainTimeout: cfg.DrainTimeout, Static: static}, prog)
 			stop()
@@ -435,8 +435,9 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 	return out, nil
 }
 
-// startProgress prints p every interval to w until the returned stop is called.
-func startProgress(w io.Writer, every time.Duration, p *Progress) (stop func()) {
+// StartProgress prints a line "prefix: <progress>" for each of ps every
+// interval to w until the returned stop is called.
+func StartProgress(w io.Writer, prefix string, every time.Duration, ps ...*Progress) (stop func()) {
 	if w == nil {
 		return func() {}
 	}
@@ -452,7 +453,9 @@ func startProgress(w io.Writer, every time.Duration, p *Progress) (stop func()) 
 			case <-done:
 				return
 			case <-t.C:
-				fmt.Fprintf(w, "bench: %s\n", p)
+				for _, p := range ps {
+					fmt.Fprintf(w, "%s: %s\n", prefix, p)
+				}
 			}
 		}
 	}()

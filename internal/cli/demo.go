@@ -54,7 +54,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	progs := []*bench.Progress{{}, {}}
 	results := make([]bench.RunResult, len(arms))
 	errs := make([]error, len(arms))
-	stop := demoProgress(stderr, progs)
+	stop := bench.StartProgress(stderr, "demo", 3*time.Second, progs...)
 	var wg sync.WaitGroup
 	for i, a := range arms {
 		wg.Add(1)
@@ -77,29 +77,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	writeDemo(stdout, sum[0], sum[1], float64(len(jobs))/w.ArrivalsS)
 	return nil
-}
-
-// demoProgress prints both queues' progress every few seconds.
-func demoProgress(w io.Writer, progs []*bench.Progress) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(3 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				for _, p := range progs {
-					fmt.Fprintf(w, "demo: %s\n", p)
-				}
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
 }
 
 func writeDemo(w io.Writer, fifo, pred report.SeedResult, offered float64) {
@@ -148,7 +125,7 @@ func demoSentence(fifo, pred report.SeedResult, offered float64) string {
 		"while the longest wait of an export job was %.2f s (FIFO: %.2f s) and %s.",
 		speed, p, f, 100*(pm-fm)/fm, float64(pred.ExportMaxWaitS), float64(fifo.ExportMaxWaitS), lost)
 	if fp, pp := float64(fifo.P99S), float64(pred.P99S); pp > fp*1.1 {
-		s += fmt.Sprintf(" The price is a longer tail: P99 %.1f s against FIFO's %.1f s, paid by the long jobs that let short ones go first.", pp, fp)
+		s += fmt.Sprintf(" The price is a longer tail: P99 %.1f s against FIFO's %.1f s, paid by the longer jobs that let short ones go first (under overload, mostly middle-cost jobs that nothing bounds: docs/overload.md).", pp, fp)
 	}
 	if thr := math.Min(float64(fifo.ThroughputPerS), float64(pred.ThroughputPerS)); thr < 0.95*offered {
 		s += fmt.Sprintf(" This machine did not keep up with the compressed arrivals (%.0f of %.0f msg/s completed), so both queues "+
