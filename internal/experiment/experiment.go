@@ -83,7 +83,10 @@ func (c Config) validate() error {
 // three tiers, the EWMA estimator, the spread gate, size buckets and a
 // cold-start threshold of three observations. ArmShare40 and ArmShare60
 // bound the most expensive 40% and 60% of the recent work instead; their
-// names must match shareWide and shareWider.
+// names must match shareWide and shareWider. ArmOthers1 and ArmOthers3 also
+// bound every message that is not long, at twice and four times the wait
+// FIFO would give it (sched.Bound.Others); their names must match
+// othersTight and othersLoose.
 const (
 	ArmFIFO         = "fifo"
 	ArmDefault      = "default"
@@ -92,6 +95,8 @@ const (
 	ArmWeighted     = "weighted+pausing"
 	ArmShare40      = "bound 40% of work"
 	ArmShare60      = "bound 60% of work"
+	ArmOthers1      = "bound all, 2x FIFO"
+	ArmOthers3      = "bound all, 4x FIFO"
 	ArmOracle       = "oracle"
 	ArmStatic       = "static"
 	ArmMedian       = "median"
@@ -105,6 +110,13 @@ const (
 	ArmTiers4       = "tiers-4"
 	ArmTiers6       = "tiers-6"
 	ArmSJF          = "sjf"
+)
+
+// The stretches of ArmOthers1 and ArmOthers3 for the messages that are not
+// long: a message may start up to 1 + stretch times its FIFO wait.
+const (
+	othersTight = 1.0
+	othersLoose = 3.0
 )
 
 // The long shares of ArmShare40 and ArmShare60.
@@ -149,6 +161,8 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		add(by(ArmWeighted, "weighted", nil)),
 		add(def(ArmShare40, func(a *sim.Arm) { a.Predictor.LongShare = shareWide })),
 		add(def(ArmShare60, func(a *sim.Arm) { a.Predictor.LongShare = shareWider })),
+		add(def(ArmOthers1, func(a *sim.Arm) { a.Options.OthersStretch = new(othersTight) })),
+		add(def(ArmOthers3, func(a *sim.Arm) { a.Options.OthersStretch = new(othersLoose) })),
 		add(by(ArmOracle, "oracle", nil)),
 		add(by(ArmStatic, "static", nil)),
 		add(def(ArmMedian, func(a *sim.Arm) { a.Predictor.Estimator = predict.EstimateMedian })),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -96,6 +97,11 @@ func TestShareArmsNameTheirShare(t *testing.T) {
 	for arm, share := range map[string]float64{ArmShare40: shareWide, ArmShare60: shareWider} {
 		if !strings.Contains(arm, sharePct(share)) {
 			t.Errorf("arm %q does not say its long share %v", arm, share)
+		}
+	}
+	for arm, stretch := range map[string]float64{ArmOthers1: othersTight, ArmOthers3: othersLoose} {
+		if !strings.Contains(arm, fmt.Sprintf("%gx FIFO", 1+stretch)) {
+			t.Errorf("arm %q does not say its bound 1 + %v", arm, stretch)
 		}
 	}
 }
