@@ -82,8 +82,8 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, o
 		return fmt.Errorf("rabbitmq: consume %q: %w", queue, err)
 	}
 	if bt, ok := p.(backlogTracker); ok {
-		bt.attach(queue, opts.Workers)
-		defer bt.attach(queue, -opts.Workers)
+		bt.Attach(ctx, queue, opts.Workers)
+		defer bt.Attach(context.WithoutCancel(ctx), queue, -opts.Workers)
 	}
 	w := worker{queue: queue, p: p, h: h, onObserveError: opts.OnObserveError, now: time.Now}
 	var wg sync.WaitGroup
@@ -152,19 +152,20 @@ func (w worker) observe(ctx context.Context, d amqp.Delivery, took time.Duration
 	k := KeyOf(w.queue, d)
 	if lp, ok := w.p.(backlogTracker); ok {
 		if s, ok := stampOf(d); ok {
-			return lp.observeStamped(k, s, took)
+			return lp.ObserveStamped(ctx, k, s, took)
 		}
 	}
 	return w.p.Observe(ctx, k, took)
 }
 
-// backlogTracker is a predictor that tracks its queues' backlogs (Local).
-// Consume tells it how many handlers drain a queue and reports completions
-// with their stamps; a Publisher takes back a message it failed to publish.
+// backlogTracker is a predictor that tracks its queues' backlogs to hold
+// long messages (Local, and Remote for a sidecar run with --hold). Consume
+// tells it how many handlers drain a queue and reports completions with
+// their stamps; a Publisher takes back a message it failed to publish.
 type backlogTracker interface {
-	attach(queue string, handlers int)
-	completed(queue string, predicted time.Duration)
-	observeStamped(k Key, s stamp, took time.Duration) error
+	Attach(ctx context.Context, queue string, handlers int)
+	Forget(ctx context.Context, queue string, predicted time.Duration)
+	ObserveStamped(ctx context.Context, k Key, s Stamp, took time.Duration) error
 }
 
 func callHandler(ctx context.Context, h func(ctx context.Context, d amqp.Delivery) error, d amqp.Delivery) (err error) {

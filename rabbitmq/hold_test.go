@@ -36,7 +36,7 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 	if b := l.Stats().Backlog; len(b) != 0 {
 		t.Errorf("backlog tracked for a queue nobody here consumes: %v", b)
 	}
-	l.attach("q", 2)
+	l.Attach(ctx, "q", 2)
 	if h := holdOf(); h != 0 {
 		t.Errorf("first hold = %v, want 0 (nothing ahead)", h)
 	}
@@ -48,7 +48,7 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 	}
 	// Four published, 400 ms of work; three done leaves 100 ms.
 	for range 3 {
-		l.completed("q", 100*time.Millisecond)
+		l.Forget(ctx, "q", 100*time.Millisecond)
 	}
 	if h := holdOf(); h != 37500*time.Microsecond {
 		t.Errorf("hold after completions = %v, want 37.5ms", h)
@@ -56,12 +56,12 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 	// Completions beyond the backlog (a message this process never
 	// predicted) floor it at zero.
 	for range 5 {
-		l.completed("q", 100*time.Millisecond)
+		l.Forget(ctx, "q", 100*time.Millisecond)
 	}
 	if h := holdOf(); h != 0 {
 		t.Errorf("hold on a drained queue = %v, want 0", h)
 	}
-	l.attach("q", -2)
+	l.Attach(ctx, "q", -2)
 	if st := l.Stats(); st.Held != 4 || len(st.Backlog) != 0 {
 		t.Errorf("Held = %d, backlog %v; want 4 and no queue tracked after the consumers left", st.Held, st.Backlog)
 	}
@@ -71,7 +71,7 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = off.Observe(ctx, Key{Queue: "other"}, time.Second)
-	off.attach("q", 1)
+	off.Attach(ctx, "q", 1)
 	for range 3 {
 		if pr, _ := off.Predict(ctx, cold); pr.Hold != 0 {
 			t.Fatalf("hold with holding disabled = %v", pr.Hold)
@@ -93,15 +93,15 @@ func TestLocalScoresStampedCompletions(t *testing.T) {
 	for range 5 {
 		_ = l.Observe(ctx, k, 10*time.Millisecond)
 	}
-	l.attach("q", 1)
+	l.Attach(ctx, "q", 1)
 	pr, _ := l.Predict(ctx, k)
 	if pr.Cold || pr.Predicted != 10*time.Millisecond {
 		t.Fatalf("warm prediction %+v, want 10ms", pr)
 	}
-	if err := l.observeStamped(k, stamp{predicted: pr.Predicted, tier: pr.Tier}, 14*time.Millisecond); err != nil {
+	if err := l.ObserveStamped(ctx, k, Stamp{Predicted: pr.Predicted, Tier: pr.Tier}, 14*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.observeStamped(k, stamp{predicted: 3 * time.Millisecond, tier: 0, cold: true}, 10*time.Millisecond); err != nil {
+	if err := l.ObserveStamped(ctx, k, Stamp{Predicted: 3 * time.Millisecond, Tier: 0, Cold: true}, 10*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -111,7 +111,7 @@ func TestLocalScoresStampedCompletions(t *testing.T) {
 	if w := st.Backlog["q"]; w != 0 {
 		t.Errorf("backlog %v after its one message completed, want 0", w)
 	}
-	if err := l.observeStamped(k, stamp{predicted: pr.Predicted}, -time.Second); err == nil {
+	if err := l.ObserveStamped(ctx, k, Stamp{Predicted: pr.Predicted}, -time.Second); err == nil {
 		t.Error("negative duration accepted")
 	}
 }

@@ -76,7 +76,7 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 		if local, err = NewLocal(cfg); err != nil {
 			t.Fatal(err)
 		}
-		local.attach("q", w.Workers)
+		local.Attach(ctx, "q", w.Workers)
 		levels = make([][]int, l.tiers+1)
 	}
 	keys := make([]Key, len(jobs))
@@ -99,7 +99,7 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 			done[i] = now
 			free++
 			if local != nil {
-				local.completed("q", predicted[i])
+				local.Forget(ctx, "q", predicted[i])
 				_ = local.Observe(ctx, keys[i], jobs[i].Duration)
 			}
 		case evRelease:

@@ -138,35 +138,6 @@ func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	}, nil
 }
 
-// completed takes a message Consume settled for good out of its queue's
-// backlog; predicted is what Predict said of it.
-func (l *Local) completed(queue string, predicted time.Duration) {
-	l.mu.Lock()
-	l.backlog.completed(queue, predicted)
-	l.mu.Unlock()
-}
-
-// observeStamped is Observe for a message this predictor's publisher
-// stamped: it also takes the message out of its queue's backlog and scores
-// the prediction (MAE, tier accuracy).
-func (l *Local) observeStamped(k Key, s stamp, took time.Duration) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.backlog.completed(k.Queue, s.predicted)
-	pr := predict.Prediction{Cost: s.predicted, Tier: s.tier, Cold: s.cold, Made: true}
-	if err := l.p.Observe(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size), pr, took); err != nil {
-		return fmt.Errorf("rabbitmq: %w", err)
-	}
-	return nil
-}
-
-// attach counts n more handlers (negative: fewer) draining queue.
-func (l *Local) attach(queue string, n int) {
-	l.mu.Lock()
-	l.backlog.attach(queue, n)
-	l.mu.Unlock()
-}
-
 // Observe implements Predictor. It fails only for a duration that is not
 // positive or is absurdly long.
 func (l *Local) Observe(_ context.Context, k Key, d time.Duration) error {
@@ -176,6 +147,39 @@ func (l *Local) Observe(_ context.Context, k Key, d time.Duration) error {
 		return fmt.Errorf("rabbitmq: %w", err)
 	}
 	return nil
+}
+
+// Forget takes a message that never reached its queue (its publish
+// failed) out of the queue's backlog; predicted is what Predict said of it.
+func (l *Local) Forget(_ context.Context, queue string, predicted time.Duration) {
+	l.mu.Lock()
+	l.backlog.completed(queue, predicted)
+	l.mu.Unlock()
+}
+
+// ObserveStamped is Observe for a message whose publisher stamped it
+// (Consume reads the stamp from its headers): it also takes the message
+// out of its queue's backlog and scores the prediction (MAE, tier
+// accuracy).
+func (l *Local) ObserveStamped(_ context.Context, k Key, s Stamp, took time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.backlog.completed(k.Queue, s.Predicted)
+	pr := predict.Prediction{Cost: s.Predicted, Tier: s.Tier, Cold: s.Cold, Made: true}
+	if err := l.p.Observe(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size), pr, took); err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	return nil
+}
+
+// Attach adds handlers (negative: removes them) to the count of those
+// draining queue;
+// Consume calls it. While a queue has handlers, Local tracks its backlog
+// and holds its long messages.
+func (l *Local) Attach(_ context.Context, queue string, handlers int) {
+	l.mu.Lock()
+	l.backlog.attach(queue, handlers)
+	l.mu.Unlock()
 }
 
 // KeyStats is what a predictor knows of one key. Key.Size is a

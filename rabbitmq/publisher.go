@@ -69,7 +69,7 @@ func (pb *Publisher) Publish(ctx context.Context, exchange, routingKey string, k
 	}
 	if err := pb.ch.PublishWithContext(ctx, exchange, routingKey, pb.opts.Mandatory, false, msg); err != nil {
 		if bt, ok := pb.p.(backlogTracker); ok {
-			bt.completed(k.Queue, pr.Predicted) // never queued: out of the backlog
+			bt.Forget(ctx, k.Queue, pr.Predicted) // never queued: out of the backlog
 		}
 		return fmt.Errorf("rabbitmq: publish: %w", err)
 	}
@@ -114,25 +114,27 @@ func stampHeaders(h amqp.Table, k Key, pr Priority, now time.Time) amqp.Table {
 	return out
 }
 
-// stamp is what the Publisher said of a message, read back from its headers.
-type stamp struct {
-	predicted time.Duration
-	tier      int
-	cold      bool
+// Stamp is what the Publisher said of a message, read back from its
+// headers: the predicted duration, the tier and whether the prediction was
+// the default one.
+type Stamp struct {
+	Predicted time.Duration
+	Tier      int
+	Cold      bool
 }
 
 // stampOf reads a delivery's stamp; false when it carries no prediction.
-func stampOf(d amqp.Delivery) (stamp, bool) {
+func stampOf(d amqp.Delivery) (Stamp, bool) {
 	n, ok := headerInt(d.Headers[HeaderPredictedNS])
 	if !ok || n < 0 {
-		return stamp{}, false
+		return Stamp{}, false
 	}
 	tier, ok := headerInt(d.Headers[HeaderTier])
 	if !ok || tier < 0 || tier > predict.MaxTiers {
-		return stamp{}, false
+		return Stamp{}, false
 	}
 	cold, _ := d.Headers[HeaderCold].(bool)
-	return stamp{predicted: time.Duration(n), tier: int(tier), cold: cold}, true
+	return Stamp{Predicted: time.Duration(n), Tier: int(tier), Cold: cold}, true
 }
 
 // KeyOf reads a delivery's key from its x-harbinger-* headers. queue is used

@@ -93,11 +93,11 @@ func TestHeadersRoundTrip(t *testing.T) {
 		t.Error("stampHeaders modified the caller's headers")
 	}
 	d := amqp.Delivery{Headers: h}
-	if s, ok := stampOf(amqp.Delivery{Headers: h}); !ok || s != (stamp{predicted: 42 * time.Millisecond, tier: 2}) {
+	if s, ok := stampOf(amqp.Delivery{Headers: h}); !ok || s != (Stamp{Predicted: 42 * time.Millisecond, Tier: 2}) {
 		t.Errorf("stamp = %+v, %v; want 42ms, tier 2, not cold", s, ok)
 	}
 	cold := stampHeaders(nil, k, Priority{Tier: 1, Cold: true}, at)
-	if s, ok := stampOf(amqp.Delivery{Headers: cold}); !ok || !s.cold {
+	if s, ok := stampOf(amqp.Delivery{Headers: cold}); !ok || !s.Cold {
 		t.Errorf("cold stamp = %+v, %v", s, ok)
 	}
 	for _, bad := range []amqp.Table{nil, {HeaderPredictedNS: int64(-1), HeaderTier: int32(0)}, {HeaderPredictedNS: int64(5), HeaderTier: int32(-3)}, {HeaderPredictedNS: "5", HeaderTier: int32(0)}} {
