@@ -173,9 +173,8 @@ func (l *Local) ObserveStamped(_ context.Context, k Key, s Stamp, took time.Dura
 }
 
 // Attach adds handlers (negative: removes them) to the count of those
-// draining queue;
-// Consume calls it. While a queue has handlers, Local tracks its backlog
-// and holds its long messages.
+// draining queue; Consume calls it. While a queue has handlers, Local
+// tracks its backlog and holds its long messages.
 func (l *Local) Attach(_ context.Context, queue string, handlers int) {
 	l.mu.Lock()
 	l.backlog.attach(queue, handlers)
