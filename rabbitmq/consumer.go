@@ -140,7 +140,9 @@ func (w worker) handle(ctx context.Context, d amqp.Delivery) {
 	if err := d.Ack(false); err != nil {
 		return // the channel is gone; RabbitMQ redelivers, so this was not a success
 	}
-	if err := w.observe(ctx, d, took); err != nil && w.onObserveError != nil {
+	// The message is acked: report it even if ctx ended meanwhile (a
+	// Remote predictor bounds the call with its own timeout).
+	if err := w.observe(context.WithoutCancel(ctx), d, took); err != nil && w.onObserveError != nil {
 		w.onObserveError(err)
 	}
 }

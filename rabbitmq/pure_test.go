@@ -191,3 +191,10 @@ func TestTierQueueNames(t *testing.T) {
 		t.Error("zero weight accepted")
 	}
 }
+
+// Both predictors take part in holding: Consume and Publisher find these
+// methods by interface.
+var (
+	_ backlogTracker = (*Local)(nil)
+	_ backlogTracker = (*Remote)(nil)
+)

@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,7 @@ type Remote struct {
 
 	fallbacks     atomic.Uint64
 	observeErrors atomic.Uint64
+	attachErrors  atomic.Uint64
 	lastErr       atomic.Pointer[error]
 }
 
@@ -100,13 +102,19 @@ func (r *Remote) Predict(ctx context.Context, k Key) (Priority, error) {
 		r.lastErr.Store(&err)
 		return middle(r.opts.Tiers, r.opts.MaxPriority), nil
 	}
-	return Priority{
-		Tier:      int(resp.GetTier()),
-		AMQP:      uint8(min(resp.GetAmqpPriority(), 255)),
-		Predicted: time.Duration(resp.GetPredictedMs() * float64(time.Millisecond)),
+	pr := Priority{
+		Tier: int(resp.GetTier()),
+		AMQP: uint8(min(resp.GetAmqpPriority(), 255)),
+		// Rounded, so that the nanoseconds the sidecar sent come back exactly:
+		// the stamp must take out of its backlog what the prediction put in.
+		Predicted: time.Duration(math.Round(resp.GetPredictedMs() * float64(time.Millisecond))),
 		Cold:      resp.GetCold() || resp.GetSpreadGated(),
 		Long:      resp.GetLong(),
-	}, nil
+	}
+	if h := resp.GetHold(); h != nil && h.CheckValid() == nil && h.AsDuration() > 0 {
+		pr.Hold = h.AsDuration()
+	}
+	return pr, nil
 }
 
 // Observe implements Predictor. It waits at most the timeout.
@@ -125,16 +133,56 @@ func (r *Remote) Observe(ctx context.Context, k Key, d time.Duration) error {
 	return nil
 }
 
+// ObserveStamped is Observe with the prediction the publisher stamped on
+// the message: a sidecar run with --hold takes the message out of its
+// queue's backlog, and any sidecar scores the prediction.
+func (r *Remote) ObserveStamped(ctx context.Context, k Key, s Stamp, took time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	_, err := r.client.Observe(ctx, &harbingerv1.ObserveRequest{
+		Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, SizeHint: k.Size,
+		Duration: durationpb.New(took),
+		Stamp:    &harbingerv1.Stamp{Predicted: durationpb.New(s.Predicted), Tier: uint32(max(s.Tier, 0)), Cold: s.Cold},
+	})
+	if err != nil {
+		r.observeErrors.Add(1)
+		r.lastErr.Store(&err)
+		return fmt.Errorf("rabbitmq: sidecar observe: %w", err)
+	}
+	return nil
+}
+
+// Attach tells the sidecar that handlers started (or, negative, stopped)
+// consuming queue; Consume calls it. A sidecar run with --hold needs the
+// count to hold long messages; others ignore it. It waits at most the
+// timeout, and a failure is counted (Stats), never returned: without the
+// count the sidecar only holds less.
+func (r *Remote) Attach(ctx context.Context, queue string, handlers int) {
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	n := int32(max(min(handlers, math.MaxInt32), math.MinInt32))
+	if _, err := r.client.Attach(ctx, &harbingerv1.AttachRequest{Queue: queue, Handlers: n}); err != nil {
+		r.attachErrors.Add(1)
+		r.lastErr.Store(&err)
+	}
+}
+
+// Forget is a no-op: the sidecar has no call to take back a message whose
+// publish failed, so its prediction stays in the sidecar's backlog
+// estimate (a failed publish usually means a closed channel, which is rare).
+func (r *Remote) Forget(context.Context, string, time.Duration) {}
+
 // RemoteStats counts what went wrong talking to the sidecar.
 type RemoteStats struct {
 	Fallbacks     uint64 // predictions answered with the default priority
 	ObserveErrors uint64 // observations the sidecar did not take
+	AttachErrors  uint64 // handler counts the sidecar did not take
 	LastError     error  // the most recent error, nil if none
 }
 
 // Stats returns the counts so far.
 func (r *Remote) Stats() RemoteStats {
-	s := RemoteStats{Fallbacks: r.fallbacks.Load(), ObserveErrors: r.observeErrors.Load()}
+	s := RemoteStats{Fallbacks: r.fallbacks.Load(), ObserveErrors: r.observeErrors.Load(), AttachErrors: r.attachErrors.Load()}
 	if e := r.lastErr.Load(); e != nil {
 		s.LastError = *e
 	}

@@ -151,6 +151,18 @@ func TestRedisWorkerCrash(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatalf("only %v delivered after the restart", got)
 	}
+	// The last ack (LREM) follows its handler; stopping the worker before
+	// it would be a crash, which leaves the message in the processing list.
+	// Redis has no signal for it, so poll.
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for p, _ := q.Processing(ctx, 0); p != 0; p, _ = q.Processing(ctx, 0) {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("processing list still holds %d", p)
+		}
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ func init() {
 const amqpURLEnv = "HARBINGER_AMQP_URL"
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sidecar", "sidecar [--listen ADDR] [--http ADDR] [--amqp-url URL] [--exchange NAME] [--max-priority N] [--tiers N] [--snapshot-every D]", stderr)
+	fs := newFlags("sidecar", "sidecar [--listen ADDR] [--http ADDR] [--amqp-url URL] [--exchange NAME] [--max-priority N] [--tiers N] [--snapshot-every D] [--hold]", stderr)
 	defURL := os.Getenv(amqpURLEnv)
 	if defURL == "" {
 		defURL = sidecar.DefaultAMQPURL
@@ -32,6 +32,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	maxPriority := fs.Uint("max-priority", rabbitmq.DefaultMaxPriority, "x-max-priority of the queues; long messages get this AMQP priority, the tiers share those below it")
 	tiers := fs.Int("tiers", rabbitmq.DefaultTiers, "number of tiers")
 	snapshotEvery := fs.Duration("snapshot-every", sidecar.DefaultSnapshotEvery, "interval between snapshots for late-starting sidecars")
+	hold := fs.Bool("hold", false, "track queue backlogs and hold long messages (right only when every publisher and consumer of a queue uses this sidecar)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -49,6 +50,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	cfg.Predict.MaxPriority = uint8(*maxPriority)
 	cfg.Predict.Tiers = *tiers
+	cfg.Hold = *hold
 	cfg.Share.Exchange = *exchange
 	cfg.Share.SnapshotEvery = *snapshotEvery
 	s, err := sidecar.Start(cfg)

@@ -13,7 +13,7 @@ type collector struct {
 	stats func() Stats
 
 	keys, observations, rejected, evicted, mae, accuracy, boundary, predictions, cold *prometheus.Desc
-	shared, snapshots, caughtUp, connected                                            *prometheus.Desc
+	shared, snapshots, caughtUp, connected, held, backlog                             *prometheus.Desc
 }
 
 func newCollector(stats func() Stats) *collector {
@@ -35,6 +35,8 @@ func newCollector(stats func() Stats) *collector {
 		snapshots:    d("harbinger_sidecar_snapshots_total", "Snapshots shared through RabbitMQ.", "direction"),
 		caughtUp:     d("harbinger_sidecar_caught_up_keys_total", "Keys replayed from another sidecar's snapshot."),
 		connected:    d("harbinger_sidecar_amqp_connected", "1 while the sidecar shares learning through RabbitMQ."),
+		held:         d("harbinger_sidecar_held_total", "Long messages given a hold (--hold)."),
+		backlog:      d("harbinger_sidecar_backlog_seconds", "Predicted work published and not yet completed, for queues with attached handlers (--hold).", "queue"),
 	}
 }
 
@@ -53,7 +55,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.observations, p.Observations)
 	counter(c.rejected, p.Rejected)
 	counter(c.evicted, p.Evicted)
-	gauge(c.mae, p.MAE.Seconds())
+	if p.MAESamples > 0 {
+		gauge(c.mae, p.MAE.Seconds())
+	}
 	if !math.IsNaN(p.TierAccuracy) {
 		gauge(c.accuracy, p.TierAccuracy)
 	}
@@ -75,4 +79,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		connected = 1
 	}
 	gauge(c.connected, connected)
+	counter(c.held, p.Held)
+	for q, w := range p.Backlog {
+		gauge(c.backlog, w.Seconds(), q)
+	}
 }

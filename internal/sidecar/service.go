@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/internal/predict"
@@ -19,6 +21,7 @@ type Service struct {
 	harbingerv1.UnimplementedPredictorServer
 	local *rabbitmq.Local
 	share atomic.Pointer[Share] // nil while RabbitMQ is unreachable
+	hold  bool                  // track backlogs from Attach and stamps (Config.Hold)
 }
 
 // NewService returns a Service over local.
@@ -36,13 +39,17 @@ func (s *Service) Predict(ctx context.Context, req *harbingerv1.PredictRequest) 
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &harbingerv1.PredictResponse{
+	resp := &harbingerv1.PredictResponse{
 		Tier:         uint32(pr.Tier),
 		AmqpPriority: uint32(pr.AMQP),
 		Long:         pr.Long,
-		PredictedMs:  float64(pr.Predicted.Microseconds()) / 1000,
+		PredictedMs:  float64(pr.Predicted) / float64(time.Millisecond), // exact to the nanosecond once rounded back
 		Cold:         pr.Cold,
-	}, nil
+	}
+	if pr.Hold > 0 {
+		resp.Hold = durationpb.New(pr.Hold)
+	}
+	return resp, nil
 }
 
 // Observe implements harbingerv1.PredictorServer. The observation is
@@ -57,7 +64,19 @@ func (s *Service) Observe(ctx context.Context, req *harbingerv1.ObserveRequest) 
 	}
 	k := keyOf(req.GetQueue(), req.GetProducer(), req.GetJobType(), req.GetSizeHint())
 	d := req.GetDuration().AsDuration()
-	if err := s.local.Observe(ctx, k, d); err != nil {
+	var err error
+	if st := req.GetStamp(); st != nil {
+		stamp, serr := stampOf(st)
+		if serr != nil {
+			return nil, serr
+		}
+		// Without Config.Hold no queue has handlers, so no backlog is
+		// kept; the stamp still scores the prediction.
+		err = s.local.ObserveStamped(ctx, k, stamp, d)
+	} else {
+		err = s.local.Observe(ctx, k, d)
+	}
+	if err != nil {
 		if errors.Is(err, predict.ErrBadDuration) {
 			return nil, status.Error(codes.InvalidArgument, err.Error()+": report the handler's wall time")
 		}
@@ -67,6 +86,37 @@ func (s *Service) Observe(ctx context.Context, req *harbingerv1.ObserveRequest) 
 		_ = sh.Publish(ctx, k, d)
 	}
 	return &harbingerv1.ObserveResponse{}, nil
+}
+
+// Attach implements harbingerv1.PredictorServer: with Config.Hold it counts
+// the handlers that drain a queue, which holds need; without, it is a
+// no-op.
+func (s *Service) Attach(ctx context.Context, req *harbingerv1.AttachRequest) (*harbingerv1.AttachResponse, error) {
+	if req.GetQueue() == "" {
+		return nil, status.Error(codes.InvalidArgument, "sidecar: queue is required: name the queue the handlers consume")
+	}
+	if n := req.GetHandlers(); n < -maxAttach || n > maxAttach {
+		return nil, status.Errorf(codes.InvalidArgument, "sidecar: handlers must be within ±%d, got %d", maxAttach, n)
+	}
+	if s.hold {
+		s.local.Attach(ctx, req.GetQueue(), int(req.GetHandlers()))
+	}
+	return &harbingerv1.AttachResponse{}, nil
+}
+
+// maxAttach bounds one Attach call's change of a queue's handler count.
+const maxAttach = 1 << 20
+
+// stampOf decodes a stamp, refusing one no publisher could have made.
+func stampOf(st *harbingerv1.Stamp) (rabbitmq.Stamp, error) {
+	p := st.GetPredicted()
+	if p == nil || p.CheckValid() != nil || p.AsDuration() < 0 {
+		return rabbitmq.Stamp{}, status.Error(codes.InvalidArgument, "sidecar: a stamp needs a valid, non-negative predicted duration")
+	}
+	if st.GetTier() > predict.MaxTiers {
+		return rabbitmq.Stamp{}, status.Errorf(codes.InvalidArgument, "sidecar: stamp tier must be 0 to %d, got %d", predict.MaxTiers, st.GetTier())
+	}
+	return rabbitmq.Stamp{Predicted: p.AsDuration(), Tier: int(st.GetTier()), Cold: st.GetCold()}, nil
 }
 
 func keyOf(queue, producer, jobType string, size uint64) rabbitmq.Key {

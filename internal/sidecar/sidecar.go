@@ -39,9 +39,15 @@ type Config struct {
 	HTTP    string // metrics address (/metrics, /healthz), default 127.0.0.1:7073; "-" disables
 	AMQPURL string // RabbitMQ for shared learning, default the local guest account; "-" disables sharing
 	Predict rabbitmq.LocalConfig
-	Share   ShareConfig
-	Logger  *slog.Logger // default discards
-	Clock   clock.Clock  // default the wall clock
+	// Hold makes the sidecar track each queue's backlog from its clients'
+	// predictions, completions and handlers, and hold long messages (see
+	// rabbitmq.HoldQueueArgs). The estimate is right only when every
+	// publisher and consumer of a queue uses this one sidecar; otherwise
+	// leave it off and long messages take the top priority at once.
+	Hold   bool
+	Share  ShareConfig
+	Logger *slog.Logger // default discards
+	Clock  clock.Clock  // default the wall clock
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -116,6 +122,7 @@ func Start(cfg Config) (*Sidecar, error) {
 		return nil, err
 	}
 	s := &Sidecar{cfg: cfg, local: local, svc: NewService(local), connected: make(chan struct{})}
+	s.svc.hold = cfg.Hold
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("sidecar: listen %s: %w", cfg.Listen, err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -66,9 +64,16 @@ func testExchange(t *testing.T) string {
 // start runs a sidecar on ports of its own, with its own AMQP connection.
 func start(t *testing.T, exchange string) *Sidecar {
 	t.Helper()
-	cfg := Config{Listen: "127.0.0.1:0", HTTP: "127.0.0.1:0", AMQPURL: amqpURL()}
+	return startWith(t, Config{Share: ShareConfig{Exchange: exchange}})
+}
+
+// startWith is start with more of the config; cfg.Share.Exchange "" means
+// no RabbitMQ.
+func startWith(t *testing.T, cfg Config) *Sidecar {
+	t.Helper()
+	exchange := cfg.Share.Exchange
+	cfg.Listen, cfg.HTTP, cfg.AMQPURL = "127.0.0.1:0", "127.0.0.1:0", amqpURL()
 	cfg.Predict.RecomputeEvery = 1
-	cfg.Share.Exchange = exchange
 	if exchange == "" {
 		cfg.AMQPURL = "-"
 	}
@@ -239,19 +244,14 @@ func TestMetricsWithoutRabbitMQ(t *testing.T) {
 	if pr, _ := r.Predict(ctx, shortKey); pr.Cold {
 		t.Errorf("prediction after 3 observations is cold: %+v", pr)
 	}
-	resp, err := http.Get("http://" + s.HTTPAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body := scrape(t, s)
 	for _, want := range []string{
 		"harbinger_predictor_keys 1",
 		"harbinger_predictor_observations_total 3",
 		`harbinger_predictor_predictions_total{tier="0"} 1`,
 		"harbinger_sidecar_amqp_connected 0",
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}

@@ -2010,10 +2010,13 @@ type PredictResponse struct {
 	Cold bool `protobuf:"varint,4,opt,name=cold,proto3" json:"cold,omitempty"`
 	// True when the key's spread kept it out of the shortest tiers.
 	SpreadGated bool `protobuf:"varint,5,opt,name=spread_gated,json=spreadGated,proto3" json:"spread_gated,omitempty"`
-	// True for a message that must not be held back: predicted far longer than
-	// typical, or not predictable (cold or spread-gated). amqp_priority then
-	// is the highest, so it starts no later than FIFO would have started it.
-	Long          bool `protobuf:"varint,6,opt,name=long,proto3" json:"long,omitempty"`
+	// True for a message that must not wait behind shorter ones for long:
+	// predicted far longer than typical, or not predictable (cold or
+	// spread-gated). amqp_priority then is the highest.
+	Long bool `protobuf:"varint,6,opt,name=long,proto3" json:"long,omitempty"`
+	// For a long message, how long to hold it in a hold queue before it joins
+	// its queue at the top priority; unset or zero means at once.
+	Hold          *durationpb.Duration `protobuf:"bytes,7,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2090,6 +2093,13 @@ func (x *PredictResponse) GetLong() bool {
 	return false
 }
 
+func (x *PredictResponse) GetHold() *durationpb.Duration {
+	if x != nil {
+		return x.Hold
+	}
+	return nil
+}
+
 // ObserveRequest reports one job's measured duration.
 type ObserveRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2102,7 +2112,11 @@ type ObserveRequest struct {
 	// Size hint for the key's size bucket; 0 means none.
 	SizeHint uint64 `protobuf:"varint,4,opt,name=size_hint,json=sizeHint,proto3" json:"size_hint,omitempty"`
 	// Time the job took.
-	Duration      *durationpb.Duration `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	Duration *durationpb.Duration `protobuf:"bytes,5,opt,name=duration,proto3" json:"duration,omitempty"`
+	// What Predict said of the job, as its publisher stamped it; unset when
+	// unknown. With it the predictor takes the job out of its queue's
+	// backlog and scores the prediction.
+	Stamp         *Stamp `protobuf:"bytes,6,opt,name=stamp,proto3" json:"stamp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2172,6 +2186,77 @@ func (x *ObserveRequest) GetDuration() *durationpb.Duration {
 	return nil
 }
 
+func (x *ObserveRequest) GetStamp() *Stamp {
+	if x != nil {
+		return x.Stamp
+	}
+	return nil
+}
+
+// Stamp is a prediction as a publisher recorded it on a message.
+type Stamp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Predicted duration.
+	Predicted *durationpb.Duration `protobuf:"bytes,1,opt,name=predicted,proto3" json:"predicted,omitempty"`
+	// Tier the job was given.
+	Tier uint32 `protobuf:"varint,2,opt,name=tier,proto3" json:"tier,omitempty"`
+	// True when the prediction was the default, not the key's own.
+	Cold          bool `protobuf:"varint,3,opt,name=cold,proto3" json:"cold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Stamp) Reset() {
+	*x = Stamp{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Stamp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Stamp) ProtoMessage() {}
+
+func (x *Stamp) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
+func (*Stamp) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Stamp) GetPredicted() *durationpb.Duration {
+	if x != nil {
+		return x.Predicted
+	}
+	return nil
+}
+
+func (x *Stamp) GetTier() uint32 {
+	if x != nil {
+		return x.Tier
+	}
+	return 0
+}
+
+func (x *Stamp) GetCold() bool {
+	if x != nil {
+		return x.Cold
+	}
+	return false
+}
+
 // ObserveResponse acknowledges an observation.
 type ObserveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2181,7 +2266,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2193,7 +2278,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2206,7 +2291,99 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+}
+
+// AttachRequest changes a queue's count of handlers.
+type AttachRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue the handlers consume.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Handlers started (positive) or stopped (negative).
+	Handlers      int32 `protobuf:"varint,2,opt,name=handlers,proto3" json:"handlers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachRequest) Reset() {
+	*x = AttachRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachRequest) ProtoMessage() {}
+
+func (x *AttachRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
+func (*AttachRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *AttachRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *AttachRequest) GetHandlers() int32 {
+	if x != nil {
+		return x.Handlers
+	}
+	return 0
+}
+
+// AttachResponse acknowledges an Attach.
+type AttachResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachResponse) Reset() {
+	*x = AttachResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachResponse) ProtoMessage() {}
+
+func (x *AttachResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
+func (*AttachResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -2356,21 +2533,31 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
 	"\bjob_type\x18\x03 \x01(\tR\ajobType\x12\x1b\n" +
-	"\tsize_hint\x18\x04 \x01(\x04R\bsizeHint\"\xb8\x01\n" +
+	"\tsize_hint\x18\x04 \x01(\x04R\bsizeHint\"\xe7\x01\n" +
 	"\x0fPredictResponse\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\rR\x04tier\x12#\n" +
 	"\ramqp_priority\x18\x02 \x01(\rR\famqpPriority\x12!\n" +
 	"\fpredicted_ms\x18\x03 \x01(\x01R\vpredictedMs\x12\x12\n" +
 	"\x04cold\x18\x04 \x01(\bR\x04cold\x12!\n" +
 	"\fspread_gated\x18\x05 \x01(\bR\vspreadGated\x12\x12\n" +
-	"\x04long\x18\x06 \x01(\bR\x04long\"\xb1\x01\n" +
+	"\x04long\x18\x06 \x01(\bR\x04long\x12-\n" +
+	"\x04hold\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04hold\"\xdc\x01\n" +
 	"\x0eObserveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
 	"\bjob_type\x18\x03 \x01(\tR\ajobType\x12\x1b\n" +
 	"\tsize_hint\x18\x04 \x01(\x04R\bsizeHint\x125\n" +
-	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x11\n" +
-	"\x0fObserveResponse*~\n" +
+	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12)\n" +
+	"\x05stamp\x18\x06 \x01(\v2\x13.harbinger.v1.StampR\x05stamp\"h\n" +
+	"\x05Stamp\x127\n" +
+	"\tpredicted\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tpredicted\x12\x12\n" +
+	"\x04tier\x18\x02 \x01(\rR\x04tier\x12\x12\n" +
+	"\x04cold\x18\x03 \x01(\bR\x04cold\"\x11\n" +
+	"\x0fObserveResponse\"A\n" +
+	"\rAttachRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
+	"\bhandlers\x18\x02 \x01(\x05R\bhandlers\"\x10\n" +
+	"\x0eAttachResponse*~\n" +
 	"\n" +
 	"NackAction\x12\x1b\n" +
 	"\x17NACK_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2389,10 +2576,11 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"PurgeQueue\x12\x1f.harbinger.v1.PurgeQueueRequest\x1a .harbinger.v1.PurgeQueueResponse\x12^\n" +
 	"\x0fListDeadLetters\x12$.harbinger.v1.ListDeadLettersRequest\x1a%.harbinger.v1.ListDeadLettersResponse\x12g\n" +
 	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12I\n" +
-	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse2\x9b\x01\n" +
+	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse2\xe0\x01\n" +
 	"\tPredictor\x12F\n" +
 	"\aPredict\x12\x1c.harbinger.v1.PredictRequest\x1a\x1d.harbinger.v1.PredictResponse\x12F\n" +
-	"\aObserve\x12\x1c.harbinger.v1.ObserveRequest\x1a\x1d.harbinger.v1.ObserveResponseB@Z>github.com/harbinger-mq/harbinger/api/harbinger/v1;harbingerv1b\x06proto3"
+	"\aObserve\x12\x1c.harbinger.v1.ObserveRequest\x1a\x1d.harbinger.v1.ObserveResponse\x12C\n" +
+	"\x06Attach\x12\x1b.harbinger.v1.AttachRequest\x1a\x1c.harbinger.v1.AttachResponseB@Z>github.com/harbinger-mq/harbinger/api/harbinger/v1;harbingerv1b\x06proto3"
 
 var (
 	file_harbinger_v1_harbinger_proto_rawDescOnce sync.Once
@@ -2407,7 +2595,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*Message)(nil),                    // 1: harbinger.v1.Message
@@ -2438,69 +2626,77 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*PredictRequest)(nil),             // 26: harbinger.v1.PredictRequest
 	(*PredictResponse)(nil),            // 27: harbinger.v1.PredictResponse
 	(*ObserveRequest)(nil),             // 28: harbinger.v1.ObserveRequest
-	(*ObserveResponse)(nil),            // 29: harbinger.v1.ObserveResponse
-	nil,                                // 30: harbinger.v1.Message.HeadersEntry
-	nil,                                // 31: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 32: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 33: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 35: google.protobuf.Timestamp
+	(*Stamp)(nil),                      // 29: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 30: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 31: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 32: harbinger.v1.AttachResponse
+	nil,                                // 33: harbinger.v1.Message.HeadersEntry
+	nil,                                // 34: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 35: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 36: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 37: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 38: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	34, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	30, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	37, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	33, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
 	1,  // 2: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	5,  // 3: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
 	6,  // 4: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
 	7,  // 5: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	8,  // 6: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	9,  // 7: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	34, // 8: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	37, // 8: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 9: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	34, // 10: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	34, // 11: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
-	31, // 12: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	35, // 13: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	34, // 14: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	34, // 15: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	32, // 16: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	34, // 17: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	34, // 18: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	37, // 10: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	37, // 11: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	34, // 12: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	38, // 13: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	37, // 14: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	37, // 15: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	35, // 16: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	37, // 17: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	37, // 18: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
 	11, // 19: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
 	11, // 20: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
 	12, // 21: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	33, // 22: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	35, // 23: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	36, // 22: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	38, // 23: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	18, // 24: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
 	23, // 25: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	34, // 26: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	2,  // 27: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	2,  // 28: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	4,  // 29: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	13, // 30: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	14, // 31: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	16, // 32: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	19, // 33: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	21, // 34: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	24, // 35: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	26, // 36: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	28, // 37: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	3,  // 38: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	3,  // 39: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	10, // 40: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.Delivery
-	12, // 41: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	15, // 42: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	17, // 43: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	20, // 44: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	22, // 45: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	25, // 46: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	27, // 47: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	29, // 48: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	37, // 26: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	37, // 27: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	29, // 28: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	37, // 29: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	2,  // 30: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	2,  // 31: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	4,  // 32: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	13, // 33: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	14, // 34: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	16, // 35: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	19, // 36: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	21, // 37: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	24, // 38: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	26, // 39: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	28, // 40: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	31, // 41: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	3,  // 42: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	3,  // 43: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	10, // 44: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.Delivery
+	12, // 45: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	15, // 46: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	17, // 47: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	20, // 48: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	22, // 49: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	25, // 50: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	27, // 51: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	30, // 52: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	32, // 53: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	42, // [42:54] is the sub-list for method output_type
+	30, // [30:42] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -2521,7 +2717,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -525,6 +525,7 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 const (
 	Predictor_Predict_FullMethodName = "/harbinger.v1.Predictor/Predict"
 	Predictor_Observe_FullMethodName = "/harbinger.v1.Predictor/Observe"
+	Predictor_Attach_FullMethodName  = "/harbinger.v1.Predictor/Attach"
 )
 
 // PredictorClient is the client API for Predictor service.
@@ -539,6 +540,11 @@ type PredictorClient interface {
 	Predict(ctx context.Context, in *PredictRequest, opts ...grpc.CallOption) (*PredictResponse, error)
 	// Observe records how long a job took.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (*ObserveResponse, error)
+	// Attach tells the predictor that handlers started (positive) or stopped
+	// (negative) consuming a queue. A predictor that holds long messages
+	// (harbinger sidecar --hold) estimates a queue's wait from its backlog
+	// and its handlers; one that does not ignores the call.
+	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (*AttachResponse, error)
 }
 
 type predictorClient struct {
@@ -569,6 +575,16 @@ func (c *predictorClient) Observe(ctx context.Context, in *ObserveRequest, opts 
 	return out, nil
 }
 
+func (c *predictorClient) Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (*AttachResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AttachResponse)
+	err := c.cc.Invoke(ctx, Predictor_Attach_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PredictorServer is the server API for Predictor service.
 // All implementations must embed UnimplementedPredictorServer
 // for forward compatibility.
@@ -581,6 +597,11 @@ type PredictorServer interface {
 	Predict(context.Context, *PredictRequest) (*PredictResponse, error)
 	// Observe records how long a job took.
 	Observe(context.Context, *ObserveRequest) (*ObserveResponse, error)
+	// Attach tells the predictor that handlers started (positive) or stopped
+	// (negative) consuming a queue. A predictor that holds long messages
+	// (harbinger sidecar --hold) estimates a queue's wait from its backlog
+	// and its handlers; one that does not ignores the call.
+	Attach(context.Context, *AttachRequest) (*AttachResponse, error)
 	mustEmbedUnimplementedPredictorServer()
 }
 
@@ -596,6 +617,9 @@ func (UnimplementedPredictorServer) Predict(context.Context, *PredictRequest) (*
 }
 func (UnimplementedPredictorServer) Observe(context.Context, *ObserveRequest) (*ObserveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedPredictorServer) Attach(context.Context, *AttachRequest) (*AttachResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Attach not implemented")
 }
 func (UnimplementedPredictorServer) mustEmbedUnimplementedPredictorServer() {}
 func (UnimplementedPredictorServer) testEmbeddedByValue()                   {}
@@ -654,6 +678,24 @@ func _Predictor_Observe_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Predictor_Attach_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AttachRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PredictorServer).Attach(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Predictor_Attach_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PredictorServer).Attach(ctx, req.(*AttachRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Predictor_ServiceDesc is the grpc.ServiceDesc for Predictor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -668,6 +710,10 @@ var Predictor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Observe",
 			Handler:    _Predictor_Observe_Handler,
+		},
+		{
+			MethodName: "Attach",
+			Handler:    _Predictor_Attach_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
