@@ -54,7 +54,9 @@ func (o RemoteOptions) validate() error {
 // wait: when the sidecar is down, slow or answers with an error, Predict
 // returns the default (middle) priority with a nil error and counts a
 // fallback. Observe errors are returned (and counted) so that a consumer can
-// log them; they never affect the message.
+// log them; they never affect the message. With a sidecar run with --hold,
+// Consume also reports its handlers and each completion's stamp, and
+// Predict returns holds (see HoldQueueArgs).
 type Remote struct {
 	opts   RemoteOptions
 	conn   *grpc.ClientConn

@@ -57,7 +57,11 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "harbinger sidecar: gRPC on %s, metrics on %s, id %s\n", s.Addr(), s.HTTPAddr(), s.ID())
+	holding := "off"
+	if *hold {
+		holding = "on"
+	}
+	fmt.Fprintf(stdout, "harbinger sidecar: gRPC on %s, metrics on %s, id %s, holding long messages %s\n", s.Addr(), s.HTTPAddr(), s.ID(), holding)
 	<-ctx.Done()
 	return s.Close()
 }
