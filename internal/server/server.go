@@ -348,31 +348,3 @@ func (a *adminServer) ListKeys(_ context.Context, req *pb.ListKeysRequest) (*pb.
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// predictorServer implements pb.PredictorServer over the broker's queues.
-type predictorServer struct {
-	pb.UnimplementedPredictorServer
-	s *Server
-}
-
-func (p *predictorServer) Predict(_ context.Context, req *pb.PredictRequest) (*pb.PredictResponse, error) {
-	pr, err := p.s.b.Predict(req.Queue, req.Producer, req.JobType, req.SizeHint)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &pb.PredictResponse{
-		Tier: uint32(pr.Tier), AmqpPriority: uint32(max(pr.Tiers-1-pr.Tier, 0)),
-		PredictedMs: ms(pr.Cost), Cold: pr.Cold, SpreadGated: pr.SpreadGated,
-	}, nil
-}
-
-func (p *predictorServer) Observe(_ context.Context, req *pb.ObserveRequest) (*pb.ObserveResponse, error) {
-	d, err := duration("duration", req.Duration)
-	if err != nil {
-		return nil, err
-	}
-	if err := p.s.b.Observe(req.Queue, req.Producer, req.JobType, req.SizeHint, d); err != nil {
-		return nil, toStatus(err)
-	}
-	return &pb.ObserveResponse{}, nil
-}
