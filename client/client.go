@@ -6,7 +6,9 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -90,10 +92,14 @@ func (m *Message) proto() *pb.Message {
 	return p
 }
 
-// Publish sends messages in one request and returns their ids in order.
-// While the broker is unreachable (e.g. restarting) it waits and retries as
-// long as ctx allows; a retry after a connection broke mid-call may publish
-// a batch twice, which at-least-once delivery allows. For many small publishes from a hot loop, use a Producer.
+// Publish sends messages in one request. It returns the ids of the
+// messages the broker stored, in order, and, when any was not stored, a
+// *PublishError that says which and why (the others are stored: publish
+// only the failed ones again, or they are duplicated). While the broker is
+// unreachable (e.g. restarting) it waits and retries as long as ctx allows;
+// a retry after a connection broke mid-call may publish a batch twice,
+// which at-least-once delivery allows. For many small publishes from a hot
+// loop, use a Producer.
 func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error) {
 	if len(msgs) == 0 {
 		return nil, nil
@@ -106,7 +112,7 @@ func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error
 	for {
 		resp, err := c.broker.Publish(ctx, req, grpc.WaitForReady(true))
 		if err == nil {
-			return resp.Ids, nil
+			return results(resp, len(msgs))
 		}
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return nil, err
@@ -191,6 +197,80 @@ func (c *Client) ListKeys(ctx context.Context, queue string, limit int) ([]*pb.K
 
 func errNotFound(name string) error {
 	return status.Errorf(codes.NotFound, "queue %q not found", name)
+}
+
+// results turns a PublishResponse into the stored ids and a *PublishError
+// for the messages that were not stored.
+func results(resp *pb.PublishResponse, n int) ([]string, error) {
+	if len(resp.Results) != n {
+		return nil, errMismatch
+	}
+	ids := make([]string, 0, n)
+	var pe *PublishError
+	for i, r := range resp.Results {
+		if err := resultError(r); err != nil {
+			if pe == nil {
+				pe = &PublishError{Total: n}
+			}
+			pe.Failed = append(pe.Failed, FailedMessage{Index: i, Err: err})
+			continue
+		}
+		ids = append(ids, r.Id)
+	}
+	if pe != nil {
+		return ids, pe
+	}
+	return ids, nil
+}
+
+// resultError is a refused message's error as a gRPC status, so that
+// status.Code reads it; nil for a stored message.
+func resultError(r *pb.PublishResult) error {
+	if r.Id != "" && r.Code == 0 {
+		return nil
+	}
+	code := codes.Code(r.Code)
+	if code == codes.OK {
+		code = codes.Internal // no id and no reason: the broker broke the contract
+	}
+	return status.Error(code, r.Error)
+}
+
+// PublishError reports the messages of a Publish that the broker did not
+// store; every other message of the call was stored.
+type PublishError struct {
+	Total  int             // messages in the call
+	Failed []FailedMessage // in call order
+}
+
+// FailedMessage is one message the broker did not store, by its index in
+// the call, with the broker's reason as a gRPC status error.
+type FailedMessage struct {
+	Index int
+	Err   error
+}
+
+func (e *PublishError) Error() string {
+	const show = 3
+	var b strings.Builder
+	fmt.Fprintf(&b, "harbinger: %d of %d messages not stored", len(e.Failed), e.Total)
+	for i, f := range e.Failed {
+		if i == show {
+			fmt.Fprintf(&b, "; and %d more", len(e.Failed)-show)
+			break
+		}
+		fmt.Fprintf(&b, "; message %d: %v", f.Index, status.Convert(f.Err).Message())
+	}
+	return b.String()
+}
+
+// Unwrap returns every failed message's error.
+func (e *PublishError) Unwrap() []error {
+	out := make([]error, len(e.Failed))
+	for i, f := range e.Failed {
+		out[i] = f.Err
+	}
+	return out
 }
 
 // ErrClosed is returned by a Producer after Close.

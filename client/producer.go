@@ -127,7 +127,7 @@ func (ps *pstream) recv() {
 	for b := range ps.inflight {
 		if failed == nil {
 			resp, err := ps.s.Recv()
-			if err == nil && len(resp.Ids) != len(b.items) {
+			if err == nil && len(resp.Results) != len(b.items) {
 				err = errMismatch
 			}
 			if err != nil {
@@ -135,7 +135,8 @@ func (ps *pstream) recv() {
 				ps.cancel()
 			} else {
 				for i, it := range b.items {
-					it.done(resp.Ids[i], nil)
+					r := resp.Results[i]
+					it.done(r.Id, resultError(r))
 				}
 				continue
 			}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -70,6 +73,30 @@ type WorkerConfig struct {
 	LeaseExtend time.Duration
 	// MaxReconnectDelay caps the backoff between reconnects; default 5s.
 	MaxReconnectDelay time.Duration
+	// OnRequestError is told of every ack, nack or extend the broker
+	// refused or applied only in part (a *RequestError); default logs it at
+	// Warn. It runs on the worker's receive goroutine and must not block.
+	OnRequestError func(err *RequestError)
+}
+
+// RequestError is the broker's answer to one ack, nack or extend it did not
+// apply exactly as sent. Only that job is affected.
+type RequestError struct {
+	ID      string     // delivery id the request named
+	Request string     // "ack", "nack", "extend" or "credit"
+	Code    codes.Code // InvalidArgument for a bad value, FailedPrecondition for a job no longer held
+	Message string
+	// Applied is true when the request took effect in an adjusted form:
+	// an ack whose duration was not learned still settled the job.
+	Applied bool
+}
+
+func (e *RequestError) Error() string {
+	what := "refused"
+	if e.Applied {
+		what = "applied with a change"
+	}
+	return fmt.Sprintf("harbinger: %s of %s %s: %s", e.Request, e.ID, what, e.Message)
 }
 
 // DefaultRetryBackoff doubles from one second per attempt, up to a minute.
@@ -98,6 +125,12 @@ func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) err
 	if cfg.MaxReconnectDelay <= 0 {
 		cfg.MaxReconnectDelay = 5 * time.Second
 	}
+	if cfg.OnRequestError == nil {
+		log := c.log
+		cfg.OnRequestError = func(err *RequestError) {
+			log.Warn("harbinger: broker answered a request", "queue", cfg.Queue, "err", err)
+		}
+	}
 	const minDelay = 50 * time.Millisecond
 	delay := minDelay
 	for {
@@ -124,16 +157,39 @@ func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) err
 	}
 }
 
+// drainGrace bounds how long a stopping worker waits for the broker to
+// read its last acks and end the stream.
+const drainGrace = 750 * time.Millisecond
+
 // session runs one Consume stream. got reports whether any delivery
 // arrived, so a healthy connection resets the reconnect backoff.
 func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got bool, err error) {
-	// The stream outlives ctx briefly so finished handlers can still ack.
+	// The stream outlives ctx briefly so finished handlers can still ack;
+	// but while it is still being opened (the broker may be down), ctx
+	// ending cancels it at once.
 	sctx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStream()
-	stream, err := c.broker.Consume(sctx, grpc.WaitForReady(true))
+	opened := make(chan struct{})
+	stopOpening := context.AfterFunc(ctx, func() {
+		select {
+		case <-opened:
+		default:
+			cancelStream()
+		}
+	})
+	defer stopOpening()
+	callOpts := []grpc.CallOption{grpc.WaitForReady(true)}
+	if lim, err := c.broker.GetLimits(sctx, &pb.GetLimitsRequest{}, grpc.WaitForReady(true)); err == nil {
+		// Whatever the broker accepted, this worker can receive.
+		callOpts = append(callOpts, grpc.MaxCallRecvMsgSize(int(min(lim.MaxDeliveryBytes, math.MaxInt32))))
+	} else if status.Code(err) != codes.Unimplemented {
+		return false, err
+	}
+	stream, err := c.broker.Consume(sctx, callOpts...)
 	if err != nil {
 		return false, err
 	}
+	close(opened)
 	s := &session{stream: stream, cfg: cfg}
 	if err := s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Subscribe{Subscribe: &pb.Subscribe{
 		Queue: cfg.Queue, Prefetch: uint32(cfg.Prefetch), ConsumerName: cfg.Name,
@@ -161,10 +217,18 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	var gotMu sync.Mutex
 	go func() {
 		for {
-			pd, err := stream.Recv()
+			resp, err := stream.Recv()
 			if err != nil {
 				recvErr <- err
 				return
+			}
+			if re := resp.GetError(); re != nil {
+				cfg.OnRequestError(&RequestError{ID: re.Id, Request: re.Request, Code: codes.Code(re.Code), Message: re.Message, Applied: re.Applied})
+				continue
+			}
+			pd := resp.GetDelivery()
+			if pd == nil {
+				continue // a kind of response this SDK does not know
 			}
 			gotMu.Lock()
 			got = true
@@ -188,7 +252,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 		_ = stream.CloseSend()
 		s.mu.Unlock()
 		// The broker ends the stream once it has read our last acks.
-		t := time.NewTimer(5 * time.Second)
+		t := time.NewTimer(drainGrace)
 		select {
 		case err = <-recvErr:
 		case <-t.C:
@@ -204,7 +268,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 
 type session struct {
 	mu     sync.Mutex // gRPC allows one Send at a time
-	stream grpc.BidiStreamingClient[pb.ConsumeRequest, pb.Delivery]
+	stream grpc.BidiStreamingClient[pb.ConsumeRequest, pb.ConsumeResponse]
 	cfg    WorkerConfig
 }
 
@@ -276,10 +340,24 @@ func run(ctx context.Context, d *Delivery, h Handler) (err error) {
 	return h(ctx, d)
 }
 
+// maxReason bounds the reason sent with a nack; the broker keeps 1,024
+// bytes of it.
+const maxReason = 512
+
+// reason is err's text as a nack reason: invalid UTF-8 replaced (a
+// protobuf string must be valid, or the whole stream fails) and cut to
+// maxReason bytes on a character boundary.
 func reason(err error) string {
 	s := err.Error()
-	if len(s) > 512 {
-		s = s[:512]
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
-	return s
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

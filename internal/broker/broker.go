@@ -38,6 +38,7 @@ type Broker struct {
 
 	consumers atomic.Int64
 	inflight  atomic.Int64
+	bytes     atomic.Int64 // held by every message not yet settled for good; see reserve
 	draining  atomic.Bool
 	stopping  chan struct{} // closed when Shutdown starts
 	drained   chan struct{} // poked when in-flight reaches zero while draining
@@ -168,50 +169,120 @@ func (b *Broker) Validate(m *Message) error {
 	return nil
 }
 
-// Publish validates every message, then enqueues them in order and returns
-// their ids. Invalid input publishes nothing. A batch is not atomic across
-// queue limits: on ErrQueueFull the ids of the messages already published
-// are returned with the error. The broker owns the messages afterwards.
-func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
+// Result is one message's outcome in a batch publish: its id when stored,
+// or why it was not.
+type Result struct {
+	ID  string
+	Err error
+}
+
+// PublishEach stores each message that passes validation and the queue's
+// and broker's limits, in order, and appends one Result per message to out.
+// Messages are independent: an invalid one, or one that meets a full
+// queue, is refused alone and the rest are stored. The broker owns the
+// stored messages afterwards.
+func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 	if b.draining.Load() {
-		return nil, ErrShuttingDown
-	}
-	for i, m := range msgs {
-		if err := b.Validate(m); err != nil {
-			if len(msgs) > 1 {
-				return nil, fmt.Errorf("message %d: %w", i, err)
-			}
-			return nil, err
+		for range msgs {
+			out = append(out, Result{Err: ErrShuttingDown})
 		}
+		return out
 	}
-	ids := make([]string, 0, len(msgs))
 	now := b.clk.Now()
 	var q *queue
 	for _, m := range msgs {
+		if err := b.Validate(m); err != nil {
+			out = append(out, Result{Err: err})
+			continue
+		}
 		if q == nil || q.name != m.Queue {
 			if q != nil {
 				q.unlockChanged()
+				q = nil
 			}
-			var err error
-			if q, err = b.lookup(m.Queue, true); err != nil {
-				return ids, err
+			nq, err := b.lookup(m.Queue, true)
+			if err != nil {
+				out = append(out, Result{Err: err})
+				continue
 			}
+			q = nq
 			q.mu.Lock()
 		}
-		m.ID = b.ids.next()
 		if m.SizeHint == 0 {
 			m.SizeHint = uint64(len(m.Payload))
 		}
-		if err := q.publishLocked(m, now); err != nil {
-			q.unlockChanged()
-			return ids, err
+		if err := b.reserve(m); err != nil {
+			out = append(out, Result{Err: err})
+			continue
 		}
-		ids = append(ids, m.ID)
+		m.ID = b.ids.next()
+		if err := q.publishLocked(m, now); err != nil {
+			b.release(m)
+			m.ID = ""
+			out = append(out, Result{Err: err})
+			continue
+		}
+		out = append(out, Result{ID: m.ID})
 	}
 	if q != nil {
 		q.unlockChanged()
 	}
-	return ids, nil
+	return out
+}
+
+// Publish is PublishEach for callers that want the ids: it returns the ids
+// of the stored messages in order and, when any message was refused, an
+// error saying which (the message's own error for a batch of one, else a
+// *BatchError).
+func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
+	res := b.PublishEach(msgs, make([]Result, 0, len(msgs)))
+	ids := make([]string, 0, len(msgs))
+	var failed []FailedRecord
+	for i, r := range res {
+		if r.Err != nil {
+			failed = append(failed, FailedRecord{Index: i, Err: r.Err})
+			continue
+		}
+		ids = append(ids, r.ID)
+	}
+	switch {
+	case len(failed) == 0:
+		return ids, nil
+	case len(msgs) == 1:
+		return ids, failed[0].Err
+	default:
+		return ids, &BatchError{Total: len(msgs), Failed: failed}
+	}
+}
+
+// msgOverhead is the broker's estimate of a job's memory beyond its
+// payload, headers and names: the Message, its scheduler item and index
+// entries.
+const msgOverhead = 256
+
+// reserve charges m's bytes to the broker's budget, or refuses it.
+func (b *Broker) reserve(m *Message) error {
+	size := int64(msgOverhead + len(m.Payload) + len(m.Queue) + len(m.Producer) + len(m.JobType))
+	for k, v := range m.Headers {
+		size += int64(len(k) + len(v))
+	}
+	limit := b.cfg.MaxBytes
+	for {
+		held := b.bytes.Load()
+		if held+size > limit {
+			return &OverBudgetError{Size: size, Held: held, Limit: limit}
+		}
+		if b.bytes.CompareAndSwap(held, held+size) {
+			m.size = size
+			return nil
+		}
+	}
+}
+
+// release gives m's bytes back to the budget once the broker lets go of it.
+func (b *Broker) release(m *Message) {
+	b.bytes.Add(-m.size)
+	m.size = 0
 }
 
 // Subscribe opens a consumer on a queue (created if needed) with prefetch
@@ -281,6 +352,7 @@ func (b *Broker) Purge(name string) (int, error) {
 	q.sq.Each(func(it *sched.Item) { all = append(all, it.Data.(*Message)) })
 	for _, m := range all {
 		q.sq.Remove(&m.item)
+		b.release(m)
 	}
 	return len(all), nil
 }
@@ -313,7 +385,8 @@ func (b *Broker) RequeueDeadLetters(name string, ids []string) (int, error) {
 		m := d.m
 		m.attempt = 0
 		m.item.Expires = time.Time{}
-		m.gen = 0
+		m.item.Enqueued = now // it joins the line as a new job would
+		m.gen = 0             // reclassified against what the queue knows now
 		q.pushLocked(m, now)
 		n++
 	}

@@ -193,10 +193,13 @@ func TestExtendLease(t *testing.T) {
 	}
 	tb.clk.Advance(8 * time.Second)
 	noneReady(t, c)
-	if err := c.Extend(d.ID, -time.Second); !errors.Is(err, ErrInvalid) {
+	if err := c.Extend(d.ID, MaxLease+time.Hour); !errors.Is(err, ErrAdjusted) {
+		t.Fatalf("over-long extend: %v", err)
+	}
+	if err := c.Extend(d.ID, -time.Second); !errors.Is(err, ErrAdjusted) {
 		t.Fatalf("negative extend: %v", err)
 	}
-	tb.clk.Advance(3 * time.Second)
+	tb.clk.Advance(10 * time.Second) // the negative extend gave it the queue's 10 s lease
 	if d2 := next(t, c); d2.ID != d.ID || d2.Attempt != 2 {
 		t.Fatalf("got %+v", d2)
 	}
@@ -351,8 +354,38 @@ func TestNackVariants(t *testing.T) {
 	if err := c.Nack("nope", NackRequeue, 0, ""); !errors.Is(err, ErrUnknownMessage) {
 		t.Fatalf("unknown nack: %v", err)
 	}
-	if err := c.Nack("nope", NackRequeueAfter, -time.Second, ""); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("bad delay: %v", err)
+	if err := c.Nack("nope", NackAction(9), 0, ""); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("bad action: %v", err)
+	}
+}
+
+func TestNackDelayOutOfRangeIsCapped(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	tb.publish(t, msg("q", "j"))
+	c := tb.sub(t, "q", 1)
+	d := next(t, c)
+	// A custom backoff that overflows: capped to a day, not a dead session.
+	err := c.Nack(d.ID, NackRequeueAfter, 30*24*time.Hour, "")
+	var ae *AdjustedError
+	if !errors.As(err, &ae) || ae.Capped != MaxNackDelay {
+		t.Fatalf("over-long delay: %v", err)
+	}
+	c.AddCredit(1)
+	tb.clk.Advance(MaxNackDelay - time.Second)
+	noneReady(t, c)
+	tb.clk.Advance(time.Second)
+	d = next(t, c)
+	if d.Attempt != 2 {
+		t.Fatalf("attempt = %d", d.Attempt)
+	}
+	// A negative delay requeues at once.
+	if err := c.Nack(d.ID, NackRequeueAfter, -time.Second, ""); !errors.Is(err, ErrAdjusted) {
+		t.Fatalf("negative delay: %v", err)
+	}
+	c.AddCredit(1)
+	if d = next(t, c); d.Attempt != 3 {
+		t.Fatalf("attempt = %d", d.Attempt)
 	}
 }
 

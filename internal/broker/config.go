@@ -22,6 +22,7 @@ const (
 	DefaultMaxConsumers    = 10_000
 	DefaultMaxDepth        = 1_000_000
 	DefaultMaxDeadLetters  = 100_000 // per queue; the oldest are dropped past it
+	DefaultMaxBytes        = 1 << 30 // bytes held across the broker: see Config.MaxBytes
 	DefaultLease           = 30 * time.Second
 	DefaultMaxAttempts     = 5
 	DefaultPolicy          = sched.DefaultPolicy
@@ -32,6 +33,9 @@ const (
 	MaxLease = 24 * time.Hour
 	// MaxTTL bounds any time to live.
 	MaxTTL = 365 * 24 * time.Hour
+	// MaxPayloadLimit bounds the max payload setting, so that a delivery
+	// always fits a gRPC message with room to spare.
+	MaxPayloadLimit = 256 << 20
 )
 
 // Config is the broker's limits and the defaults of its queues. The zero value
@@ -55,6 +59,12 @@ type Config struct {
 	MaxConsumers int `yaml:"max_consumers"`
 	// MaxDeadLetters bounds each queue's dead-letter list.
 	MaxDeadLetters int `yaml:"max_dead_letters"`
+	// MaxBytes bounds the memory the broker's jobs take, across every queue
+	// and every state (ready, delayed, in flight, dead-lettered): a job
+	// counts its payload, headers and names plus a fixed 256 bytes from
+	// publish until it is acked, purged or dropped. A publish that would
+	// pass it is refused with ErrOverBudget.
+	MaxBytes int64 `yaml:"max_bytes"`
 	// MaxDuration is the longest ack duration the predictor learns from.
 	MaxDuration time.Duration `yaml:"max_duration"`
 	// Queue is the config of queues that were never declared, and the
@@ -113,6 +123,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxDuration == 0 {
 		c.MaxDuration = predict.DefaultMaxDuration
 	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
+	}
 	c.Queue = c.Queue.WithDefaults(QueueConfig{})
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
@@ -138,6 +151,15 @@ func (c Config) Validate() error {
 		if p.v <= 0 {
 			return fmt.Errorf("broker: %s must be positive, got %d", p.name, p.v)
 		}
+	}
+	if c.MaxPayload > MaxPayloadLimit {
+		return fmt.Errorf("broker: max payload must be at most %d bytes, got %d", MaxPayloadLimit, c.MaxPayload)
+	}
+	if c.MaxHeaderBytes > MaxPayloadLimit {
+		return fmt.Errorf("broker: max header bytes must be at most %d, got %d", MaxPayloadLimit, c.MaxHeaderBytes)
+	}
+	if c.MaxBytes < int64(c.MaxPayload) {
+		return fmt.Errorf("broker: max bytes (%d) must be at least the max payload (%d), or no full-size job fits", c.MaxBytes, c.MaxPayload)
 	}
 	if c.MaxDuration <= 0 {
 		return fmt.Errorf("broker: max duration must be positive, got %v", c.MaxDuration)

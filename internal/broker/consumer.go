@@ -3,7 +3,9 @@ package broker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // NackAction says what happens to a nacked job.
@@ -99,8 +101,9 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 	}
 }
 
-// MaxCredit bounds a consumer's outstanding credit.
-const MaxCredit = 1 << 20
+// MaxCredit bounds a consumer's outstanding credit, and so the jobs one
+// consumer can hold at once (the same bound as AMQP's prefetch count).
+const MaxCredit = 65_535
 
 // AddCredit lets the consumer receive n more deliveries.
 func (c *Consumer) AddCredit(n int) {
@@ -129,31 +132,35 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 		return unknown(id)
 	}
 	q.settleLocked(m)
+	q.b.release(m)
 	q.acked++
 	if d <= 0 || d > q.b.cfg.MaxDuration {
 		q.badDurations++
-		return &BadDurationError{ID: id, Duration: d}
+		return &BadDurationError{ID: id, Duration: d, Max: q.b.cfg.MaxDuration}
 	}
 	if err := q.sq.Learn(m.key, m.pred, d); err != nil {
 		q.badDurations++
-		return &BadDurationError{ID: id, Duration: d}
+		return &BadDurationError{ID: id, Duration: d, Max: q.b.cfg.MaxDuration}
 	}
 	q.hist.observe(m.pred, d)
 	return nil
 }
 
-// Nack settles a delivery as failed. reason is kept on a dead letter; delay
-// is used with NackRequeueAfter.
+// Nack settles a delivery as failed. reason is kept on a dead letter (cut
+// to maxReason bytes on a character boundary, invalid UTF-8 replaced);
+// delay is used with NackRequeueAfter. A delay outside 0 to MaxNackDelay
+// is capped to that range and the nack applied, with an *AdjustedError.
 func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reason string) error {
-	if action == NackRequeueAfter && (delay < 0 || delay > MaxLease) {
-		return invalid("nack delay", fmt.Sprintf("must be 0 to %v, got %v", MaxLease, delay))
-	}
 	if action < NackRequeue || action > NackDeadLetter {
 		return invalid("nack action", fmt.Sprintf("unknown action %d", action))
 	}
-	if len(reason) > maxReason {
-		reason = reason[:maxReason]
+	var adjusted error
+	if action == NackRequeueAfter && (delay < 0 || delay > MaxNackDelay) {
+		capped := min(max(delay, 0), MaxNackDelay)
+		adjusted = &AdjustedError{ID: id, Field: "nack delay", Got: delay, Capped: capped}
+		delay = capped
 	}
+	reason = cleanText(reason, maxReason)
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged()
@@ -177,24 +184,51 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 	default:
 		q.retryLocked(m, now, reason)
 	}
-	return nil
+	return adjusted
 }
+
+// MaxNackDelay bounds the delay of a NackRequeueAfter.
+const MaxNackDelay = 24 * time.Hour
 
 // maxReason bounds the reason kept on a dead letter.
 const maxReason = 1024
 
-// Extend renews a delivery's lease to lease from now; 0 means the queue's
-// lease.
-func (c *Consumer) Extend(id string, lease time.Duration) error {
-	if lease < 0 || lease > MaxLease {
-		return invalid("lease", fmt.Sprintf("must be positive and at most %v, got %v", MaxLease, lease))
+// cleanText returns s with invalid UTF-8 replaced and cut to at most n
+// bytes on a character boundary, so that it always encodes as a protobuf
+// string.
+func cleanText(s string, n int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+// Extend renews a delivery's lease to lease from now; 0 means the queue's
+// lease. A lease over MaxLease is capped to it, and a negative one taken as
+// the queue's lease; either is applied with an *AdjustedError.
+func (c *Consumer) Extend(id string, lease time.Duration) error {
 	q := c.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	m := c.inflight[id]
 	if m == nil {
 		return unknown(id)
+	}
+	var adjusted error
+	if lease < 0 || lease > MaxLease {
+		capped := MaxLease
+		if lease < 0 {
+			capped = q.cfg.Lease
+		}
+		adjusted = &AdjustedError{ID: id, Field: "lease", Got: lease, Capped: capped}
+		lease = capped
 	}
 	if lease == 0 {
 		lease = q.cfg.Lease
@@ -203,7 +237,26 @@ func (c *Consumer) Extend(id string, lease time.Duration) error {
 	m.deadline = now.Add(lease)
 	q.leases.fix(m.leaseIdx)
 	q.armLeaseLocked(now)
-	return nil
+	return adjusted
+}
+
+// Return gives back a delivery that never reached the consumer (its send
+// failed): the job goes back in line at its place, its attempt not counted.
+func (c *Consumer) Return(id string) {
+	q := c.q
+	q.mu.Lock()
+	defer q.unlockChanged()
+	m := c.inflight[id]
+	if m == nil {
+		return
+	}
+	q.settleLocked(m)
+	m.attempt--
+	q.delivered--
+	if m.attempt > 0 {
+		q.redelivered--
+	}
+	q.pushLocked(m, q.b.clk.Now())
 }
 
 // InFlight is how many deliveries the consumer holds unsettled.

@@ -3,6 +3,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -33,6 +34,12 @@ var (
 	// ErrBadDuration: an ack's duration was NaN-like, negative, zero or over
 	// Config.MaxDuration; the job is acked but the predictor ignores it.
 	ErrBadDuration = errors.New("broker: bad ack duration")
+	// ErrAdjusted: a consumer's request was out of range and the broker
+	// carried it out with the value capped to the limit.
+	ErrAdjusted = errors.New("broker: request adjusted")
+	// ErrOverBudget: storing the message would take the bytes the broker
+	// holds past Config.MaxBytes.
+	ErrOverBudget = errors.New("broker: byte budget exhausted")
 )
 
 // InvalidError names the field of a request that is wrong and why.
@@ -88,11 +95,79 @@ func (e *QueueNotFoundError) Is(target error) bool { return target == ErrQueueNo
 type BadDurationError struct {
 	ID       string
 	Duration time.Duration
+	Max      time.Duration // the longest duration learned
 }
 
 func (e *BadDurationError) Error() string {
-	return fmt.Sprintf("broker: message %s acked, but its duration %v was not learned: durations must be positive and below the configured maximum", e.ID, e.Duration)
+	return fmt.Sprintf("broker: message %s acked, but its duration %v was not learned: durations must be positive and at most %v", e.ID, e.Duration, e.Max)
 }
 
 // Is makes errors.Is(err, ErrBadDuration) true.
 func (e *BadDurationError) Is(target error) bool { return target == ErrBadDuration }
+
+// AdjustedError reports a consumer request carried out with a value capped
+// to its limit.
+type AdjustedError struct {
+	ID     string
+	Field  string
+	Got    time.Duration
+	Capped time.Duration
+}
+
+func (e *AdjustedError) Error() string {
+	return fmt.Sprintf("broker: message %s: %s %v is out of range; %v was used", e.ID, e.Field, e.Got, e.Capped)
+}
+
+// Is makes errors.Is(err, ErrAdjusted) true.
+func (e *AdjustedError) Is(target error) bool { return target == ErrAdjusted }
+
+// OverBudgetError reports a publish refused because the broker holds its
+// byte budget: ready, delayed, in-flight and dead-lettered jobs together.
+type OverBudgetError struct {
+	Size  int64 // bytes the message would take
+	Held  int64 // bytes held when it was refused
+	Limit int64 // Config.MaxBytes
+}
+
+func (e *OverBudgetError) Error() string {
+	return fmt.Sprintf("broker: byte budget exhausted: the broker holds %d of its %d bytes (max bytes) and the message needs %d", e.Held, e.Limit, e.Size)
+}
+
+// Is makes errors.Is(err, ErrOverBudget) true.
+func (e *OverBudgetError) Is(target error) bool { return target == ErrOverBudget }
+
+// BatchError reports the messages of a batch that were not stored; the
+// others were.
+type BatchError struct {
+	Total  int            // messages in the batch
+	Failed []FailedRecord // in batch order
+}
+
+// FailedRecord is one message of a batch that was not stored.
+type FailedRecord struct {
+	Index int
+	Err   error
+}
+
+func (e *BatchError) Error() string {
+	const show = 3
+	var b strings.Builder
+	fmt.Fprintf(&b, "broker: %d of %d messages not stored", len(e.Failed), e.Total)
+	for i, f := range e.Failed {
+		if i == show {
+			fmt.Fprintf(&b, "; and %d more", len(e.Failed)-show)
+			break
+		}
+		fmt.Fprintf(&b, "; message %d: %s", f.Index, strings.TrimPrefix(f.Err.Error(), "broker: "))
+	}
+	return b.String()
+}
+
+// Unwrap returns every message's error, so errors.Is matches any of them.
+func (e *BatchError) Unwrap() []error {
+	out := make([]error, len(e.Failed))
+	for i, f := range e.Failed {
+		out[i] = f.Err
+	}
+	return out
+}

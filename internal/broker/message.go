@@ -30,7 +30,8 @@ type Message struct {
 	ID          string
 	PublishedAt time.Time
 
-	attempt int // deliveries so far; guarded by the queue's mutex
+	attempt int   // deliveries so far; guarded by the queue's mutex
+	size    int64 // bytes charged to the broker's budget
 	item    sched.Item
 	gen     uint64 // scheduler generation item was last pushed to
 	key     predict.Key

@@ -89,11 +89,11 @@ func (q *queue) publishLocked(m *Message, now time.Time) error {
 // pushLocked puts a message (new or retried) in line and wakes a consumer.
 func (q *queue) pushLocked(m *Message, now time.Time) {
 	if m.gen != q.gen {
-		// Pushed before the queue was redeclared: start afresh in the new
-		// scheduler, keeping tier, cost and first-enqueue time.
-		it := m.item
-		m.item = sched.Item{ID: it.ID, Tier: it.Tier, Cost: it.Cost, Enqueued: it.Enqueued, Expires: it.Expires, Data: m}
-		m.gen = q.gen
+		// Last pushed to another scheduler (the queue was redeclared while
+		// the job was out, or a dead letter is requeued): start afresh in
+		// this one, classified against what the queue knows now as the
+		// waiting jobs were, keeping its id, FIFO position and expiry.
+		q.resetLocked(m)
 	}
 	if err := q.sq.Push(&m.item, now); err != nil {
 		panic(fmt.Sprintf("broker: message %s pushed twice: %v", m.ID, err)) // a broker bug, not bad input
@@ -102,6 +102,14 @@ func (q *queue) pushLocked(m *Message, now time.Time) {
 		q.armTTLLocked(now)
 	}
 	q.wakeOneLocked()
+}
+
+// resetLocked gives m a fresh item in the current scheduler.
+func (q *queue) resetLocked(m *Message) {
+	it := m.item
+	m.item = sched.Item{ID: it.ID, Enqueued: it.Enqueued, Expires: it.Expires, Data: m}
+	m.pred = q.sq.Classify(&m.item, m.key)
+	m.gen = q.gen
 }
 
 // deliverLocked pops the next message for c, if one is ready.
@@ -159,6 +167,7 @@ func (q *queue) retryLocked(m *Message, now time.Time, reason string) {
 func (q *queue) deadLetterLocked(m *Message, now time.Time, reason string) {
 	q.deadLettered++
 	if len(q.dead) >= q.b.cfg.MaxDeadLetters {
+		q.b.release(q.dead[0].m)
 		q.dead[0] = deadLetter{}
 		q.dead = q.dead[1:]
 		q.deadDropped++
@@ -281,10 +290,7 @@ func (q *queue) reconfigureLocked(cfg QueueConfig, pol sched.Policy, now time.Ti
 	q.cfg = cfg
 	q.gen++
 	for _, m := range waiting {
-		it := m.item
-		m.item = sched.Item{ID: it.ID, Enqueued: it.Enqueued, Expires: it.Expires, Data: m}
-		m.pred = nsq.Classify(&m.item, m.key)
-		m.gen = q.gen
+		q.resetLocked(m)
 		q.pushLocked(m, now)
 	}
 	if q.ttlTimer != nil {

@@ -43,8 +43,8 @@ func fromMessage(i int, m *pb.Message) (*broker.Message, error) {
 	}, nil
 }
 
-func toDelivery(d *broker.Delivery, out *pb.Delivery) {
-	*out = pb.Delivery{
+func toDelivery(d *broker.Delivery) *pb.Delivery {
+	return &pb.Delivery{
 		Id: d.ID, Queue: d.Queue, Producer: d.Producer, JobType: d.JobType,
 		SizeHint: d.SizeHint, Payload: d.Payload, Headers: d.Headers,
 		Attempt:     uint32(d.Attempt),

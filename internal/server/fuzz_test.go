@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
@@ -35,6 +36,15 @@ func checkCode(t *testing.T, err error) {
 	}
 }
 
+// mustMarshal fails unless m encodes: a handler's answer that cannot be
+// marshalled would abort the call or the stream on the wire.
+func mustMarshal(t *testing.T, m proto.Message) {
+	t.Helper()
+	if _, err := proto.Marshal(m); err != nil {
+		t.Fatalf("response does not encode: %v", err)
+	}
+}
+
 func dur(sec int64, nanos int32, set bool) *durationpb.Duration {
 	if !set {
 		return nil
@@ -47,7 +57,7 @@ func FuzzPublish(f *testing.F) {
 	f.Add("", "", "", uint64(1<<63), []byte{}, int64(-1), int32(-5), true, uint32(1<<31), "", "", 0)
 	f.Add("q q", "\xff", "j", uint64(3), make([]byte, 2000), int64(1<<62), int32(999999999), true, uint32(5), "a", "b", 3)
 	f.Fuzz(func(t *testing.T, queue, producer, jobType string, size uint64, payload []byte, ttlSec int64, ttlNanos int32, ttlSet bool, attempts uint32, hk, hv string, copies int) {
-		s, _ := fuzzServer(t)
+		s, b := fuzzServer(t)
 		m := &pb.Message{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size, Payload: payload,
 			Ttl: dur(ttlSec, ttlNanos, ttlSet), MaxAttempts: attempts, Headers: map[string]string{hk: hv}}
 		req := &pb.PublishRequest{}
@@ -59,8 +69,30 @@ func FuzzPublish(f *testing.F) {
 		}
 		resp, err := s.Publish(context.Background(), req)
 		checkCode(t, err)
-		if err == nil && len(resp.Ids) != len(req.Messages) {
-			t.Fatalf("%d ids for %d messages", len(resp.Ids), len(req.Messages))
+		mustMarshal(t, resp)
+		if err != nil {
+			return
+		}
+		if len(resp.Results) != len(req.Messages) {
+			t.Fatalf("%d results for %d messages", len(resp.Results), len(req.Messages))
+		}
+		stored := 0
+		for i, r := range resp.Results {
+			if (r.Id == "") == (r.Code == 0) {
+				t.Fatalf("result %d is neither stored nor refused: %v", i, r)
+			}
+			if r.Id != "" {
+				stored++
+			}
+			checkCode(t, status.Error(codes.Code(r.Code), r.Error))
+		}
+		// What was stored is exactly what the queue holds.
+		var held uint64
+		for _, q := range b.Queues() {
+			held += uint64(q.Ready)
+		}
+		if held != uint64(stored) {
+			t.Fatalf("%d stored, %d held", stored, held)
 		}
 	})
 }
@@ -104,12 +136,24 @@ func FuzzConsumeRequest(f *testing.F) {
 		case 5:
 			req = &pb.ConsumeRequest{}
 		}
-		checkCode(t, s.apply(c, req))
+		re, err := s.apply(c, req)
+		checkCode(t, err)
+		mustMarshal(t, re)
+		if re != nil {
+			checkCode(t, status.Error(codes.Code(re.Code), re.Message))
+		}
 		// Whatever happened, the job is acked, waiting, in flight, delayed or dead.
 		in, _ := b.Queue("q")
 		if in.Acked+uint64(in.Ready+in.InFlight+in.Delayed+in.DeadLetters) != 1 {
 			t.Fatalf("job lost or duplicated: %+v", in)
 		}
+		// And what the admin side reports of it still encodes.
+		dl, err := s.admin.ListDeadLetters(context.Background(), &pb.ListDeadLettersRequest{Queue: "q"})
+		checkCode(t, err)
+		mustMarshal(t, dl)
+		qs, err := s.admin.ListQueues(context.Background(), &pb.ListQueuesRequest{})
+		checkCode(t, err)
+		mustMarshal(t, qs)
 	})
 }
 
@@ -131,30 +175,36 @@ func FuzzDeclareQueue(f *testing.F) {
 		}
 		info, err := s.admin.DeclareQueue(context.Background(), &pb.DeclareQueueRequest{Name: name, Config: cfg})
 		checkCode(t, err)
+		mustMarshal(t, info)
 		if err != nil {
 			return
 		}
 		// A declared queue works: publish, consume, list.
-		_, err = s.Publish(context.Background(), &pb.PublishRequest{Messages: []*pb.Message{{Queue: name, JobType: jobType}}})
+		pr, err := s.Publish(context.Background(), &pb.PublishRequest{Messages: []*pb.Message{{Queue: name, JobType: jobType}}})
 		checkCode(t, err)
+		mustMarshal(t, pr)
 		if uint64(len(info.DepthPerTier)) == 0 {
 			t.Fatalf("declared queue has no tiers: %v", info)
 		}
-		for _, call := range []func() error{
-			func() error {
-				_, err := s.admin.ListKeys(context.Background(), &pb.ListKeysRequest{Queue: name, Limit: tier})
-				return err
+		for _, call := range []func() (proto.Message, error){
+			func() (proto.Message, error) {
+				return s.admin.ListKeys(context.Background(), &pb.ListKeysRequest{Queue: name, Limit: tier})
 			},
-			func() error {
-				_, err := s.admin.ListDeadLetters(context.Background(), &pb.ListDeadLettersRequest{Queue: name})
-				return err
+			func() (proto.Message, error) {
+				return s.admin.ListDeadLetters(context.Background(), &pb.ListDeadLettersRequest{Queue: name})
 			},
-			func() error {
-				_, err := s.admin.PurgeQueue(context.Background(), &pb.PurgeQueueRequest{Name: name})
-				return err
+			func() (proto.Message, error) {
+				return s.admin.ListQueues(context.Background(), &pb.ListQueuesRequest{})
+			},
+			func() (proto.Message, error) {
+				return s.admin.PurgeQueue(context.Background(), &pb.PurgeQueueRequest{Name: name})
 			},
 		} {
-			checkCode(t, call())
+			resp, err := call()
+			checkCode(t, err)
+			if err == nil {
+				mustMarshal(t, resp)
+			}
 		}
 	})
 }

@@ -7,15 +7,21 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"runtime"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
@@ -52,12 +58,35 @@ func New(b *broker.Broker, log *slog.Logger) *Server {
 	return s
 }
 
-// ServerOptions are the gRPC options the broker's limits call for: a
-// receive limit large enough for a full-size payload and its envelope.
-func ServerOptions(cfg broker.Config) []grpc.ServerOption {
+// envelope bounds what a message carries beyond its payload and headers:
+// queue name, producer, job type, id and the fixed fields.
+const envelope = 64 << 10
+
+// Limits are the wire limits that follow from the broker's max payload and
+// max header bytes: the server reads requests up to MaxRequestBytes, and a
+// delivery never exceeds MaxDeliveryBytes. GetLimits reports them, and the
+// SDK sizes its batches and receive limits from them.
+func Limits(cfg broker.Config) *pb.Limits {
 	cfg = cfg.WithDefaults()
+	one := uint64(cfg.MaxPayload + cfg.MaxHeaderBytes + envelope)
+	return &pb.Limits{
+		MaxPayloadBytes:  uint64(cfg.MaxPayload),
+		MaxHeaderBytes:   uint64(cfg.MaxHeaderBytes),
+		MaxRequestBytes:  max(4<<20, one),
+		MaxBatch:         MaxBatch,
+		MaxDeliveryBytes: one,
+		MaxCredit:        broker.MaxCredit,
+	}
+}
+
+// ServerOptions are the gRPC options the broker's limits call for: a
+// receive limit large enough for a full-size payload and its envelope, and
+// a send limit that lets any delivery out.
+func ServerOptions(cfg broker.Config) []grpc.ServerOption {
+	l := Limits(cfg)
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(max(4<<20, cfg.MaxPayload+cfg.MaxHeaderBytes+64<<10)),
+		grpc.MaxRecvMsgSize(int(l.MaxRequestBytes)),
+		grpc.MaxSendMsgSize(int(l.MaxDeliveryBytes)),
 		// One write buffer per connection, shared by its streams, and a
 		// fixed pool of stream handlers instead of a goroutine per stream.
 		grpc.SharedWriteBuffer(true),
@@ -81,6 +110,8 @@ func (s *Server) Register(gs *grpc.Server) {
 // SetNotServing marks every service as not serving (the broker is draining).
 func (s *Server) SetNotServing() { s.health.Shutdown() }
 
+// publish answers every message of a well-formed request on its own; only
+// a request that is malformed as a whole fails the call.
 func (s *Server) publish(req *pb.PublishRequest) (*pb.PublishResponse, error) {
 	if len(req.GetMessages()) == 0 {
 		return nil, invalidArg("a publish request needs at least one message")
@@ -88,19 +119,37 @@ func (s *Server) publish(req *pb.PublishRequest) (*pb.PublishResponse, error) {
 	if len(req.Messages) > MaxBatch {
 		return nil, invalidArg("a publish request holds at most %d messages, got %d", MaxBatch, len(req.Messages))
 	}
-	msgs := make([]*broker.Message, len(req.Messages))
+	n := len(req.Messages)
+	msgs := make([]*broker.Message, 0, n)
+	idx := make([]int, 0, n) // request index of msgs[j]
+	results := make([]pb.PublishResult, n)
 	for i, m := range req.Messages {
 		bm, err := fromMessage(i, m)
 		if err != nil {
-			return nil, err
+			setError(&results[i], err)
+			continue
 		}
-		msgs[i] = bm
+		msgs = append(msgs, bm)
+		idx = append(idx, i)
 	}
-	ids, err := s.b.Publish(msgs...)
-	if err != nil {
-		return nil, toStatus(err)
+	for j, r := range s.b.PublishEach(msgs, make([]broker.Result, 0, len(msgs))) {
+		if r.Err != nil {
+			setError(&results[idx[j]], toStatus(r.Err))
+			continue
+		}
+		results[idx[j]].Id = r.ID
 	}
-	return &pb.PublishResponse{Ids: ids}, nil
+	resp := &pb.PublishResponse{Results: make([]*pb.PublishResult, n)}
+	for i := range results {
+		resp.Results[i] = &results[i]
+	}
+	return resp, nil
+}
+
+func setError(r *pb.PublishResult, err error) {
+	st, _ := status.FromError(err)
+	r.Code = uint32(st.Code())
+	r.Error = st.Message()
 }
 
 // Publish implements pb.BrokerServer.
@@ -133,7 +182,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishRequest
 // Subscribe. Deliveries are sent as credit allows; acks, nacks, credit and
 // extends are applied as they arrive. When the stream ends, jobs the
 // consumer still holds go back to the queue.
-func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.Delivery]) error {
+func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.ConsumeResponse]) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
@@ -150,13 +199,20 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.D
 
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	// Both goroutines send: deliveries from this one, request errors from
+	// the receiver. gRPC allows one Send at a time.
+	var sendMu sync.Mutex
+	send := func(r *pb.ConsumeResponse) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(r)
+	}
 	recvDone := make(chan error, 1)
 	go func() {
-		recvDone <- s.consumeRecv(stream, c)
+		recvDone <- s.consumeRecv(stream, c, send)
 		cancel()
 	}()
 
-	var out pb.Delivery
 	for {
 		d, err := c.Next(ctx)
 		if err != nil {
@@ -176,8 +232,9 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.D
 				return toStatus(err)
 			}
 		}
-		toDelivery(&d, &out)
-		if err := stream.Send(&out); err != nil {
+		// A fresh message each time: gRPC may still hold the last one.
+		if err := send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Delivery{Delivery: toDelivery(&d)}}); err != nil {
+			c.Return(d.ID) // it never left: no attempt charged
 			return err
 		}
 	}
@@ -185,8 +242,9 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.D
 
 // consumeRecv applies the client's requests until the stream ends. It
 // returns nil when the client closes its side, or a status for a request
-// that breaks the protocol.
-func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.Delivery], c *broker.Consumer) error {
+// that breaks the protocol (a second Subscribe, an empty request). A bad
+// ack, nack or extend is answered for its job alone.
+func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.ConsumeResponse], c *broker.Consumer, send func(*pb.ConsumeResponse) error) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -195,32 +253,41 @@ func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, 
 		if err != nil {
 			return err
 		}
-		if err := s.apply(c, req); err != nil {
+		re, err := s.apply(c, req)
+		if err != nil {
 			return err
+		}
+		if re != nil {
+			s.log.Warn("server: consumer request refused or adjusted", "queue", c.Queue(), "consumer", c.Name(),
+				"request", re.Request, "id", re.Id, "applied", re.Applied, "err", re.Message)
+			if err := send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Error{Error: re}}); err != nil {
+				return err
+			}
 		}
 	}
 }
 
-// apply handles one request on a subscribed stream. Acks and nacks for
-// jobs the consumer no longer holds (its lease expired) and bad ack
-// durations are logged, not fatal: the stream carries on.
-func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) error {
-	var err error
+// apply handles one request on a subscribed stream. It returns a
+// RequestError for an ack, nack or extend the broker refused or adjusted,
+// and an error only for a request that breaks the protocol.
+func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestError, error) {
 	switch r := req.GetRequest().(type) {
 	case *pb.ConsumeRequest_Credit:
 		c.AddCredit(int(min(r.Credit.GetN(), broker.MaxCredit)))
-		return nil
+		return nil, nil
 	case *pb.ConsumeRequest_Ack:
 		a := r.Ack
-		var d time.Duration
-		if a.Duration != nil {
-			d = a.Duration.AsDuration()
-			if a.Duration.CheckValid() != nil {
-				d = -1
-			}
+		d, ok := ackDuration(a.Duration)
+		if !ok {
+			d = -1 // refused by the predictor like any other bad duration
 		}
-		err = c.Ack(a.Id, d)
+		err := c.Ack(a.Id, d)
 		c.AddCredit(int(min(a.Credit, broker.MaxCredit)))
+		if !ok && errors.Is(err, broker.ErrBadDuration) {
+			// Say what was sent, not the placeholder.
+			err = fmt.Errorf("%w: message %s acked, but its duration %s does not fit a duration and was not learned", broker.ErrBadDuration, a.Id, formatDuration(a.Duration))
+		}
+		return requestError("ack", a.Id, err), nil
 	case *pb.ConsumeRequest_Nack:
 		n := r.Nack
 		var action broker.NackAction
@@ -232,37 +299,78 @@ func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) error {
 		case pb.NackAction_NACK_ACTION_DEAD_LETTER:
 			action = broker.NackDeadLetter
 		default:
-			return invalidArg("nack: unknown action %d", n.Action)
+			c.AddCredit(int(min(n.Credit, broker.MaxCredit)))
+			return requestError("nack", n.Id, status.Errorf(codes.InvalidArgument, "unknown nack action %d; the job stays leased to this consumer", n.Action)), nil
 		}
-		delay, derr := duration("nack delay", n.Delay)
-		if derr != nil {
-			return derr
-		}
-		err = c.Nack(n.Id, action, delay, n.Reason)
+		err := c.Nack(n.Id, action, nackDelay(n.Delay), n.Reason)
 		c.AddCredit(int(min(n.Credit, broker.MaxCredit)))
+		return requestError("nack", n.Id, err), nil
 	case *pb.ConsumeRequest_Extend:
-		lease, derr := duration("extend lease", r.Extend.Lease)
-		if derr != nil {
-			return derr
+		e := r.Extend
+		lease, err := duration("extend lease", e.Lease)
+		if err != nil {
+			return requestError("extend", e.Id, fmt.Errorf("%w; the lease is unchanged", err)), nil
 		}
-		err = c.Extend(r.Extend.Id, lease)
+		return requestError("extend", e.Id, c.Extend(e.Id, lease)), nil
 	case *pb.ConsumeRequest_Subscribe:
-		return invalidArg("this stream is already subscribed to queue %q; open another stream for another queue", c.Queue())
+		return nil, invalidArg("this stream is already subscribed to queue %q; open another stream for another queue", c.Queue())
 	default:
-		return invalidArg("empty consume request")
+		return nil, invalidArg("empty consume request")
 	}
+}
+
+// requestError turns a settle error into the stream's answer for that job;
+// nil for nil.
+func requestError(kind, id string, err error) *pb.RequestError {
+	if err == nil {
+		return nil
+	}
+	applied := errors.Is(err, broker.ErrBadDuration) || errors.Is(err, broker.ErrAdjusted)
+	st, _ := status.FromError(toStatus(err))
+	return &pb.RequestError{Id: id, Request: kind, Code: uint32(st.Code()), Message: st.Message(), Applied: applied}
+}
+
+// ackDuration converts an ack's duration; ok is false for one that is
+// missing or does not fit a time.Duration.
+func ackDuration(d *durationpb.Duration) (time.Duration, bool) {
+	if d == nil || d.CheckValid() != nil {
+		return 0, false
+	}
+	if d.Seconds > math.MaxInt64/int64(time.Second)-1 || d.Seconds < math.MinInt64/int64(time.Second)+1 {
+		return 0, false
+	}
+	return d.AsDuration(), true
+}
+
+// nackDelay converts a nack's delay, saturating values that do not fit (the
+// broker caps them and says so).
+func nackDelay(d *durationpb.Duration) time.Duration {
 	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, broker.ErrUnknownMessage):
-		s.log.Debug("server: settle of a job the consumer does not hold", "queue", c.Queue(), "consumer", c.Name(), "err", err)
-		return nil
-	case errors.Is(err, broker.ErrBadDuration):
-		s.log.Warn("server: ack duration not learned", "queue", c.Queue(), "consumer", c.Name(), "err", err)
-		return nil
-	default:
-		return toStatus(err)
+	case d == nil:
+		return 0
+	case d.Seconds < 0 || d.Nanos < 0:
+		return -1
+	case d.Seconds > math.MaxInt64/int64(time.Second)-1:
+		return math.MaxInt64
 	}
+	return d.AsDuration()
+}
+
+// formatDuration prints a proto duration as sent, even one that does not
+// fit a time.Duration.
+func formatDuration(d *durationpb.Duration) string {
+	if d == nil {
+		return "(none)"
+	}
+	if d.Nanos == 0 {
+		return fmt.Sprintf("%ds", d.Seconds)
+	}
+	return fmt.Sprintf("%ds+%dns", d.Seconds, d.Nanos)
+}
+
+// GetLimits implements pb.BrokerServer.
+func (s *Server) GetLimits(context.Context, *pb.GetLimitsRequest) (*pb.Limits, error) {
+	return Limits(s.b.Config()), nil
 }
 
 // adminServer implements pb.AdminServer.

@@ -91,11 +91,36 @@ func (tb *testBundle) publish(t testing.TB, msgs ...*pb.Message) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.Ids
+	if len(resp.Results) != len(msgs) {
+		t.Fatalf("%d results for %d messages", len(resp.Results), len(msgs))
+	}
+	ids := make([]string, len(msgs))
+	for i, r := range resp.Results {
+		if r.Id == "" || r.Code != 0 {
+			t.Fatalf("message %d not stored: %v %s", i, codes.Code(r.Code), r.Error)
+		}
+		ids[i] = r.Id
+	}
+	return ids
+}
+
+// refused publishes one message that the broker must refuse, and returns
+// its result as a status error.
+func (tb *testBundle) refused(t testing.TB, m *pb.Message) error {
+	t.Helper()
+	resp, err := tb.bc.Publish(tb.ctx, &pb.PublishRequest{Messages: []*pb.Message{m}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.Results[0]
+	if r.Id != "" || r.Code == 0 {
+		t.Fatalf("message stored as %q, want it refused", r.Id)
+	}
+	return status.Error(codes.Code(r.Code), r.Error)
 }
 
 type consumer struct {
-	s      grpc.BidiStreamingClient[pb.ConsumeRequest, pb.Delivery]
+	s      grpc.BidiStreamingClient[pb.ConsumeRequest, pb.ConsumeResponse]
 	cancel context.CancelFunc
 }
 
@@ -113,13 +138,32 @@ func (tb *testBundle) consume(t testing.TB, queue string, prefetch uint32) *cons
 	return &consumer{s: s, cancel: cancel}
 }
 
+// recv reads the next delivery, failing on anything else.
 func (c *consumer) recv(t testing.TB) *pb.Delivery {
 	t.Helper()
-	d, err := c.s.Recv()
+	r, err := c.s.Recv()
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := r.GetDelivery()
+	if d == nil {
+		t.Fatalf("want a delivery, got %v", r)
+	}
 	return d
+}
+
+// recvError reads the next response, failing unless it is a RequestError.
+func (c *consumer) recvError(t testing.TB) *pb.RequestError {
+	t.Helper()
+	r, err := c.s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := r.GetError()
+	if e == nil {
+		t.Fatalf("want a request error, got %v", r)
+	}
+	return e
 }
 
 func (c *consumer) ack(t testing.TB, id string, d time.Duration, credit uint32) {
@@ -208,13 +252,11 @@ func TestPublishConsumeAck(t *testing.T) {
 func TestErrorCodes(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, broker.Config{MaxPayload: 100, Queue: broker.QueueConfig{MaxDepth: 1}})
-	_, err := tb.bc.Publish(tb.ctx, &pb.PublishRequest{Messages: []*pb.Message{{Queue: "q", Payload: make([]byte, 101)}}})
-	wantCode(t, err, codes.InvalidArgument, "limit of 100 bytes")
-	_, err = tb.bc.Publish(tb.ctx, &pb.PublishRequest{})
+	wantCode(t, tb.refused(t, &pb.Message{Queue: "q", Payload: make([]byte, 101)}), codes.InvalidArgument, "limit of 100 bytes")
+	_, err := tb.bc.Publish(tb.ctx, &pb.PublishRequest{})
 	wantCode(t, err, codes.InvalidArgument, "at least one")
 	tb.publish(t, pmsg("q", "a"))
-	_, err = tb.bc.Publish(tb.ctx, &pb.PublishRequest{Messages: []*pb.Message{pmsg("q", "b")}})
-	wantCode(t, err, codes.ResourceExhausted, `queue "q" is full`)
+	wantCode(t, tb.refused(t, pmsg("q", "b")), codes.ResourceExhausted, `queue "q" is full`)
 	_, err = tb.ac.ListDeadLetters(tb.ctx, &pb.ListDeadLettersRequest{Queue: "nope"})
 	wantCode(t, err, codes.NotFound, `"nope"`)
 	_, err = tb.ac.DeclareQueue(tb.ctx, &pb.DeclareQueueRequest{Name: "x", Config: &pb.QueueConfig{Policy: "lifo"}})

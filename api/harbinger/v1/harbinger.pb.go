@@ -87,6 +87,138 @@ func (NackAction) EnumDescriptor() ([]byte, []int) {
 	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{0}
 }
 
+// GetLimitsRequest takes no arguments.
+type GetLimitsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLimitsRequest) Reset() {
+	*x = GetLimitsRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLimitsRequest) ProtoMessage() {}
+
+func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
+func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{0}
+}
+
+// Limits are the broker's size limits, all derived from its max payload and
+// max header bytes settings.
+type Limits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Largest payload accepted, in bytes.
+	MaxPayloadBytes uint64 `protobuf:"varint,1,opt,name=max_payload_bytes,json=maxPayloadBytes,proto3" json:"max_payload_bytes,omitempty"`
+	// Largest summed length of a message's header keys and values, in bytes.
+	MaxHeaderBytes uint64 `protobuf:"varint,2,opt,name=max_header_bytes,json=maxHeaderBytes,proto3" json:"max_header_bytes,omitempty"`
+	// Largest request the broker reads, in bytes: an encoded PublishRequest
+	// (or any other request) over it fails as a whole with ResourceExhausted,
+	// and on a stream ends the stream.
+	MaxRequestBytes uint64 `protobuf:"varint,3,opt,name=max_request_bytes,json=maxRequestBytes,proto3" json:"max_request_bytes,omitempty"`
+	// Most messages in one PublishRequest.
+	MaxBatch uint32 `protobuf:"varint,4,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	// Largest message the broker sends on a Consume stream, in bytes; a
+	// consumer's receive limit must be at least this.
+	MaxDeliveryBytes uint64 `protobuf:"varint,5,opt,name=max_delivery_bytes,json=maxDeliveryBytes,proto3" json:"max_delivery_bytes,omitempty"`
+	// Most credit a consumer may hold; grants past it are capped.
+	MaxCredit     uint32 `protobuf:"varint,6,opt,name=max_credit,json=maxCredit,proto3" json:"max_credit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Limits) Reset() {
+	*x = Limits{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Limits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Limits) ProtoMessage() {}
+
+func (x *Limits) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Limits.ProtoReflect.Descriptor instead.
+func (*Limits) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Limits) GetMaxPayloadBytes() uint64 {
+	if x != nil {
+		return x.MaxPayloadBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxHeaderBytes() uint64 {
+	if x != nil {
+		return x.MaxHeaderBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxRequestBytes() uint64 {
+	if x != nil {
+		return x.MaxRequestBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxBatch() uint32 {
+	if x != nil {
+		return x.MaxBatch
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxDeliveryBytes() uint64 {
+	if x != nil {
+		return x.MaxDeliveryBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxCredit() uint32 {
+	if x != nil {
+		return x.MaxCredit
+	}
+	return 0
+}
+
 // Message is one job as a producer publishes it.
 type Message struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -113,7 +245,7 @@ type Message struct {
 
 func (x *Message) Reset() {
 	*x = Message{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[0]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -125,7 +257,7 @@ func (x *Message) String() string {
 func (*Message) ProtoMessage() {}
 
 func (x *Message) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[0]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -138,7 +270,7 @@ func (x *Message) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Message.ProtoReflect.Descriptor instead.
 func (*Message) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{0}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Message) GetQueue() string {
@@ -208,7 +340,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[1]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +352,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[1]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +365,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{1}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *PublishRequest) GetMessages() []*Message {
@@ -246,15 +378,15 @@ func (x *PublishRequest) GetMessages() []*Message {
 // PublishResponse answers one PublishRequest.
 type PublishResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Ids assigned to the messages, in request order.
-	Ids           []string `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	// One result per message, in request order.
+	Results       []*PublishResult `protobuf:"bytes,2,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PublishResponse) Reset() {
 	*x = PublishResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[2]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +398,7 @@ func (x *PublishResponse) String() string {
 func (*PublishResponse) ProtoMessage() {}
 
 func (x *PublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[2]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,14 +411,83 @@ func (x *PublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
 func (*PublishResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{2}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *PublishResponse) GetIds() []string {
+func (x *PublishResponse) GetResults() []*PublishResult {
 	if x != nil {
-		return x.Ids
+		return x.Results
 	}
 	return nil
+}
+
+// PublishResult is one message's outcome. A message with an id is stored
+// and will be delivered; one without was not stored, and publishing it
+// again creates no duplicate.
+type PublishResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Id of the stored job; empty when the message was not stored.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Why the message was not stored, as a gRPC status code: 0 (OK) when
+	// stored, 3 (INVALID_ARGUMENT) for a message that breaks a limit, 8
+	// (RESOURCE_EXHAUSTED) for a full queue, too many queues or the broker's
+	// byte budget, 14 (UNAVAILABLE) while the broker shuts down.
+	Code uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	// What went wrong, for a person; empty when stored.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishResult) Reset() {
+	*x = PublishResult{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishResult) ProtoMessage() {}
+
+func (x *PublishResult) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishResult.ProtoReflect.Descriptor instead.
+func (*PublishResult) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PublishResult) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PublishResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *PublishResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
 }
 
 // ConsumeRequest is one client-to-server message on a Consume stream.
@@ -308,7 +509,7 @@ type ConsumeRequest struct {
 
 func (x *ConsumeRequest) Reset() {
 	*x = ConsumeRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[3]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +521,7 @@ func (x *ConsumeRequest) String() string {
 func (*ConsumeRequest) ProtoMessage() {}
 
 func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[3]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +534,7 @@ func (x *ConsumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeRequest.ProtoReflect.Descriptor instead.
 func (*ConsumeRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{3}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConsumeRequest) GetRequest() isConsumeRequest_Request {
@@ -439,7 +640,7 @@ type Subscribe struct {
 
 func (x *Subscribe) Reset() {
 	*x = Subscribe{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[4]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +652,7 @@ func (x *Subscribe) String() string {
 func (*Subscribe) ProtoMessage() {}
 
 func (x *Subscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[4]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +665,7 @@ func (x *Subscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscribe.ProtoReflect.Descriptor instead.
 func (*Subscribe) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{4}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Subscribe) GetQueue() string {
@@ -488,7 +689,8 @@ func (x *Subscribe) GetConsumerName() string {
 	return ""
 }
 
-// Credit lets the server send n more deliveries.
+// Credit lets the server send n more deliveries. A consumer's credit is
+// capped at Limits.max_credit.
 type Credit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Deliveries granted.
@@ -499,7 +701,7 @@ type Credit struct {
 
 func (x *Credit) Reset() {
 	*x = Credit{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[5]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +713,7 @@ func (x *Credit) String() string {
 func (*Credit) ProtoMessage() {}
 
 func (x *Credit) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[5]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +726,7 @@ func (x *Credit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credit.ProtoReflect.Descriptor instead.
 func (*Credit) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{5}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Credit) GetN() uint32 {
@@ -550,7 +752,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[6]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +764,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[6]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +777,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{6}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Ack) GetId() string {
@@ -606,9 +808,11 @@ type Nack struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// What to do with the job.
 	Action NackAction `protobuf:"varint,2,opt,name=action,proto3,enum=harbinger.v1.NackAction" json:"action,omitempty"`
-	// Delay before redelivery; used with NACK_ACTION_REQUEUE_AFTER.
+	// Delay before redelivery; used with NACK_ACTION_REQUEUE_AFTER. A delay
+	// over 24 hours is capped to it (and answered with a RequestError).
 	Delay *durationpb.Duration `protobuf:"bytes,3,opt,name=delay,proto3" json:"delay,omitempty"`
-	// Why the job failed; kept on the dead letter.
+	// Why the job failed; kept on the dead letter, cut to 1,024 bytes on a
+	// character boundary.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Extra credit granted together with the nack.
 	Credit        uint32 `protobuf:"varint,5,opt,name=credit,proto3" json:"credit,omitempty"`
@@ -618,7 +822,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[7]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +834,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[7]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +847,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{7}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Nack) GetId() string {
@@ -694,7 +898,7 @@ type Extend struct {
 
 func (x *Extend) Reset() {
 	*x = Extend{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[8]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +910,7 @@ func (x *Extend) String() string {
 func (*Extend) ProtoMessage() {}
 
 func (x *Extend) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[8]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +923,7 @@ func (x *Extend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extend.ProtoReflect.Descriptor instead.
 func (*Extend) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{8}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Extend) GetId() string {
@@ -734,6 +938,181 @@ func (x *Extend) GetLease() *durationpb.Duration {
 		return x.Lease
 	}
 	return nil
+}
+
+// ConsumeResponse is one server-to-client message on a Consume stream.
+type ConsumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The response's one item.
+	//
+	// Types that are valid to be assigned to Response:
+	//
+	//	*ConsumeResponse_Delivery
+	//	*ConsumeResponse_Error
+	Response      isConsumeResponse_Response `protobuf_oneof:"response"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumeResponse) Reset() {
+	*x = ConsumeResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumeResponse) ProtoMessage() {}
+
+func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
+func (*ConsumeResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ConsumeResponse) GetResponse() isConsumeResponse_Response {
+	if x != nil {
+		return x.Response
+	}
+	return nil
+}
+
+func (x *ConsumeResponse) GetDelivery() *Delivery {
+	if x != nil {
+		if x, ok := x.Response.(*ConsumeResponse_Delivery); ok {
+			return x.Delivery
+		}
+	}
+	return nil
+}
+
+func (x *ConsumeResponse) GetError() *RequestError {
+	if x != nil {
+		if x, ok := x.Response.(*ConsumeResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isConsumeResponse_Response interface {
+	isConsumeResponse_Response()
+}
+
+type ConsumeResponse_Delivery struct {
+	// A job to run.
+	Delivery *Delivery `protobuf:"bytes,1,opt,name=delivery,proto3,oneof"`
+}
+
+type ConsumeResponse_Error struct {
+	// A request the broker refused or applied only in part.
+	Error *RequestError `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*ConsumeResponse_Delivery) isConsumeResponse_Response() {}
+
+func (*ConsumeResponse_Error) isConsumeResponse_Response() {}
+
+// RequestError answers one ack, nack, extend or credit on a Consume stream
+// that the broker did not apply exactly as sent. Only that request is
+// affected; the stream and every other job carry on.
+type RequestError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Delivery id the request named; empty for credit.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The request's kind: "ack", "nack", "extend" or "credit".
+	Request string `protobuf:"bytes,2,opt,name=request,proto3" json:"request,omitempty"`
+	// A gRPC status code: 3 (INVALID_ARGUMENT) for a bad value, 9
+	// (FAILED_PRECONDITION) for a job this consumer does not hold (already
+	// settled, or its lease expired).
+	Code uint32 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	// What was wrong and what the broker did, for a person.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// True when the request still took effect, in the adjusted form the
+	// message describes (an ack whose duration was not learned settles the
+	// job all the same; a nack delay over the limit is capped to it).
+	Applied       bool `protobuf:"varint,5,opt,name=applied,proto3" json:"applied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestError) Reset() {
+	*x = RequestError{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestError) ProtoMessage() {}
+
+func (x *RequestError) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
+func (*RequestError) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RequestError) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RequestError) GetRequest() string {
+	if x != nil {
+		return x.Request
+	}
+	return ""
+}
+
+func (x *RequestError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *RequestError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RequestError) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
 }
 
 // Delivery is one job handed to a consumer under a lease.
@@ -770,7 +1149,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[9]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +1161,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[9]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +1174,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{9}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Delivery) GetId() string {
@@ -920,7 +1299,7 @@ type QueueConfig struct {
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[10]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1311,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[10]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1324,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{10}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -1052,7 +1431,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[11]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1443,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[11]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1456,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{11}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -1156,7 +1535,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[12]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1547,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[12]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1560,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{12}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -1207,7 +1586,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1598,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1611,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{13}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
 }
 
 // ListQueuesResponse lists every queue.
@@ -1246,7 +1625,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1637,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1650,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{14}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1292,7 +1671,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1683,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1696,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{15}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -1338,7 +1717,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1729,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1742,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -1401,7 +1780,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1792,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1805,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -1505,7 +1884,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1896,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1909,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -1558,7 +1937,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1949,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1962,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1606,7 +1985,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1997,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +2010,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -1659,7 +2038,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +2050,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +2063,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -1725,7 +2104,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +2116,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +2129,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -1836,7 +2215,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2227,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2240,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -1889,7 +2268,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2280,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2293,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -1941,7 +2320,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2332,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2345,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -2023,7 +2402,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2414,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2427,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -2123,7 +2502,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2514,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2527,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -2208,7 +2587,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2599,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2612,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -2266,7 +2645,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2657,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2670,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 // AttachRequest changes a queue's count of handlers.
@@ -2307,7 +2686,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2698,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2711,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -2358,7 +2737,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2749,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,14 +2762,23 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
 
 const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\n" +
-	"\x1charbinger/v1/harbinger.proto\x12\fharbinger.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x02\n" +
+	"\x1charbinger/v1/harbinger.proto\x12\fharbinger.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
+	"\x10GetLimitsRequest\"\xf4\x01\n" +
+	"\x06Limits\x12*\n" +
+	"\x11max_payload_bytes\x18\x01 \x01(\x04R\x0fmaxPayloadBytes\x12(\n" +
+	"\x10max_header_bytes\x18\x02 \x01(\x04R\x0emaxHeaderBytes\x12*\n" +
+	"\x11max_request_bytes\x18\x03 \x01(\x04R\x0fmaxRequestBytes\x12\x1b\n" +
+	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\x12,\n" +
+	"\x12max_delivery_bytes\x18\x05 \x01(\x04R\x10maxDeliveryBytes\x12\x1d\n" +
+	"\n" +
+	"max_credit\x18\x06 \x01(\rR\tmaxCredit\"\xd7\x02\n" +
 	"\aMessage\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
@@ -2404,9 +2792,13 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
 	"\x0ePublishRequest\x121\n" +
-	"\bmessages\x18\x01 \x03(\v2\x15.harbinger.v1.MessageR\bmessages\"#\n" +
-	"\x0fPublishResponse\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\tR\x03ids\"\x85\x02\n" +
+	"\bmessages\x18\x01 \x03(\v2\x15.harbinger.v1.MessageR\bmessages\"S\n" +
+	"\x0fPublishResponse\x125\n" +
+	"\aresults\x18\x02 \x03(\v2\x1b.harbinger.v1.PublishResultR\aresultsJ\x04\b\x01\x10\x02R\x03ids\"I\n" +
+	"\rPublishResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x85\x02\n" +
 	"\x0eConsumeRequest\x127\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x17.harbinger.v1.SubscribeH\x00R\tsubscribe\x12.\n" +
 	"\x06credit\x18\x02 \x01(\v2\x14.harbinger.v1.CreditH\x00R\x06credit\x12%\n" +
@@ -2432,7 +2824,18 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x06credit\x18\x05 \x01(\rR\x06credit\"I\n" +
 	"\x06Extend\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12/\n" +
-	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xda\x03\n" +
+	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x87\x01\n" +
+	"\x0fConsumeResponse\x124\n" +
+	"\bdelivery\x18\x01 \x01(\v2\x16.harbinger.v1.DeliveryH\x00R\bdelivery\x122\n" +
+	"\x05error\x18\x02 \x01(\v2\x1a.harbinger.v1.RequestErrorH\x00R\x05errorB\n" +
+	"\n" +
+	"\bresponse\"\x80\x01\n" +
+	"\fRequestError\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\arequest\x18\x02 \x01(\tR\arequest\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x18\n" +
+	"\aapplied\x18\x05 \x01(\bR\aapplied\"\xda\x03\n" +
 	"\bDelivery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x1a\n" +
@@ -2563,11 +2966,12 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x17NACK_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13NACK_ACTION_REQUEUE\x10\x01\x12\x1d\n" +
 	"\x19NACK_ACTION_REQUEUE_AFTER\x10\x02\x12\x1b\n" +
-	"\x17NACK_ACTION_DEAD_LETTER\x10\x032\xe7\x01\n" +
+	"\x17NACK_ACTION_DEAD_LETTER\x10\x032\xb1\x02\n" +
 	"\x06Broker\x12F\n" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
-	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12C\n" +
-	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x16.harbinger.v1.Delivery(\x010\x012\x89\x04\n" +
+	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
+	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\x89\x04\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -2595,108 +2999,118 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
-	(*Message)(nil),                    // 1: harbinger.v1.Message
-	(*PublishRequest)(nil),             // 2: harbinger.v1.PublishRequest
-	(*PublishResponse)(nil),            // 3: harbinger.v1.PublishResponse
-	(*ConsumeRequest)(nil),             // 4: harbinger.v1.ConsumeRequest
-	(*Subscribe)(nil),                  // 5: harbinger.v1.Subscribe
-	(*Credit)(nil),                     // 6: harbinger.v1.Credit
-	(*Ack)(nil),                        // 7: harbinger.v1.Ack
-	(*Nack)(nil),                       // 8: harbinger.v1.Nack
-	(*Extend)(nil),                     // 9: harbinger.v1.Extend
-	(*Delivery)(nil),                   // 10: harbinger.v1.Delivery
-	(*QueueConfig)(nil),                // 11: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 12: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 13: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 14: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 15: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 16: harbinger.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 17: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 18: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 19: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 20: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 21: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 22: harbinger.v1.RequeueDeadLettersResponse
-	(*KeyStats)(nil),                   // 23: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 24: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 25: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 26: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 27: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 28: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 29: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 30: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 31: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 32: harbinger.v1.AttachResponse
-	nil,                                // 33: harbinger.v1.Message.HeadersEntry
-	nil,                                // 34: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 35: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 36: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 37: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 38: google.protobuf.Timestamp
+	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
+	(*Limits)(nil),                     // 2: harbinger.v1.Limits
+	(*Message)(nil),                    // 3: harbinger.v1.Message
+	(*PublishRequest)(nil),             // 4: harbinger.v1.PublishRequest
+	(*PublishResponse)(nil),            // 5: harbinger.v1.PublishResponse
+	(*PublishResult)(nil),              // 6: harbinger.v1.PublishResult
+	(*ConsumeRequest)(nil),             // 7: harbinger.v1.ConsumeRequest
+	(*Subscribe)(nil),                  // 8: harbinger.v1.Subscribe
+	(*Credit)(nil),                     // 9: harbinger.v1.Credit
+	(*Ack)(nil),                        // 10: harbinger.v1.Ack
+	(*Nack)(nil),                       // 11: harbinger.v1.Nack
+	(*Extend)(nil),                     // 12: harbinger.v1.Extend
+	(*ConsumeResponse)(nil),            // 13: harbinger.v1.ConsumeResponse
+	(*RequestError)(nil),               // 14: harbinger.v1.RequestError
+	(*Delivery)(nil),                   // 15: harbinger.v1.Delivery
+	(*QueueConfig)(nil),                // 16: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 17: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 18: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 19: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 20: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 21: harbinger.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 22: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 23: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 24: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 25: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 26: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 27: harbinger.v1.RequeueDeadLettersResponse
+	(*KeyStats)(nil),                   // 28: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 29: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 30: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 31: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 32: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 33: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 34: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 35: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 36: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 37: harbinger.v1.AttachResponse
+	nil,                                // 38: harbinger.v1.Message.HeadersEntry
+	nil,                                // 39: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 40: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 41: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 42: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 43: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	37, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	33, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	1,  // 2: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
-	5,  // 3: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
-	6,  // 4: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
-	7,  // 5: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
-	8,  // 6: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
-	9,  // 7: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	37, // 8: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
-	0,  // 9: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	37, // 10: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	37, // 11: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
-	34, // 12: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	38, // 13: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	37, // 14: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	37, // 15: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	35, // 16: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	37, // 17: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	37, // 18: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	11, // 19: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	11, // 20: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	12, // 21: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	36, // 22: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	38, // 23: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	18, // 24: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	23, // 25: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	37, // 26: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	37, // 27: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	29, // 28: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	37, // 29: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	2,  // 30: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	2,  // 31: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	4,  // 32: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	13, // 33: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	14, // 34: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	16, // 35: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	19, // 36: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	21, // 37: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	24, // 38: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	26, // 39: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	28, // 40: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	31, // 41: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	3,  // 42: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	3,  // 43: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	10, // 44: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.Delivery
-	12, // 45: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	15, // 46: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	17, // 47: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	20, // 48: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	22, // 49: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	25, // 50: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	27, // 51: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	30, // 52: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	32, // 53: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	42, // [42:54] is the sub-list for method output_type
-	30, // [30:42] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	42, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	38, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	3,  // 2: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
+	6,  // 3: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
+	8,  // 4: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
+	9,  // 5: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
+	10, // 6: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
+	11, // 7: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
+	12, // 8: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
+	42, // 9: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	0,  // 10: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
+	42, // 11: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	42, // 12: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	15, // 13: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
+	14, // 14: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
+	39, // 15: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	43, // 16: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	42, // 17: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	42, // 18: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	40, // 19: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	42, // 20: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	42, // 21: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	16, // 22: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	16, // 23: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	17, // 24: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	41, // 25: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	43, // 26: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	23, // 27: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	28, // 28: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	42, // 29: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	42, // 30: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	34, // 31: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	42, // 32: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 33: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 34: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 35: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 36: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	18, // 37: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	19, // 38: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	21, // 39: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	24, // 40: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	26, // 41: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	29, // 42: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	31, // 43: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	33, // 44: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	36, // 45: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 46: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 47: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 48: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 49: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	17, // 50: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	20, // 51: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	22, // 52: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	25, // 53: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	27, // 54: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	30, // 55: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	32, // 56: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	35, // 57: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	37, // 58: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	46, // [46:59] is the sub-list for method output_type
+	33, // [33:46] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -2704,12 +3118,16 @@ func file_harbinger_v1_harbinger_proto_init() {
 	if File_harbinger_v1_harbinger_proto != nil {
 		return
 	}
-	file_harbinger_v1_harbinger_proto_msgTypes[3].OneofWrappers = []any{
+	file_harbinger_v1_harbinger_proto_msgTypes[6].OneofWrappers = []any{
 		(*ConsumeRequest_Subscribe)(nil),
 		(*ConsumeRequest_Credit)(nil),
 		(*ConsumeRequest_Ack)(nil),
 		(*ConsumeRequest_Nack)(nil),
 		(*ConsumeRequest_Extend)(nil),
+	}
+	file_harbinger_v1_harbinger_proto_msgTypes[12].OneofWrappers = []any{
+		(*ConsumeResponse_Delivery)(nil),
+		(*ConsumeResponse_Error)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2717,7 +3135,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -29,6 +29,7 @@ const (
 	Broker_Publish_FullMethodName       = "/harbinger.v1.Broker/Publish"
 	Broker_PublishStream_FullMethodName = "/harbinger.v1.Broker/PublishStream"
 	Broker_Consume_FullMethodName       = "/harbinger.v1.Broker/Consume"
+	Broker_GetLimits_FullMethodName     = "/harbinger.v1.Broker/GetLimits"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -38,8 +39,11 @@ const (
 // Broker accepts jobs from producers and hands them to consumers, shortest
 // predicted work first.
 type BrokerClient interface {
-	// Publish stores a batch of one or more messages and returns their ids in
-	// the same order.
+	// Publish stores a batch of one or more messages and answers each one in
+	// the same order: its id, or why it was not stored. Each message stands
+	// alone: one that is invalid, or meets a full queue, does not stop the
+	// others. The call itself fails only for a request that is malformed as
+	// a whole (no messages, too many) or when the broker cannot take any.
 	Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error)
 	// PublishStream is Publish for high-throughput producers: every request is
 	// answered by exactly one response, in order, without a round trip per
@@ -47,8 +51,14 @@ type BrokerClient interface {
 	PublishStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PublishRequest, PublishResponse], error)
 	// Consume opens a consumer session. The first request must be a Subscribe;
 	// after that the client grants credit, acks, nacks and extends leases, and
-	// the server sends at most as many deliveries as it has credit for.
-	Consume(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsumeRequest, Delivery], error)
+	// the server sends at most as many deliveries as it has credit for. An
+	// ack, nack or extend the broker refuses, or applies only in part, is
+	// answered with a RequestError for that job alone; the session carries on.
+	Consume(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsumeRequest, ConsumeResponse], error)
+	// GetLimits reports the broker's size limits, so that clients size their
+	// batches and their receive limits from one setting: whatever the broker
+	// accepts, a consumer sized this way can receive.
+	GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*Limits, error)
 }
 
 type brokerClient struct {
@@ -82,18 +92,28 @@ func (c *brokerClient) PublishStream(ctx context.Context, opts ...grpc.CallOptio
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Broker_PublishStreamClient = grpc.BidiStreamingClient[PublishRequest, PublishResponse]
 
-func (c *brokerClient) Consume(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsumeRequest, Delivery], error) {
+func (c *brokerClient) Consume(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsumeRequest, ConsumeResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[1], Broker_Consume_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[ConsumeRequest, Delivery]{ClientStream: stream}
+	x := &grpc.GenericClientStream[ConsumeRequest, ConsumeResponse]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Broker_ConsumeClient = grpc.BidiStreamingClient[ConsumeRequest, Delivery]
+type Broker_ConsumeClient = grpc.BidiStreamingClient[ConsumeRequest, ConsumeResponse]
+
+func (c *brokerClient) GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*Limits, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Limits)
+	err := c.cc.Invoke(ctx, Broker_GetLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 // BrokerServer is the server API for Broker service.
 // All implementations must embed UnimplementedBrokerServer
@@ -102,8 +122,11 @@ type Broker_ConsumeClient = grpc.BidiStreamingClient[ConsumeRequest, Delivery]
 // Broker accepts jobs from producers and hands them to consumers, shortest
 // predicted work first.
 type BrokerServer interface {
-	// Publish stores a batch of one or more messages and returns their ids in
-	// the same order.
+	// Publish stores a batch of one or more messages and answers each one in
+	// the same order: its id, or why it was not stored. Each message stands
+	// alone: one that is invalid, or meets a full queue, does not stop the
+	// others. The call itself fails only for a request that is malformed as
+	// a whole (no messages, too many) or when the broker cannot take any.
 	Publish(context.Context, *PublishRequest) (*PublishResponse, error)
 	// PublishStream is Publish for high-throughput producers: every request is
 	// answered by exactly one response, in order, without a round trip per
@@ -111,8 +134,14 @@ type BrokerServer interface {
 	PublishStream(grpc.BidiStreamingServer[PublishRequest, PublishResponse]) error
 	// Consume opens a consumer session. The first request must be a Subscribe;
 	// after that the client grants credit, acks, nacks and extends leases, and
-	// the server sends at most as many deliveries as it has credit for.
-	Consume(grpc.BidiStreamingServer[ConsumeRequest, Delivery]) error
+	// the server sends at most as many deliveries as it has credit for. An
+	// ack, nack or extend the broker refuses, or applies only in part, is
+	// answered with a RequestError for that job alone; the session carries on.
+	Consume(grpc.BidiStreamingServer[ConsumeRequest, ConsumeResponse]) error
+	// GetLimits reports the broker's size limits, so that clients size their
+	// batches and their receive limits from one setting: whatever the broker
+	// accepts, a consumer sized this way can receive.
+	GetLimits(context.Context, *GetLimitsRequest) (*Limits, error)
 	mustEmbedUnimplementedBrokerServer()
 }
 
@@ -129,8 +158,11 @@ func (UnimplementedBrokerServer) Publish(context.Context, *PublishRequest) (*Pub
 func (UnimplementedBrokerServer) PublishStream(grpc.BidiStreamingServer[PublishRequest, PublishResponse]) error {
 	return status.Error(codes.Unimplemented, "method PublishStream not implemented")
 }
-func (UnimplementedBrokerServer) Consume(grpc.BidiStreamingServer[ConsumeRequest, Delivery]) error {
+func (UnimplementedBrokerServer) Consume(grpc.BidiStreamingServer[ConsumeRequest, ConsumeResponse]) error {
 	return status.Error(codes.Unimplemented, "method Consume not implemented")
+}
+func (UnimplementedBrokerServer) GetLimits(context.Context, *GetLimitsRequest) (*Limits, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLimits not implemented")
 }
 func (UnimplementedBrokerServer) mustEmbedUnimplementedBrokerServer() {}
 func (UnimplementedBrokerServer) testEmbeddedByValue()                {}
@@ -179,11 +211,29 @@ func _Broker_PublishStream_Handler(srv interface{}, stream grpc.ServerStream) er
 type Broker_PublishStreamServer = grpc.BidiStreamingServer[PublishRequest, PublishResponse]
 
 func _Broker_Consume_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(BrokerServer).Consume(&grpc.GenericServerStream[ConsumeRequest, Delivery]{ServerStream: stream})
+	return srv.(BrokerServer).Consume(&grpc.GenericServerStream[ConsumeRequest, ConsumeResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Broker_ConsumeServer = grpc.BidiStreamingServer[ConsumeRequest, Delivery]
+type Broker_ConsumeServer = grpc.BidiStreamingServer[ConsumeRequest, ConsumeResponse]
+
+func _Broker_GetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).GetLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_GetLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).GetLimits(ctx, req.(*GetLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 // Broker_ServiceDesc is the grpc.ServiceDesc for Broker service.
 // It's only intended for direct use with grpc.RegisterService,
@@ -195,6 +245,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Publish",
 			Handler:    _Broker_Publish_Handler,
+		},
+		{
+			MethodName: "GetLimits",
+			Handler:    _Broker_GetLimits_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
