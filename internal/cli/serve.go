@@ -119,6 +119,17 @@ func num(p func(*ServeConfig) *int) func(*ServeConfig, string) error {
 	}
 }
 
+func num64(p func(*ServeConfig) *int64) func(*ServeConfig, string) error {
+	return func(c *ServeConfig, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want a whole number, got %q", v)
+		}
+		*p(c) = n
+		return nil
+	}
+}
+
 func dur(p func(*ServeConfig) *time.Duration) func(*ServeConfig, string) error {
 	return func(c *ServeConfig, v string) error {
 		d, err := time.ParseDuration(v)
@@ -136,7 +147,8 @@ var serveSettings = []setting{
 	{"shutdown-timeout", "time in-flight jobs get to finish on SIGINT/SIGTERM (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.ShutdownTimeout })},
 	{"log-level", "debug, info, warn or error (default info)", str(func(c *ServeConfig) *string { return &c.LogLevel })},
 	{"log-format", "text or json (default text)", str(func(c *ServeConfig) *string { return &c.LogFormat })},
-	{"max-payload", "largest payload in bytes (default 1048576)", num(func(c *ServeConfig) *int { return &c.Broker.MaxPayload })},
+	{"max-payload", "largest payload in bytes, at most 268435456; the gRPC limits and what clients are told (GetLimits) follow from it (default 1048576)", num(func(c *ServeConfig) *int { return &c.Broker.MaxPayload })},
+	{"max-bytes", "bytes the broker's jobs may hold in all, ready, delayed, in flight and dead-lettered; publishes past it get ResourceExhausted (default 1073741824)", num64(func(c *ServeConfig) *int64 { return &c.Broker.MaxBytes })},
 	{"max-key-len", "longest producer or job type in bytes (default 256)", num(func(c *ServeConfig) *int { return &c.Broker.MaxKeyLen })},
 	{"max-queue-name", "longest queue name in bytes (default 128)", num(func(c *ServeConfig) *int { return &c.Broker.MaxQueueName })},
 	{"max-keys-per-queue", "predictor keys tracked per queue (default 100000)", num(func(c *ServeConfig) *int { return &c.Broker.MaxKeysPerQueue })},
@@ -257,7 +269,7 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	eff := b.Config()
 	log.Info("harbinger: serving", "grpc", glis.Addr().String(), "http", httpAddr,
 		"policy", eff.Queue.Policy, "lease", eff.Queue.Lease, "max_attempts", eff.Queue.MaxAttempts,
-		"max_depth", eff.Queue.MaxDepth, "max_payload", eff.MaxPayload)
+		"max_depth", eff.Queue.MaxDepth, "max_payload", eff.MaxPayload, "max_bytes", eff.MaxBytes)
 	if ready != nil {
 		ready(glis.Addr().String(), httpAddr)
 	}
