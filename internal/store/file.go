@@ -1,0 +1,557 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// SyncMode says when the file store calls fsync.
+type SyncMode struct {
+	// Interval is 0 for fsync before every answer (always), or how often
+	// the log is fsynced; with an interval, Wait returns once records are
+	// written to the operating system, so a crash of the process loses
+	// nothing and a crash of the machine loses at most Interval.
+	Interval time.Duration
+}
+
+// ParseSyncMode reads "always" or "interval=DURATION".
+func ParseSyncMode(s string) (SyncMode, error) {
+	if s == "always" || s == "" {
+		return SyncMode{}, nil
+	}
+	if v, ok := strings.CutPrefix(s, "interval="); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return SyncMode{}, fmt.Errorf("store: fsync interval must be a positive duration such as 100ms, got %q", v)
+		}
+		return SyncMode{Interval: d}, nil
+	}
+	return SyncMode{}, fmt.Errorf("store: fsync mode must be always or interval=DURATION, got %q", s)
+}
+
+func (m SyncMode) String() string {
+	if m.Interval == 0 {
+		return "always"
+	}
+	return "interval=" + m.Interval.String()
+}
+
+// FileOptions configure a file store; zero fields take their defaults.
+type FileOptions struct {
+	Sync SyncMode
+	// SegmentBytes is the size past which a new segment file starts;
+	// default 64 MiB.
+	SegmentBytes int64
+	// Salvage makes Open keep what is readable of a log with a corrupt
+	// record in the middle: the corrupt segment is cut at the bad record
+	// and every later segment is set aside (renamed *.corrupt). Without
+	// it, Open refuses such a log and names the file and offset.
+	Salvage bool
+	// FS is the file layer; default the operating system's. Tests inject
+	// write and fsync failures through it.
+	FS FS
+	// Logger gets recovery warnings; default slog.Default.
+	Logger *slog.Logger
+}
+
+// DefaultSegmentBytes is the default FileOptions.SegmentBytes.
+const DefaultSegmentBytes = 64 << 20
+
+// FS is the part of a file system the file store uses.
+type FS interface {
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	ReadFile(name string) ([]byte, error)
+	ReadDir(name string) ([]fs.DirEntry, error)
+	Remove(name string) error
+	Rename(from, to string) error
+	MkdirAll(name string, perm fs.FileMode) error
+}
+
+// File is the part of a file the file store uses.
+type File interface {
+	io.Writer
+	Sync() error
+	Truncate(size int64) error
+	Close() error
+}
+
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	return os.OpenFile(name, flag, perm)
+}
+func (osFS) ReadFile(name string) ([]byte, error)         { return os.ReadFile(name) }
+func (osFS) ReadDir(name string) ([]fs.DirEntry, error)   { return os.ReadDir(name) }
+func (osFS) Remove(name string) error                     { return os.Remove(name) }
+func (osFS) Rename(from, to string) error                 { return os.Rename(from, to) }
+func (osFS) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(name, perm) }
+
+// File is a Store on disk: a write-ahead log of segment files in one
+// directory, written by one goroutine that commits in groups: every record
+// appended while the previous write and fsync ran goes out in the next one.
+type FileStore struct {
+	dir  string
+	opts FileOptions
+	fs   FS
+	log  *slog.Logger
+	lock *os.File // flock held while open
+
+	mu       sync.Mutex
+	cond     *sync.Cond // broadcast when durable moves, err is set or the flusher has work
+	buf      []byte     // frames appended and not yet written
+	marks    []pending  // checkpoints requested: rotate once buf reaches off
+	appended Pos
+	durable  Pos
+	err      error // sticky: the store failed or closed
+	closing  bool
+	size     int64 // bytes in segment files, written or buffered
+	replayed bool
+	tick     bool // interval mode: time to fsync what was written
+
+	// Owned by the flusher.
+	seg     File
+	segN    uint64
+	segSize int64
+	segs    []uint64 // segment numbers on disk, oldest first (guarded by mu)
+	spare   []byte
+	done    chan struct{}
+}
+
+type pending struct {
+	off int    // bytes of buf that go before the rotation
+	seg uint64 // the segment the rotation starts
+}
+
+// ErrLocked is returned by OpenFile when another process holds the
+// directory.
+var ErrLocked = errors.New("store: data directory in use")
+
+// OpenFile opens (creating if needed) the log in dir, takes its lock,
+// checks every segment and truncates a torn final record.
+func OpenFile(dir string, opts FileOptions) (*FileStore, error) {
+	if opts.FS == nil {
+		opts.FS = osFS{}
+	}
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = DefaultSegmentBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("store: create data directory: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("store: open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("%w: %s is held by another broker (is one already running with this data directory?)", ErrLocked, dir)
+	}
+	s := &FileStore{dir: dir, opts: opts, fs: opts.FS, log: opts.Logger, lock: lock, done: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	if err := s.scan(); err != nil {
+		s.unlock()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *FileStore) unlock() {
+	_ = syscall.Flock(int(s.lock.Fd()), syscall.LOCK_UN)
+	s.lock.Close()
+}
+
+func (s *FileStore) segPath(n uint64) string {
+	return filepath.Join(s.dir, fmt.Sprintf("%016d.wal", n))
+}
+
+// scan lists the segments, without reading them.
+func (s *FileStore) scan() error {
+	ents, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("store: read data directory: %w", err)
+	}
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".wal")
+		if !ok || e.IsDir() {
+			continue
+		}
+		n, err := strconv.ParseUint(name, 10, 64)
+		if err != nil {
+			continue
+		}
+		s.segs = append(s.segs, n)
+	}
+	slices.Sort(s.segs)
+	return nil
+}
+
+// CorruptError names where a log is unreadable.
+type CorruptError struct {
+	File   string
+	Offset int64
+	Err    error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("store: %s is corrupt at offset %d: %v; start with --salvage to keep the records before it and set the rest aside", e.File, e.Offset, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Replay implements Store. It reads every segment in order; a torn record
+// at the end of the last segment is cut off with a warning, a bad record
+// anywhere else is a *CorruptError (or, with Salvage, the end of the log).
+// Then it opens the last segment for appending.
+func (s *FileStore) Replay(fn func(*Record) error) error {
+	s.mu.Lock()
+	if s.replayed {
+		s.mu.Unlock()
+		return errors.New("store: Replay may be called once, before the first Append")
+	}
+	s.replayed = true
+	segs := slices.Clone(s.segs)
+	s.mu.Unlock()
+	for i := 0; i < len(segs); i++ {
+		path := s.segPath(segs[i])
+		data, err := s.fs.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("store: read %s: %w", path, err)
+		}
+		off := 0
+		for off < len(data) {
+			r, fl, err := readFrame(data[off:])
+			if err != nil {
+				var fe *frameError
+				last := i == len(segs)-1
+				if errors.As(err, &fe) && fe.torn && last {
+					s.log.Warn("store: cutting off a torn final record (the broker died mid-write; it was never confirmed)",
+						"file", path, "offset", off, "bytes", len(data)-off)
+				} else if !s.opts.Salvage {
+					return &CorruptError{File: path, Offset: int64(off), Err: err}
+				} else {
+					s.log.Error("store: salvage: cutting the log at a corrupt record and setting later segments aside",
+						"file", path, "offset", off, "err", err)
+					for _, later := range segs[i+1:] {
+						p := s.segPath(later)
+						if err := s.fs.Rename(p, p+".corrupt"); err != nil {
+							return fmt.Errorf("store: salvage: %w", err)
+						}
+					}
+					s.mu.Lock()
+					s.segs = s.segs[:i+1]
+					s.mu.Unlock()
+					segs = segs[:i+1]
+				}
+				if err := s.truncate(path, int64(off)); err != nil {
+					return err
+				}
+				data = data[:off]
+				break
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+			off += fl
+		}
+		s.size += int64(len(data))
+	}
+	return s.openHead()
+}
+
+func (s *FileStore) truncate(path string, size int64) error {
+	f, err := s.fs.OpenFile(path, os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("store: open %s to truncate: %w", path, err)
+	}
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("store: truncate %s: %w", path, err)
+	}
+	return f.Sync()
+}
+
+// openHead opens the newest segment for appending, or creates the first,
+// and starts the flusher.
+func (s *FileStore) openHead() error {
+	s.mu.Lock()
+	if len(s.segs) == 0 {
+		s.segs = append(s.segs, 1)
+	}
+	n := s.segs[len(s.segs)-1]
+	s.mu.Unlock()
+	f, err := s.fs.OpenFile(s.segPath(n), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("store: open segment: %w", err)
+	}
+	s.seg, s.segN = f, n
+	if st, err := os.Stat(s.segPath(n)); err == nil {
+		s.segSize = st.Size()
+	}
+	go s.flush()
+	if iv := s.opts.Sync.Interval; iv > 0 {
+		go s.ticker(iv)
+	}
+	return nil
+}
+
+// ticker wakes the flusher every interval so that what it wrote is
+// fsynced within the interval even when nothing more is appended.
+func (s *FileStore) ticker(iv time.Duration) {
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			s.mu.Lock()
+			s.tick = true
+			s.cond.Broadcast()
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Append implements Store.
+func (s *FileStore) Append(recs ...*Record) (Pos, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return 0, s.err
+	}
+	if !s.replayed {
+		return 0, errors.New("store: Append before Replay")
+	}
+	before := len(s.buf)
+	for _, r := range recs {
+		s.buf = appendFrame(s.buf, r)
+	}
+	s.size += int64(len(s.buf) - before)
+	s.appended += Pos(len(recs))
+	s.cond.Broadcast()
+	return s.appended, nil
+}
+
+// Wait implements Store.
+func (s *FileStore) Wait(pos Pos) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.durable < pos && s.err == nil {
+		s.cond.Wait()
+	}
+	if s.durable >= pos {
+		return nil
+	}
+	return s.err
+}
+
+// Mark implements Store.
+func (s *FileStore) Mark() (Mark, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return Mark{}, s.err
+	}
+	next := s.segs[len(s.segs)-1] + 1
+	if len(s.marks) > 0 {
+		next = s.marks[len(s.marks)-1].seg + 1
+	}
+	s.marks = append(s.marks, pending{off: len(s.buf), seg: next})
+	s.cond.Broadcast()
+	return Mark{seg: next}, nil
+}
+
+// Compact implements Store: it deletes the segments before m, once the
+// flusher has moved past them.
+func (s *FileStore) Compact(m Mark) error {
+	s.mu.Lock()
+	for s.err == nil && s.segN < m.seg {
+		s.cond.Wait()
+	}
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return err
+	}
+	var drop []uint64
+	for len(s.segs) > 0 && s.segs[0] < m.seg {
+		drop = append(drop, s.segs[0])
+		s.segs = s.segs[1:]
+	}
+	s.mu.Unlock()
+	for _, n := range drop {
+		p := s.segPath(n)
+		size := int64(0)
+		if st, err := os.Stat(p); err == nil {
+			size = st.Size()
+		}
+		if err := s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("store: remove %s: %w", p, err)
+		}
+		s.mu.Lock()
+		s.size -= size
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// Size implements Store.
+func (s *FileStore) Size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.size
+}
+
+// Close implements Store: it writes and syncs what was appended, then
+// releases the directory.
+func (s *FileStore) Close() error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		<-s.done
+		return nil
+	}
+	s.closing = true
+	started := s.seg != nil
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	var err error
+	if started {
+		<-s.done
+		s.mu.Lock()
+		if !errors.Is(s.err, ErrClosed) {
+			err = s.err
+		}
+		s.mu.Unlock()
+	} else {
+		close(s.done)
+	}
+	s.unlock()
+	return err
+}
+
+// flush is the one writer: it takes everything appended since its last
+// round, writes it, syncs (per the sync mode) and tells the waiters.
+func (s *FileStore) flush() {
+	defer close(s.done)
+	defer func() {
+		if s.seg != nil {
+			s.seg.Close()
+		}
+	}()
+	var lastSync time.Time
+	dirty := false // written since the last fsync (interval mode)
+	for {
+		s.mu.Lock()
+		for len(s.buf) == 0 && len(s.marks) == 0 && !s.closing && s.err == nil && !(dirty && s.tick) {
+			s.cond.Wait()
+		}
+		s.tick = false
+		if s.err != nil {
+			s.mu.Unlock()
+			return
+		}
+		if len(s.buf) == 0 && len(s.marks) == 0 && s.closing {
+			err := s.seg.Sync()
+			if err == nil {
+				err = ErrClosed
+			}
+			s.err = err
+			s.cond.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		buf, marks, upto := s.buf, s.marks, s.appended
+		s.buf, s.marks = s.spare[:0], nil
+		s.mu.Unlock()
+
+		err := s.write(buf, marks)
+		dirty = dirty || len(buf) > 0
+		if err == nil && dirty && (s.opts.Sync.Interval == 0 || time.Since(lastSync) >= s.opts.Sync.Interval) {
+			err = s.seg.Sync()
+			lastSync = time.Now()
+			dirty = false
+		}
+		s.mu.Lock()
+		s.spare = buf
+		if err != nil {
+			s.err = fmt.Errorf("store: log write failed, nothing more is accepted until restart: %w", err)
+			s.log.Error("store: log write failed", "err", err)
+		} else {
+			s.durable = upto
+		}
+		s.cond.Broadcast()
+		s.mu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// write puts buf on disk, rotating at each mark and when the segment is
+// full.
+func (s *FileStore) write(buf []byte, marks []pending) error {
+	off := 0
+	for _, m := range marks {
+		if err := s.writeSeg(buf[off:m.off]); err != nil {
+			return err
+		}
+		off = m.off
+		// A rotation for size may have taken m.seg already; then the
+		// checkpoint starts later and Compact keeps a little more.
+		if err := s.rotate(max(m.seg, s.segN+1)); err != nil {
+			return err
+		}
+	}
+	if err := s.writeSeg(buf[off:]); err != nil {
+		return err
+	}
+	if s.segSize >= s.opts.SegmentBytes && len(buf) > 0 {
+		return s.rotate(s.segN + 1)
+	}
+	return nil
+}
+
+func (s *FileStore) writeSeg(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	n, err := s.seg.Write(b)
+	s.segSize += int64(n)
+	return err
+}
+
+// rotate syncs and closes the current segment and starts segment n.
+func (s *FileStore) rotate(n uint64) error {
+	if err := s.seg.Sync(); err != nil {
+		return err
+	}
+	if err := s.seg.Close(); err != nil {
+		return err
+	}
+	f, err := s.fs.OpenFile(s.segPath(n), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o644)
+	if err != nil {
+		s.seg = nil
+		return err
+	}
+	s.mu.Lock()
+	s.seg, s.segN, s.segSize = f, n, 0
+	s.segs = append(s.segs, n)
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	return nil
+}

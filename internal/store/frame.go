@@ -1,0 +1,71 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+)
+
+// A frame is a record on disk: its body's length and CRC-32C, then the
+// body. A frame cut short (the process died mid-write) or whose CRC does
+// not match is detected at replay.
+const frameHeader = 8
+
+// maxBody bounds a record body: a full-size payload with its headers and
+// envelope, with room to spare.
+const maxBody = 1 << 30
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// appendFrame appends r as a frame to b.
+func appendFrame(b []byte, r *Record) []byte {
+	start := len(b)
+	b = append(b, make([]byte, frameHeader)...)
+	b = encode(b, r)
+	body := b[start+frameHeader:]
+	binary.LittleEndian.PutUint32(b[start:], uint32(len(body)))
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(body, castagnoli))
+	return b
+}
+
+// frameError describes why a frame does not read; torn is true when the
+// frame runs past the end of the data, as a write cut short leaves it.
+type frameError struct {
+	torn bool
+	err  error
+}
+
+func (e *frameError) Error() string { return e.err.Error() }
+func (e *frameError) Unwrap() error { return e.err }
+
+// readFrame reads the frame at the start of b and returns its record and
+// length. The record's byte fields are copies: b may be reused.
+func readFrame(b []byte) (*Record, int, error) {
+	if len(b) < frameHeader {
+		return nil, 0, &frameError{torn: true, err: fmt.Errorf("%w: frame header cut short (%d bytes)", ErrCorrupt, len(b))}
+	}
+	n := binary.LittleEndian.Uint32(b)
+	sum := binary.LittleEndian.Uint32(b[4:])
+	if n > maxBody {
+		return nil, 0, &frameError{err: fmt.Errorf("%w: frame length %d is over the limit", ErrCorrupt, n)}
+	}
+	end := frameHeader + int(n)
+	if end > len(b) {
+		return nil, 0, &frameError{torn: true, err: fmt.Errorf("%w: frame of %d bytes cut short at %d", ErrCorrupt, n, len(b)-frameHeader)}
+	}
+	body := b[frameHeader:end]
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, 0, &frameError{torn: end == len(b), err: fmt.Errorf("%w: checksum mismatch", ErrCorrupt)}
+	}
+	r, err := decode(body)
+	if err != nil {
+		return nil, 0, &frameError{err: err}
+	}
+	if r.Job != nil && r.Job.Payload != nil {
+		r.Job.Payload = append([]byte(nil), r.Job.Payload...)
+	}
+	if r.Data != nil {
+		r.Data = append([]byte(nil), r.Data...)
+	}
+	return r, end, nil
+}

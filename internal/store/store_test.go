@@ -1,0 +1,417 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// sample returns one record of every kind, with realistic content:
+// kilobytes of payload, non-ASCII text, headers.
+func sample(i int) []*Record {
+	at := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC).Add(time.Duration(i) * time.Second)
+	id := fmt.Sprintf("job-%d", i)
+	payload := make([]byte, 4<<10+i)
+	for j := range payload {
+		payload[j] = byte(j * 7)
+	}
+	return []*Record{
+		{Kind: KindDeclare, Queue: "媒体", Data: []byte(`{"policy":"fifo"}`)},
+		{Kind: KindJob, Queue: "媒体", ID: id, Job: &Job{
+			ID: id, Producer: "wéb", JobType: "thumbnail", SizeHint: 1 << 40, Payload: payload,
+			Headers: map[string]string{"trace": "abc", "ключ": "значение"}, TTL: time.Hour, MaxAttempts: 5,
+			PublishedAt: at, Seq: uint64(i + 1), Tier: 2, Cost: 1500 * time.Millisecond, Long: true,
+			Enqueued: at, Expires: at.Add(time.Hour), Attempts: 1,
+		}},
+		{Kind: KindDeliver, Queue: "媒体", ID: id},
+		{Kind: KindReturn, Queue: "媒体", ID: id},
+		{Kind: KindRetry, Queue: "媒体", ID: id},
+		{Kind: KindDelay, Queue: "媒体", ID: id, At: at.Add(time.Minute)},
+		{Kind: KindDead, Queue: "媒体", ID: id, At: at, Reason: "nacked: 失败"},
+		{Kind: KindRequeue, Queue: "媒体", ID: id, At: at},
+		{Kind: KindJob, Queue: "q", ID: id + "d", Job: &Job{ID: id + "d", State: Dead, Reason: "expired", DeadAt: at}},
+		{Kind: KindAck, Queue: "媒体", ID: id},
+		{Kind: KindRemove, Queue: "q", ID: id + "d"},
+		{Kind: KindPredictor, Queue: "媒体", Data: []byte{1, 2, 3}},
+	}
+}
+
+func replayAll(t *testing.T, s Store) []*Record {
+	t.Helper()
+	var got []*Record
+	if err := s.Replay(func(r *Record) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// The conformance suite: every Store passes it.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	impls := map[string]func(t *testing.T) Store{
+		"memory": func(*testing.T) Store { return NewMemory() },
+		"file": func(t *testing.T) Store {
+			s, err := OpenFile(t.TempDir(), FileOptions{Logger: quiet, SegmentBytes: 16 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+	}
+	for name, open := range impls {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("round trip", func(t *testing.T) {
+				s := open(t)
+				if got := replayAll(t, s); len(got) != 0 {
+					t.Fatalf("new store replays %d records", len(got))
+				}
+				var want []*Record
+				for i := range 20 {
+					recs := sample(i)
+					want = append(want, recs...)
+					pos, err := s.Append(recs...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := s.Wait(pos); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if s.Size() <= 0 {
+					t.Fatalf("size = %d", s.Size())
+				}
+				checkReplay(t, s, want)
+			})
+			t.Run("compact", func(t *testing.T) {
+				s := open(t)
+				replayAll(t, s)
+				old := sample(1)
+				if _, err := s.Append(old...); err != nil {
+					t.Fatal(err)
+				}
+				m, err := s.Mark()
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept := sample(2)
+				pos, err := s.Append(kept...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Wait(pos); err != nil {
+					t.Fatal(err)
+				}
+				before := s.Size()
+				if err := s.Compact(m); err != nil {
+					t.Fatal(err)
+				}
+				if s.Size() >= before {
+					t.Fatalf("size %d after compact, %d before", s.Size(), before)
+				}
+				checkReplay(t, s, kept)
+			})
+		})
+	}
+}
+
+// checkReplay replays s's records (for a file store, after reopening it)
+// and compares them with want.
+func checkReplay(t *testing.T, s Store, want []*Record) {
+	t.Helper()
+	var got []*Record
+	switch s := s.(type) {
+	case *Memory:
+		got = replayAll(t, s)
+	case *FileStore:
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenFile(s.dir, FileOptions{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		got = replayAll(t, r)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("replayed %d records, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("record %d:\n got %+v\nwant %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func openFile(t *testing.T, dir string, opts FileOptions) *FileStore {
+	t.Helper()
+	opts.Logger = quiet
+	s, err := OpenFile(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func writeSome(t *testing.T, s *FileStore, n int) []*Record {
+	t.Helper()
+	var all []*Record
+	for i := range n {
+		recs := sample(i)
+		pos, err := s.Append(recs...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Wait(pos); err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, recs...)
+	}
+	return all
+}
+
+func lastSegment(t *testing.T, dir string) string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if len(m) == 0 {
+		t.Fatal("no segments")
+	}
+	return m[len(m)-1]
+}
+
+func TestTornFinalRecordIsCut(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{})
+	replayAll(t, s)
+	want := writeSome(t, s, 3)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The process died halfway through writing one more record.
+	frame := appendFrame(nil, sample(9)[1])
+	f, err := os.OpenFile(lastSegment(t, dir), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(frame[:len(frame)/2])
+	f.Close()
+
+	r := openFile(t, dir, FileOptions{})
+	if got := replayAll(t, r); len(got) != len(want) {
+		t.Fatalf("replayed %d records after a torn write, want %d", len(got), len(want))
+	}
+	// The log goes on cleanly after the cut.
+	more := sample(4)
+	pos, _ := r.Append(more...)
+	if err := r.Wait(pos); err != nil {
+		t.Fatal(err)
+	}
+	checkReplay(t, r, append(want, more...))
+}
+
+func TestCorruptMiddleIsRefusedOrSalvaged(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{SegmentBytes: 8 << 10})
+	replayAll(t, s)
+	writeSome(t, s, 10)
+	s.Close()
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if len(segs) < 3 {
+		t.Fatalf("want several segments, got %d", len(segs))
+	}
+	// Flip a byte inside the second segment's first record body.
+	bad := segs[1]
+	data, _ := os.ReadFile(bad)
+	data[frameHeader+3] ^= 0xff
+	os.WriteFile(bad, data, 0o644)
+
+	r, err := OpenFile(dir, FileOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Replay(func(*Record) error { return nil })
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.File != bad || ce.Offset != 0 || !strings.Contains(err.Error(), "--salvage") {
+		t.Fatalf("replay of a corrupt log: %v", err)
+	}
+	r.Close()
+
+	// Salvage keeps the first segment and sets the rest aside.
+	first, _ := os.ReadFile(segs[0])
+	var want int
+	for off := 0; off < len(first); {
+		_, n, err := readFrame(first[off:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		off += n
+		want++
+	}
+	sv := openFile(t, dir, FileOptions{Salvage: true})
+	if got := replayAll(t, sv); len(got) != want {
+		t.Fatalf("salvaged %d records, want %d", len(got), want)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(dir, "*.corrupt")); len(aside) != len(segs)-2 {
+		t.Fatalf("set aside %d segments, want %d", len(aside), len(segs)-2)
+	}
+}
+
+func TestSecondOpenIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	openFile(t, dir, FileOptions{})
+	if _, err := OpenFile(dir, FileOptions{Logger: quiet}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open: %v", err)
+	}
+}
+
+// faultFS counts fsyncs and fails writes or fsyncs on demand.
+type faultFS struct {
+	osFS
+	syncs     atomic.Int64
+	failSync  atomic.Bool
+	failWrite atomic.Bool
+}
+
+type faultFile struct {
+	*os.File
+	fs *faultFS
+}
+
+func (f *faultFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{File: file, fs: f}, nil
+}
+
+func (f *faultFile) Write(b []byte) (int, error) {
+	if f.fs.failWrite.Load() {
+		return 0, fmt.Errorf("write %s: %w", f.Name(), syscall_ENOSPC)
+	}
+	return f.File.Write(b)
+}
+
+func (f *faultFile) Sync() error {
+	f.fs.syncs.Add(1)
+	if f.fs.failSync.Load() {
+		return errors.New("fsync: input/output error")
+	}
+	return f.File.Sync()
+}
+
+var syscall_ENOSPC = errors.New("no space left on device")
+
+func TestGroupCommit(t *testing.T) {
+	t.Parallel()
+	ffs := &faultFS{}
+	s := openFile(t, t.TempDir(), FileOptions{FS: ffs})
+	replayAll(t, s)
+	const writers, each = 16, 200
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				pos, err := s.Append(&Record{Kind: KindAck, Queue: "q", ID: fmt.Sprintf("%d-%d", w, i)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := s.Wait(pos); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n := ffs.syncs.Load()
+	if n >= writers*each {
+		t.Fatalf("%d fsyncs for %d confirmed appends: no grouping", n, writers*each)
+	}
+	t.Logf("%d appends confirmed with %d fsyncs", writers*each, n)
+}
+
+func TestFailedSyncConfirmsNothing(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []string{"fsync", "write"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			ffs := &faultFS{}
+			s := openFile(t, t.TempDir(), FileOptions{FS: ffs})
+			replayAll(t, s)
+			pos, _ := s.Append(sample(0)...)
+			if err := s.Wait(pos); err != nil {
+				t.Fatal(err)
+			}
+			if fault == "fsync" {
+				ffs.failSync.Store(true)
+			} else {
+				ffs.failWrite.Store(true)
+			}
+			pos, err := s.Append(sample(1)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Wait(pos); err == nil || !strings.Contains(err.Error(), "nothing more is accepted") {
+				t.Fatalf("wait after a failed %s: %v", fault, err)
+			}
+			if _, err := s.Append(sample(2)...); err == nil {
+				t.Fatal("append accepted after the log failed")
+			}
+		})
+	}
+}
+
+func TestParseSyncMode(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]time.Duration{"always": 0, "": 0, "interval=100ms": 100 * time.Millisecond} {
+		m, err := ParseSyncMode(in)
+		if err != nil || m.Interval != want {
+			t.Errorf("ParseSyncMode(%q) = %v, %v", in, m, err)
+		}
+	}
+	for _, in := range []string{"sometimes", "interval=", "interval=-1s", "interval=fast"} {
+		if _, err := ParseSyncMode(in); err == nil {
+			t.Errorf("ParseSyncMode(%q) accepted", in)
+		}
+	}
+}
+
+func FuzzReadFrame(f *testing.F) {
+	for _, r := range sample(0) {
+		f.Add(appendFrame(nil, r))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, n, err := readFrame(b)
+		if err != nil {
+			return
+		}
+		if n > len(b) {
+			t.Fatalf("frame of %d bytes from %d", n, len(b))
+		}
+		// What reads must write back the same.
+		again, _, err := readFrame(appendFrame(nil, r))
+		if err != nil || !reflect.DeepEqual(again, r) {
+			t.Fatalf("re-encoded record differs: %v\n%+v\n%+v", err, r, again)
+		}
+	})
+}
