@@ -86,15 +86,27 @@ func (b *Broker) Queue(name string) (QueueInfo, error) {
 }
 
 // Keys reports up to limit of a queue's predictor keys (all when limit <= 0),
-// busiest first.
+// busiest first, ties broken by producer, job type and size bucket (see
+// predict.SortKeys).
 func (b *Broker) Keys(name string, limit int) ([]predict.KeyStats, error) {
 	q, err := b.lookup(name, false)
 	if err != nil {
 		return nil, err
 	}
+	ks := q.keys(limit)
+	// Sorting is left until the lock is released: a queue may track 100k
+	// keys, and publish and ack wait on that lock.
+	predict.SortKeys(ks)
+	return ks, nil
+}
+
+// keys copies out, unsorted, the stats of the keys Keys reports. The lock is
+// held for one pass over the keys (a heap selection of the limit busiest, or
+// a plain copy of all), never for a sort.
+func (q *queue) keys(limit int) []predict.KeyStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.sq.Predictor.Keys(limit), nil
+	return q.sq.Predictor.SelectKeys(nil, limit)
 }
 
 // DeadLetters reports up to limit of a queue's dead letters (all when

@@ -51,7 +51,7 @@ func New(in Inspector) *Collector {
 		deadLetters:     d("dead_letters", "Jobs in the dead-letter list.", q...),
 		consumers:       d("consumers", "Open consumers.", q...),
 		duration:        d("job_duration_seconds", "Predicted and actual durations of acked jobs.", "queue", "kind"),
-		tierAccuracy:    d("tier_accuracy_ratio", "Fraction of observed jobs whose predicted tier matched the tier their duration earned.", q...),
+		tierAccuracy:    d("tier_accuracy_ratio", "Fraction of routed predictions (warm keys, not spread-gated) whose tier matched the tier their job's duration earned; absent until there is one.", q...),
 		mae:             d("prediction_mae_seconds", "Mean absolute error of routed predictions.", q...),
 		keys:            d("predictor_keys", "Predictor keys tracked.", q...),
 		observations:    d("predictor_observations_total", "Durations the predictor learned from.", q...),
@@ -106,7 +106,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.deadLetters, float64(q.DeadLetters))
 		gauge(c.consumers, float64(q.Consumers))
 		gauge(c.keys, float64(q.Predictor.Keys))
-		if !math.IsNaN(q.Predictor.TierAccuracy) {
+		// Absent, not NaN or 1, until a routed prediction has been scored:
+		// a cold key's default tier says nothing of the predictor, and an
+		// absent series is what alerting rules and dashboards handle best.
+		if q.Predictor.TierSamples > 0 && !math.IsNaN(q.Predictor.TierAccuracy) {
 			gauge(c.tierAccuracy, q.Predictor.TierAccuracy)
 		}
 		if q.Predictor.MAESamples > 0 {

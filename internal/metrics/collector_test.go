@@ -12,6 +12,7 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/broker"
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/sched"
 )
 
 // TestCollector drives a broker through a publish, a delivery, an ack and a
@@ -84,6 +85,124 @@ harbinger_broker_draining 0
 	// One job is still ready, at whatever tier it took.
 	if n := testutil.CollectAndCount(col, "harbinger_ready"); n < 1 {
 		t.Errorf("harbinger_ready has %d series, want one per tier", n)
+	}
+	problems, err := testutil.CollectAndLint(col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func newBroker(t *testing.T) *broker.Broker {
+	t.Helper()
+	b, err := broker.New(broker.Config{
+		Clock:  clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	return b
+}
+
+// work publishes one job per job type, in order, then takes each in turn
+// (without waiting: it must be ready), checks it is the next one published,
+// and acks it with the duration took returns for it.
+func work(t *testing.T, b *broker.Broker, c *broker.Consumer, jobTypes []string, took func(i int, jobType string) time.Duration) {
+	t.Helper()
+	for _, jt := range jobTypes {
+		if _, err := b.Publish(&broker.Message{Queue: "jobs", Producer: "p", JobType: jt}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i, jt := range jobTypes {
+		d, err := c.Next(ready)
+		if err != nil {
+			t.Fatalf("job %d not ready: %v", i, err)
+		}
+		if d.JobType != jt {
+			t.Fatalf("job %d is %q, want %q (FIFO)", i, d.JobType, jt)
+		}
+		if err := c.Ack(d.ID, took(i, jt)); err != nil {
+			t.Fatal(err)
+		}
+		c.AddCredit(1)
+	}
+}
+
+// With only cold predictions scored there is no tier accuracy or MAE to
+// report, so the series are absent rather than a perfect 1.
+func TestTierAccuracyAbsentWhenCold(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	c, err := b.Subscribe("jobs", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	work(t, b, c, []string{"a", "b", "c", "a"}, func(int, string) time.Duration { return 20 * time.Millisecond })
+	col := New(b)
+	for _, name := range []string{"harbinger_tier_accuracy_ratio", "harbinger_prediction_mae_seconds"} {
+		if n := testutil.CollectAndCount(col, name); n != 0 {
+			t.Errorf("%s has %d series after cold predictions only, want none", name, n)
+		}
+	}
+	if n := testutil.CollectAndCount(col, "harbinger_predictor_observations_total"); n != 1 {
+		t.Errorf("harbinger_predictor_observations_total has %d series, want 1", n)
+	}
+}
+
+// A shadow queue serves FIFO from one level but predicts the configured
+// three tiers and reports their accuracy. Two keys, of 1 ms and 500 ms
+// jobs: once warm, their predictions take tiers 0 and 2 (worked by hand in
+// sched.TestShadowPredictsTiers), and 3 of 16 durations are off.
+func TestShadowTierAccuracy(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	if _, err := b.Declare("jobs", broker.QueueConfig{Policy: sched.Shadow}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Subscribe("jobs", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cost := map[string]time.Duration{"fast": time.Millisecond, "slow": 500 * time.Millisecond}
+	var jobTypes []string
+	for range 8 {
+		jobTypes = append(jobTypes, "fast", "slow")
+	}
+	work(t, b, c, jobTypes[:6], func(_ int, jt string) time.Duration { return cost[jt] }) // cold: not scored
+	work(t, b, c, jobTypes, func(i int, jt string) time.Duration {
+		switch i {
+		case 2, 6: // fast jobs that ran long: tier 2, predicted 0
+			return 500 * time.Millisecond
+		case 9: // a slow job that ran 5 ms: tier 1, predicted 2
+			return 5 * time.Millisecond
+		}
+		return cost[jt]
+	})
+	// MAE: |1-500| ms twice and |500-5| ms once, over 16.
+	want := `
+# HELP harbinger_tier_accuracy_ratio Fraction of routed predictions (warm keys, not spread-gated) whose tier matched the tier their job's duration earned; absent until there is one.
+# TYPE harbinger_tier_accuracy_ratio gauge
+harbinger_tier_accuracy_ratio{queue="jobs"} 0.8125
+# HELP harbinger_prediction_mae_seconds Mean absolute error of routed predictions.
+# TYPE harbinger_prediction_mae_seconds gauge
+harbinger_prediction_mae_seconds{queue="jobs"} 0.0933125
+`
+	col := New(b)
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want),
+		"harbinger_tier_accuracy_ratio", "harbinger_prediction_mae_seconds"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(col, "harbinger_ready"); n != 1 {
+		t.Errorf("harbinger_ready has %d series, want 1 (shadow routes on one level)", n)
 	}
 	problems, err := testutil.CollectAndLint(col)
 	if err != nil {

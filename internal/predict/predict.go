@@ -249,7 +249,9 @@ func (p *Predictor) Predict(k Key) Prediction {
 
 // Observe folds a completed message's duration into its key. pred is what
 // Predict said of that message (the zero Prediction if unknown); it is used
-// only for the accuracy figures.
+// only for the accuracy figures, which count routed predictions alone: a
+// cold or spread-gated message was given the middle tier by default, and
+// scoring that default would credit the predictor with guesses it never made.
 func (p *Predictor) Observe(k Key, pred Prediction, d time.Duration) error {
 	if d <= 0 || d > p.cfg.MaxDuration {
 		p.rejected++
@@ -257,11 +259,9 @@ func (p *Predictor) Observe(k Key, pred Prediction, d time.Duration) error {
 	}
 	ms := float64(d) / float64(time.Millisecond)
 	p.observations++
-	if pred.Made {
-		if pred.Routed() {
-			p.absErrMS += math.Abs(float64(pred.Cost)/float64(time.Millisecond) - ms)
-			p.maeN++
-		}
+	if pred.Routed() {
+		p.absErrMS += math.Abs(float64(pred.Cost)/float64(time.Millisecond) - ms)
+		p.maeN++
 		p.tierN++
 		if pred.Tier == p.tierOf(ms) {
 			p.tierHits++

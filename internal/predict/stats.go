@@ -25,8 +25,8 @@ type Summary struct {
 	Rejected     uint64          // durations refused by Observe
 	MAE          time.Duration   // mean |predicted - actual| over routed predictions
 	MAESamples   uint64          // how many predictions MAE is over
-	TierAccuracy float64         // fraction of observed messages whose predicted tier was the one their duration earned; NaN when none
-	TierSamples  uint64          //
+	TierAccuracy float64         // fraction of routed predictions whose tier was the one the duration earned; NaN when none
+	TierSamples  uint64          // how many routed predictions TierAccuracy is over; cold and spread-gated ones are not scored
 	Boundaries   []time.Duration // current tier boundaries, ascending
 }
 
@@ -53,25 +53,109 @@ func (p *Predictor) Lookup(k Key) (KeyStats, bool) {
 	return p.stats(e), true
 }
 
-// Keys returns up to limit keys (all when limit <= 0), busiest first.
+// Keys returns up to limit keys (all when limit <= 0) in the order of
+// SortKeys, busiest first.
 func (p *Predictor) Keys(limit int) []KeyStats {
-	out := make([]KeyStats, 0, len(p.keys))
-	for _, e := range p.keys {
-		out = append(out, p.stats(e))
-	}
-	slices.SortFunc(out, func(a, b KeyStats) int {
-		if c := cmp.Compare(b.Count, a.Count); c != 0 {
-			return c
-		}
-		return cmp.Compare(keyString(a.Key), keyString(b.Key))
-	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out
+	ks := p.SelectKeys(nil, limit)
+	SortKeys(ks)
+	return ks
 }
 
-func keyString(k Key) string { return k.Queue + "\x00" + k.Producer + "\x00" + k.JobType }
+// SelectKeys appends to buf the stats of the keys Keys(limit) returns, in no
+// particular order, and returns the extended slice. It takes O(n log limit)
+// time and O(limit) memory (O(n) when limit <= 0) and does not sort, so that
+// a caller which must hold a lock around the predictor can copy the keys out
+// quickly and sort them with SortKeys once the lock is released.
+func (p *Predictor) SelectKeys(buf []KeyStats, limit int) []KeyStats {
+	if limit <= 0 || limit >= len(p.keys) {
+		buf = slices.Grow(buf, len(p.keys))
+		for e := p.head; e != nil; e = e.next {
+			buf = append(buf, p.stats(e))
+		}
+		return buf
+	}
+	// A heap of the limit busiest keys seen so far, the least busy of them
+	// at the root: most keys lose to the root on their count alone, and
+	// the counts sit in the heap so that comparing them reads no entry.
+	h := make([]ranked, 0, limit)
+	for e := p.head; e != nil; e = e.next {
+		r := ranked{e.count, e}
+		if len(h) < limit {
+			h = append(h, r)
+			for i := len(h) - 1; i > 0; {
+				parent := (i - 1) / 2
+				if h[i].compare(h[parent]) <= 0 {
+					break
+				}
+				h[i], h[parent] = h[parent], h[i]
+				i = parent
+			}
+			continue
+		}
+		if r.compare(h[0]) >= 0 {
+			continue
+		}
+		h[0] = r
+		for i := 0; ; {
+			c := 2*i + 1
+			if c >= len(h) {
+				break
+			}
+			if right := c + 1; right < len(h) && h[right].compare(h[c]) > 0 {
+				c = right
+			}
+			if h[c].compare(h[i]) <= 0 {
+				break
+			}
+			h[i], h[c] = h[c], h[i]
+			i = c
+		}
+	}
+	buf = slices.Grow(buf, len(h))
+	for _, r := range h {
+		buf = append(buf, p.stats(r.e))
+	}
+	return buf
+}
+
+// ranked is an entry and its count, in SelectKeys's heap.
+type ranked struct {
+	count uint64
+	e     *entry
+}
+
+// compare orders ranked entries as SortKeys orders their stats.
+func (a ranked) compare(b ranked) int {
+	if a.count != b.count {
+		return cmp.Compare(b.count, a.count)
+	}
+	return compareBusiest(a.count, a.e.key, b.count, b.e.key)
+}
+
+// SortKeys sorts ks busiest first (the highest Count), ties broken by queue,
+// producer, job type and size bucket, ascending: a total order over distinct
+// keys, so the same keys always list in the same order.
+func SortKeys(ks []KeyStats) {
+	slices.SortFunc(ks, func(a, b KeyStats) int { return compareBusiest(a.Count, a.Key, b.Count, b.Key) })
+}
+
+// compareBusiest is negative when key a, seen ac times, lists before key b,
+// seen bc times.
+func compareBusiest(ac uint64, a Key, bc uint64, b Key) int {
+	if c := cmp.Compare(bc, ac); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Queue, b.Queue); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Producer, b.Producer); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.JobType, b.JobType); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.SizeBucket, b.SizeBucket)
+}
 
 // Summary returns the overall figures.
 func (p *Predictor) Summary() Summary {

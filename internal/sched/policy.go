@@ -45,8 +45,14 @@ var (
 // Policy is a named policy resolved to a scheduler configuration and a way of
 // choosing tiers.
 type Policy struct {
-	Name         string
-	Sched        Config
+	Name  string
+	Sched Config
+	// Tiers is the number of tiers the queue's predictor predicts: the
+	// configured count, whatever the policy routes by. A shadow or FIFO
+	// queue schedules on one level but still predicts the tiers a
+	// predictive policy would use, so that its tier accuracy means
+	// something. Zero leaves the predictor's own configuration in force.
+	Tiers        int
 	StaticTiers  map[string]int // Static: job type -> tier; unknown types take the middle tier
 	UsePredictor bool           // tiers come from the predictor
 	Shadow       bool           // predict and record, but route everything to level 0
@@ -95,7 +101,7 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 		}
 		return mode
 	}
-	p := Policy{Name: name, UsePredictor: true}
+	p := Policy{Name: name, Tiers: tiers, UsePredictor: true}
 	switch name {
 	case FIFO:
 		p.UsePredictor = false

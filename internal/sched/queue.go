@@ -15,11 +15,16 @@ type Queue struct {
 	Predictor *predict.Predictor // always present: shadow and fifo queues still learn, for the metrics
 }
 
-// NewQueue builds a queue for pol with a predictor configured by pcfg; the
-// predictor's tier count follows the policy's levels.
+// NewQueue builds a queue for pol with a predictor configured by pcfg. The
+// predictor's tier count is the policy's levels when its tiers route
+// messages, else pol.Tiers (when set): a shadow queue routes on one level
+// but predicts as many tiers as the queue is configured for.
 func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
-	if pol.UsePredictor {
-		pcfg.Tiers = pol.Sched.Levels
+	switch {
+	case pol.UsePredictor && !pol.Shadow:
+		pcfg.Tiers = pol.Sched.Levels // a predicted tier is a level
+	case pol.Tiers > 0:
+		pcfg.Tiers = pol.Tiers
 	}
 	pred, err := predict.New(pcfg)
 	if err != nil {
@@ -32,14 +37,17 @@ func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
 	return &Queue{Scheduler: s, Policy: pol, Predictor: pred}, nil
 }
 
-// Classify sets it's tier and predicted cost for a newly published message
+// Classify sets its tier and predicted cost for a newly published message
 // and returns the prediction (made for every policy, so shadow mode and the
-// metrics can report accuracy).
+// metrics can report accuracy). A shadow queue's prediction carries the
+// predicted tier while the message itself goes to level 0.
 func (q *Queue) Classify(it *Item, k predict.Key) predict.Prediction {
 	pr := q.Predictor.Predict(k)
 	it.Cost = pr.Cost
 	it.Long = pr.Long
 	switch {
+	case q.Policy.Shadow:
+		it.Tier = 0
 	case q.Policy.UsePredictor:
 		it.Tier = pr.Tier
 	case q.Policy.StaticTiers != nil:
