@@ -73,8 +73,9 @@ func expiration(d time.Duration) string {
 // backlog is what Local knows of each queue's depth: the predicted work
 // published to it and not yet completed, and how many handlers in this
 // process consume it. Only queues with handlers are tracked, so that its
-// size is bounded by the queues this process consumes, not by the queue
-// names it is asked to predict for. It is not safe for concurrent use.
+// size is bounded by the queues this process consumes (and by a cap, for a
+// sidecar whose clients name the queues), not by the queue names it is
+// asked to predict for. It is not safe for concurrent use.
 type backlog struct {
 	work      map[string]time.Duration
 	consumers map[string]int
@@ -96,11 +97,20 @@ func (b backlog) completed(queue string, cost time.Duration) {
 	}
 }
 
-func (b backlog) attach(queue string, n int) {
-	if b.consumers[queue] += n; b.consumers[queue] <= 0 {
+// attach changes queue's handler count by n. It returns false, changing
+// nothing, when that would start tracking a queue past maxQueues.
+func (b backlog) attach(queue string, n, maxQueues int) bool {
+	c, ok := b.consumers[queue]
+	if c += n; c <= 0 {
 		delete(b.consumers, queue)
 		delete(b.work, queue)
+		return true
 	}
+	if !ok && len(b.consumers) >= maxQueues {
+		return false
+	}
+	b.consumers[queue] = c
+	return true
 }
 
 // hold returns share of the FIFO wait of a message published to queue now,

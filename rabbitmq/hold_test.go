@@ -2,7 +2,9 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -129,5 +131,50 @@ func TestLocalRejectsBadHold(t *testing.T) {
 		if _, err := NewLocal(c); err == nil {
 			t.Errorf("NewLocal(%+v) accepted", c)
 		}
+	}
+}
+
+// Local tracks the backlogs of at most MaxQueues queues: TryAttach refuses
+// a new queue past the cap, Attach leaves it untracked, and detaching makes
+// room. Predicting for queues never seen tracks nothing.
+func TestLocalCapsTrackedQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := NewLocal(LocalConfig{MaxQueues: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := l.Predict(ctx, Key{Queue: "never-seen-" + strconv.Itoa(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := l.Stats(); st.Keys != 0 || st.Queues != 0 || len(st.Backlog) != 0 {
+		t.Fatalf("predictions for unseen queues left state behind: %+v", st)
+	}
+	for _, q := range []string{"a", "b"} {
+		if err := l.TryAttach(ctx, q, 1); err != nil {
+			t.Fatalf("attach %s: %v", q, err)
+		}
+	}
+	if err := l.TryAttach(ctx, "a", 1); err != nil {
+		t.Errorf("more handlers on a tracked queue: %v", err)
+	}
+	if err := l.TryAttach(ctx, "c", 1); !errors.Is(err, ErrTooManyQueues) {
+		t.Errorf("attach past the cap = %v, want ErrTooManyQueues", err)
+	}
+	l.Attach(ctx, "c", 1)
+	if err := l.TryAttach(ctx, "c", -1); err != nil {
+		t.Errorf("detach from an untracked queue: %v", err)
+	}
+	if st := l.Stats(); st.Queues != 2 {
+		t.Errorf("tracking %d queues, want 2", st.Queues)
+	}
+	l.Attach(ctx, "b", -1)
+	if err := l.TryAttach(ctx, "c", 1); err != nil {
+		t.Errorf("attach after a detach made room: %v", err)
+	}
+	if _, err := NewLocal(LocalConfig{MaxQueues: -1}); err == nil {
+		t.Error("a negative MaxQueues was accepted")
 	}
 }

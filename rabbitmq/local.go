@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -36,7 +37,21 @@ type LocalConfig struct {
 	Hold float64
 	// MaxHold caps a hold, default DefaultMaxHold.
 	MaxHold time.Duration
+	// MaxQueues caps the queues whose backlog is tracked (those with
+	// handlers attached), default DefaultMaxQueues. The predictor's keys
+	// are capped by MaxKeys; this bounds the rest of Local's per-queue
+	// state, so that a sidecar's clients cannot grow it without limit by
+	// attaching handlers to ever new queue names.
+	MaxQueues int
 }
+
+// DefaultMaxQueues is LocalConfig.MaxQueues' default: far more queues than
+// one process or sidecar drains, far fewer than would cost real memory.
+const DefaultMaxQueues = 4096
+
+// ErrTooManyQueues is returned by TryAttach for a queue that would take the
+// queues with handlers attached past LocalConfig.MaxQueues.
+var ErrTooManyQueues = errors.New("rabbitmq: too many queues with handlers attached")
 
 // WithDefaults returns c with every zero field set to its default.
 func (c LocalConfig) WithDefaults() LocalConfig {
@@ -52,6 +67,9 @@ func (c LocalConfig) WithDefaults() LocalConfig {
 	if c.MaxHold == 0 {
 		c.MaxHold = DefaultMaxHold
 	}
+	if c.MaxQueues == 0 {
+		c.MaxQueues = DefaultMaxQueues
+	}
 	return c
 }
 
@@ -61,6 +79,8 @@ func (c LocalConfig) validate() error {
 		return fmt.Errorf("rabbitmq: hold must be at most 1 (negative disables), got %v", c.Hold)
 	case c.MaxHold < 0:
 		return fmt.Errorf("rabbitmq: max hold must be positive, got %v", c.MaxHold)
+	case c.MaxQueues < 1:
+		return fmt.Errorf("rabbitmq: max queues must be at least 1, got %d", c.MaxQueues)
 	}
 	return nil
 }
@@ -111,7 +131,10 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 func (l *Local) Config() LocalConfig { return l.cfg }
 
 // Predict implements Predictor. It never fails. The message counts in its
-// queue's backlog until Consume reports it completed.
+// queue's backlog until Consume reports it completed. It keeps nothing for
+// a key or queue it has not seen: a key never observed gets the cold default
+// and is not remembered, and only queues with handlers attached have a
+// backlog.
 func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	l.mu.Lock()
 	pr := l.p.Predict(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size))
@@ -129,12 +152,13 @@ func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	l.backlog.published(k.Queue, pr.Cost)
 	l.mu.Unlock()
 	return Priority{
-		Tier:      pr.Tier,
-		AMQP:      PriorityFor(pr.Tier, l.cfg.Tiers, pr.Long, l.cfg.MaxPriority),
-		Predicted: pr.Cost,
-		Cold:      !pr.Routed(),
-		Long:      pr.Long,
-		Hold:      hold,
+		Tier:        pr.Tier,
+		AMQP:        PriorityFor(pr.Tier, l.cfg.Tiers, pr.Long, l.cfg.MaxPriority),
+		Predicted:   pr.Cost,
+		Cold:        !pr.Routed(),
+		SpreadGated: pr.SpreadGated,
+		Long:        pr.Long,
+		Hold:        hold,
 	}, nil
 }
 
@@ -174,11 +198,23 @@ func (l *Local) ObserveStamped(_ context.Context, k Key, s Stamp, took time.Dura
 
 // Attach adds handlers (negative: removes them) to the count of those
 // draining queue; Consume calls it. While a queue has handlers, Local
-// tracks its backlog and holds its long messages.
-func (l *Local) Attach(_ context.Context, queue string, handlers int) {
+// tracks its backlog and holds its long messages. A new queue beyond
+// LocalConfig.MaxQueues is not tracked, so its long messages are not held
+// (see TryAttach).
+func (l *Local) Attach(ctx context.Context, queue string, handlers int) {
+	_ = l.TryAttach(ctx, queue, handlers)
+}
+
+// TryAttach is Attach that reports a queue it could not track: it returns
+// ErrTooManyQueues, and changes nothing, when handlers are added to a queue
+// without any while LocalConfig.MaxQueues queues have handlers already.
+func (l *Local) TryAttach(_ context.Context, queue string, handlers int) error {
 	l.mu.Lock()
-	l.backlog.attach(queue, handlers)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if !l.backlog.attach(queue, handlers, l.cfg.MaxQueues) {
+		return fmt.Errorf("%w: handlers are attached to %d queues, the most tracked (LocalConfig.MaxQueues); detach them from queues no longer consumed", ErrTooManyQueues, l.cfg.MaxQueues)
+	}
+	return nil
 }
 
 // KeyStats is what a predictor knows of one key. Key.Size is a
@@ -241,6 +277,9 @@ type LocalStats struct {
 	Predictions  []uint64 // by tier
 	Cold         uint64   // predictions that took the default tier
 	Held         uint64   // long messages given a hold
+	// Queues is how many queues have handlers attached, and so a tracked
+	// backlog; at most LocalConfig.MaxQueues.
+	Queues int
 	// Backlog is the predicted work published and not yet completed, by
 	// queue, for the queues this process consumes.
 	Backlog map[string]time.Duration
@@ -255,6 +294,6 @@ func (l *Local) Stats() LocalStats {
 		Keys: s.Keys, Observations: s.Observations, Rejected: s.Rejected, Evicted: s.Evicted,
 		MAE: s.MAE, MAESamples: s.MAESamples, TierAccuracy: s.TierAccuracy, TierSamples: s.TierSamples, Boundaries: s.Boundaries,
 		Predictions: append([]uint64(nil), l.predictions...), Cold: l.cold, Held: l.held,
-		Backlog: maps.Clone(l.backlog.work),
+		Queues: len(l.backlog.consumers), Backlog: maps.Clone(l.backlog.work),
 	}
 }

@@ -21,6 +21,9 @@ type Priority struct {
 	AMQP      uint8         // AMQP priority for the predictor's max priority; higher is served first
 	Predicted time.Duration // predicted duration; for a cold key, the typical duration
 	Cold      bool          // the key has too few observations, or the prediction fell back
+	// SpreadGated marks a prediction that fell back because the key's
+	// durations are too spread (p99/p50) to tier; Cold is set too.
+	SpreadGated bool
 	// Long marks a message that must not wait behind shorter ones for long:
 	// predicted far longer than typical, or not predictable. It takes the
 	// highest priority, after Hold.

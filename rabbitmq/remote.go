@@ -109,9 +109,10 @@ func (r *Remote) Predict(ctx context.Context, k Key) (Priority, error) {
 		AMQP: uint8(min(resp.GetAmqpPriority(), 255)),
 		// Rounded, so that the nanoseconds the sidecar sent come back exactly:
 		// the stamp must take out of its backlog what the prediction put in.
-		Predicted: time.Duration(math.Round(resp.GetPredictedMs() * float64(time.Millisecond))),
-		Cold:      resp.GetCold() || resp.GetSpreadGated(),
-		Long:      resp.GetLong(),
+		Predicted:   time.Duration(math.Round(resp.GetPredictedMs() * float64(time.Millisecond))),
+		Cold:        resp.GetCold() || resp.GetSpreadGated(),
+		SpreadGated: resp.GetSpreadGated(),
+		Long:        resp.GetLong(),
 	}
 	if h := resp.GetHold(); h != nil && h.CheckValid() == nil && h.AsDuration() > 0 {
 		pr.Hold = h.AsDuration()

@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/internal/server"
+	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
 func init() {
@@ -240,11 +242,19 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	if err != nil {
 		return err
 	}
+	// The Predictor service is for jobs published to RabbitMQ: it learns
+	// in a predictor of its own, as `harbinger sidecar` does, and never
+	// touches the broker's queues.
+	local, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+	if err != nil {
+		return err
+	}
 	glis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return err
 	}
 	srv := server.New(b, log)
+	srv.SetPredictor(predictsvc.New(local, predictsvc.Config{}))
 	gs := grpc.NewServer(server.ServerOptions(bcfg)...)
 	srv.Register(gs)
 	errs := make(chan error, 2)

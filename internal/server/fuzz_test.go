@@ -208,15 +208,3 @@ func FuzzDeclareQueue(f *testing.F) {
 		}
 	})
 }
-
-func FuzzPredictor(f *testing.F) {
-	f.Add("q", "p", "j", uint64(10), int64(1), int32(0), true)
-	f.Add("", "\xff", "", uint64(0), int64(-1), int32(0), true)
-	f.Fuzz(func(t *testing.T, queue, producer, jobType string, size uint64, sec int64, nanos int32, set bool) {
-		s, _ := fuzzServer(t)
-		_, err := s.pred.Predict(context.Background(), &pb.PredictRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size})
-		checkCode(t, err)
-		_, err = s.pred.Observe(context.Background(), &pb.ObserveRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size, Duration: dur(sec, nanos, set)})
-		checkCode(t, err)
-	})
-}

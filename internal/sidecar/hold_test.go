@@ -12,11 +12,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
@@ -85,35 +81,6 @@ func TestRemoteHoldsThroughSidecar(t *testing.T) {
 		if st := r.Stats(); st.AttachErrors != 0 || st.ObserveErrors != 0 {
 			t.Errorf("remote errors: %+v", st)
 		}
-	}
-}
-
-func TestServiceRejectsBadHoldRequests(t *testing.T) {
-	t.Parallel()
-	local, _ := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
-	svc := NewService(local)
-	svc.hold = true
-	ctx := context.Background()
-	obs := func(st *harbingerv1.Stamp) error {
-		_, err := svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: "q", Duration: durationpb.New(time.Millisecond), Stamp: st})
-		return err
-	}
-	for name, call := range map[string]func() error{
-		"attach without queue": func() error { _, err := svc.Attach(ctx, &harbingerv1.AttachRequest{Handlers: 1}); return err },
-		"attach too many": func() error {
-			_, err := svc.Attach(ctx, &harbingerv1.AttachRequest{Queue: "q", Handlers: 1 << 30})
-			return err
-		},
-		"stamp without predicted":    func() error { return obs(&harbingerv1.Stamp{}) },
-		"stamp with negative cost":   func() error { return obs(&harbingerv1.Stamp{Predicted: durationpb.New(-time.Second)}) },
-		"stamp with impossible tier": func() error { return obs(&harbingerv1.Stamp{Predicted: durationpb.New(time.Second), Tier: 1000}) },
-	} {
-		if code := status.Code(call()); code != codes.InvalidArgument {
-			t.Errorf("%s: code %v, want InvalidArgument", name, code)
-		}
-	}
-	if st := local.Stats(); st.Observations != 0 || len(st.Backlog) != 0 {
-		t.Errorf("rejected requests changed the predictor: %+v", st)
 	}
 }
 

@@ -1,5 +1,6 @@
 // Package sidecar owns `harbinger sidecar`: Harbinger's predictor served
-// over gRPC (the Predictor service) next to a RabbitMQ cluster, with
+// over gRPC (the Predictor service of internal/predictsvc, which `harbinger
+// serve` serves too) next to a RabbitMQ cluster, with
 // Prometheus metrics, and learning shared between sidecars through RabbitMQ
 // fanout exchanges. Publishers reach it with rabbitmq.DialSidecar.
 package sidecar
@@ -21,6 +22,7 @@ import (
 
 	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
@@ -94,7 +96,7 @@ type Stats struct {
 type Sidecar struct {
 	cfg     Config
 	local   *rabbitmq.Local
-	svc     *Service
+	svc     *predictsvc.Service
 	grpc    *grpc.Server
 	grpcLis net.Listener
 	http    *http.Server
@@ -121,8 +123,7 @@ func Start(cfg Config) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sidecar{cfg: cfg, local: local, svc: NewService(local), connected: make(chan struct{})}
-	s.svc.hold = cfg.Hold
+	s := &Sidecar{cfg: cfg, local: local, svc: predictsvc.New(local, predictsvc.Config{Hold: cfg.Hold}), connected: make(chan struct{})}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("sidecar: listen %s: %w", cfg.Listen, err)
 	}
@@ -229,9 +230,9 @@ func (s *Sidecar) connectLoop(ctx context.Context) {
 			close(s.connected)
 		}
 		s.mu.Unlock()
-		s.svc.SetShare(sh)
+		s.svc.SetSharer(sh)
 		<-sh.Done()
-		s.svc.SetShare(nil)
+		s.svc.SetSharer(nil)
 		s.mu.Lock()
 		s.prevShare = addShareStats(s.prevShare, sh.Stats())
 		s.share = nil

@@ -10,11 +10,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
@@ -196,36 +192,6 @@ func TestLateSidecarCatchesUp(t *testing.T) {
 	}
 	if pr, _ := dialRemote(t, late).Predict(ctx, longKey); pr.Cold {
 		t.Errorf("late sidecar still cold on a learned key: %+v", pr)
-	}
-}
-
-func TestServiceRejectsBadRequests(t *testing.T) {
-	t.Parallel()
-	local, _ := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
-	svc := NewService(local)
-	ctx := context.Background()
-	tests := []struct {
-		name string
-		call func() error
-	}{
-		{"predict without queue", func() error { _, err := svc.Predict(ctx, &harbingerv1.PredictRequest{}); return err }},
-		{"observe without duration", func() error {
-			_, err := svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: "q"})
-			return err
-		}},
-		{"observe negative duration", func() error {
-			_, err := svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: "q", Duration: durationpb.New(-time.Second)})
-			return err
-		}},
-	}
-	for _, tt := range tests {
-		if code := status.Code(tt.call()); code != codes.InvalidArgument {
-			t.Errorf("%s: code %v, want InvalidArgument", tt.name, code)
-		}
-	}
-	resp, err := svc.Predict(ctx, &harbingerv1.PredictRequest{Queue: "q"})
-	if err != nil || !resp.Cold || !resp.Long || resp.Tier != rabbitmq.DefaultTiers/2 || resp.AmqpPriority != rabbitmq.DefaultMaxPriority {
-		t.Errorf("cold predict = %v, %v; want long, middle tier, priority %d", resp, err, rabbitmq.DefaultMaxPriority)
 	}
 }
 

@@ -1,0 +1,269 @@
+package predictsvc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/rabbitmq"
+)
+
+type testBundle struct {
+	ctx   context.Context
+	local *rabbitmq.Local
+	svc   *Service
+}
+
+func setup(t *testing.T, lc rabbitmq.LocalConfig, cfg Config) testBundle {
+	t.Helper()
+	local, err := rabbitmq.NewLocal(lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testBundle{ctx: context.Background(), local: local, svc: New(local, cfg)}
+}
+
+func (tb testBundle) observe(queue, jobType string, d time.Duration) error {
+	_, err := tb.svc.Observe(tb.ctx, &harbingerv1.ObserveRequest{Queue: queue, JobType: jobType, Duration: durationpb.New(d)})
+	return err
+}
+
+// Requests no client could mean are refused with InvalidArgument, whether
+// or not the service holds, and leave the predictor as it was.
+func TestServiceRejectsBadRequests(t *testing.T) {
+	t.Parallel()
+	long := func(n int) string { return strings.Repeat("x", n) }
+	pred := func(q, p, j string) func(*Service) error {
+		return func(s *Service) error {
+			_, err := s.Predict(context.Background(), &harbingerv1.PredictRequest{Queue: q, Producer: p, JobType: j})
+			return err
+		}
+	}
+	obs := func(req *harbingerv1.ObserveRequest) func(*Service) error {
+		return func(s *Service) error { _, err := s.Observe(context.Background(), req); return err }
+	}
+	ms := durationpb.New(time.Millisecond)
+	stamped := func(st *harbingerv1.Stamp) func(*Service) error {
+		return obs(&harbingerv1.ObserveRequest{Queue: "q", Duration: ms, Stamp: st})
+	}
+	attach := func(q string, n int32) func(*Service) error {
+		return func(s *Service) error {
+			_, err := s.Attach(context.Background(), &harbingerv1.AttachRequest{Queue: q, Handlers: n})
+			return err
+		}
+	}
+	tests := []struct {
+		name string
+		call func(*Service) error
+	}{
+		{"predict without queue", pred("", "p", "j")},
+		{"predict with invalid UTF-8 queue", pred("q\xff", "p", "j")},
+		{"predict with invalid UTF-8 producer", pred("q", "\xff\xfe", "j")},
+		{"predict with invalid UTF-8 job type", pred("q", "p", "\xc3")},
+		{"predict with over-long queue", pred(long(MaxQueueName+1), "p", "j")},
+		{"predict with over-long producer", pred("q", long(MaxKeyLen+1), "j")},
+		{"predict with over-long job type", pred("q", "p", long(MaxKeyLen+1))},
+		{"observe without queue", obs(&harbingerv1.ObserveRequest{Duration: ms})},
+		{"observe with invalid UTF-8 producer", obs(&harbingerv1.ObserveRequest{Queue: "q", Producer: "\xff", Duration: ms})},
+		{"observe with over-long job type", obs(&harbingerv1.ObserveRequest{Queue: "q", JobType: long(1 << 20), Duration: ms})},
+		{"observe without duration", obs(&harbingerv1.ObserveRequest{Queue: "q"})},
+		{"observe invalid duration", obs(&harbingerv1.ObserveRequest{Queue: "q", Duration: &durationpb.Duration{Seconds: 1, Nanos: -1}})},
+		{"observe negative duration", obs(&harbingerv1.ObserveRequest{Queue: "q", Duration: durationpb.New(-time.Second)})},
+		{"observe zero duration", obs(&harbingerv1.ObserveRequest{Queue: "q", Duration: durationpb.New(0)})},
+		{"observe absurd duration", obs(&harbingerv1.ObserveRequest{Queue: "q", Duration: durationpb.New(1000 * time.Hour)})},
+		{"stamp without predicted", stamped(&harbingerv1.Stamp{})},
+		{"stamp with negative cost", stamped(&harbingerv1.Stamp{Predicted: durationpb.New(-time.Second)})},
+		{"stamp with impossible tier", stamped(&harbingerv1.Stamp{Predicted: durationpb.New(time.Second), Tier: 1000})},
+		{"attach without queue", attach("", 1)},
+		{"attach with invalid UTF-8 queue", attach("\xff", 1)},
+		{"attach with over-long queue", attach(long(MaxQueueName+1), 1)},
+		{"attach too many", attach("q", 1<<30)},
+		{"detach too many", attach("q", -1<<30)},
+	}
+	for _, hold := range []bool{false, true} {
+		tb := setup(t, rabbitmq.LocalConfig{}, Config{Hold: hold})
+		for _, tt := range tests {
+			if code := status.Code(tt.call(tb.svc)); code != codes.InvalidArgument {
+				t.Errorf("hold %v, %s: code %v, want InvalidArgument", hold, tt.name, code)
+			}
+		}
+		if st := tb.local.Stats(); st.Observations != 0 || st.Keys != 0 || st.Queues != 0 || len(st.Backlog) != 0 {
+			t.Errorf("hold %v: rejected requests changed the predictor: %+v", hold, st)
+		}
+	}
+}
+
+// The longest names allowed are accepted.
+func TestServiceAcceptsLimits(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, rabbitmq.LocalConfig{}, Config{Hold: true})
+	q, k := strings.Repeat("é", MaxQueueName/2), strings.Repeat("k", MaxKeyLen)
+	if _, err := tb.svc.Predict(tb.ctx, &harbingerv1.PredictRequest{Queue: q, Producer: k, JobType: k}); err != nil {
+		t.Errorf("predict at the limits: %v", err)
+	}
+	if _, err := tb.svc.Observe(tb.ctx, &harbingerv1.ObserveRequest{Queue: q, Producer: k, JobType: k, Duration: durationpb.New(time.Second)}); err != nil {
+		t.Errorf("observe at the limits: %v", err)
+	}
+	if _, err := tb.svc.Attach(tb.ctx, &harbingerv1.AttachRequest{Queue: q, Handlers: MaxAttach}); err != nil {
+		t.Errorf("attach at the limits: %v", err)
+	}
+}
+
+// A key nobody has observed is long, in the middle tier, at the top AMQP
+// priority, as the proto's PredictResponse promises.
+func TestServiceColdPredict(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, rabbitmq.LocalConfig{}, Config{})
+	resp, err := tb.svc.Predict(tb.ctx, &harbingerv1.PredictRequest{Queue: "q"})
+	if err != nil || !resp.Cold || !resp.Long || resp.SpreadGated || resp.Tier != rabbitmq.DefaultTiers/2 || resp.AmqpPriority != rabbitmq.DefaultMaxPriority {
+		t.Errorf("cold predict = %v, %v; want cold, long, middle tier, priority %d", resp, err, rabbitmq.DefaultMaxPriority)
+	}
+}
+
+// A key too spread to tier says so, and is long at the top priority.
+func TestServiceSpreadGated(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, rabbitmq.LocalConfig{}, Config{})
+	for i := range 40 {
+		d := time.Millisecond
+		if i%4 == 0 {
+			d = time.Second
+		}
+		if err := tb.observe("q", "bimodal", d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := tb.svc.Predict(tb.ctx, &harbingerv1.PredictRequest{Queue: "q", JobType: "bimodal"})
+	if err != nil || !resp.SpreadGated || resp.Cold || !resp.Long || resp.AmqpPriority != rabbitmq.DefaultMaxPriority {
+		t.Errorf("gated predict = %v, %v; want spread-gated, not cold, long, priority %d", resp, err, rabbitmq.DefaultMaxPriority)
+	}
+}
+
+// Random queue names cannot grow the service's state past Local's caps:
+// predictions of unseen keys add nothing, observations stay within
+// MaxKeys, and attaching handlers to queue after queue is refused with
+// ResourceExhausted once MaxQueues have them.
+func TestServiceBoundsLocal(t *testing.T) {
+	t.Parallel()
+	const maxKeys, maxQueues = 16, 4
+	tb := setup(t, rabbitmq.LocalConfig{MaxKeys: maxKeys, MaxQueues: maxQueues}, Config{Hold: true})
+	refused := 0
+	for i := range 500 {
+		q := fmt.Sprintf("random-%d", i)
+		keys := tb.local.Stats().Keys
+		if _, err := tb.svc.Predict(tb.ctx, &harbingerv1.PredictRequest{Queue: q, Producer: "p"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := tb.local.Stats().Keys; got != keys {
+			t.Fatalf("predicting for unseen queue %s took the keys from %d to %d", q, keys, got)
+		}
+		if err := tb.observe(q, "j", time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tb.svc.Attach(tb.ctx, &harbingerv1.AttachRequest{Queue: q, Handlers: 1})
+		switch code := status.Code(err); {
+		case i < maxQueues && code != codes.OK:
+			t.Fatalf("attach %d: %v, want OK", i, err)
+		case i >= maxQueues && code != codes.ResourceExhausted:
+			t.Fatalf("attach %d past the cap: %v, want ResourceExhausted", i, err)
+		case code == codes.ResourceExhausted:
+			refused++
+		}
+		if st := tb.local.Stats(); st.Keys > maxKeys || st.Queues > maxQueues || len(st.Backlog) > maxQueues {
+			t.Fatalf("after %d queues: %d keys, %d queues, backlog %v; caps are %d and %d", i+1, st.Keys, st.Queues, st.Backlog, maxKeys, maxQueues)
+		}
+	}
+	if refused != 500-maxQueues {
+		t.Errorf("refused %d attaches, want %d", refused, 500-maxQueues)
+	}
+	// Detaching a queue makes room for another.
+	if _, err := tb.svc.Attach(tb.ctx, &harbingerv1.AttachRequest{Queue: "random-0", Handlers: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.svc.Attach(tb.ctx, &harbingerv1.AttachRequest{Queue: "newcomer", Handlers: 1}); err != nil {
+		t.Errorf("attach after a detach: %v", err)
+	}
+}
+
+type recordingSharer struct {
+	mu   sync.Mutex
+	seen []rabbitmq.Key
+}
+
+func (r *recordingSharer) Publish(_ context.Context, k rabbitmq.Key, _ time.Duration) error {
+	r.mu.Lock()
+	r.seen = append(r.seen, k)
+	r.mu.Unlock()
+	return fmt.Errorf("share failed")
+}
+
+// Accepted observations are shared (a failure to share is not the
+// caller's), rejected ones are not, and clearing the sharer stops sharing.
+func TestServiceShares(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, rabbitmq.LocalConfig{}, Config{})
+	sh := &recordingSharer{}
+	tb.svc.SetSharer(sh)
+	if err := tb.observe("q", "a", time.Millisecond); err != nil {
+		t.Fatalf("observe with a failing sharer: %v", err)
+	}
+	if err := tb.observe("q", "b", -time.Millisecond); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad observe = %v", err)
+	}
+	tb.svc.SetSharer(nil)
+	if err := tb.observe("q", "c", time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if want := []rabbitmq.Key{{Queue: "q", JobType: "a"}}; fmt.Sprint(sh.seen) != fmt.Sprint(want) {
+		t.Errorf("shared %v, want %v", sh.seen, want)
+	}
+}
+
+// FuzzService feeds the service arbitrary keys and durations: it must
+// never panic nor answer with a code that blames the server.
+func FuzzService(f *testing.F) {
+	f.Add("q", "p", "j", uint64(10), int64(1), int32(0), true, int32(1))
+	f.Add("", "\xff", "", uint64(0), int64(-1), int32(0), true, int32(-1))
+	f.Add("q\x00", strings.Repeat("p", 300), "\xc3\x28", uint64(1<<63), int64(1<<62), int32(999999999), false, int32(1<<30))
+	local, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{MaxKeys: 64, MaxQueues: 8})
+	if err != nil {
+		f.Fatal(err)
+	}
+	svc := New(local, Config{Hold: true})
+	f.Fuzz(func(t *testing.T, queue, producer, jobType string, size uint64, sec int64, nanos int32, set bool, handlers int32) {
+		ctx := context.Background()
+		var d *durationpb.Duration
+		if set {
+			d = &durationpb.Duration{Seconds: sec, Nanos: nanos}
+		}
+		_, err := svc.Predict(ctx, &harbingerv1.PredictRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size})
+		checkCode(t, err)
+		_, err = svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size, Duration: d})
+		checkCode(t, err)
+		_, err = svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size, Duration: d,
+			Stamp: &harbingerv1.Stamp{Predicted: d, Tier: uint32(handlers)}})
+		checkCode(t, err)
+		_, err = svc.Attach(ctx, &harbingerv1.AttachRequest{Queue: queue, Handlers: handlers})
+		checkCode(t, err)
+		if st := local.Stats(); st.Keys > 64 || st.Queues > 8 {
+			t.Fatalf("state past the caps: %d keys, %d queues", st.Keys, st.Queues)
+		}
+	})
+}
+
+func checkCode(t *testing.T, err error) {
+	t.Helper()
+	switch c := status.Code(err); c {
+	case codes.OK, codes.InvalidArgument, codes.ResourceExhausted:
+	default:
+		t.Fatalf("unexpected code %v: %v", c, err)
+	}
+}
