@@ -44,7 +44,7 @@ type Server struct {
 	log    *slog.Logger
 	health *health.Server
 	admin  adminServer
-	pred   predictorServer
+	pred   pb.PredictorServer // see SetPredictor
 }
 
 // New returns a Server for b; log may be nil.
@@ -52,9 +52,8 @@ func New(b *broker.Broker, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{b: b, log: log, health: health.NewServer()}
+	s := &Server{b: b, log: log, health: health.NewServer(), pred: pb.UnimplementedPredictorServer{}}
 	s.admin.s = s
-	s.pred.s = s
 	return s
 }
 
@@ -99,13 +98,21 @@ func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 func (s *Server) Register(gs *grpc.Server) {
 	pb.RegisterBrokerServer(gs, s)
 	pb.RegisterAdminServer(gs, &s.admin)
-	pb.RegisterPredictorServer(gs, &s.pred)
+	pb.RegisterPredictorServer(gs, s.pred)
 	healthpb.RegisterHealthServer(gs, s.health)
 	reflection.Register(gs)
 	for _, name := range []string{"", pb.Broker_ServiceDesc.ServiceName, pb.Admin_ServiceDesc.ServiceName, pb.Predictor_ServiceDesc.ServiceName} {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
 }
+
+// SetPredictor sets the Predictor service that Register serves; call it
+// before Register. The Predictor service predicts for jobs published to
+// RabbitMQ, not to this broker, so it is not the broker's: `harbinger
+// serve` passes the shared one (internal/predictsvc), which keeps this
+// package free of the AMQP client. Without one, its methods answer
+// Unimplemented.
+func (s *Server) SetPredictor(p pb.PredictorServer) { s.pred = p }
 
 // SetNotServing marks every service as not serving (the broker is draining).
 func (s *Server) SetNotServing() { s.health.Shutdown() }
