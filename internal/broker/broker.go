@@ -23,6 +23,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // Broker is an in-memory job broker. Its methods are safe for concurrent use.
@@ -39,11 +40,18 @@ type Broker struct {
 	consumers atomic.Int64
 	inflight  atomic.Int64
 	bytes     atomic.Int64 // held by every message not yet settled for good; see reserve
-	draining  atomic.Bool
-	stopping  chan struct{} // closed when Shutdown starts
-	drained   chan struct{} // poked when in-flight reaches zero while draining
-	done      chan struct{} // closed when Shutdown has finished
-	once      sync.Once
+
+	storeFailed    atomic.Bool   // the store refused an append; logged once
+	published      atomic.Uint64 // publishes since the last checkpoint check
+	nextCheckpoint atomic.Int64  // log size that triggers the next checkpoint
+	checkpointing  atomic.Bool
+	bg             sync.WaitGroup // checkpoints in the background
+	recovering     bool           // New is replaying the store: declares write nothing
+	draining       atomic.Bool
+	stopping       chan struct{} // closed when Shutdown starts
+	drained        chan struct{} // poked when in-flight reaches zero while draining
+	done           chan struct{} // closed when Shutdown has finished
+	once           sync.Once
 }
 
 // New returns a broker with cfg (zero fields take their defaults).
@@ -59,6 +67,11 @@ func New(cfg Config) (*Broker, error) {
 		done:     make(chan struct{}),
 	}
 	b.queues.Store(&map[string]*queue{})
+	if cfg.Store != nil {
+		if err := b.recover(); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -81,26 +94,29 @@ func (b *Broker) lookup(name string, create bool) (*queue, error) {
 	if err := b.checkQueueName(name); err != nil {
 		return nil, err
 	}
-	return b.create(name, b.cfg.Queue)
+	q, _, err := b.create(name, b.cfg.Queue)
+	return q, err
 }
 
-func (b *Broker) create(name string, cfg QueueConfig) (*queue, error) {
+// create returns the named queue, creating it with cfg if it does not
+// exist; created says which.
+func (b *Broker) create(name string, cfg QueueConfig) (q *queue, created bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := *b.queues.Load()
 	if q := old[name]; q != nil {
-		return q, nil
+		return q, false, nil
 	}
 	if len(old) >= b.cfg.MaxQueues {
-		return nil, fmt.Errorf("%w: the limit is %d; delete unused queues or raise max queues", ErrTooManyQueues, b.cfg.MaxQueues)
+		return nil, false, fmt.Errorf("%w: the limit is %d; delete unused queues or raise max queues", ErrTooManyQueues, b.cfg.MaxQueues)
 	}
 	pol, err := cfg.policy()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	q, err := newQueue(b, name, cfg, pol)
+	q, err = newQueue(b, name, cfg, pol)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if b.draining.Load() {
 		q.closed = b.isDone()
@@ -108,7 +124,7 @@ func (b *Broker) create(name string, cfg QueueConfig) (*queue, error) {
 	next := maps.Clone(old)
 	next[name] = q
 	b.queues.Store(&next)
-	return q, nil
+	return q, true, nil
 }
 
 func (b *Broker) isDone() bool {
@@ -189,6 +205,8 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 		return out
 	}
 	now := b.clk.Now()
+	first := len(out)
+	var wait store.Pos
 	var q *queue
 	for _, m := range msgs {
 		if err := b.Validate(m); err != nil {
@@ -223,9 +241,28 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 			continue
 		}
 		out = append(out, Result{ID: m.ID})
+		if q.lastPos > wait {
+			wait = q.lastPos
+		}
 	}
 	if q != nil {
 		q.unlockChanged()
+	}
+	if st := b.cfg.Store; st != nil && wait > 0 {
+		// Answered only once on disk: one fsync covers every publish that
+		// arrived while the last one ran.
+		if err := st.Wait(wait); err != nil {
+			err = fmt.Errorf("%w: %v; the job may still run, publish it again if it must", ErrNotDurable, err)
+			for i := first; i < len(out); i++ {
+				if out[i].Err == nil {
+					out[i] = Result{Err: err}
+				}
+			}
+		}
+		if b.published.Add(uint64(len(msgs))) >= 1024 {
+			b.published.Store(0)
+			b.maybeCheckpoint()
+		}
 	}
 	return out
 }
@@ -325,13 +362,17 @@ func (b *Broker) Declare(name string, cfg QueueConfig) (QueueInfo, error) {
 	if err != nil {
 		return QueueInfo{}, err
 	}
-	q, err := b.create(name, cfg)
+	q, created, err := b.create(name, cfg)
 	if err != nil {
 		return QueueInfo{}, err
 	}
 	q.mu.Lock()
 	if !equalConfig(q.cfg, cfg) {
 		err = q.reconfigureLocked(cfg, pol, b.clk.Now())
+	} else if created && b.cfg.Store != nil && !b.recovering {
+		// Only a change is logged: at replay a declare means the jobs out
+		// of line were to be classified afresh (see reconfigureLocked).
+		q.logLocked(q.declareRecord())
 	}
 	q.unlockChanged()
 	if err != nil {
@@ -352,6 +393,7 @@ func (b *Broker) Purge(name string) (int, error) {
 	q.sq.Each(func(it *sched.Item) { all = append(all, it.Data.(*Message)) })
 	for _, m := range all {
 		q.sq.Remove(&m.item)
+		q.logID(store.KindRemove, m)
 		b.release(m)
 	}
 	return len(all), nil
@@ -383,6 +425,7 @@ func (b *Broker) RequeueDeadLetters(name string, ids []string) (int, error) {
 			continue
 		}
 		m := d.m
+		q.logLocked(&store.Record{Kind: store.KindRequeue, Queue: q.name, ID: m.ID, At: now})
 		m.attempt = 0
 		m.item.Expires = time.Time{}
 		m.item.Enqueued = now // it joins the line as a new job would
@@ -442,6 +485,7 @@ wait:
 		for c := range q.cons {
 			for _, m := range c.inflight {
 				q.settleLocked(m)
+				q.logID(store.KindReturn, m)
 				m.attempt--
 				q.pushLocked(m, now)
 				returned++
@@ -464,6 +508,10 @@ wait:
 		}
 		ready += q.sq.Len()
 		q.unlockChanged()
+	}
+	b.bg.Wait() // a checkpoint in progress
+	if serr := b.saveLearning(); serr != nil {
+		b.log.Error("broker: what the predictors learned was not saved", "err", serr)
 	}
 	close(b.done)
 	b.mu.Unlock()

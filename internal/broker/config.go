@@ -9,6 +9,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // Defaults for Config and QueueConfig.
@@ -21,8 +22,9 @@ const (
 	DefaultMaxQueues       = 1024
 	DefaultMaxConsumers    = 10_000
 	DefaultMaxDepth        = 1_000_000
-	DefaultMaxDeadLetters  = 100_000 // per queue; the oldest are dropped past it
-	DefaultMaxBytes        = 1 << 30 // bytes held across the broker: see Config.MaxBytes
+	DefaultMaxDeadLetters  = 100_000  // per queue; the oldest are dropped past it
+	DefaultMaxBytes        = 1 << 30  // bytes held across the broker: see Config.MaxBytes
+	DefaultCheckpointBytes = 64 << 20 // log size that first triggers a checkpoint
 	DefaultLease           = 30 * time.Second
 	DefaultMaxAttempts     = 5
 	DefaultPolicy          = sched.DefaultPolicy
@@ -70,6 +72,15 @@ type Config struct {
 	// Queue is the config of queues that were never declared, and the
 	// defaults of the fields a declaration leaves zero.
 	Queue QueueConfig `yaml:"queue"`
+	// Store is where the broker keeps its jobs across restarts; nil keeps
+	// them in memory only. The broker replays it in New and appends to it
+	// from then on; the caller opens and closes it.
+	Store store.Store `yaml:"-"`
+	// CheckpointBytes is the log size past which the broker writes a
+	// checkpoint and drops the history before it; after a checkpoint the
+	// threshold is twice what is left, so rewriting costs at most about as
+	// much again as the log itself.
+	CheckpointBytes int64 `yaml:"checkpoint_bytes"`
 	// Clock is the source of every time read and timer; nil means clock.Real.
 	Clock clock.Clock `yaml:"-"`
 	// Logger receives lifecycle and shutdown logs; nil means slog.Default.
@@ -125,6 +136,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = DefaultMaxBytes
+	}
+	if c.CheckpointBytes == 0 {
+		c.CheckpointBytes = DefaultCheckpointBytes
 	}
 	c.Queue = c.Queue.WithDefaults(QueueConfig{})
 	if c.Clock == nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // NackAction says what happens to a nacked job.
@@ -135,8 +137,12 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 	q.b.release(m)
 	q.acked++
 	if d <= 0 || d > q.b.cfg.MaxDuration {
+		q.logID(store.KindAck, m)
 		q.badDurations++
 		return &BadDurationError{ID: id, Duration: d, Max: q.b.cfg.MaxDuration}
+	}
+	if q.b.cfg.Store != nil {
+		q.logLocked(&store.Record{Kind: store.KindAck, Queue: q.name, ID: m.ID, Duration: d})
 	}
 	if err := q.sq.Learn(m.key, m.pred, d); err != nil {
 		q.badDurations++
@@ -251,6 +257,7 @@ func (c *Consumer) Return(id string) {
 		return
 	}
 	q.settleLocked(m)
+	q.logID(store.KindReturn, m)
 	m.attempt--
 	q.delivered--
 	if m.attempt > 0 {

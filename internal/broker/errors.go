@@ -40,6 +40,9 @@ var (
 	// ErrOverBudget: storing the message would take the bytes the broker
 	// holds past Config.MaxBytes.
 	ErrOverBudget = errors.New("broker: byte budget exhausted")
+	// ErrNotDurable: the log could not make a publish durable (a full
+	// disk, a failed fsync); the publish is not confirmed.
+	ErrNotDurable = errors.New("broker: not stored durably")
 )
 
 // InvalidError names the field of a request that is wrong and why.

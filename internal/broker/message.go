@@ -44,6 +44,7 @@ type Message struct {
 	leased   time.Time // when the current delivery started
 	// While waiting for a delayed requeue.
 	delay clock.Timer
+	until time.Time // when the delay ends
 }
 
 // Delivery is a job handed to a consumer under a lease. It is a copy, safe

@@ -10,6 +10,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // queue is one named queue: the pure scheduler plus everything that needs a
@@ -32,6 +33,7 @@ type queue struct {
 	delayed map[*Message]struct{}
 	dead    []deadLetter
 	expBuf  []*sched.Item
+	lastPos store.Pos // the log position of the queue's last publish
 
 	leaseTimer clock.Timer
 	leaseAt    time.Time
@@ -81,6 +83,13 @@ func (q *queue) publishLocked(m *Message, now time.Time) error {
 	m.pred = q.sq.Classify(&m.item, m.key)
 	m.gen = q.gen
 	m.leaseIdx = -1
+	if st := q.b.cfg.Store; st != nil {
+		pos, err := st.Append(q.jobRecord(m, store.Ready, "", time.Time{}))
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrNotDurable, err)
+		}
+		q.lastPos = pos
+	}
 	q.published++
 	q.pushLocked(m, now)
 	return nil
@@ -94,6 +103,9 @@ func (q *queue) pushLocked(m *Message, now time.Time) {
 		// this one, classified against what the queue knows now as the
 		// waiting jobs were, keeping its id, FIFO position and expiry.
 		q.resetLocked(m)
+		if q.b.cfg.Store != nil && !q.b.recovering {
+			q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{}))
+		}
 	}
 	if err := q.sq.Push(&m.item, now); err != nil {
 		panic(fmt.Sprintf("broker: message %s pushed twice: %v", m.ID, err)) // a broker bug, not bad input
@@ -125,6 +137,7 @@ func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
 		return Delivery{}, false
 	}
 	m := it.Data.(*Message)
+	q.logID(store.KindDeliver, m)
 	m.attempt++
 	m.owner = c
 	m.leased = now
@@ -166,7 +179,9 @@ func (q *queue) retryLocked(m *Message, now time.Time, reason string) {
 
 func (q *queue) deadLetterLocked(m *Message, now time.Time, reason string) {
 	q.deadLettered++
+	q.logLocked(&store.Record{Kind: store.KindDead, Queue: q.name, ID: m.ID, Reason: reason, At: now})
 	if len(q.dead) >= q.b.cfg.MaxDeadLetters {
+		q.logID(store.KindRemove, q.dead[0].m)
 		q.b.release(q.dead[0].m)
 		q.dead[0] = deadLetter{}
 		q.dead = q.dead[1:]
@@ -250,6 +265,10 @@ func (q *queue) onTTLTimer(g uint64) {
 // requeueAfterLocked holds a settled message back for d, then requeues it.
 func (q *queue) requeueAfterLocked(m *Message, d time.Duration) {
 	q.delayed[m] = struct{}{}
+	if m.until.IsZero() { // set already when recovered
+		m.until = q.b.clk.Now().Add(d)
+		q.logLocked(&store.Record{Kind: store.KindDelay, Queue: q.name, ID: m.ID, At: m.until})
+	}
 	var t clock.Timer
 	t = q.b.clk.AfterFunc(d, func() {
 		q.mu.Lock()
@@ -258,6 +277,7 @@ func (q *queue) requeueAfterLocked(m *Message, d time.Duration) {
 			return
 		}
 		m.delay = nil
+		m.until = time.Time{}
 		delete(q.delayed, m)
 		q.pushLocked(m, q.b.clk.Now())
 	})
@@ -289,9 +309,19 @@ func (q *queue) reconfigureLocked(cfg QueueConfig, pol sched.Policy, now time.Ti
 	q.sq = nsq
 	q.cfg = cfg
 	q.gen++
+	logged := q.b.cfg.Store != nil
+	if logged {
+		// Jobs the declare finds out of line are reclassified when they
+		// come back (see pushLocked); the waiting ones are now, and their
+		// records after the declare say how.
+		q.logLocked(q.declareRecord())
+	}
 	for _, m := range waiting {
 		q.resetLocked(m)
 		q.pushLocked(m, now)
+		if logged {
+			q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{}))
+		}
 	}
 	if q.ttlTimer != nil {
 		q.ttlTimer.Stop()

@@ -555,3 +555,6 @@ func (s *FileStore) rotate(n uint64) error {
 	s.mu.Unlock()
 	return nil
 }
+
+// Dir is the store's data directory.
+func (s *FileStore) Dir() string { return s.dir }

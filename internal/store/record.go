@@ -44,7 +44,9 @@ const (
 	// KindRequeue moves a dead letter back in line at At with fresh
 	// attempts and no TTL.
 	KindRequeue
-	// KindAck ends a job: it was done.
+	// KindAck ends a job: it was done, in Duration (zero when the
+	// predictor did not learn from it). Recovery teaches the duration to
+	// the queue's predictor again if it came after the last KindPredictor.
 	KindAck
 	// KindRemove ends a job: purged, or a dead letter dropped.
 	KindRemove
@@ -74,13 +76,14 @@ const (
 
 // Record is one entry of the log.
 type Record struct {
-	Kind   Kind
-	Queue  string
-	ID     string    // the job's id; empty for queue records
-	At     time.Time // KindDelay: until; KindDead, KindRequeue: when
-	Reason string    // KindDead
-	Data   []byte    // KindDeclare, KindPredictor
-	Job    *Job      // KindJob
+	Kind     Kind
+	Queue    string
+	ID       string        // the job's id; empty for queue records
+	At       time.Time     // KindDelay: until; KindDead, KindRequeue: when
+	Reason   string        // KindDead
+	Data     []byte        // KindDeclare, KindPredictor
+	Job      *Job          // KindJob
+	Duration time.Duration // KindAck
 }
 
 // Job is a job's full state, as the broker holds it.
@@ -95,10 +98,13 @@ type Job struct {
 	MaxAttempts int
 	PublishedAt time.Time
 
-	Seq      uint64 // order of arrival in its queue: FIFO position
-	Tier     int
-	Cost     time.Duration
-	Long     bool
+	Seq  uint64 // order of arrival in its queue: FIFO position
+	Tier int
+	Cost time.Duration
+	Long bool
+	// Reset: the job is to be classified afresh when it is next in line
+	// (its queue was redeclared while it was out of line).
+	Reset    bool
 	Enqueued time.Time
 	Expires  time.Time
 
@@ -127,6 +133,8 @@ func encode(b []byte, r *Record) []byte {
 		b = appendBytes(b, r.Data)
 	case KindJob:
 		b = encodeJob(b, r.Job)
+	case KindAck:
+		b = binary.AppendVarint(b, int64(r.Duration))
 	}
 	return b
 }
@@ -147,11 +155,14 @@ func encodeJob(b []byte, j *Job) []byte {
 	b = binary.AppendUvarint(b, j.Seq)
 	b = binary.AppendUvarint(b, uint64(j.Tier))
 	b = binary.AppendVarint(b, int64(j.Cost))
-	long := byte(0)
+	var flags byte
 	if j.Long {
-		long = 1
+		flags |= 1
 	}
-	b = append(b, long, byte(j.State))
+	if j.Reset {
+		flags |= 2
+	}
+	b = append(b, flags, byte(j.State))
 	b = appendTime(b, j.Enqueued)
 	b = appendTime(b, j.Expires)
 	b = binary.AppendUvarint(b, uint64(j.Attempts))
@@ -283,6 +294,8 @@ func decode(body []byte) (*Record, error) {
 		r.Data = d.bytes()
 	case KindJob:
 		r.Job = decodeJob(d, r.ID)
+	case KindAck:
+		r.Duration = time.Duration(d.varint())
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("trailing bytes")
@@ -316,7 +329,11 @@ func decodeJob(d *decoder, id string) *Job {
 	j.Seq = d.uvarint()
 	j.Tier = d.int()
 	j.Cost = time.Duration(d.varint())
-	j.Long = d.byte() == 1
+	flags := d.byte()
+	j.Long, j.Reset = flags&1 != 0, flags&2 != 0
+	if flags > 3 {
+		d.fail("unknown job flags")
+	}
 	j.State = State(d.byte())
 	if j.State > Dead {
 		d.fail("unknown job state")

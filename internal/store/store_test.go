@@ -41,8 +41,8 @@ func sample(i int) []*Record {
 		{Kind: KindDelay, Queue: "媒体", ID: id, At: at.Add(time.Minute)},
 		{Kind: KindDead, Queue: "媒体", ID: id, At: at, Reason: "nacked: 失败"},
 		{Kind: KindRequeue, Queue: "媒体", ID: id, At: at},
-		{Kind: KindJob, Queue: "q", ID: id + "d", Job: &Job{ID: id + "d", State: Dead, Reason: "expired", DeadAt: at}},
-		{Kind: KindAck, Queue: "媒体", ID: id},
+		{Kind: KindJob, Queue: "q", ID: id + "d", Job: &Job{ID: id + "d", State: Dead, Reason: "expired", DeadAt: at, Reset: true}},
+		{Kind: KindAck, Queue: "媒体", ID: id, Duration: 1234567 * time.Microsecond},
 		{Kind: KindRemove, Queue: "q", ID: id + "d"},
 		{Kind: KindPredictor, Queue: "媒体", Data: []byte{1, 2, 3}},
 	}

@@ -1,0 +1,375 @@
+package broker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/store"
+)
+
+// What the broker writes to its store, and when (all under the queue's
+// lock, so a queue's records are in the order its changes happened):
+//
+//	publish            KindJob (the job's full state)
+//	delivery           KindDeliver (the attempt counts)
+//	send failed, or
+//	shutdown cut short KindReturn (the attempt does not count)
+//	ack                KindAck
+//	nack with a delay  KindDelay
+//	dead letter        KindDead (nack, attempts used up, expired)
+//	dead letter dropped,
+//	purge              KindRemove
+//	requeue            KindRequeue
+//	declare            KindDeclare
+//	checkpoint,
+//	shutdown           KindPredictor
+//
+// A retry (nack, lease expiry, consumer gone) writes nothing: a job whose
+// last record is a delivery comes back ready at recovery, its attempt
+// counted, exactly as a retry leaves it. Only publishes wait for their
+// records to be durable; a lost ack or delivery record costs at most one
+// more delivery, which at-least-once allows.
+
+// logLocked appends records for q; a failed store is logged once and
+// otherwise ignored here (publishes check it themselves).
+func (q *queue) logLocked(recs ...*store.Record) store.Pos {
+	st := q.b.cfg.Store
+	if st == nil {
+		return 0
+	}
+	pos, err := st.Append(recs...)
+	if err != nil && q.b.storeFailed.CompareAndSwap(false, true) {
+		q.b.log.Error("broker: the log refuses records; publishes are refused until the broker restarts", "err", err)
+	}
+	return pos
+}
+
+func (q *queue) logID(kind store.Kind, m *Message) {
+	if q.b.cfg.Store != nil {
+		q.logLocked(&store.Record{Kind: kind, Queue: q.name, ID: m.ID})
+	}
+}
+
+// jobRecord is m's full state.
+func (q *queue) jobRecord(m *Message, state store.State, reason string, deadAt time.Time) *store.Record {
+	j := &store.Job{
+		ID: m.ID, Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint,
+		Payload: m.Payload, Headers: m.Headers, TTL: m.TTL, MaxAttempts: m.MaxAttempts,
+		PublishedAt: m.PublishedAt, Seq: m.item.ID, Tier: m.item.Tier, Cost: m.item.Cost,
+		Long: m.item.Long, Reset: m.gen != q.gen, Enqueued: m.item.Enqueued, Expires: m.item.Expires,
+		Attempts: m.attempt, State: state, Until: m.until, Reason: reason, DeadAt: deadAt,
+	}
+	return &store.Record{Kind: store.KindJob, Queue: q.name, ID: m.ID, Job: j}
+}
+
+// declareRecord is q's config.
+func (q *queue) declareRecord() *store.Record {
+	data, err := json.Marshal(q.cfg)
+	if err != nil {
+		panic(fmt.Sprintf("broker: encoding a queue config: %v", err)) // plain data always encodes
+	}
+	return &store.Record{Kind: store.KindDeclare, Queue: q.name, Data: data}
+}
+
+// recovered is a job as the replay leaves it.
+type recovered struct {
+	job *store.Job
+	// reset: classify afresh at its next push, as the broker would have:
+	// a requeued dead letter, or a job out of line when its queue was
+	// redeclared.
+	reset bool
+}
+
+// observation is an ack's duration the replay teaches the predictor again.
+type observation struct {
+	producer, jobType string
+	size              uint64
+	d                 time.Duration
+}
+
+// recover rebuilds the broker's queues from its store.
+func (b *Broker) recover() error {
+	st := b.cfg.Store
+	start := time.Now() // wall time: this measures the replay, not the broker's clock
+	decls := map[string][]byte{}
+	preds := map[string][]byte{}
+	obs := map[string][]observation{}          // acks after the queue's last predictor snapshot
+	jobs := map[string]map[string]*recovered{} // queue -> id -> job
+	records := 0
+	err := st.Replay(func(r *store.Record) error {
+		records++
+		switch r.Kind {
+		case store.KindDeclare:
+			decls[r.Queue] = r.Data
+			for _, rj := range jobs[r.Queue] {
+				rj.reset = true
+			}
+			return nil
+		case store.KindPredictor:
+			preds[r.Queue] = r.Data
+			obs[r.Queue] = obs[r.Queue][:0]
+			return nil
+		case store.KindJob:
+			if jobs[r.Queue] == nil {
+				jobs[r.Queue] = map[string]*recovered{}
+			}
+			jobs[r.Queue][r.ID] = &recovered{job: r.Job, reset: r.Job.Reset}
+			return nil
+		}
+		rj := jobs[r.Queue][r.ID]
+		if rj == nil {
+			return nil // a checkpoint dropped this job's earlier records: it had ended
+		}
+		j := rj.job
+		switch r.Kind {
+		case store.KindDeliver:
+			j.Attempts++
+			j.State, j.Until = store.Ready, time.Time{}
+		case store.KindReturn:
+			j.Attempts = max(j.Attempts-1, 0)
+		case store.KindDelay:
+			j.State, j.Until = store.Delayed, r.At
+		case store.KindDead:
+			j.State, j.Reason, j.DeadAt = store.Dead, r.Reason, r.At
+		case store.KindRequeue:
+			j.State, j.Attempts, j.Expires, j.Enqueued, j.Reason = store.Ready, 0, time.Time{}, r.At, ""
+			rj.reset = true
+		case store.KindAck:
+			if r.Duration > 0 {
+				obs[r.Queue] = append(obs[r.Queue], observation{j.Producer, j.JobType, j.SizeHint, r.Duration})
+			}
+			delete(jobs[r.Queue], r.ID)
+		case store.KindRemove:
+			delete(jobs[r.Queue], r.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	now := b.clk.Now()
+	var ready, delayed, dead, learned int
+	b.recovering = true
+	defer func() { b.recovering = false }()
+	for name, data := range decls {
+		var cfg QueueConfig
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			return fmt.Errorf("broker: recovering queue %q: its config does not decode: %w", name, err)
+		}
+		if _, err := b.Declare(name, cfg); err != nil {
+			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
+		}
+	}
+	for name, js := range jobs {
+		q, err := b.lookup(name, true)
+		if err != nil {
+			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
+		}
+		all := make([]*recovered, 0, len(js))
+		for _, rj := range js {
+			all = append(all, rj)
+		}
+		slices.SortFunc(all, func(a, b *recovered) int { return cmp.Compare(a.job.Seq, b.job.Seq) })
+		var deadList []deadLetter
+		q.mu.Lock()
+		learned += q.restoreLearning(preds[name], obs[name])
+		delete(preds, name)
+		delete(obs, name)
+		for _, rj := range all {
+			m := b.restoreMessage(q, rj)
+			switch {
+			case rj.job.State == store.Ready, rj.job.State == store.Delayed && !rj.job.Until.After(now):
+				q.pushLocked(m, now)
+				ready++
+			case rj.job.State == store.Delayed:
+				m.until = rj.job.Until
+				q.requeueAfterLocked(m, max(rj.job.Until.Sub(now), 0))
+				delayed++
+			case rj.job.State == store.Dead:
+				deadList = append(deadList, deadLetter{m: m, reason: rj.job.Reason, at: rj.job.DeadAt})
+				dead++
+			}
+		}
+		slices.SortStableFunc(deadList, func(a, b deadLetter) int { return a.at.Compare(b.at) })
+		q.dead = append(q.dead, deadList...)
+		q.unlockChanged()
+	}
+	for name := range mapsKeys(preds, obs) { // queues whose jobs all ended
+		q, err := b.lookup(name, true)
+		if err != nil {
+			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
+		}
+		q.mu.Lock()
+		learned += q.restoreLearning(preds[name], obs[name])
+		q.mu.Unlock()
+	}
+	b.log.Info("broker: recovered", "records", records, "queues", len(*b.queues.Load()),
+		"ready", ready, "delayed", delayed, "dead_letters", dead, "durations_relearned", learned,
+		"log_bytes", st.Size(), "took", time.Since(start).Round(time.Millisecond))
+	b.nextCheckpoint.Store(max(b.cfg.CheckpointBytes, 2*st.Size()))
+	return nil
+}
+
+// restoreLearning loads q's predictor snapshot, if any, and teaches it the
+// durations acked after it; it returns how many.
+func (q *queue) restoreLearning(snap []byte, obs []observation) int {
+	if snap != nil {
+		if err := q.sq.Predictor.Restore(q.name, snap); err != nil {
+			q.b.log.Warn("broker: predictor state not restored", "queue", q.name, "err", err)
+		}
+	}
+	n := 0
+	for _, o := range obs {
+		k := q.sq.Predictor.KeyFor(q.name, o.producer, o.jobType, o.size)
+		if q.sq.Learn(k, predict.Prediction{}, o.d) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func mapsKeys[V1, V2 any](a map[string]V1, b map[string]V2) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
+
+// restoreMessage rebuilds a job's Message in q from its recovered state.
+func (b *Broker) restoreMessage(q *queue, rj *recovered) *Message {
+	j := rj.job
+	m := &Message{
+		Queue: q.name, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
+		Payload: j.Payload, Headers: j.Headers, TTL: j.TTL, MaxAttempts: j.MaxAttempts,
+		ID: j.ID, PublishedAt: j.PublishedAt, attempt: j.Attempts, leaseIdx: -1,
+	}
+	m.key = q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
+	m.item = sched.Item{ID: j.Seq, Tier: min(j.Tier, q.sq.Config().Levels-1), Cost: j.Cost, Long: j.Long,
+		Enqueued: j.Enqueued, Expires: j.Expires, Data: m}
+	m.pred.Cost, m.pred.Tier, m.pred.Long = j.Cost, j.Tier, j.Long
+	m.gen = q.gen
+	if rj.reset {
+		m.gen = 0 // classified afresh at its push
+	}
+	q.nextID = max(q.nextID, j.Seq)
+	b.forceReserve(m)
+	return m
+}
+
+// forceReserve charges a recovered job to the budget; recovery never
+// refuses what the broker had accepted.
+func (b *Broker) forceReserve(m *Message) {
+	size := int64(msgOverhead + len(m.Payload) + len(m.Queue) + len(m.Producer) + len(m.JobType))
+	for k, v := range m.Headers {
+		size += int64(len(k) + len(v))
+	}
+	m.size = size
+	b.bytes.Add(size)
+}
+
+// maybeCheckpoint starts a checkpoint when the log has grown past its
+// threshold; one runs at a time.
+func (b *Broker) maybeCheckpoint() {
+	st := b.cfg.Store
+	if st == nil || b.draining.Load() || st.Size() < b.nextCheckpoint.Load() || !b.checkpointing.CompareAndSwap(false, true) {
+		return
+	}
+	b.bg.Go(func() {
+		defer b.checkpointing.Store(false)
+		if err := b.Checkpoint(context.Background()); err != nil {
+			b.log.Error("broker: checkpoint failed; the log keeps growing until one succeeds", "err", err)
+		}
+	})
+}
+
+// Checkpoint writes the full state of every live job, queue and predictor
+// to the log and drops the records before it, so the log's size follows
+// the live jobs, not their history. It holds one queue's lock at a time.
+func (b *Broker) Checkpoint(ctx context.Context) error {
+	st := b.cfg.Store
+	if st == nil {
+		return nil
+	}
+	start := time.Now()
+	before := st.Size()
+	mark, err := st.Mark()
+	if err != nil {
+		return err
+	}
+	var pos store.Pos
+	jobs := 0
+	for _, q := range *b.queues.Load() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		q.mu.Lock()
+		recs := q.stateRecords()
+		jobs += len(recs) - 2
+		p, err := st.Append(recs...)
+		q.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		pos = p
+	}
+	if err := st.Wait(pos); err != nil {
+		return err
+	}
+	if err := st.Compact(mark); err != nil {
+		return err
+	}
+	after := st.Size()
+	b.nextCheckpoint.Store(max(b.cfg.CheckpointBytes, 2*after))
+	b.log.Info("broker: checkpoint", "jobs", jobs, "log_bytes_before", before, "log_bytes_after", after, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// stateRecords is q's config, every job it holds and its predictor, as
+// records.
+func (q *queue) stateRecords() []*store.Record {
+	recs := []*store.Record{q.declareRecord()}
+	q.sq.Each(func(it *sched.Item) {
+		recs = append(recs, q.jobRecord(it.Data.(*Message), store.Ready, "", time.Time{}))
+	})
+	for c := range q.cons {
+		for _, m := range c.inflight {
+			recs = append(recs, q.jobRecord(m, store.Ready, "", time.Time{}))
+		}
+	}
+	for m := range q.delayed {
+		recs = append(recs, q.jobRecord(m, store.Delayed, "", time.Time{}))
+	}
+	for _, d := range q.dead {
+		recs = append(recs, q.jobRecord(d.m, store.Dead, d.reason, d.at))
+	}
+	return append(recs, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq.Predictor.Snapshot()})
+}
+
+// saveLearning writes every queue's predictor to the log and waits for it.
+func (b *Broker) saveLearning() error {
+	st := b.cfg.Store
+	if st == nil {
+		return nil
+	}
+	var pos store.Pos
+	for _, q := range *b.queues.Load() {
+		q.mu.Lock()
+		p, err := st.Append(&store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq.Predictor.Snapshot()})
+		q.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		pos = p
+	}
+	return st.Wait(pos)
+}
