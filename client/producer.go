@@ -2,38 +2,112 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
 	"sync"
+	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 )
 
-// ProducerConfig tunes a Producer.
+// Defaults of ProducerConfig.
+const (
+	DefaultMaxBatch      = 256
+	DefaultMaxBatchBytes = 1 << 20
+	DefaultWindow        = 16
+	DefaultCloseTimeout  = 5 * time.Second
+)
+
+// fallbackRequestBytes is the request limit assumed of a broker too old to
+// answer GetLimits: gRPC's default receive limit.
+const fallbackRequestBytes = 4 << 20
+
+// requestSlack is kept free below the broker's request limit, so that a
+// request cut to fit it is never refused by a few bytes of framing.
+const requestSlack = 16 << 10
+
+// ProducerConfig tunes a Producer. Zero fields take their defaults.
 type ProducerConfig struct {
-	// MaxBatch is the most messages sent in one request; default 256.
+	// MaxBatch is the most messages sent in one request; default
+	// DefaultMaxBatch, and never more than the broker allows.
 	MaxBatch int
-	// Window is the most batches awaiting the broker's answer; default 16.
+	// MaxBatchBytes is the encoded size a request is cut at; default
+	// DefaultMaxBatchBytes, and never more than the broker reads in one
+	// request (less a margin). A message larger than it goes alone.
+	MaxBatchBytes int
+	// Window is the most batches awaiting the broker's answer; default
+	// DefaultWindow.
 	Window int
+	// CloseTimeout is how long Close waits for a broker it cannot reach
+	// before failing what is still queued; default DefaultCloseTimeout.
+	CloseTimeout time.Duration
+}
+
+// WithDefaults returns c with every zero or negative field set to its
+// default.
+func (c ProducerConfig) WithDefaults() ProducerConfig {
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.Window <= 0 {
+		c.Window = DefaultWindow
+	}
+	if c.CloseTimeout <= 0 {
+		c.CloseTimeout = DefaultCloseTimeout
+	}
+	return c
 }
 
 // Producer publishes at a high rate over one PublishStream: messages queued
-// by any number of goroutines are gathered into batches, and batches are
-// pipelined without a round trip each. If the stream fails, the batches in
-// flight fail with its error and the next publish opens a new stream.
+// by any number of goroutines are gathered into batches, cut by count and
+// by encoded size to fit the broker's request limit, and batches are
+// pipelined without a round trip each. Each message gets its own outcome:
+// one the broker refuses, or one too large for any request, fails alone.
+// If the stream fails, the batches in flight fail with its error and the
+// next batch opens a new stream; a batch the failed stream never took is
+// sent again on the new one. While the broker is unreachable, batches wait
+// for it (see Close for how long Close waits).
 type Producer struct {
 	c   *Client
 	cfg ProducerConfig
 	in  chan *pending
 
-	mu     sync.Mutex
-	closed bool
-	done   chan struct{}
+	// mu is held for reading by PublishAsync and for writing by Close, so
+	// that nothing is sent on in after it is closed.
+	mu        sync.RWMutex
+	closed    bool
+	closing   chan struct{} // closed when Close is called
+	closeOnce sync.Once
+	// reach ends CloseTimeout after Close is called: from then on, opening
+	// a stream gives up instead of waiting for the broker.
+	reach   context.Context
+	giveUp  context.CancelFunc
+	giveUpT *time.Timer
+	done    chan struct{}
+
+	held []*pending // taken from in (or sent back) but not yet batched; run's alone
 }
 
 type pending struct {
 	m    *pb.Message
-	done func(id string, err error)
+	size int   // bytes the message adds to a PublishRequest
+	err  error // why the message cannot be sent at all
+	// resent marks a message whose stream ended before it went out; it is
+	// sent again once, on a new stream.
+	resent bool
+	done   func(id string, err error)
 }
 
 type batch struct {
@@ -42,28 +116,62 @@ type batch struct {
 
 // NewProducer starts a Producer; Close it when done.
 func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 256
+	cfg = cfg.WithDefaults()
+	reach, giveUp := context.WithCancel(context.Background())
+	p := &Producer{
+		c: c, cfg: cfg, in: make(chan *pending, cfg.MaxBatch*2),
+		closing: make(chan struct{}), reach: reach, giveUp: giveUp, done: make(chan struct{}),
 	}
-	if cfg.Window <= 0 {
-		cfg.Window = 16
-	}
-	p := &Producer{c: c, cfg: cfg, in: make(chan *pending, cfg.MaxBatch*2), done: make(chan struct{})}
 	go p.run()
 	return p
 }
 
-// PublishAsync queues m and calls done with its id or error once the broker
-// answers. done runs on the producer's goroutine and must not block. It
+// PublishAsync queues m and calls done with its id, or with its error as
+// a gRPC status error, once the broker answers (or, for a message no
+// request can carry, at once with InvalidArgument). done runs on one of
+// the producer's goroutines, possibly while another message's done runs,
+// and must not block; m must not change until it has run. PublishAsync
 // blocks only while the producer's buffer is full, and returns ErrClosed
 // after Close.
 func (p *Producer) PublishAsync(m *Message, done func(id string, err error)) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	if done == nil {
+		done = func(string, error) {}
+	}
+	it := &pending{m: m.proto(), done: done}
+	it.err = checkUTF8(it.m)
+	it.size = protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(it.m))
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if p.closed {
 		return ErrClosed
 	}
-	p.in <- &pending{m: m.proto(), done: done}
+	select {
+	case p.in <- it:
+		return nil
+	case <-p.closing:
+		return ErrClosed
+	}
+}
+
+// checkUTF8 refuses a message whose strings are not valid UTF-8: it cannot
+// be encoded, and a send that fails to encode ends the whole stream.
+func checkUTF8(m *pb.Message) error {
+	bad := func(what string) error {
+		return status.Errorf(codes.InvalidArgument, "harbinger: message %s is not valid UTF-8; not sent", what)
+	}
+	for _, f := range [...]struct{ name, v string }{{"queue", m.Queue}, {"producer", m.Producer}, {"job type", m.JobType}} {
+		if !utf8.ValidString(f.v) {
+			return bad(f.name)
+		}
+	}
+	for k, v := range m.Headers {
+		if !utf8.ValidString(k) {
+			return bad("header name")
+		}
+		if !utf8.ValidString(v) {
+			return bad(fmt.Sprintf("header %q", k))
+		}
+	}
 	return nil
 }
 
@@ -86,35 +194,145 @@ func (p *Producer) Publish(ctx context.Context, m *Message) (string, error) {
 	}
 }
 
-// Close sends what is queued, waits for the broker's answers and closes the
-// stream.
+// Close stops taking messages, sends what is queued, waits for the
+// broker's answers and closes the stream; every queued message's done has
+// run when it returns. If the broker cannot be reached (no stream opens)
+// within CloseTimeout of the call, the messages still queued fail with an
+// Unavailable error instead, so a broker that stays down cannot make Close
+// hang. Answers on a stream already open are waited for without a bound:
+// a broker that is up answers them or ends the stream, and a dead
+// connection ends it once gRPC notices (see grpc.WithKeepaliveParams for
+// networks that drop packets silently).
 func (p *Producer) Close() error {
-	p.mu.Lock()
-	if !p.closed {
+	p.closeOnce.Do(func() {
+		close(p.closing) // wakes PublishAsync calls blocked on a full buffer
+		p.giveUpT = time.AfterFunc(p.cfg.CloseTimeout, p.giveUp)
+		p.mu.Lock()
 		p.closed = true
 		close(p.in)
-	}
-	p.mu.Unlock()
+		p.mu.Unlock()
+	})
 	<-p.done
+	p.giveUpT.Stop()
+	p.giveUp()
 	return nil
+}
+
+// limits are the sizes batches are cut to on one stream.
+type limits struct {
+	count  int    // most messages in one request
+	target int    // encoded bytes a batch is cut at
+	hard   int    // most encoded bytes of one request; no message over it can be sent
+	broker uint64 // the broker's request limit, for error messages; 0 if unknown
+}
+
+// fetchLimits asks the broker for its request limits and derives the cut
+// from them and the config.
+func (p *Producer) fetchLimits(ctx context.Context) (limits, error) {
+	l := limits{count: p.cfg.MaxBatch}
+	req := uint64(fallbackRequestBytes)
+	got, err := p.c.broker.GetLimits(ctx, &pb.GetLimitsRequest{}, grpc.WaitForReady(true))
+	switch {
+	case err == nil:
+		if got.MaxRequestBytes > 0 {
+			req = min(got.MaxRequestBytes, math.MaxInt32)
+			l.broker = got.MaxRequestBytes
+		}
+		if got.MaxBatch > 0 {
+			l.count = min(l.count, int(got.MaxBatch))
+		}
+	case status.Code(err) == codes.Unimplemented:
+		// A broker older than GetLimits reads gRPC's default.
+	default:
+		return limits{}, err
+	}
+	l.hard = max(int(req)-requestSlack, int(req)/2)
+	l.target = min(p.cfg.MaxBatchBytes, l.hard)
+	return l, nil
+}
+
+// tooLarge is the error of a message no request can carry.
+func (l limits) tooLarge(size int) error {
+	limit := "gRPC's default request limit, as the broker does not report its own"
+	if l.broker > 0 {
+		limit = fmt.Sprintf("the broker's request limit of %d bytes", l.broker)
+	}
+	return status.Errorf(codes.InvalidArgument,
+		"harbinger: message encodes to %d bytes, more than one request may carry (%d bytes, under %s); not sent: store the body elsewhere and publish a reference, or raise the broker's max payload",
+		size, l.hard, limit)
+}
+
+// unreachable is the error of a message that Close gave up on: err is why
+// the last attempt to reach the broker ended.
+func (p *Producer) unreachable(err error) error {
+	return status.Errorf(codes.Unavailable,
+		"harbinger: producer closed while the broker was unreachable (gave up after %v); message not sent: %s",
+		p.cfg.CloseTimeout, status.Convert(err).Message())
 }
 
 // pstream is one PublishStream with the batches awaiting answers on it.
 type pstream struct {
 	s        grpc.BidiStreamingClient[pb.PublishRequest, pb.PublishResponse]
 	cancel   context.CancelFunc
-	inflight chan *batch
+	lim      limits
+	slots    chan struct{} // one per batch awaiting its answer: the window
+	inflight chan *batch   // in send order; never fuller than slots
 	recvDone chan struct{}
+	broken   chan struct{} // closed when recv saw the stream fail
+	err      error         // the stream's failure; set by recv before broken closes
 }
 
+// open opens a stream and learns the broker's limits. It waits for the
+// broker as long as it takes, or, once Close is called, up to
+// CloseTimeout. Nothing is published yet, so a connection that breaks
+// meanwhile (the broker restarting) is simply tried again.
 func (p *Producer) open() (*pstream, error) {
+	delay := 50 * time.Millisecond
+	for {
+		ps, err := p.tryOpen()
+		if err == nil || status.Code(err) != codes.Unavailable || p.reach.Err() != nil {
+			return ps, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-p.reach.Done():
+			t.Stop()
+			return nil, p.unreachable(err)
+		case <-t.C:
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+func (p *Producer) tryOpen() (*pstream, error) {
+	if err := p.reach.Err(); err != nil {
+		return nil, p.unreachable(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s, err := p.c.broker.PublishStream(ctx, grpc.WaitForReady(true))
+	stopWatch := context.AfterFunc(p.reach, cancel)
+	lim, err := p.fetchLimits(ctx)
+	var s grpc.BidiStreamingClient[pb.PublishRequest, pb.PublishResponse]
+	if err == nil {
+		s, err = p.c.broker.PublishStream(ctx, grpc.WaitForReady(true))
+	}
+	// Once the stream is open the deadline no longer applies: answers are
+	// waited for. A false stop means the deadline already cancelled ctx.
+	if !stopWatch() {
+		if err == nil {
+			err = ctx.Err()
+		}
+		cancel()
+		return nil, p.unreachable(err)
+	}
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	ps := &pstream{s: s, cancel: cancel, inflight: make(chan *batch, p.cfg.Window), recvDone: make(chan struct{})}
+	ps := &pstream{
+		s: s, cancel: cancel, lim: lim,
+		slots: make(chan struct{}, p.cfg.Window), inflight: make(chan *batch, p.cfg.Window),
+		recvDone: make(chan struct{}), broken: make(chan struct{}),
+	}
 	go ps.recv()
 	return ps, nil
 }
@@ -123,28 +341,54 @@ func (p *Producer) open() (*pstream, error) {
 // with it too.
 func (ps *pstream) recv() {
 	defer close(ps.recvDone)
-	var failed error
 	for b := range ps.inflight {
-		if failed == nil {
+		if ps.err == nil {
 			resp, err := ps.s.Recv()
 			if err == nil && len(resp.Results) != len(b.items) {
 				err = errMismatch
 			}
-			if err != nil {
-				failed = err
-				ps.cancel()
-			} else {
+			if err == nil {
 				for i, it := range b.items {
 					r := resp.Results[i]
 					it.done(r.Id, resultError(r))
 				}
+				<-ps.slots
 				continue
 			}
+			ps.err = err
+			close(ps.broken)
+			ps.cancel()
 		}
 		for _, it := range b.items {
-			it.done("", failed)
+			it.done("", ps.err)
 		}
+		<-ps.slots
 	}
+}
+
+// isBroken reports whether recv has seen the stream fail.
+func (ps *pstream) isBroken() bool {
+	select {
+	case <-ps.broken:
+		return true
+	default:
+		return false
+	}
+}
+
+// send sends b and hands it to recv, waiting for room in the window.
+func (ps *pstream) send(b *batch) error {
+	req := &pb.PublishRequest{Messages: make([]*pb.Message, len(b.items))}
+	for i, it := range b.items {
+		req.Messages[i] = it.m
+	}
+	ps.slots <- struct{}{}
+	if err := ps.s.Send(req); err != nil {
+		<-ps.slots
+		return err
+	}
+	ps.inflight <- b
+	return nil
 }
 
 // close ends the stream after every answer has arrived.
@@ -155,6 +399,55 @@ func (ps *pstream) close() {
 	ps.cancel()
 }
 
+// abandon ends a stream whose Send failed with sendErr, after recv has
+// answered the batches already sent, and returns the stream's error.
+func (ps *pstream) abandon(sendErr error) error {
+	close(ps.inflight)
+	<-ps.recvDone
+	err := ps.err
+	if err == nil && errors.Is(sendErr, io.EOF) {
+		// The stream ended; its status is what Recv returns (recv is done).
+		if _, err = ps.s.Recv(); err == nil || errors.Is(err, io.EOF) {
+			err = status.Error(codes.Unavailable, "harbinger: the broker ended the publish stream")
+		}
+	}
+	if err == nil {
+		err = sendErr
+	}
+	ps.cancel()
+	return err
+}
+
+// fill makes sure held has an item, taking one from in if needed; block
+// says whether to wait for one. It reports false when there is none.
+func (p *Producer) fill(block bool) bool {
+	if len(p.held) > 0 {
+		return true
+	}
+	var it *pending
+	var ok bool
+	if block {
+		it, ok = <-p.in
+	} else {
+		select {
+		case it, ok = <-p.in:
+		default:
+		}
+	}
+	if !ok {
+		return false
+	}
+	p.held = append(p.held, it)
+	return true
+}
+
+func (p *Producer) take() *pending {
+	it := p.held[0]
+	p.held[0] = nil
+	p.held = p.held[1:]
+	return it
+}
+
 func (p *Producer) run() {
 	defer close(p.done)
 	var cur *pstream
@@ -163,41 +456,71 @@ func (p *Producer) run() {
 			cur.close()
 		}
 	}()
-	for first := range p.in {
-		b := &batch{items: []*pending{first}}
-	gather:
-		for len(b.items) < p.cfg.MaxBatch {
-			select {
-			case it, ok := <-p.in:
-				if !ok {
-					break gather
-				}
-				b.items = append(b.items, it)
-			default:
-				break gather
-			}
+	for p.fill(true) {
+		if it := p.held[0]; it.err != nil {
+			p.take().done("", it.err)
+			continue
+		}
+		if cur != nil && cur.isBroken() {
+			cur.close() // its batches are answered; the next goes on a new stream
+			cur = nil
 		}
 		if cur == nil {
 			var err error
 			if cur, err = p.open(); err != nil {
-				for _, it := range b.items {
-					it.done("", err)
-				}
+				p.take().done("", err)
 				continue
 			}
 		}
-		req := &pb.PublishRequest{Messages: make([]*pb.Message, len(b.items))}
-		for i, it := range b.items {
-			req.Messages[i] = it.m
+		b := p.gather(cur.lim)
+		if len(b.items) == 0 {
+			continue
 		}
-		cur.inflight <- b
-		if err := cur.s.Send(req); err != nil {
-			// The receiver fails this batch and any other still waiting.
-			cur.cancel()
-			cur.close()
-			cur = nil
+		sendErr := cur.send(b)
+		if sendErr == nil {
+			continue
 		}
+		err := cur.abandon(sendErr)
+		cur = nil
+		// A stream that had ended before this batch went out took none of
+		// it (gRPC says io.EOF), so it is safe to send it again, once, on a
+		// new stream.
+		var again []*pending
+		for _, it := range b.items {
+			if !errors.Is(sendErr, io.EOF) || it.resent {
+				it.done("", err)
+				continue
+			}
+			it.resent = true
+			again = append(again, it)
+		}
+		p.held = append(again, p.held...)
 	}
+}
+
+// gather takes the next batch from held and what in holds now: at most
+// lim.count messages and, unless its first message alone is larger,
+// lim.target bytes. Messages that cannot be sent at all fail here, alone.
+func (p *Producer) gather(lim limits) *batch {
+	b := &batch{}
+	bytes := 0
+	for len(b.items) < lim.count && p.fill(false) {
+		it := p.held[0]
+		if it.err != nil {
+			p.take().done("", it.err)
+			continue
+		}
+		if it.size > lim.hard {
+			p.take().done("", lim.tooLarge(it.size))
+			continue
+		}
+		if len(b.items) > 0 && bytes+it.size > lim.target {
+			break // it opens the next batch
+		}
+		b.items = append(b.items, p.take())
+		bytes += it.size
+	}
+	return b
 }
 
 type mismatchError struct{}
