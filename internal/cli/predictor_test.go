@@ -36,6 +36,7 @@ type predictorEndpoint struct {
 func startServe(t *testing.T, cfg ServeConfig) string {
 	t.Helper()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "off"
+	cfg.DataDir = t.TempDir()
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())

@@ -19,6 +19,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/broker"
 	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/internal/server"
+	"github.com/harbinger-mq/harbinger/internal/store"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
@@ -33,6 +34,8 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultLogLevel        = "info"
 	DefaultLogFormat       = "text"
+	DefaultDataDir         = "harbinger-data"
+	DefaultFsync           = "always"
 )
 
 // ServeConfig is everything "harbinger serve" runs with. Each field comes,
@@ -51,6 +54,19 @@ type ServeConfig struct {
 	LogLevel string `yaml:"log_level"`
 	// LogFormat is text or json.
 	LogFormat string `yaml:"log_format"`
+	// DataDir holds the write-ahead log; relative paths are from the
+	// working directory. One broker at a time may use it.
+	DataDir string `yaml:"data_dir"`
+	// Fsync is "always" (a publish is answered once its record is fsynced)
+	// or "interval=DURATION" (answered once written; fsynced at least that
+	// often, so a machine crash loses at most that much, a process crash
+	// nothing).
+	Fsync string `yaml:"fsync"`
+	// Memory keeps everything in memory: nothing survives a restart.
+	Memory bool `yaml:"memory"`
+	// Salvage starts on a log with a corrupt record by keeping what comes
+	// before it and setting the rest aside (see docs/log.md).
+	Salvage bool `yaml:"salvage"`
 	// Broker holds the broker's limits and default queue settings.
 	Broker broker.Config `yaml:"broker"`
 }
@@ -71,6 +87,12 @@ func (c ServeConfig) WithDefaults() ServeConfig {
 	}
 	if c.LogFormat == "" {
 		c.LogFormat = DefaultLogFormat
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.Fsync == "" {
+		c.Fsync = DefaultFsync
 	}
 	return c
 }
@@ -95,6 +117,9 @@ func (c ServeConfig) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("log format %q: want text or json", c.LogFormat)
 	}
+	if _, err := store.ParseSyncMode(c.Fsync); err != nil {
+		return err
+	}
 	return c.Broker.WithDefaults().Validate()
 }
 
@@ -105,6 +130,9 @@ type setting struct {
 	name, usage string
 	set         func(c *ServeConfig, v string) error
 }
+
+// boolSettings are given without a value: -memory.
+var boolSettings = map[string]bool{"memory": true, "salvage": true}
 
 func str(p func(*ServeConfig) *string) func(*ServeConfig, string) error {
 	return func(c *ServeConfig, v string) error { *p(c) = v; return nil }
@@ -117,6 +145,17 @@ func num(p func(*ServeConfig) *int) func(*ServeConfig, string) error {
 			return fmt.Errorf("want a whole number, got %q", v)
 		}
 		*p(c) = n
+		return nil
+	}
+}
+
+func boolean(p func(*ServeConfig) *bool) func(*ServeConfig, string) error {
+	return func(c *ServeConfig, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		*p(c) = b
 		return nil
 	}
 }
@@ -149,6 +188,10 @@ var serveSettings = []setting{
 	{"shutdown-timeout", "time in-flight jobs get to finish on SIGINT/SIGTERM (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.ShutdownTimeout })},
 	{"log-level", "debug, info, warn or error (default info)", str(func(c *ServeConfig) *string { return &c.LogLevel })},
 	{"log-format", "text or json (default text)", str(func(c *ServeConfig) *string { return &c.LogFormat })},
+	{"data-dir", "directory of the write-ahead log; one broker at a time (default " + DefaultDataDir + ", from the working directory)", str(func(c *ServeConfig) *string { return &c.DataDir })},
+	{"fsync", "always: answer a publish once it is fsynced; interval=DURATION (e.g. interval=10ms): answer once written and fsync that often, so a machine crash can lose that much of what was answered (a crash of the broker alone loses nothing) (default always)", str(func(c *ServeConfig) *string { return &c.Fsync })},
+	{"memory", "keep everything in memory: faster, and nothing survives a restart", boolean(func(c *ServeConfig) *bool { return &c.Memory })},
+	{"salvage", "start on a log with a corrupt record: keep the records before it, set the rest aside as *.corrupt", boolean(func(c *ServeConfig) *bool { return &c.Salvage })},
 	{"max-payload", "largest payload in bytes, at most 268435456; the gRPC limits and what clients are told (GetLimits) follow from it (default 1048576)", num(func(c *ServeConfig) *int { return &c.Broker.MaxPayload })},
 	{"max-bytes", "bytes the broker's jobs may hold in all, ready, delayed, in flight and dead-lettered; publishes past it get ResourceExhausted (default 1073741824)", num64(func(c *ServeConfig) *int64 { return &c.Broker.MaxBytes })},
 	{"max-key-len", "longest producer or job type in bytes (default 256)", num(func(c *ServeConfig) *int { return &c.Broker.MaxKeyLen })},
@@ -176,6 +219,10 @@ func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer
 	configPath := fs.String("config", "", "YAML config file (env HARBINGER_CONFIG)")
 	flagged := map[string]string{}
 	for _, s := range serveSettings {
+		if boolSettings[s.name] {
+			fs.BoolFunc(s.name, s.usage, func(v string) error { flagged[s.name] = v; return nil })
+			continue
+		}
 		fs.Func(s.name, s.usage, func(v string) error { flagged[s.name] = v; return nil })
 	}
 	if err := parse(fs, args); err != nil {
@@ -238,6 +285,21 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	log := slog.New(h)
 	bcfg := cfg.Broker
 	bcfg.Logger = log
+	durability := "memory (nothing survives a restart)"
+	if !cfg.Memory {
+		mode, _ := store.ParseSyncMode(cfg.Fsync) // checked by Validate
+		st, err := store.OpenFile(cfg.DataDir, store.FileOptions{Sync: mode, Salvage: cfg.Salvage, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := st.Close(); err != nil {
+				log.Error("harbinger: closing the log", "err", err)
+			}
+		}()
+		bcfg.Store = st
+		durability = "log in " + cfg.DataDir + ", fsync " + mode.String()
+	}
 	b, err := broker.New(bcfg)
 	if err != nil {
 		return err
@@ -279,7 +341,8 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	eff := b.Config()
 	log.Info("harbinger: serving", "grpc", glis.Addr().String(), "http", httpAddr,
 		"policy", eff.Queue.Policy, "lease", eff.Queue.Lease, "max_attempts", eff.Queue.MaxAttempts,
-		"max_depth", eff.Queue.MaxDepth, "max_payload", eff.MaxPayload, "max_bytes", eff.MaxBytes)
+		"max_depth", eff.Queue.MaxDepth, "max_payload", eff.MaxPayload, "max_bytes", eff.MaxBytes,
+		"durability", durability)
 	if ready != nil {
 		ready(glis.Addr().String(), httpAddr)
 	}

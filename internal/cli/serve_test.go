@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/client"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 func TestServeConfigPrecedence(t *testing.T) {
@@ -48,7 +51,7 @@ func TestServeConfigPrecedence(t *testing.T) {
 
 func TestServeRunsAndStops(t *testing.T) {
 	t.Parallel()
-	cfg := ServeConfig{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}.WithDefaults()
+	cfg := ServeConfig{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second, DataDir: t.TempDir()}.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrs := make(chan string, 1)
 	done := make(chan error)
@@ -66,5 +69,66 @@ func TestServeRunsAndStops(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// runServe starts serve on cfg and returns its gRPC address and a stop
+// function that returns serve's error.
+func runServeFor(t *testing.T, cfg ServeConfig) (string, func() error) {
+	t.Helper()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.ShutdownTimeout = "127.0.0.1:0", "off", 5*time.Second
+	cfg = cfg.WithDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, io.Discard, func(g, _ string) { addrs <- g }) }()
+	select {
+	case a := <-addrs:
+		return a, func() error { cancel(); return <-done }
+	case err := <-done:
+		cancel()
+		return "", func() error { return err }
+	}
+}
+
+// A new user's test: 1,000 jobs and what the broker learned survive a
+// restart of a default (durable) broker.
+func TestServeKeepsJobsAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	addr, stop := runServeFor(t, ServeConfig{DataDir: dir})
+	ctx := t.Context()
+	cl, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]*client.Message, 1000)
+	for i := range msgs {
+		msgs[i] = &client.Message{Queue: "q", Producer: "web", JobType: "thumbnail", Payload: []byte(fmt.Sprintf("job %d ✓", i))}
+	}
+	ids, err := cl.Publish(ctx, msgs...)
+	if err != nil || len(ids) != len(msgs) {
+		t.Fatalf("publish: %d ids, %v", len(ids), err)
+	}
+	cl.Close()
+
+	// A second broker on the same directory is refused while the first runs.
+	if _, stop2 := runServeFor(t, ServeConfig{DataDir: dir}); !errors.Is(stop2(), store.ErrLocked) {
+		t.Fatal("a second broker started on a directory in use")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	addr, stop = runServeFor(t, ServeConfig{DataDir: dir})
+	defer stop()
+	cl, err = client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	q, err := cl.Queue(ctx, "q")
+	if err != nil || q.Ready != uint64(len(msgs)) {
+		t.Fatalf("after a restart: %v, %v", q, err)
 	}
 }

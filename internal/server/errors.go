@@ -26,6 +26,8 @@ var errorTable = []struct {
 	{broker.ErrTooManyQueues, codes.ResourceExhausted, ""},
 	{broker.ErrTooManyConsumers, codes.ResourceExhausted, "close idle consumers or raise the broker's max consumers"},
 	{broker.ErrShuttingDown, codes.Unavailable, "the broker is shutting down; retry after it restarts"},
+	{broker.ErrNotDurable, codes.Unavailable, "the broker's disk failed; it takes publishes again once an operator has fixed the disk and restarted it"},
+	{broker.ErrOverBudget, codes.ResourceExhausted, "retry with backoff once consumers catch up, or raise the broker's max bytes"},
 	{broker.ErrConsumerClosed, codes.Unavailable, "open a new Consume stream"},
 	{broker.ErrUnknownMessage, codes.FailedPrecondition, ""},
 	{context.Canceled, codes.Canceled, ""},
