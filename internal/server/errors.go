@@ -22,6 +22,7 @@ var errorTable = []struct {
 	{broker.ErrPayloadTooLarge, codes.InvalidArgument, "store the body elsewhere and publish a reference, or raise the broker's max payload"},
 	{broker.ErrInvalid, codes.InvalidArgument, ""},
 	{broker.ErrBadDuration, codes.InvalidArgument, ""},
+	{broker.ErrAdjusted, codes.InvalidArgument, ""},
 	{broker.ErrQueueFull, codes.ResourceExhausted, "retry with backoff once consumers catch up, or raise max_depth with DeclareQueue"},
 	{broker.ErrTooManyQueues, codes.ResourceExhausted, ""},
 	{broker.ErrTooManyConsumers, codes.ResourceExhausted, "close idle consumers or raise the broker's max consumers"},
