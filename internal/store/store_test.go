@@ -4,14 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -282,47 +280,9 @@ func TestSecondOpenIsRefused(t *testing.T) {
 	}
 }
 
-// faultFS counts fsyncs and fails writes or fsyncs on demand.
-type faultFS struct {
-	osFS
-	syncs     atomic.Int64
-	failSync  atomic.Bool
-	failWrite atomic.Bool
-}
-
-type faultFile struct {
-	*os.File
-	fs *faultFS
-}
-
-func (f *faultFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	file, err := os.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return &faultFile{File: file, fs: f}, nil
-}
-
-func (f *faultFile) Write(b []byte) (int, error) {
-	if f.fs.failWrite.Load() {
-		return 0, fmt.Errorf("write %s: %w", f.Name(), syscall_ENOSPC)
-	}
-	return f.File.Write(b)
-}
-
-func (f *faultFile) Sync() error {
-	f.fs.syncs.Add(1)
-	if f.fs.failSync.Load() {
-		return errors.New("fsync: input/output error")
-	}
-	return f.File.Sync()
-}
-
-var syscall_ENOSPC = errors.New("no space left on device")
-
 func TestGroupCommit(t *testing.T) {
 	t.Parallel()
-	ffs := &faultFS{}
+	ffs := &FaultFS{}
 	s := openFile(t, t.TempDir(), FileOptions{FS: ffs})
 	replayAll(t, s)
 	const writers, each = 16, 200
@@ -343,7 +303,7 @@ func TestGroupCommit(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	n := ffs.syncs.Load()
+	n := ffs.Syncs()
 	if n >= writers*each {
 		t.Fatalf("%d fsyncs for %d confirmed appends: no grouping", n, writers*each)
 	}
@@ -355,7 +315,7 @@ func TestFailedSyncConfirmsNothing(t *testing.T) {
 	for _, fault := range []string{"fsync", "write"} {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
-			ffs := &faultFS{}
+			ffs := &FaultFS{}
 			s := openFile(t, t.TempDir(), FileOptions{FS: ffs})
 			replayAll(t, s)
 			pos, _ := s.Append(sample(0)...)
@@ -363,9 +323,9 @@ func TestFailedSyncConfirmsNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			if fault == "fsync" {
-				ffs.failSync.Store(true)
+				ffs.FailSync(true)
 			} else {
-				ffs.failWrite.Store(true)
+				ffs.FailWrite(true)
 			}
 			pos, err := s.Append(sample(1)...)
 			if err != nil {

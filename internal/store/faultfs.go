@@ -1,0 +1,58 @@
+package store
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"sync/atomic"
+	"syscall"
+)
+
+// FaultFS is the operating system's file layer with failures on demand,
+// for tests of what the broker does when its disk fails: a write that
+// finds the disk full, an fsync that reports an I/O error. It counts
+// fsyncs, so tests can see commits being grouped.
+type FaultFS struct {
+	osFS
+	syncs     atomic.Int64
+	failSync  atomic.Bool
+	failWrite atomic.Bool
+}
+
+// FailSync makes every later fsync fail (or succeed again, with false).
+func (f *FaultFS) FailSync(on bool) { f.failSync.Store(on) }
+
+// FailWrite makes every later write fail with ENOSPC (or succeed again).
+func (f *FaultFS) FailWrite(on bool) { f.failWrite.Store(on) }
+
+// Syncs is the number of fsyncs so far.
+func (f *FaultFS) Syncs() int64 { return f.syncs.Load() }
+
+// OpenFile implements FS.
+func (f *FaultFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	file, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{File: file, fs: f}, nil
+}
+
+type faultFile struct {
+	*os.File
+	fs *FaultFS
+}
+
+func (f *faultFile) Write(b []byte) (int, error) {
+	if f.fs.failWrite.Load() {
+		return 0, fmt.Errorf("write %s: %w", f.Name(), syscall.ENOSPC)
+	}
+	return f.File.Write(b)
+}
+
+func (f *faultFile) Sync() error {
+	f.fs.syncs.Add(1)
+	if f.fs.failSync.Load() {
+		return fmt.Errorf("fsync %s: %w", f.Name(), syscall.EIO)
+	}
+	return f.File.Sync()
+}
