@@ -157,6 +157,17 @@ func (c *Client) Queue(ctx context.Context, name string) (*pb.QueueInfo, error) 
 	return nil, errNotFound(name)
 }
 
+// PauseQueue stops deliveries from a queue until ResumeQueue; publishes
+// are still taken and jobs in flight finish.
+func (c *Client) PauseQueue(ctx context.Context, name string) (*pb.QueueInfo, error) {
+	return c.admin.PauseQueue(ctx, &pb.PauseQueueRequest{Name: name, Paused: true})
+}
+
+// ResumeQueue starts deliveries from a paused queue again.
+func (c *Client) ResumeQueue(ctx context.Context, name string) (*pb.QueueInfo, error) {
+	return c.admin.PauseQueue(ctx, &pb.PauseQueueRequest{Name: name, Paused: false})
+}
+
 // PurgeQueue drops a queue's ready jobs and reports how many.
 func (c *Client) PurgeQueue(ctx context.Context, name string) (int, error) {
 	resp, err := c.admin.PurgeQueue(ctx, &pb.PurgeQueueRequest{Name: name})

@@ -399,6 +399,31 @@ func (b *Broker) Purge(name string) (int, error) {
 	return len(all), nil
 }
 
+// Pause stops deliveries from a queue (paused true) or starts them again.
+// While paused, publishes are taken and jobs in flight finish as usual. The
+// state survives a restart of a durable broker.
+func (b *Broker) Pause(name string, paused bool) error {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.unlockChanged()
+	if q.paused == paused {
+		return nil
+	}
+	q.paused = paused
+	q.logLocked(q.pauseRecord())
+	if !paused {
+		for c := range q.cons {
+			if c.waiting {
+				c.signal()
+			}
+		}
+	}
+	return nil
+}
+
 // RequeueDeadLetters moves dead letters (all of the queue's when ids is
 // empty) back to the queue with fresh attempts and no TTL. It reports how
 // many moved.

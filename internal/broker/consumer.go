@@ -73,7 +73,7 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 			q.mu.Unlock()
 			return Delivery{}, ErrShuttingDown
 		}
-		if c.credit > 0 {
+		if c.credit > 0 && !q.paused {
 			if d, ok := q.deliverLocked(c, b.clk.Now()); ok {
 				q.unlockChanged()
 				return d, nil

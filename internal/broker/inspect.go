@@ -18,6 +18,7 @@ type QueueInfo struct {
 	Delayed      int // nacked with a delay, waiting to be requeued
 	DeadLetters  int
 	Consumers    int
+	Paused       bool // nothing is delivered until it is resumed
 
 	// Counters since the broker started.
 	Published    uint64
@@ -47,7 +48,7 @@ func (q *queue) info() QueueInfo {
 	defer q.mu.Unlock()
 	in := QueueInfo{
 		Name: q.name, Config: q.cfg, Ready: q.sq.Len(), Delayed: len(q.delayed),
-		DeadLetters: len(q.dead), Consumers: len(q.cons), InFlight: len(q.leases),
+		DeadLetters: len(q.dead), Consumers: len(q.cons), InFlight: len(q.leases), Paused: q.paused,
 		Published: q.published, Delivered: q.delivered, Acked: q.acked, Nacked: q.nacked,
 		Redelivered: q.redelivered, DeadLettered: q.deadLettered, Expired: q.expired,
 		BadDurations: q.badDurations, DeadDropped: q.deadDropped,

@@ -68,6 +68,15 @@ func (q *queue) jobRecord(m *Message, state store.State, reason string, deadAt t
 	return &store.Record{Kind: store.KindJob, Queue: q.name, ID: m.ID, Job: j}
 }
 
+// pauseRecord is q's paused state.
+func (q *queue) pauseRecord() *store.Record {
+	v := byte(0)
+	if q.paused {
+		v = 1
+	}
+	return &store.Record{Kind: store.KindPause, Queue: q.name, Data: []byte{v}}
+}
+
 // declareRecord is q's config.
 func (q *queue) declareRecord() *store.Record {
 	data, err := json.Marshal(q.cfg)
@@ -99,6 +108,7 @@ func (b *Broker) recover() error {
 	start := time.Now() // wall time: this measures the replay, not the broker's clock
 	decls := map[string][]byte{}
 	preds := map[string][]byte{}
+	paused := map[string]bool{}
 	obs := map[string][]observation{}          // acks after the queue's last predictor snapshot
 	jobs := map[string]map[string]*recovered{} // queue -> id -> job
 	records := 0
@@ -114,6 +124,9 @@ func (b *Broker) recover() error {
 		case store.KindPredictor:
 			preds[r.Queue] = r.Data
 			obs[r.Queue] = obs[r.Queue][:0]
+			return nil
+		case store.KindPause:
+			paused[r.Queue] = len(r.Data) == 1 && r.Data[0] == 1
 			return nil
 		case store.KindJob:
 			if jobs[r.Queue] == nil {
@@ -199,6 +212,18 @@ func (b *Broker) recover() error {
 		slices.SortStableFunc(deadList, func(a, b deadLetter) int { return a.at.Compare(b.at) })
 		q.dead = append(q.dead, deadList...)
 		q.unlockChanged()
+	}
+	for name, p := range paused {
+		if !p {
+			continue
+		}
+		q, err := b.lookup(name, true)
+		if err != nil {
+			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
+		}
+		q.mu.Lock()
+		q.paused = true
+		q.mu.Unlock()
 	}
 	for name := range mapsKeys(preds, obs) { // queues whose jobs all ended
 		q, err := b.lookup(name, true)
@@ -314,7 +339,7 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 		}
 		q.mu.Lock()
 		recs := q.stateRecords()
-		jobs += len(recs) - 2
+		jobs += len(recs) - 3
 		p, err := st.Append(recs...)
 		q.mu.Unlock()
 		if err != nil {
@@ -337,7 +362,7 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 // stateRecords is q's config, every job it holds and its predictor, as
 // records.
 func (q *queue) stateRecords() []*store.Record {
-	recs := []*store.Record{q.declareRecord()}
+	recs := []*store.Record{q.declareRecord(), q.pauseRecord()}
 	q.sq.Each(func(it *sched.Item) {
 		recs = append(recs, q.jobRecord(it.Data.(*Message), store.Ready, "", time.Time{}))
 	})

@@ -27,6 +27,7 @@ type queue struct {
 	gen     uint64 // bumped when sq is replaced; items pushed under an older one are reset
 	nextID  uint64 // sched.Item.ID
 	closed  bool   // the broker finished shutting down
+	paused  bool   // publishes are taken, nothing is delivered
 	cons    map[*Consumer]struct{}
 	waiters waitList
 	leases  leaseHeap

@@ -93,3 +93,26 @@ func TestGetLimitsFollowsConfig(t *testing.T) {
 		t.Fatalf("limits leave no room for a full-size message: %v", l)
 	}
 }
+
+func TestPauseQueueOverGRPC(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	tb.publish(t, pmsg("q", "a"))
+	q, err := tb.cl.PauseQueue(tb.ctx, "q")
+	if err != nil || !q.Paused {
+		t.Fatalf("pause: %v, %v", q, err)
+	}
+	c := tb.consume(t, "q", 1)
+	tb.waitFor(t, "the consumer", func() bool { return tb.info(t, "q").Consumers == 1 })
+	if in := tb.info(t, "q"); in.InFlight != 0 || in.Ready != 1 {
+		t.Fatalf("a paused queue delivered: %+v", in)
+	}
+	if q, err = tb.cl.ResumeQueue(tb.ctx, "q"); err != nil || q.Paused {
+		t.Fatalf("resume: %v, %v", q, err)
+	}
+	if d := c.recv(t); d.JobType != "a" {
+		t.Fatalf("after resume: %v", d)
+	}
+	_, err = tb.cl.PauseQueue(tb.ctx, "nope")
+	wantCode(t, err, codes.NotFound, "nope")
+}

@@ -135,7 +135,7 @@ func toQueueInfo(in broker.QueueInfo) *pb.QueueInfo {
 	out := &pb.QueueInfo{
 		Name: in.Name, Config: toQueueConfig(in.Config), Ready: uint64(in.Ready),
 		InFlight: uint64(in.InFlight), DeadLetters: uint64(in.DeadLetters),
-		Consumers: uint32(in.Consumers), Published: in.Published, Acked: in.Acked,
+		Consumers: uint32(in.Consumers), Published: in.Published, Acked: in.Acked, Paused: in.Paused,
 	}
 	for _, n := range in.DepthPerTier {
 		out.DepthPerTier = append(out.DepthPerTier, uint64(n))

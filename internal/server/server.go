@@ -446,6 +446,17 @@ func (a *adminServer) RequeueDeadLetters(_ context.Context, req *pb.RequeueDeadL
 	return &pb.RequeueDeadLettersResponse{Requeued: uint64(n)}, nil
 }
 
+func (a *adminServer) PauseQueue(_ context.Context, req *pb.PauseQueueRequest) (*pb.QueueInfo, error) {
+	if err := a.s.b.Pause(req.Name, req.Paused); err != nil {
+		return nil, toStatus(err)
+	}
+	in, err := a.s.b.Queue(req.Name)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return toQueueInfo(in), nil
+}
+
 func (a *adminServer) ListKeys(_ context.Context, req *pb.ListKeysRequest) (*pb.ListKeysResponse, error) {
 	keys, err := a.s.b.Keys(req.Queue, listLimit(req.Limit))
 	if err != nil {

@@ -52,10 +52,12 @@ const (
 	KindRemove
 	// KindPredictor replaces a queue's predictor state (Data).
 	KindPredictor
+	// KindPause pauses (Data is {1}) or resumes ({0}) a queue.
+	KindPause
 	kindEnd
 )
 
-var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor"}
+var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
@@ -129,7 +131,7 @@ func encode(b []byte, r *Record) []byte {
 	case KindDead:
 		b = appendTime(b, r.At)
 		b = appendString(b, r.Reason)
-	case KindDeclare, KindPredictor:
+	case KindDeclare, KindPredictor, KindPause:
 		b = appendBytes(b, r.Data)
 	case KindJob:
 		b = encodeJob(b, r.Job)
@@ -290,7 +292,7 @@ func decode(body []byte) (*Record, error) {
 	case KindDead:
 		r.At = d.time()
 		r.Reason = d.string()
-	case KindDeclare, KindPredictor:
+	case KindDeclare, KindPredictor, KindPause:
 		r.Data = d.bytes()
 	case KindJob:
 		r.Job = decodeJob(d, r.ID)

@@ -43,6 +43,7 @@ func sample(i int) []*Record {
 		{Kind: KindAck, Queue: "媒体", ID: id, Duration: 1234567 * time.Microsecond},
 		{Kind: KindRemove, Queue: "q", ID: id + "d"},
 		{Kind: KindPredictor, Queue: "媒体", Data: []byte{1, 2, 3}},
+		{Kind: KindPause, Queue: "媒体", Data: []byte{1}},
 	}
 }
 

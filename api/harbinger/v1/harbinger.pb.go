@@ -1261,6 +1261,61 @@ func (x *Delivery) GetPredictedMs() float64 {
 	return 0
 }
 
+// PauseQueueRequest pauses or resumes a queue.
+type PauseQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// True pauses, false resumes.
+	Paused        bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseQueueRequest) Reset() {
+	*x = PauseQueueRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseQueueRequest) ProtoMessage() {}
+
+func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
+func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PauseQueueRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PauseQueueRequest) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 // QueueConfig is a queue's scheduling and delivery settings. Zero values
 // take the broker's defaults.
 type QueueConfig struct {
@@ -1299,7 +1354,7 @@ type QueueConfig struct {
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1366,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1379,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{15}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -1424,14 +1479,16 @@ type QueueInfo struct {
 	// Jobs published since the broker started.
 	Published uint64 `protobuf:"varint,8,opt,name=published,proto3" json:"published,omitempty"`
 	// Jobs acked since the broker started.
-	Acked         uint64 `protobuf:"varint,9,opt,name=acked,proto3" json:"acked,omitempty"`
+	Acked uint64 `protobuf:"varint,9,opt,name=acked,proto3" json:"acked,omitempty"`
+	// True while the queue is paused: nothing is delivered.
+	Paused        bool `protobuf:"varint,10,opt,name=paused,proto3" json:"paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1500,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1513,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -1522,6 +1579,13 @@ func (x *QueueInfo) GetAcked() uint64 {
 	return 0
 }
 
+func (x *QueueInfo) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
 // DeclareQueueRequest names a queue and its config.
 type DeclareQueueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1535,7 +1599,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1611,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1624,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -1586,7 +1650,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1662,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1675,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
 }
 
 // ListQueuesResponse lists every queue.
@@ -1625,7 +1689,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1701,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1714,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1671,7 +1735,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1747,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1760,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -1717,7 +1781,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1793,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1806,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -1780,7 +1844,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1856,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1869,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -1884,7 +1948,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +1960,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +1973,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -1937,7 +2001,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2013,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2026,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1985,7 +2049,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1997,7 +2061,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2010,7 +2074,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -2038,7 +2102,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2114,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2127,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -2104,7 +2168,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2180,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2193,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -2215,7 +2279,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2291,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2304,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -2268,7 +2332,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2344,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2357,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -2320,7 +2384,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2396,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2409,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -2402,7 +2466,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +2478,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2491,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -2502,7 +2566,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2578,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2591,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -2587,7 +2651,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2663,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2676,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -2645,7 +2709,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2721,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2734,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 // AttachRequest changes a queue's count of handlers.
@@ -2686,7 +2750,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +2762,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +2775,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -2737,7 +2801,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2813,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2826,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -2852,7 +2916,10 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\fpredicted_ms\x18\f \x01(\x01R\vpredictedMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf7\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
+	"\x11PauseQueueRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xf7\x03\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05tiers\x18\x02 \x01(\rR\x05tiers\x12\x18\n" +
@@ -2869,7 +2936,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x06shadow\x18\v \x01(\bR\x06shadow\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xa0\x02\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xb8\x02\n" +
 	"\tQueueInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.harbinger.v1.QueueConfigR\x06config\x12$\n" +
@@ -2879,7 +2946,9 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\fdead_letters\x18\x06 \x01(\x04R\vdeadLetters\x12\x1c\n" +
 	"\tconsumers\x18\a \x01(\rR\tconsumers\x12\x1c\n" +
 	"\tpublished\x18\b \x01(\x04R\tpublished\x12\x14\n" +
-	"\x05acked\x18\t \x01(\x04R\x05acked\"\\\n" +
+	"\x05acked\x18\t \x01(\x04R\x05acked\x12\x16\n" +
+	"\x06paused\x18\n" +
+	" \x01(\bR\x06paused\"\\\n" +
 	"\x13DeclareQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.harbinger.v1.QueueConfigR\x06config\"\x13\n" +
@@ -2971,7 +3040,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\x89\x04\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xd1\x04\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -2980,7 +3049,9 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"PurgeQueue\x12\x1f.harbinger.v1.PurgeQueueRequest\x1a .harbinger.v1.PurgeQueueResponse\x12^\n" +
 	"\x0fListDeadLetters\x12$.harbinger.v1.ListDeadLettersRequest\x1a%.harbinger.v1.ListDeadLettersResponse\x12g\n" +
 	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12I\n" +
-	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse2\xe0\x01\n" +
+	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12F\n" +
+	"\n" +
+	"PauseQueue\x12\x1f.harbinger.v1.PauseQueueRequest\x1a\x17.harbinger.v1.QueueInfo2\xe0\x01\n" +
 	"\tPredictor\x12F\n" +
 	"\aPredict\x12\x1c.harbinger.v1.PredictRequest\x1a\x1d.harbinger.v1.PredictResponse\x12F\n" +
 	"\aObserve\x12\x1c.harbinger.v1.ObserveRequest\x1a\x1d.harbinger.v1.ObserveResponse\x12C\n" +
@@ -2999,7 +3070,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -3017,38 +3088,39 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*ConsumeResponse)(nil),            // 13: harbinger.v1.ConsumeResponse
 	(*RequestError)(nil),               // 14: harbinger.v1.RequestError
 	(*Delivery)(nil),                   // 15: harbinger.v1.Delivery
-	(*QueueConfig)(nil),                // 16: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 17: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 18: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 19: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 20: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 21: harbinger.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 22: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 23: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 24: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 25: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 26: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 27: harbinger.v1.RequeueDeadLettersResponse
-	(*KeyStats)(nil),                   // 28: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 29: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 30: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 31: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 32: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 33: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 34: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 35: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 36: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 37: harbinger.v1.AttachResponse
-	nil,                                // 38: harbinger.v1.Message.HeadersEntry
-	nil,                                // 39: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 40: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 41: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 42: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 43: google.protobuf.Timestamp
+	(*PauseQueueRequest)(nil),          // 16: harbinger.v1.PauseQueueRequest
+	(*QueueConfig)(nil),                // 17: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 18: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 19: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 20: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 21: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 22: harbinger.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 23: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 24: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 25: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 26: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 27: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 28: harbinger.v1.RequeueDeadLettersResponse
+	(*KeyStats)(nil),                   // 29: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 30: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 31: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 32: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 33: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 34: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 35: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 36: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 37: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 38: harbinger.v1.AttachResponse
+	nil,                                // 39: harbinger.v1.Message.HeadersEntry
+	nil,                                // 40: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 41: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 42: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 43: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	42, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	38, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	43, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	39, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
 	3,  // 2: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,  // 3: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,  // 4: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -3056,58 +3128,60 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	10, // 6: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11, // 7: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	12, // 8: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	42, // 9: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	43, // 9: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 10: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	42, // 11: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	42, // 12: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	43, // 11: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	43, // 12: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	15, // 13: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	14, // 14: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
-	39, // 15: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	43, // 16: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	42, // 17: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	42, // 18: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	40, // 19: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	42, // 20: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	42, // 21: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	16, // 22: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	16, // 23: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	17, // 24: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	41, // 25: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	43, // 26: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	23, // 27: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	28, // 28: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	42, // 29: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	42, // 30: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	34, // 31: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	42, // 32: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	40, // 15: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	44, // 16: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	43, // 17: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	43, // 18: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	41, // 19: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	43, // 20: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	43, // 21: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	17, // 22: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	17, // 23: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	18, // 24: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	42, // 25: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	44, // 26: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	24, // 27: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	29, // 28: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	43, // 29: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	43, // 30: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	35, // 31: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	43, // 32: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
 	4,  // 33: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
 	4,  // 34: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
 	7,  // 35: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
 	1,  // 36: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	18, // 37: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	19, // 38: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	21, // 39: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	24, // 40: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	26, // 41: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	29, // 42: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	31, // 43: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	33, // 44: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	36, // 45: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 46: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 47: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 48: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 49: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	17, // 50: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	20, // 51: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	22, // 52: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	25, // 53: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	27, // 54: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	30, // 55: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	32, // 56: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	35, // 57: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	37, // 58: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	46, // [46:59] is the sub-list for method output_type
-	33, // [33:46] is the sub-list for method input_type
+	19, // 37: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	20, // 38: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	22, // 39: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	25, // 40: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	27, // 41: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	30, // 42: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	16, // 43: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	32, // 44: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	34, // 45: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	37, // 46: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 47: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 48: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 49: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 50: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	18, // 51: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	21, // 52: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	23, // 53: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	26, // 54: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	28, // 55: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	31, // 56: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 57: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	33, // 58: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	36, // 59: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	38, // 60: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	47, // [47:61] is the sub-list for method output_type
+	33, // [33:47] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -3135,7 +3209,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   41,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

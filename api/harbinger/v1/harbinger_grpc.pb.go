@@ -275,6 +275,7 @@ const (
 	Admin_ListDeadLetters_FullMethodName    = "/harbinger.v1.Admin/ListDeadLetters"
 	Admin_RequeueDeadLetters_FullMethodName = "/harbinger.v1.Admin/RequeueDeadLetters"
 	Admin_ListKeys_FullMethodName           = "/harbinger.v1.Admin/ListKeys"
+	Admin_PauseQueue_FullMethodName         = "/harbinger.v1.Admin/PauseQueue"
 )
 
 // AdminClient is the client API for Admin service.
@@ -295,6 +296,10 @@ type AdminClient interface {
 	RequeueDeadLetters(ctx context.Context, in *RequeueDeadLettersRequest, opts ...grpc.CallOption) (*RequeueDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
+	// PauseQueue stops (or, with paused false, restarts) deliveries from a
+	// queue. Publishes are still taken and jobs in flight finish; the state
+	// survives a restart.
+	PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*QueueInfo, error)
 }
 
 type adminClient struct {
@@ -365,6 +370,16 @@ func (c *adminClient) ListKeys(ctx context.Context, in *ListKeysRequest, opts ..
 	return out, nil
 }
 
+func (c *adminClient) PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*QueueInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QueueInfo)
+	err := c.cc.Invoke(ctx, Admin_PauseQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -383,6 +398,10 @@ type AdminServer interface {
 	RequeueDeadLetters(context.Context, *RequeueDeadLettersRequest) (*RequeueDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
+	// PauseQueue stops (or, with paused false, restarts) deliveries from a
+	// queue. Publishes are still taken and jobs in flight finish; the state
+	// survives a restart.
+	PauseQueue(context.Context, *PauseQueueRequest) (*QueueInfo, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -410,6 +429,9 @@ func (UnimplementedAdminServer) RequeueDeadLetters(context.Context, *RequeueDead
 }
 func (UnimplementedAdminServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
+}
+func (UnimplementedAdminServer) PauseQueue(context.Context, *PauseQueueRequest) (*QueueInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseQueue not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -540,6 +562,24 @@ func _Admin_ListKeys_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_PauseQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PauseQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PauseQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PauseQueue(ctx, req.(*PauseQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -570,6 +610,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListKeys",
 			Handler:    _Admin_ListKeys_Handler,
+		},
+		{
+			MethodName: "PauseQueue",
+			Handler:    _Admin_PauseQueue_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
