@@ -1,0 +1,280 @@
+package sched
+
+import "time"
+
+// Peek appends to buf the next n waiting items in the order Pop would
+// return them if it were called n times at now with nothing pushed or
+// removed in between, and returns buf. It changes nothing: not the items,
+// the levels, the weighted round robin's credits nor the counters, so an
+// inspector can show the line as it stands.
+//
+// Its cost grows with n, the items that would expire or age at now, and the
+// logarithm of the queue's length, not with the length itself: each heap is
+// walked from its root only as far as the items it yields.
+func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
+	if n <= 0 || s.n == 0 {
+		return buf
+	}
+	p := peeker{
+		s:       s,
+		now:     now,
+		gone:    map[*Item]bool{},
+		moved:   map[*Item]int{},
+		deq:     s.deqWork,
+		credit:  make([]int, len(s.levels)),
+		prom:    make([]int, len(s.levels)),
+		walks:   make([]heapWalk, len(s.levels)),
+		in:      make([][]*Item, len(s.levels)),
+		ageNext: make([]*Item, len(s.levels)),
+		due:     heapWalk{h: &s.due},
+	}
+	for i := range s.levels {
+		l := &s.levels[i]
+		p.credit[i] = l.credit
+		p.prom[i] = l.promoted
+		p.walks[i] = heapWalk{h: &l.heap}
+		p.ageNext[i] = l.age.head
+	}
+	// Pop expires first: every item past its TTL leaves, its work counted
+	// as done.
+	ttl := heapWalk{h: &s.ttl}
+	for it := ttl.peek(); it != nil && !it.Expires.After(now); it = ttl.peek() {
+		ttl.next()
+		p.take(it)
+	}
+	for range n {
+		it := p.pop()
+		if it == nil {
+			break
+		}
+		buf = append(buf, it)
+	}
+	return buf
+}
+
+// peeker replays Pop against a virtual copy of the scheduler's state: items
+// taken are marked gone, items aged up are recorded in moved and join the
+// level above through in, and the level heaps are walked in order instead of
+// popped.
+type peeker struct {
+	s       *Scheduler
+	now     time.Time
+	gone    map[*Item]bool // taken out: popped or expired
+	moved   map[*Item]int  // aged: the level it sits at now
+	deq     float64        // deqWork as it would be
+	credit  []int          // each level's round-robin credit as it would be
+	prom    []int          // each level's promoted count as it would be
+	walks   []heapWalk     // each level's own items, in its order
+	in      [][]*Item      // items aged into each level, in its order
+	ageNext []*Item        // each level's age list, as far as aging has read it
+	due     heapWalk
+}
+
+func (p *peeker) level(it *Item) int {
+	if lv, ok := p.moved[it]; ok {
+		return lv
+	}
+	return it.level
+}
+
+func (p *peeker) promoted(it *Item) bool {
+	if _, ok := p.moved[it]; ok {
+		return true
+	}
+	return it.promoted
+}
+
+func (p *peeker) take(it *Item) {
+	p.gone[it] = true
+	if p.promoted(it) {
+		p.prom[p.level(it)]--
+	}
+	p.deq += it.Cost.Seconds()
+}
+
+// head is the item level i would hand out next, or nil.
+func (p *peeker) head(i int) *Item {
+	w := &p.walks[i]
+	for it := w.peek(); it != nil && (p.gone[it] || p.level(it) != i); it = w.peek() {
+		w.next()
+	}
+	in := p.in[i]
+	for len(in) > 0 && p.gone[in[0]] {
+		in = in[1:]
+	}
+	p.in[i] = in
+	own := w.peek()
+	switch {
+	case len(in) == 0:
+		return own
+	case own == nil || p.s.levels[i].heap.less(in[0], own):
+		return in[0]
+	default:
+		return own
+	}
+}
+
+// age mirrors Scheduler.age.
+func (p *peeker) age() {
+	s := p.s
+	if s.cfg.Aging == AgingOff {
+		return
+	}
+	for i := 1; i < len(s.levels); i++ {
+		for {
+			it := p.ageNext[i]
+			for it != nil && (p.gone[it] || p.level(it) != i) {
+				it = it.ageNext
+			}
+			p.ageNext[i] = it
+			if it == nil || p.now.Sub(it.levelAt) < s.cfg.AgeAfter[i] {
+				break
+			}
+			if s.cfg.Aging == AgingPausing && p.prom[i-1] > 0 {
+				break
+			}
+			if p.promoted(it) {
+				p.prom[i]--
+			}
+			p.moved[it] = i - 1
+			p.prom[i-1]++
+			p.insert(i-1, it)
+			// An item aged now entered its new level now: it is not old
+			// enough there to move again at this now, so it never needs
+			// to be on that level's age list.
+		}
+	}
+}
+
+func (p *peeker) insert(lv int, it *Item) {
+	less := p.s.levels[lv].heap.less
+	in := p.in[lv]
+	j := len(in)
+	for j > 0 && less(it, in[j-1]) {
+		j--
+	}
+	in = append(in, nil)
+	copy(in[j+1:], in[j:])
+	in[j] = it
+	p.in[lv] = in
+}
+
+// pop mirrors Scheduler.Pop after the expiry Peek has already done.
+func (p *peeker) pop() *Item {
+	p.age()
+	for it := p.due.peek(); it != nil && p.gone[it]; it = p.due.peek() {
+		p.due.next()
+	}
+	if d := p.due.peek(); d != nil && d.due <= p.deq {
+		p.take(d)
+		return d
+	}
+	it := p.choose()
+	if it != nil {
+		p.take(it)
+	}
+	return it
+}
+
+// choose mirrors Scheduler.choose.
+func (p *peeker) choose() *Item {
+	s := p.s
+	if s.cfg.Discipline == Weighted {
+		total, best := 0, -1
+		var bestIt *Item
+		for i := range s.levels {
+			it := p.head(i)
+			if it == nil {
+				continue
+			}
+			p.credit[i] += s.cfg.Weights[i]
+			total += s.cfg.Weights[i]
+			if best < 0 || p.credit[i] > p.credit[best] {
+				best, bestIt = i, it
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		p.credit[best] -= total
+		return bestIt
+	}
+	for i := range s.levels {
+		if it := p.head(i); it != nil {
+			return it
+		}
+	}
+	return nil
+}
+
+// heapWalk yields a heap's items in order without changing the heap: a
+// small heap of candidate positions starts at the root, and each position
+// taken adds its two children. Yielding k items costs O(k log k).
+type heapWalk struct {
+	h    *itemHeap
+	cand []int
+	init bool
+}
+
+func (w *heapWalk) less(a, b int) bool { return w.h.less(w.h.items[a], w.h.items[b]) }
+
+func (w *heapWalk) peek() *Item {
+	if !w.init {
+		w.init = true
+		if len(w.h.items) > 0 {
+			w.cand = append(w.cand, 0)
+		}
+	}
+	if len(w.cand) == 0 {
+		return nil
+	}
+	return w.h.items[w.cand[0]]
+}
+
+// next drops the item peek returned.
+func (w *heapWalk) next() {
+	if w.peek() == nil {
+		return
+	}
+	i := w.cand[0]
+	last := len(w.cand) - 1
+	w.cand[0] = w.cand[last]
+	w.cand = w.cand[:last]
+	w.down(0)
+	for _, c := range [2]int{2*i + 1, 2*i + 2} {
+		if c < len(w.h.items) {
+			w.cand = append(w.cand, c)
+			w.up(len(w.cand) - 1)
+		}
+	}
+}
+
+func (w *heapWalk) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !w.less(w.cand[j], w.cand[i]) {
+			break
+		}
+		w.cand[i], w.cand[j] = w.cand[j], w.cand[i]
+		j = i
+	}
+}
+
+func (w *heapWalk) down(i int) {
+	n := len(w.cand)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && w.less(w.cand[r], w.cand[l]) {
+			j = r
+		}
+		if !w.less(w.cand[j], w.cand[i]) {
+			return
+		}
+		w.cand[i], w.cand[j] = w.cand[j], w.cand[i]
+		i = j
+	}
+}
