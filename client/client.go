@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 )
@@ -76,9 +77,15 @@ type Message struct {
 	// SizeHint feeds the predictor's size bucket; 0 uses the payload size.
 	SizeHint    uint64
 	Payload     []byte
-	TTL         time.Duration // 0 uses the queue's default
+	TTL         time.Duration // 0 uses the queue's default; counted from when the job is due
 	MaxAttempts int           // 0 uses the queue's default
 	Headers     map[string]string
+	// RunAt, when in the future, keeps the job invisible until then: it
+	// runs no earlier, and takes its place in line as if published then.
+	RunAt time.Time
+	// Delay is RunAt relative to the publish, measured on the broker's
+	// clock (immune to skew between the machines); set one or the other.
+	Delay time.Duration
 }
 
 func (m *Message) proto() *pb.Message {
@@ -88,6 +95,12 @@ func (m *Message) proto() *pb.Message {
 	}
 	if m.TTL != 0 {
 		p.Ttl = durationpb.New(m.TTL)
+	}
+	if !m.RunAt.IsZero() {
+		p.RunAt = timestamppb.New(m.RunAt)
+	}
+	if m.Delay != 0 {
+		p.Delay = durationpb.New(m.Delay)
 	}
 	return p
 }

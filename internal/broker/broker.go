@@ -170,6 +170,14 @@ func (b *Broker) Validate(m *Message) error {
 	if m.TTL < 0 || m.TTL > MaxTTL {
 		return invalid("ttl", fmt.Sprintf("must be 0 (queue default) to %v, got %v", MaxTTL, m.TTL))
 	}
+	switch {
+	case m.Delay < 0 || m.Delay > MaxDelay:
+		return invalid("delay", fmt.Sprintf("must be 0 (at once) to %v, got %v", MaxDelay, m.Delay))
+	case m.Delay > 0 && !m.RunAt.IsZero():
+		return invalid("run_at", "give either run_at or delay, not both")
+	case !m.RunAt.IsZero() && m.RunAt.Sub(b.clk.Now()) > MaxDelay:
+		return invalid("run_at", fmt.Sprintf("%v is more than %v ahead", m.RunAt.UTC().Format(time.RFC3339), MaxDelay))
+	}
 	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
 		return invalid("max_attempts", fmt.Sprintf("must be 0 (queue default) to %d, got %d", MaxAttemptsLimit, m.MaxAttempts))
 	}
@@ -228,6 +236,9 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 		}
 		if m.SizeHint == 0 {
 			m.SizeHint = uint64(len(m.Payload))
+		}
+		if m.Delay > 0 {
+			m.RunAt, m.Delay = now.Add(m.Delay), 0
 		}
 		if err := b.reserve(m); err != nil {
 			out = append(out, Result{Err: err})
@@ -473,7 +484,7 @@ func (b *Broker) Draining() bool { return b.draining.Load() }
 // in-flight job is acked or nacked or ctx ends, then returns the jobs still
 // in flight to their queues (their attempt not counted: the broker, not the
 // job, cut them short) and stops every timer. Nothing is lost: afterwards
-// every job is ready, dead-lettered or settled. It returns ctx's error if ctx
+// every job is ready, delayed, dead-lettered or settled. It returns ctx's error if ctx
 // ended first. Calling it again waits for the first call to finish.
 func (b *Broker) Shutdown(ctx context.Context) error {
 	first := false
@@ -516,21 +527,10 @@ wait:
 				returned++
 			}
 		}
-		for m := range q.delayed {
-			m.delay.Stop()
-			m.delay = nil
-			q.pushLocked(m, now)
-			delayed++
-		}
-		clear(q.delayed)
-		if q.leaseTimer != nil {
-			q.leaseTimer.Stop()
-			q.leaseTimer = nil
-		}
-		if q.ttlTimer != nil {
-			q.ttlTimer.Stop()
-			q.ttlTimer = nil
-		}
+		delayed += len(q.delayed) // stay delayed: a durable broker finds them so
+		q.leaseWake.stop()
+		q.ttlWake.stop()
+		q.delayWake.stop()
 		ready += q.sq.Len()
 		q.unlockChanged()
 	}
@@ -543,7 +543,7 @@ wait:
 	b.log.Info("broker: stopped",
 		"took", b.clk.Now().Sub(start),
 		"returned_in_flight", returned,
-		"returned_delayed", delayed,
+		"delayed", delayed,
 		"ready", ready,
 		"timed_out", err != nil)
 	return err

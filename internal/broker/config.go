@@ -33,6 +33,8 @@ const (
 	MaxAttemptsLimit = 10_000
 	// MaxLease bounds any lease, so a typo cannot pin a job for a year.
 	MaxLease = 24 * time.Hour
+	// MaxDelay bounds how far ahead a job may be scheduled.
+	MaxDelay = 365 * 24 * time.Hour
 	// MaxTTL bounds any time to live.
 	MaxTTL = 365 * 24 * time.Hour
 	// MaxPayloadLimit bounds the max payload setting, so that a delivery

@@ -186,7 +186,7 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 	case action == NackDeadLetter:
 		q.deadLetterLocked(m, now, reason)
 	case action == NackRequeueAfter && delay > 0 && m.attempt < m.MaxAttempts && !q.b.draining.Load():
-		q.requeueAfterLocked(m, delay)
+		q.requeueAfterLocked(m, delay, now)
 	default:
 		q.retryLocked(m, now, reason)
 	}
@@ -241,7 +241,7 @@ func (c *Consumer) Extend(id string, lease time.Duration) error {
 	}
 	now := q.b.clk.Now()
 	m.deadline = now.Add(lease)
-	q.leases.fix(m.leaseIdx)
+	q.leases.fix(m.heapIdx)
 	q.armLeaseLocked(now)
 	return adjusted
 }

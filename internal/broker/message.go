@@ -7,12 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 )
 
-// Message is one job. Callers fill the exported fields up to Headers before
+// Message is one job. Callers fill the exported fields up to Delay before
 // Publish; the broker owns the Message from then on and sets the rest.
 type Message struct {
 	Queue    string
@@ -21,10 +20,15 @@ type Message struct {
 	SizeHint uint64 // 0 means the payload size
 	Payload  []byte
 	Headers  map[string]string
-	TTL      time.Duration // 0 takes the queue's default TTL
+	TTL      time.Duration // 0 takes the queue's default TTL; counted from when the job is due
 	// MaxAttempts is the deliveries before the job is dead-lettered; 0 takes
 	// the queue's default.
 	MaxAttempts int
+	// RunAt, when in the future, keeps the job invisible until then; it
+	// then takes its place in line as if published at that moment.
+	RunAt time.Time
+	// Delay is RunAt relative to the publish, on the broker's clock.
+	Delay time.Duration
 
 	// Set by the broker.
 	ID          string
@@ -37,14 +41,12 @@ type Message struct {
 	key     predict.Key
 	pred    predict.Prediction
 
-	// While in flight (guarded by the queue's mutex).
-	owner    *Consumer
-	deadline time.Time
-	leaseIdx int
-	leased   time.Time // when the current delivery started
-	// While waiting for a delayed requeue.
-	delay clock.Timer
-	until time.Time // when the delay ends
+	// While in flight or delayed (guarded by the queue's mutex).
+	owner     *Consumer
+	deadline  time.Time // in flight: the lease's end; delayed: when it is due
+	heapIdx   int       // in q.leases or q.delayed
+	leased    time.Time // when the current delivery started
+	scheduled bool      // published to run later and not yet due: not yet in line
 }
 
 // Delivery is a job handed to a consumer under a lease. It is a copy, safe
@@ -132,25 +134,27 @@ func (g *idGen) next() string {
 	return string(b)
 }
 
-// leaseHeap orders in-flight messages by lease deadline.
-type leaseHeap []*Message
+// timeHeap orders messages by deadline: in-flight ones by lease deadline,
+// delayed ones by due time. A message is in at most one heap at a time, so
+// both share its deadline and heapIdx.
+type timeHeap []*Message
 
-func (h *leaseHeap) push(m *Message) {
-	m.leaseIdx = len(*h)
+func (h *timeHeap) push(m *Message) {
+	m.heapIdx = len(*h)
 	*h = append(*h, m)
-	h.up(m.leaseIdx)
+	h.up(m.heapIdx)
 }
 
-func (h *leaseHeap) min() *Message {
+func (h *timeHeap) min() *Message {
 	if len(*h) == 0 {
 		return nil
 	}
 	return (*h)[0]
 }
 
-func (h *leaseHeap) remove(m *Message) {
+func (h *timeHeap) remove(m *Message) {
 	s := *h
-	i := m.leaseIdx
+	i := m.heapIdx
 	if i < 0 || i >= len(s) || s[i] != m {
 		return
 	}
@@ -160,25 +164,25 @@ func (h *leaseHeap) remove(m *Message) {
 	}
 	s[last] = nil
 	*h = s[:last]
-	m.leaseIdx = -1
+	m.heapIdx = -1
 	if i != last {
 		h.fix(i)
 	}
 }
 
-func (h *leaseHeap) fix(i int) {
+func (h *timeHeap) fix(i int) {
 	if !h.down(i) {
 		h.up(i)
 	}
 }
 
-func (h leaseHeap) swap(i, j int) {
+func (h timeHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].leaseIdx = i
-	h[j].leaseIdx = j
+	h[i].heapIdx = i
+	h[j].heapIdx = j
 }
 
-func (h leaseHeap) up(j int) {
+func (h timeHeap) up(j int) {
 	for j > 0 {
 		i := (j - 1) / 2
 		if !h[j].deadline.Before(h[i].deadline) {
@@ -189,7 +193,7 @@ func (h leaseHeap) up(j int) {
 	}
 }
 
-func (h leaseHeap) down(i0 int) bool {
+func (h timeHeap) down(i0 int) bool {
 	i, n := i0, len(h)
 	for {
 		l := 2*i + 1

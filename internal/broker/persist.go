@@ -63,7 +63,10 @@ func (q *queue) jobRecord(m *Message, state store.State, reason string, deadAt t
 		Payload: m.Payload, Headers: m.Headers, TTL: m.TTL, MaxAttempts: m.MaxAttempts,
 		PublishedAt: m.PublishedAt, Seq: m.item.ID, Tier: m.item.Tier, Cost: m.item.Cost,
 		Long: m.item.Long, Reset: m.gen != q.gen, Enqueued: m.item.Enqueued, Expires: m.item.Expires,
-		Attempts: m.attempt, State: state, Until: m.until, Reason: reason, DeadAt: deadAt,
+		Attempts: m.attempt, State: state, Reason: reason, DeadAt: deadAt, Scheduled: m.scheduled,
+	}
+	if state == store.Delayed {
+		j.Until = m.deadline
 	}
 	return &store.Record{Kind: store.KindJob, Queue: q.name, ID: m.ID, Job: j}
 }
@@ -198,11 +201,14 @@ func (b *Broker) recover() error {
 			m := b.restoreMessage(q, rj)
 			switch {
 			case rj.job.State == store.Ready, rj.job.State == store.Delayed && !rj.job.Until.After(now):
+				if m.scheduled {
+					q.enterLocked(m, rj.job.Until) // it came due while the broker was down
+				}
 				q.pushLocked(m, now)
 				ready++
 			case rj.job.State == store.Delayed:
-				m.until = rj.job.Until
-				q.requeueAfterLocked(m, max(rj.job.Until.Sub(now), 0))
+				m.deadline = rj.job.Until
+				q.delayLocked(m, now)
 				delayed++
 			case rj.job.State == store.Dead:
 				deadList = append(deadList, deadLetter{m: m, reason: rj.job.Reason, at: rj.job.DeadAt})
@@ -276,7 +282,7 @@ func (b *Broker) restoreMessage(q *queue, rj *recovered) *Message {
 	m := &Message{
 		Queue: q.name, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
 		Payload: j.Payload, Headers: j.Headers, TTL: j.TTL, MaxAttempts: j.MaxAttempts,
-		ID: j.ID, PublishedAt: j.PublishedAt, attempt: j.Attempts, leaseIdx: -1,
+		ID: j.ID, PublishedAt: j.PublishedAt, attempt: j.Attempts, heapIdx: -1, scheduled: j.Scheduled,
 	}
 	m.key = q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
 	m.item = sched.Item{ID: j.Seq, Tier: min(j.Tier, q.sq.Config().Levels-1), Cost: j.Cost, Long: j.Long,
@@ -371,7 +377,7 @@ func (q *queue) stateRecords() []*store.Record {
 			recs = append(recs, q.jobRecord(m, store.Ready, "", time.Time{}))
 		}
 	}
-	for m := range q.delayed {
+	for _, m := range q.delayed {
 		recs = append(recs, q.jobRecord(m, store.Delayed, "", time.Time{}))
 	}
 	for _, d := range q.dead {

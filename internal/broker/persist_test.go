@@ -67,8 +67,12 @@ func view(b *Broker) []jobView {
 				add(q, m, "ready")
 			}
 		}
-		for m := range q.delayed {
-			add(q, m, "delayed until "+m.until.String())
+		for _, m := range q.delayed {
+			state := "delayed until " + m.deadline.String()
+			if m.scheduled {
+				state = "scheduled for " + m.deadline.String()
+			}
+			add(q, m, state)
 		}
 		for _, d := range q.dead {
 			add(q, d.m, "dead: "+d.reason)
@@ -267,7 +271,8 @@ func TestRecoveryMatchesBrokerOverRandomOps(t *testing.T) {
 				switch op := rng.IntN(12); {
 				case op < 4:
 					q := []string{"a", "b"}[rng.IntN(2)]
-					_, _ = b.Publish(&Message{Queue: q, Producer: "p", JobType: fmt.Sprint(rng.IntN(3)), Payload: []byte{byte(op)}, TTL: time.Duration(rng.IntN(2)) * 30 * time.Second})
+					_, _ = b.Publish(&Message{Queue: q, Producer: "p", JobType: fmt.Sprint(rng.IntN(3)), Payload: []byte{byte(op)},
+						TTL: time.Duration(rng.IntN(2)) * 30 * time.Second, Delay: time.Duration(rng.IntN(3)) * 20 * time.Second})
 				case op == 4 && len(cons) < 3:
 					c, _ := b.Subscribe([]string{"a", "b"}[rng.IntN(2)], "c", 2)
 					cons = append(cons, c)

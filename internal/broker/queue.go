@@ -30,18 +30,14 @@ type queue struct {
 	paused  bool   // publishes are taken, nothing is delivered
 	cons    map[*Consumer]struct{}
 	waiters waitList
-	leases  leaseHeap
-	delayed map[*Message]struct{}
+	leases  timeHeap // in flight, by lease deadline
+	delayed timeHeap // not yet due (scheduled, or nacked with a delay), by due time
 	dead    []deadLetter
 	expBuf  []*sched.Item
 	lastPos store.Pos // the log position of the queue's last publish
 
-	leaseTimer clock.Timer
-	leaseAt    time.Time
-	leaseGen   uint64
-	ttlTimer   clock.Timer
-	ttlAt      time.Time
-	ttlGen     uint64
+	// One timer each for the earliest lease, TTL and due time.
+	leaseWake, ttlWake, delayWake wake
 
 	published, delivered, acked, nacked, redelivered uint64
 	deadLettered, expired, badDurations, deadDropped uint64
@@ -53,11 +49,7 @@ func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue
 	if err != nil {
 		return nil, invalid("policy", err.Error())
 	}
-	return &queue{
-		b: b, name: name, cfg: cfg, sq: sq, gen: 1,
-		cons:    map[*Consumer]struct{}{},
-		delayed: map[*Message]struct{}{},
-	}, nil
+	return &queue{b: b, name: name, cfg: cfg, sq: sq, gen: 1, cons: map[*Consumer]struct{}{}}, nil
 }
 
 // publishLocked classifies and enqueues a new message.
@@ -77,23 +69,43 @@ func (q *queue) publishLocked(m *Message, now time.Time) error {
 	}
 	m.key = q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
 	q.nextID++
-	m.item = sched.Item{ID: q.nextID, Enqueued: now, Data: m}
-	if m.TTL > 0 {
-		m.item.Expires = now.Add(m.TTL)
+	m.heapIdx = -1
+	m.item = sched.Item{ID: q.nextID, Data: m}
+	state := store.Ready
+	if m.RunAt.After(now) {
+		// Invisible until due; it is classified and takes its place in
+		// line then, as if published at that moment.
+		m.scheduled, m.deadline = true, m.RunAt
+		state = store.Delayed
+	} else {
+		q.enterLocked(m, now)
 	}
-	m.pred = q.sq.Classify(&m.item, m.key)
-	m.gen = q.gen
-	m.leaseIdx = -1
 	if st := q.b.cfg.Store; st != nil {
-		pos, err := st.Append(q.jobRecord(m, store.Ready, "", time.Time{}))
+		pos, err := st.Append(q.jobRecord(m, state, "", time.Time{}))
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrNotDurable, err)
 		}
 		q.lastPos = pos
 	}
 	q.published++
-	q.pushLocked(m, now)
+	if m.scheduled {
+		q.delayLocked(m, now)
+	} else {
+		q.pushLocked(m, now)
+	}
 	return nil
+}
+
+// enterLocked gives a job its place in line: its FIFO position and expiry
+// count from now, and its tier and cost are predicted now.
+func (q *queue) enterLocked(m *Message, now time.Time) {
+	m.item.Enqueued = now
+	if m.TTL > 0 {
+		m.item.Expires = now.Add(m.TTL)
+	}
+	m.pred = q.sq.Classify(&m.item, m.key)
+	m.gen = q.gen
+	m.scheduled = false
 }
 
 // pushLocked puts a message (new or retried) in line and wakes a consumer.
@@ -200,32 +212,58 @@ func (q *queue) expireLocked(now time.Time) {
 	}
 }
 
+// wake is one of a queue's timers: it fires by the earliest deadline it was
+// armed for, and is re-armed only when an earlier one appears (deadlines
+// mostly grow, so the hot path rarely touches the clock). gen tells a
+// stale firing from the current one.
+type wake struct {
+	t   clock.Timer
+	at  time.Time
+	gen uint64
+}
+
+// arm makes sure the timer fires by at, calling fire with its generation.
+func (w *wake) arm(clk clock.Clock, at, now time.Time, fire func(gen uint64)) {
+	if w.t != nil && !w.at.After(at) {
+		return
+	}
+	w.stop()
+	w.gen++
+	g := w.gen
+	w.at = at
+	w.t = clk.AfterFunc(at.Sub(now), func() { fire(g) })
+}
+
+// fired reports whether a firing of generation g is the current one, and
+// if so forgets the timer.
+func (w *wake) fired(g uint64) bool {
+	if g != w.gen {
+		return false
+	}
+	w.t = nil
+	return true
+}
+
+func (w *wake) stop() {
+	if w.t != nil {
+		w.t.Stop()
+		w.t = nil
+	}
+}
+
 // armLeaseLocked makes sure a timer fires by the earliest lease deadline.
-// Deadlines mostly grow, so the timer is rarely re-armed on the hot path.
 func (q *queue) armLeaseLocked(now time.Time) {
-	m := q.leases.min()
-	if m == nil || q.closed {
-		return
+	if m := q.leases.min(); m != nil && !q.closed {
+		q.leaseWake.arm(q.b.clk, m.deadline, now, q.onLeaseTimer)
 	}
-	if q.leaseTimer != nil && !q.leaseAt.After(m.deadline) {
-		return
-	}
-	if q.leaseTimer != nil {
-		q.leaseTimer.Stop()
-	}
-	q.leaseGen++
-	g := q.leaseGen
-	q.leaseAt = m.deadline
-	q.leaseTimer = q.b.clk.AfterFunc(m.deadline.Sub(now), func() { q.onLeaseTimer(g) })
 }
 
 func (q *queue) onLeaseTimer(g uint64) {
 	q.mu.Lock()
 	defer q.unlockChanged()
-	if g != q.leaseGen || q.closed {
+	if !q.leaseWake.fired(g) || q.closed {
 		return
 	}
-	q.leaseTimer = nil
 	now := q.b.clk.Now()
 	for m := q.leases.min(); m != nil && !m.deadline.After(now); m = q.leases.min() {
 		q.settleLocked(m)
@@ -235,54 +273,67 @@ func (q *queue) onLeaseTimer(g uint64) {
 }
 
 func (q *queue) armTTLLocked(now time.Time) {
-	at, ok := q.sq.NextExpiry()
-	if !ok || q.closed {
-		return
+	if at, ok := q.sq.NextExpiry(); ok && !q.closed {
+		q.ttlWake.arm(q.b.clk, at, now, q.onTTLTimer)
 	}
-	if q.ttlTimer != nil && !q.ttlAt.After(at) {
-		return
-	}
-	if q.ttlTimer != nil {
-		q.ttlTimer.Stop()
-	}
-	q.ttlGen++
-	g := q.ttlGen
-	q.ttlAt = at
-	q.ttlTimer = q.b.clk.AfterFunc(at.Sub(now), func() { q.onTTLTimer(g) })
 }
 
 func (q *queue) onTTLTimer(g uint64) {
 	q.mu.Lock()
 	defer q.unlockChanged()
-	if g != q.ttlGen || q.closed {
+	if !q.ttlWake.fired(g) || q.closed {
 		return
 	}
-	q.ttlTimer = nil
 	now := q.b.clk.Now()
 	q.expireLocked(now)
 	q.armTTLLocked(now)
 }
 
-// requeueAfterLocked holds a settled message back for d, then requeues it.
-func (q *queue) requeueAfterLocked(m *Message, d time.Duration) {
-	q.delayed[m] = struct{}{}
-	if m.until.IsZero() { // set already when recovered
-		m.until = q.b.clk.Now().Add(d)
-		q.logLocked(&store.Record{Kind: store.KindDelay, Queue: q.name, ID: m.ID, At: m.until})
+// requeueAfterLocked holds a settled message back for d, then requeues it
+// at its old place (a retry keeps its priority).
+func (q *queue) requeueAfterLocked(m *Message, d time.Duration, now time.Time) {
+	m.deadline = now.Add(d)
+	q.logLocked(&store.Record{Kind: store.KindDelay, Queue: q.name, ID: m.ID, At: m.deadline})
+	q.delayLocked(m, now)
+}
+
+// delayLocked holds m until m.deadline.
+func (q *queue) delayLocked(m *Message, now time.Time) {
+	q.delayed.push(m)
+	q.armDelayLocked(now)
+}
+
+func (q *queue) armDelayLocked(now time.Time) {
+	if m := q.delayed.min(); m != nil && !q.closed {
+		q.delayWake.arm(q.b.clk, m.deadline, now, q.onDelayTimer)
 	}
-	var t clock.Timer
-	t = q.b.clk.AfterFunc(d, func() {
-		q.mu.Lock()
-		defer q.unlockChanged()
-		if m.delay != t { // taken back by Shutdown
-			return
+}
+
+// onDelayTimer puts every job that has come due in line: a scheduled job
+// enters as if published now, a delayed retry at its old place.
+func (q *queue) onDelayTimer(g uint64) {
+	q.mu.Lock()
+	defer q.unlockChanged()
+	if !q.delayWake.fired(g) || q.closed {
+		return
+	}
+	now := q.b.clk.Now()
+	q.releaseDueLocked(now)
+	q.armDelayLocked(now)
+}
+
+func (q *queue) releaseDueLocked(now time.Time) {
+	for m := q.delayed.min(); m != nil && !m.deadline.After(now); m = q.delayed.min() {
+		q.delayed.remove(m)
+		m.deadline = time.Time{}
+		if m.scheduled {
+			q.enterLocked(m, now)
+			if q.b.cfg.Store != nil {
+				q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{})) // its place in line, as it got it
+			}
 		}
-		m.delay = nil
-		m.until = time.Time{}
-		delete(q.delayed, m)
-		q.pushLocked(m, q.b.clk.Now())
-	})
-	m.delay = t
+		q.pushLocked(m, now)
+	}
 }
 
 func (q *queue) wakeOneLocked() {
@@ -324,10 +375,7 @@ func (q *queue) reconfigureLocked(cfg QueueConfig, pol sched.Policy, now time.Ti
 			q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{}))
 		}
 	}
-	if q.ttlTimer != nil {
-		q.ttlTimer.Stop()
-		q.ttlTimer = nil
-	}
+	q.ttlWake.stop()
 	q.armTTLLocked(now)
 	return nil
 }

@@ -37,10 +37,21 @@ func fromMessage(i int, m *pb.Message) (*broker.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &broker.Message{
+	delay, err := duration("delay", m.Delay)
+	if err != nil {
+		return nil, err
+	}
+	bm := &broker.Message{
 		Queue: m.Queue, Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint,
-		Payload: m.Payload, Headers: m.Headers, TTL: ttl, MaxAttempts: int(m.MaxAttempts),
-	}, nil
+		Payload: m.Payload, Headers: m.Headers, TTL: ttl, MaxAttempts: int(m.MaxAttempts), Delay: delay,
+	}
+	if m.RunAt != nil {
+		if err := m.RunAt.CheckValid(); err != nil {
+			return nil, invalidArg("run_at: %v", err)
+		}
+		bm.RunAt = m.RunAt.AsTime()
+	}
+	return bm, nil
 }
 
 func toDelivery(d *broker.Delivery) *pb.Delivery {
@@ -136,6 +147,7 @@ func toQueueInfo(in broker.QueueInfo) *pb.QueueInfo {
 		Name: in.Name, Config: toQueueConfig(in.Config), Ready: uint64(in.Ready),
 		InFlight: uint64(in.InFlight), DeadLetters: uint64(in.DeadLetters),
 		Consumers: uint32(in.Consumers), Published: in.Published, Acked: in.Acked, Paused: in.Paused,
+		Delayed: uint64(in.Delayed),
 	}
 	for _, n := range in.DepthPerTier {
 		out.DepthPerTier = append(out.DepthPerTier, uint64(n))

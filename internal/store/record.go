@@ -106,9 +106,12 @@ type Job struct {
 	Long bool
 	// Reset: the job is to be classified afresh when it is next in line
 	// (its queue was redeclared while it was out of line).
-	Reset    bool
-	Enqueued time.Time
-	Expires  time.Time
+	Reset bool
+	// Scheduled: published to run at Until and not yet due; it takes its
+	// place in line (FIFO position, tier, expiry) when it comes due.
+	Scheduled bool
+	Enqueued  time.Time
+	Expires   time.Time
 
 	Attempts int
 	State    State
@@ -163,6 +166,9 @@ func encodeJob(b []byte, j *Job) []byte {
 	}
 	if j.Reset {
 		flags |= 2
+	}
+	if j.Scheduled {
+		flags |= 4
 	}
 	b = append(b, flags, byte(j.State))
 	b = appendTime(b, j.Enqueued)
@@ -332,8 +338,8 @@ func decodeJob(d *decoder, id string) *Job {
 	j.Tier = d.int()
 	j.Cost = time.Duration(d.varint())
 	flags := d.byte()
-	j.Long, j.Reset = flags&1 != 0, flags&2 != 0
-	if flags > 3 {
+	j.Long, j.Reset, j.Scheduled = flags&1 != 0, flags&2 != 0, flags&4 != 0
+	if flags > 7 {
 		d.fail("unknown job flags")
 	}
 	j.State = State(d.byte())

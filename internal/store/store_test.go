@@ -40,6 +40,7 @@ func sample(i int) []*Record {
 		{Kind: KindDead, Queue: "媒体", ID: id, At: at, Reason: "nacked: 失败"},
 		{Kind: KindRequeue, Queue: "媒体", ID: id, At: at},
 		{Kind: KindJob, Queue: "q", ID: id + "d", Job: &Job{ID: id + "d", State: Dead, Reason: "expired", DeadAt: at, Reset: true}},
+		{Kind: KindJob, Queue: "q", ID: id + "s", Job: &Job{ID: id + "s", State: Delayed, Until: at.Add(time.Hour), Scheduled: true}},
 		{Kind: KindAck, Queue: "媒体", ID: id, Duration: 1234567 * time.Microsecond},
 		{Kind: KindRemove, Queue: "q", ID: id + "d"},
 		{Kind: KindPredictor, Queue: "媒体", Data: []byte{1, 2, 3}},

@@ -238,7 +238,15 @@ type Message struct {
 	// Deliveries before the job is dead-lettered; 0 uses the queue's default.
 	MaxAttempts uint32 `protobuf:"varint,7,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
 	// Application headers passed through to the consumer unchanged.
-	Headers       map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Headers map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When set in the future, the job is invisible until then; it then
+	// takes its place in line as if published at that moment (its FIFO
+	// position, and so the long-job bound, count from then; its TTL too).
+	// At most 365 days ahead.
+	RunAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	// run_at relative to the publish, on the broker's clock; give one or the
+	// other.
+	Delay         *durationpb.Duration `protobuf:"bytes,10,opt,name=delay,proto3" json:"delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -325,6 +333,20 @@ func (x *Message) GetMaxAttempts() uint32 {
 func (x *Message) GetHeaders() map[string]string {
 	if x != nil {
 		return x.Headers
+	}
+	return nil
+}
+
+func (x *Message) GetRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAt
+	}
+	return nil
+}
+
+func (x *Message) GetDelay() *durationpb.Duration {
+	if x != nil {
+		return x.Delay
 	}
 	return nil
 }
@@ -1481,7 +1503,9 @@ type QueueInfo struct {
 	// Jobs acked since the broker started.
 	Acked uint64 `protobuf:"varint,9,opt,name=acked,proto3" json:"acked,omitempty"`
 	// True while the queue is paused: nothing is delivered.
-	Paused        bool `protobuf:"varint,10,opt,name=paused,proto3" json:"paused,omitempty"`
+	Paused bool `protobuf:"varint,10,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Jobs not yet due: scheduled for later, or nacked with a delay.
+	Delayed       uint64 `protobuf:"varint,11,opt,name=delayed,proto3" json:"delayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1584,6 +1608,13 @@ func (x *QueueInfo) GetPaused() bool {
 		return x.Paused
 	}
 	return false
+}
+
+func (x *QueueInfo) GetDelayed() uint64 {
+	if x != nil {
+		return x.Delayed
+	}
+	return 0
 }
 
 // DeclareQueueRequest names a queue and its config.
@@ -2842,7 +2873,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\x12,\n" +
 	"\x12max_delivery_bytes\x18\x05 \x01(\x04R\x10maxDeliveryBytes\x12\x1d\n" +
 	"\n" +
-	"max_credit\x18\x06 \x01(\rR\tmaxCredit\"\xd7\x02\n" +
+	"max_credit\x18\x06 \x01(\rR\tmaxCredit\"\xbb\x03\n" +
 	"\aMessage\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
@@ -2851,7 +2882,10 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\apayload\x18\x05 \x01(\fR\apayload\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12!\n" +
 	"\fmax_attempts\x18\a \x01(\rR\vmaxAttempts\x12<\n" +
-	"\aheaders\x18\b \x03(\v2\".harbinger.v1.Message.HeadersEntryR\aheaders\x1a:\n" +
+	"\aheaders\x18\b \x03(\v2\".harbinger.v1.Message.HeadersEntryR\aheaders\x121\n" +
+	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12/\n" +
+	"\x05delay\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x05delay\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
@@ -2936,7 +2970,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x06shadow\x18\v \x01(\bR\x06shadow\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xb8\x02\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd2\x02\n" +
 	"\tQueueInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.harbinger.v1.QueueConfigR\x06config\x12$\n" +
@@ -2948,7 +2982,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tpublished\x18\b \x01(\x04R\tpublished\x12\x14\n" +
 	"\x05acked\x18\t \x01(\x04R\x05acked\x12\x16\n" +
 	"\x06paused\x18\n" +
-	" \x01(\bR\x06paused\"\\\n" +
+	" \x01(\bR\x06paused\x12\x18\n" +
+	"\adelayed\x18\v \x01(\x04R\adelayed\"\\\n" +
 	"\x13DeclareQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.harbinger.v1.QueueConfigR\x06config\"\x13\n" +
@@ -3121,70 +3156,72 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	43, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
 	39, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	3,  // 2: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
-	6,  // 3: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
-	8,  // 4: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
-	9,  // 5: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
-	10, // 6: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
-	11, // 7: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
-	12, // 8: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	43, // 9: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
-	0,  // 10: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	43, // 11: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	43, // 12: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
-	15, // 13: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
-	14, // 14: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
-	40, // 15: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	44, // 16: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	43, // 17: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	43, // 18: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	41, // 19: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	43, // 20: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	43, // 21: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	17, // 22: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	17, // 23: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	18, // 24: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	42, // 25: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	44, // 26: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	24, // 27: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	29, // 28: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	43, // 29: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	43, // 30: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	35, // 31: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	43, // 32: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 33: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 34: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 35: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 36: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	19, // 37: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	20, // 38: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	22, // 39: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	25, // 40: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	27, // 41: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	30, // 42: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	16, // 43: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	32, // 44: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	34, // 45: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	37, // 46: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 47: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 48: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 49: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 50: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	18, // 51: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	21, // 52: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	23, // 53: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	26, // 54: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	28, // 55: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	31, // 56: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 57: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	33, // 58: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	36, // 59: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	38, // 60: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	47, // [47:61] is the sub-list for method output_type
-	33, // [33:47] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	44, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	43, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	3,  // 4: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
+	6,  // 5: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
+	8,  // 6: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
+	9,  // 7: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
+	10, // 8: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
+	11, // 9: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
+	12, // 10: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
+	43, // 11: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	0,  // 12: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
+	43, // 13: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	43, // 14: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	15, // 15: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
+	14, // 16: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
+	40, // 17: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	44, // 18: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	43, // 19: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	43, // 20: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	41, // 21: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	43, // 22: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	43, // 23: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	17, // 24: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	17, // 25: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	18, // 26: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	42, // 27: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	44, // 28: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	24, // 29: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	29, // 30: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	43, // 31: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	43, // 32: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	35, // 33: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	43, // 34: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 35: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 36: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 37: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 38: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	19, // 39: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	20, // 40: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	22, // 41: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	25, // 42: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	27, // 43: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	30, // 44: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	16, // 45: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	32, // 46: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	34, // 47: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	37, // 48: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 49: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 50: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 51: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 52: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	18, // 53: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	21, // 54: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	23, // 55: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	26, // 56: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	28, // 57: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	31, // 58: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 59: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	33, // 60: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	36, // 61: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	38, // 62: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	49, // [49:63] is the sub-list for method output_type
+	35, // [35:49] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
