@@ -1,0 +1,170 @@
+package broker
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/store"
+)
+
+// MaxJobsListed bounds WaitingJobs and InFlightJobs: they are for a person
+// looking at a queue, and each job listed is copied under the queue's lock.
+const MaxJobsListed = 1000
+
+// WaitingJob is a job waiting in line, as WaitingJobs reports it.
+type WaitingJob struct {
+	ID       string
+	Producer string
+	JobType  string
+	Tier     int           // the tier it was given
+	Level    int           // the level it waits at now, after any aging
+	Cost     time.Duration // its predicted duration
+	Long     bool          // predicted far longer than typical
+	Cold     bool          // its key had too few observations to trust
+	Attempts int           // deliveries so far
+	Enqueued time.Time     // when it took its place in line
+	Expires  time.Time     // when its TTL runs out; zero is never
+}
+
+// WaitingJobs reports up to limit (at most MaxJobsListed; all up to it when
+// limit <= 0) of a queue's waiting jobs in the order they would be handed
+// out if consumers asked now: the scheduler's own order, tiers, aging,
+// bounds and expiry included (see sched.Scheduler.Peek). Jobs published
+// later may still go ahead of them.
+func (b *Broker) WaitingJobs(name string, limit int) ([]WaitingJob, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > MaxJobsListed {
+		limit = MaxJobsListed
+	}
+	now := b.clk.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	items := q.sq.Peek(now, limit, make([]*sched.Item, 0, min(limit, q.sq.Len())))
+	out := make([]WaitingJob, len(items))
+	for i, it := range items {
+		m := it.Data.(*Message)
+		out[i] = WaitingJob{
+			ID: m.ID, Producer: m.Producer, JobType: m.JobType,
+			Tier: it.Tier, Level: it.Level(), Cost: it.Cost, Long: it.Long, Cold: m.pred.Cold,
+			Attempts: m.attempt, Enqueued: it.Enqueued, Expires: it.Expires,
+		}
+	}
+	return out, nil
+}
+
+// InFlightJob is a job delivered to a consumer and not yet settled.
+type InFlightJob struct {
+	ID       string
+	Producer string
+	JobType  string
+	Consumer string        // the consumer's name as given to Subscribe
+	Attempt  int           // 1 for the first delivery
+	Cost     time.Duration // its predicted duration
+	Leased   time.Time     // when this delivery started
+	Deadline time.Time     // when its lease runs out
+}
+
+// InFlightJobs reports up to limit (at most MaxJobsListed; all up to it
+// when limit <= 0) of a queue's in-flight jobs, the longest running first.
+func (b *Broker) InFlightJobs(name string, limit int) ([]InFlightJob, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > MaxJobsListed {
+		limit = MaxJobsListed
+	}
+	q.mu.Lock()
+	out := make([]InFlightJob, 0, len(q.leases))
+	for _, m := range q.leases {
+		j := InFlightJob{
+			ID: m.ID, Producer: m.Producer, JobType: m.JobType,
+			Attempt: m.attempt, Cost: m.item.Cost, Leased: m.leased, Deadline: m.deadline,
+		}
+		if m.owner != nil {
+			j.Consumer = m.owner.name
+		}
+		out = append(out, j)
+	}
+	q.mu.Unlock()
+	// A queue may have many thousands in flight: sorted outside the lock.
+	slices.SortFunc(out, func(a, b InFlightJob) int {
+		return cmp.Or(a.Leased.Compare(b.Leased), cmp.Compare(a.ID, b.ID))
+	})
+	return out[:min(len(out), limit)], nil
+}
+
+// Waits describes how long a queue's waiting jobs have waited so far:
+// the starvation signal of a shortest-first broker, whose long jobs wait
+// while short ones go first.
+type Waits struct {
+	Waiting int
+	// Oldest is the wait of the job that has waited longest (asynq's
+	// "latency"); zero when none waits.
+	Oldest time.Duration
+	// P50 and P99 are percentiles of the waits of the jobs waiting now.
+	P50, P99 time.Duration
+}
+
+// Waits reports how long a queue's waiting jobs have waited. It copies one
+// timestamp per waiting job under the queue's lock and sorts them after.
+func (b *Broker) Waits(name string) (Waits, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return Waits{}, err
+	}
+	now := b.clk.Now()
+	q.mu.Lock()
+	at := make([]int64, 0, q.sq.Len())
+	q.sq.Each(func(it *sched.Item) { at = append(at, it.Enqueued.UnixNano()) })
+	q.mu.Unlock()
+	w := Waits{Waiting: len(at)}
+	if len(at) == 0 {
+		return w, nil
+	}
+	slices.Sort(at)
+	wait := func(p float64) time.Duration {
+		// The p-th percentile wait belongs to the (1-p)-th enqueue time.
+		i := int(float64(len(at)-1) * (1 - p))
+		return max(0, now.Sub(time.Unix(0, at[i])))
+	}
+	w.Oldest, w.P50, w.P99 = wait(1), wait(0.5), wait(0.99)
+	return w, nil
+}
+
+// DeleteDeadLetters drops dead letters (all of the queue's when ids is
+// empty) for good, and reports how many it dropped.
+func (b *Broker) DeleteDeadLetters(name string, ids []string) (int, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return 0, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	q.mu.Lock()
+	defer q.unlockChanged()
+	if q.closed {
+		return 0, ErrShuttingDown
+	}
+	kept := q.dead[:0]
+	n := 0
+	for _, d := range q.dead {
+		if len(want) > 0 && !want[d.m.ID] {
+			kept = append(kept, d)
+			continue
+		}
+		q.logID(store.KindRemove, d.m)
+		b.release(d.m)
+		n++
+	}
+	clear(q.dead[len(kept):])
+	q.dead = kept
+	return n, nil
+}
