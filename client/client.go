@@ -170,6 +170,18 @@ func (c *Client) Queue(ctx context.Context, name string) (*pb.QueueInfo, error) 
 	return nil, errNotFound(name)
 }
 
+// CancelJob ends a job by id and says where it stood: "waiting" or
+// "delayed" (removed), or "running" (its worker's handler context is
+// cancelled with cause ErrCancelled, and the job is not retried). A job the
+// queue no longer holds gives NotFound.
+func (c *Client) CancelJob(ctx context.Context, queue, id string) (string, error) {
+	resp, err := c.admin.CancelJob(ctx, &pb.CancelJobRequest{Queue: queue, Id: id})
+	if err != nil {
+		return "", err
+	}
+	return resp.State, nil
+}
+
 // PauseQueue stops deliveries from a queue until ResumeQueue; publishes
 // are still taken and jobs in flight finish.
 func (c *Client) PauseQueue(ctx context.Context, name string) (*pb.QueueInfo, error) {
@@ -296,6 +308,10 @@ func (e *PublishError) Unwrap() []error {
 	}
 	return out
 }
+
+// ErrCancelled is the cause (context.Cause) of a handler's context when
+// its job was cancelled (Client.CancelJob).
+var ErrCancelled = errors.New("harbinger: job cancelled")
 
 // ErrClosed is returned by a Producer after Close.
 var ErrClosed = errors.New("harbinger: producer closed")

@@ -226,6 +226,10 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 				cfg.OnRequestError(&RequestError{ID: re.Id, Request: re.Request, Code: codes.Code(re.Code), Message: re.Message, Applied: re.Applied})
 				continue
 			}
+			if cn := resp.GetCancel(); cn != nil {
+				s.cancel(cn.Id)
+				continue
+			}
 			pd := resp.GetDelivery()
 			if pd == nil {
 				continue // a kind of response this SDK does not know
@@ -270,6 +274,27 @@ type session struct {
 	mu     sync.Mutex // gRPC allows one Send at a time
 	stream grpc.BidiStreamingClient[pb.ConsumeRequest, pb.ConsumeResponse]
 	cfg    WorkerConfig
+
+	runMu     sync.Mutex
+	running   map[string]context.CancelCauseFunc // handlers by delivery id
+	cancelled map[string]bool                    // cancelled before their handler started
+}
+
+// cancel stops the handler of a job the broker cancelled, or marks it so
+// that it stops as soon as it starts.
+func (s *session) cancel(id string) {
+	s.runMu.Lock()
+	stop := s.running[id]
+	if stop == nil {
+		if s.cancelled == nil {
+			s.cancelled = map[string]bool{}
+		}
+		s.cancelled[id] = true
+	}
+	s.runMu.Unlock()
+	if stop != nil {
+		stop(ErrCancelled)
+	}
 }
 
 func (s *session) send(req *pb.ConsumeRequest) error {
@@ -301,9 +326,25 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
 		ext = time.AfterFunc(every, renew)
 		extMu.Unlock()
 	}
+	jctx, stop := context.WithCancelCause(ctx)
+	s.runMu.Lock()
+	if s.running == nil {
+		s.running = map[string]context.CancelCauseFunc{}
+	}
+	s.running[d.ID] = stop
+	if s.cancelled[d.ID] {
+		delete(s.cancelled, d.ID)
+		stop(ErrCancelled)
+	}
+	s.runMu.Unlock()
 	start := time.Now()
-	err := run(ctx, d, h)
+	err := run(jctx, d, h)
 	took := max(time.Since(start), time.Microsecond)
+	cancelled := errors.Is(context.Cause(jctx), ErrCancelled)
+	s.runMu.Lock()
+	delete(s.running, d.ID)
+	s.runMu.Unlock()
+	stop(nil)
 	if ext != nil {
 		extMu.Lock()
 		done = true
@@ -316,6 +357,9 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
 	}
 	var req *pb.ConsumeRequest
 	switch {
+	case cancelled:
+		// The broker drops it whatever we say; say why, and ask for more.
+		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: "cancelled", Credit: credit}}}
 	case err == nil:
 		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Ack{Ack: &pb.Ack{Id: d.ID, Duration: durationpb.New(took), Credit: credit}}}
 	case errors.Is(err, ErrDeadLetter):

@@ -410,6 +410,62 @@ func (b *Broker) Purge(name string) (int, error) {
 	return len(all), nil
 }
 
+// JobState says where a job stood when it was cancelled.
+type JobState string
+
+// Job states reported by Cancel.
+const (
+	JobWaiting JobState = "waiting" // in line: removed
+	JobDelayed JobState = "delayed" // scheduled or nacked with a delay: removed
+	JobRunning JobState = "running" // delivered: its worker is told, and the job ends when it settles
+)
+
+// Cancel ends a job by id: a waiting or delayed job is removed at once; a
+// running one stays with its worker, which is told to stop it (see
+// Delivery.Cancel), and is dropped, not retried, when it settles or its
+// lease ends. It finds the job by scanning the queue: O(jobs held).
+func (b *Broker) Cancel(queueName, id string) (JobState, error) {
+	q, err := b.lookup(queueName, false)
+	if err != nil {
+		return "", err
+	}
+	q.mu.Lock()
+	defer q.unlockChanged()
+	for c := range q.cons {
+		if m := c.inflight[id]; m != nil {
+			if !m.cancelled {
+				m.cancelled = true
+				q.cancelled++
+				q.logID(store.KindRemove, m) // a restart must not bring it back
+				c.cancels = append(c.cancels, id)
+				c.signal()
+			}
+			return JobRunning, nil
+		}
+	}
+	for _, m := range q.delayed {
+		if m.ID == id {
+			q.delayed.remove(m)
+			q.dropLocked(m)
+			q.cancelled++
+			return JobDelayed, nil
+		}
+	}
+	var found *Message
+	q.sq.Each(func(it *sched.Item) {
+		if m := it.Data.(*Message); m.ID == id {
+			found = m
+		}
+	})
+	if found == nil {
+		return "", fmt.Errorf("%w: %q is not waiting, delayed or running in queue %q (finished, dead-lettered or never published)", ErrUnknownMessage, id, queueName)
+	}
+	q.sq.Remove(&found.item)
+	q.dropLocked(found)
+	q.cancelled++
+	return JobWaiting, nil
+}
+
 // Pause stops deliveries from a queue (paused true) or starts them again.
 // While paused, publishes are taken and jobs in flight finish as usual. The
 // state survives a restart of a durable broker.
@@ -521,6 +577,10 @@ wait:
 		for c := range q.cons {
 			for _, m := range c.inflight {
 				q.settleLocked(m)
+				if m.cancelled {
+					q.dropLocked(m)
+					continue
+				}
 				q.logID(store.KindReturn, m)
 				m.attempt--
 				q.pushLocked(m, now)

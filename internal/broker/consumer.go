@@ -40,6 +40,7 @@ type Consumer struct {
 	closed    bool
 	wprev     *Consumer
 	wnext     *Consumer
+	cancels   []string // ids of held jobs cancelled, not yet told to the worker
 
 	ready chan struct{} // capacity 1: a wake-up for Next
 }
@@ -60,6 +61,8 @@ func (c *Consumer) Queue() string { return c.q.name }
 // Next blocks until the consumer has credit and a job is ready, then
 // delivers it under a lease. It returns ctx's error when ctx ends,
 // ErrShuttingDown once the broker drains, and ErrConsumerClosed after Close.
+// When a job the consumer holds was cancelled, Next returns a Delivery
+// with Cancel set and that job's ID first: the worker should stop it.
 func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 	q := c.q
 	b := q.b
@@ -68,6 +71,12 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 		if c.closed {
 			q.mu.Unlock()
 			return Delivery{}, ErrConsumerClosed
+		}
+		if len(c.cancels) > 0 {
+			id := c.cancels[0]
+			c.cancels = c.cancels[1:]
+			q.mu.Unlock()
+			return Delivery{ID: id, Queue: q.name, Cancel: true}, nil
 		}
 		if b.draining.Load() || q.closed {
 			q.mu.Unlock()
@@ -136,6 +145,10 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 	q.settleLocked(m)
 	q.b.release(m)
 	q.acked++
+	if m.cancelled {
+		q.logID(store.KindRemove, m) // it ran anyway; nothing to learn from a cut-short run
+		return nil
+	}
 	if d <= 0 || d > q.b.cfg.MaxDuration {
 		q.logID(store.KindAck, m)
 		q.badDurations++
@@ -177,6 +190,10 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 	now := q.b.clk.Now()
 	q.settleLocked(m)
 	q.nacked++
+	if m.cancelled {
+		q.dropLocked(m)
+		return adjusted
+	}
 	if reason == "" {
 		reason = "nacked"
 	} else {

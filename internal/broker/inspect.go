@@ -30,6 +30,7 @@ type QueueInfo struct {
 	Expired      uint64
 	BadDurations uint64 // acks whose duration the predictor refused
 	DeadDropped  uint64 // dead letters dropped past MaxDeadLetters
+	Cancelled    uint64
 
 	Predictor predict.Summary
 	Durations DurationHistogram
@@ -51,7 +52,7 @@ func (q *queue) info() QueueInfo {
 		DeadLetters: len(q.dead), Consumers: len(q.cons), InFlight: len(q.leases), Paused: q.paused,
 		Published: q.published, Delivered: q.delivered, Acked: q.acked, Nacked: q.nacked,
 		Redelivered: q.redelivered, DeadLettered: q.deadLettered, Expired: q.expired,
-		BadDurations: q.badDurations, DeadDropped: q.deadDropped,
+		BadDurations: q.badDurations, DeadDropped: q.deadDropped, Cancelled: q.cancelled,
 		Predictor: q.sq.Predictor.Summary(),
 		Durations: DurationHistogram{
 			Count:     q.hist.count,

@@ -47,6 +47,7 @@ type Message struct {
 	heapIdx   int       // in q.leases or q.delayed
 	leased    time.Time // when the current delivery started
 	scheduled bool      // published to run later and not yet due: not yet in line
+	cancelled bool      // cancelled while running: dropped when it settles
 }
 
 // Delivery is a job handed to a consumer under a lease. It is a copy, safe
@@ -65,6 +66,9 @@ type Delivery struct {
 	Lease       time.Duration
 	Tier        int
 	Predicted   time.Duration
+	// Cancel marks not a delivery but a notice: the job ID, which this
+	// consumer holds, was cancelled; stop it. Only ID and Queue are set.
+	Cancel bool
 }
 
 func (m *Message) delivery(lease time.Duration) Delivery {

@@ -30,6 +30,20 @@ func durable(t *testing.T, st store.Store, clk *clock.Fake, cfg Config) *Broker 
 	return b
 }
 
+// crash stops b as a killed process stops: no more records, no timers,
+// nothing tidied up.
+func crash(b *Broker) {
+	b.draining.Store(true)
+	for _, q := range *b.queues.Load() {
+		q.mu.Lock()
+		q.closed = true
+		q.leaseWake.stop()
+		q.ttlWake.stop()
+		q.delayWake.stop()
+		q.mu.Unlock()
+	}
+}
+
 // jobView is what a recovered job must keep.
 type jobView struct {
 	ID, Queue, Producer, JobType, Payload string
@@ -186,6 +200,7 @@ func TestRecoveryKeepsEveryState(t *testing.T) {
 			_ = c.Nack(d.ID, NackDeadLetter, 0, "poison again")
 			before := view(b)
 			keysBefore, _ := b.Keys("q", 0)
+			crash(b)
 
 			r := durable(t, st, clk, Config{})
 			sameView(t, view(r), before)

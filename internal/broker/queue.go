@@ -41,6 +41,7 @@ type queue struct {
 
 	published, delivered, acked, nacked, redelivered uint64
 	deadLettered, expired, badDurations, deadDropped uint64
+	cancelled                                        uint64
 	hist                                             durationHist
 }
 
@@ -181,13 +182,23 @@ func (q *queue) settleLocked(m *Message) {
 }
 
 // retryLocked requeues a settled message whose delivery failed, or
-// dead-letters it once it has had its attempts.
+// dead-letters it once it has had its attempts. A cancelled job is dropped.
 func (q *queue) retryLocked(m *Message, now time.Time, reason string) {
+	if m.cancelled {
+		q.dropLocked(m)
+		return
+	}
 	if m.attempt >= m.MaxAttempts {
 		q.deadLetterLocked(m, now, fmt.Sprintf("%s (attempt %d of %d)", reason, m.attempt, m.MaxAttempts))
 		return
 	}
 	q.pushLocked(m, now)
+}
+
+// dropLocked ends a job the broker no longer holds anywhere.
+func (q *queue) dropLocked(m *Message) {
+	q.logID(store.KindRemove, m)
+	q.b.release(m)
 }
 
 func (q *queue) deadLetterLocked(m *Message, now time.Time, reason string) {

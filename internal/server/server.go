@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -239,6 +240,12 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.C
 				return toStatus(err)
 			}
 		}
+		if d.Cancel {
+			if err := send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Cancel{Cancel: &pb.CancelNotice{Id: d.ID}}}); err != nil {
+				return err
+			}
+			continue
+		}
 		// A fresh message each time: gRPC may still hold the last one.
 		if err := send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Delivery{Delivery: toDelivery(&d)}}); err != nil {
 			c.Return(d.ID) // it never left: no attempt charged
@@ -444,6 +451,17 @@ func (a *adminServer) RequeueDeadLetters(_ context.Context, req *pb.RequeueDeadL
 		return nil, toStatus(err)
 	}
 	return &pb.RequeueDeadLettersResponse{Requeued: uint64(n)}, nil
+}
+
+func (a *adminServer) CancelJob(_ context.Context, req *pb.CancelJobRequest) (*pb.CancelJobResponse, error) {
+	st, err := a.s.b.Cancel(req.Queue, req.Id)
+	if errors.Is(err, broker.ErrUnknownMessage) {
+		return nil, status.Error(codes.NotFound, strings.TrimPrefix(err.Error(), "broker: "))
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.CancelJobResponse{State: string(st)}, nil
 }
 
 func (a *adminServer) PauseQueue(_ context.Context, req *pb.PauseQueueRequest) (*pb.QueueInfo, error) {

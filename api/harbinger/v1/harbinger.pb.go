@@ -971,6 +971,7 @@ type ConsumeResponse struct {
 	//
 	//	*ConsumeResponse_Delivery
 	//	*ConsumeResponse_Error
+	//	*ConsumeResponse_Cancel
 	Response      isConsumeResponse_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1031,6 +1032,15 @@ func (x *ConsumeResponse) GetError() *RequestError {
 	return nil
 }
 
+func (x *ConsumeResponse) GetCancel() *CancelNotice {
+	if x != nil {
+		if x, ok := x.Response.(*ConsumeResponse_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
 type isConsumeResponse_Response interface {
 	isConsumeResponse_Response()
 }
@@ -1045,9 +1055,63 @@ type ConsumeResponse_Error struct {
 	Error *RequestError `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
 }
 
+type ConsumeResponse_Cancel struct {
+	// A job this consumer holds was cancelled: stop it. Whatever the
+	// consumer answers for it, the broker drops it.
+	Cancel *CancelNotice `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
+}
+
 func (*ConsumeResponse_Delivery) isConsumeResponse_Response() {}
 
 func (*ConsumeResponse_Error) isConsumeResponse_Response() {}
+
+func (*ConsumeResponse_Cancel) isConsumeResponse_Response() {}
+
+// CancelNotice names a cancelled job.
+type CancelNotice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Delivery id of the job.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelNotice) Reset() {
+	*x = CancelNotice{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelNotice) ProtoMessage() {}
+
+func (x *CancelNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelNotice.ProtoReflect.Descriptor instead.
+func (*CancelNotice) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CancelNotice) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
 
 // RequestError answers one ack, nack, extend or credit on a Consume stream
 // that the broker did not apply exactly as sent. Only that request is
@@ -1074,7 +1138,7 @@ type RequestError struct {
 
 func (x *RequestError) Reset() {
 	*x = RequestError{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1150,7 @@ func (x *RequestError) String() string {
 func (*RequestError) ProtoMessage() {}
 
 func (x *RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1163,7 @@ func (x *RequestError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
 func (*RequestError) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{13}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RequestError) GetId() string {
@@ -1171,7 +1235,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1247,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1260,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{14}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Delivery) GetId() string {
@@ -1283,6 +1347,107 @@ func (x *Delivery) GetPredictedMs() float64 {
 	return 0
 }
 
+// CancelJobRequest names the job to cancel.
+type CancelJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue the job was published to.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Job id.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobRequest) Reset() {
+	*x = CancelJobRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobRequest) ProtoMessage() {}
+
+func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
+func (*CancelJobRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CancelJobRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *CancelJobRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// CancelJobResponse says where the job stood.
+type CancelJobResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "waiting", "delayed" or "running".
+	State         string `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelJobResponse) Reset() {
+	*x = CancelJobResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelJobResponse) ProtoMessage() {}
+
+func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
+func (*CancelJobResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CancelJobResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
 // PauseQueueRequest pauses or resumes a queue.
 type PauseQueueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1296,7 +1461,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1473,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1486,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{15}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -1376,7 +1541,7 @@ type QueueConfig struct {
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1553,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1566,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -1512,7 +1677,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1689,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1702,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -1630,7 +1795,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1807,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1820,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -1681,7 +1846,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1858,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1871,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
 }
 
 // ListQueuesResponse lists every queue.
@@ -1720,7 +1885,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1897,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1910,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -1766,7 +1931,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1778,7 +1943,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1791,7 +1956,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -1812,7 +1977,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +1989,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2002,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -1875,7 +2040,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2052,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2065,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -1979,7 +2144,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2156,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2169,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -2032,7 +2197,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2209,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2222,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -2080,7 +2245,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2257,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2270,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -2133,7 +2298,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2310,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2323,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -2199,7 +2364,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2376,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2389,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -2310,7 +2475,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2487,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2500,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -2363,7 +2528,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2540,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2553,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -2415,7 +2580,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2427,7 +2592,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2440,7 +2605,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -2497,7 +2662,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2674,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2687,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -2597,7 +2762,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2774,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2787,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -2682,7 +2847,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2859,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2872,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -2740,7 +2905,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2752,7 +2917,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2765,7 +2930,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
 }
 
 // AttachRequest changes a queue's count of handlers.
@@ -2781,7 +2946,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2958,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2971,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -2832,7 +2997,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +3009,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +3022,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -2922,12 +3087,15 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x06credit\x18\x05 \x01(\rR\x06credit\"I\n" +
 	"\x06Extend\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12/\n" +
-	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x87\x01\n" +
+	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xbd\x01\n" +
 	"\x0fConsumeResponse\x124\n" +
 	"\bdelivery\x18\x01 \x01(\v2\x16.harbinger.v1.DeliveryH\x00R\bdelivery\x122\n" +
-	"\x05error\x18\x02 \x01(\v2\x1a.harbinger.v1.RequestErrorH\x00R\x05errorB\n" +
+	"\x05error\x18\x02 \x01(\v2\x1a.harbinger.v1.RequestErrorH\x00R\x05error\x124\n" +
+	"\x06cancel\x18\x03 \x01(\v2\x1a.harbinger.v1.CancelNoticeH\x00R\x06cancelB\n" +
 	"\n" +
-	"\bresponse\"\x80\x01\n" +
+	"\bresponse\"\x1e\n" +
+	"\fCancelNotice\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x80\x01\n" +
 	"\fRequestError\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\arequest\x18\x02 \x01(\tR\arequest\x12\x12\n" +
@@ -2950,7 +3118,12 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\fpredicted_ms\x18\f \x01(\x01R\vpredictedMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"?\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
+	"\x10CancelJobRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\")\n" +
+	"\x11CancelJobResponse\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xf7\x03\n" +
@@ -3075,7 +3248,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xd1\x04\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\x9f\x05\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -3084,7 +3257,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"PurgeQueue\x12\x1f.harbinger.v1.PurgeQueueRequest\x1a .harbinger.v1.PurgeQueueResponse\x12^\n" +
 	"\x0fListDeadLetters\x12$.harbinger.v1.ListDeadLettersRequest\x1a%.harbinger.v1.ListDeadLettersResponse\x12g\n" +
 	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12I\n" +
-	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12F\n" +
+	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12L\n" +
+	"\tCancelJob\x12\x1e.harbinger.v1.CancelJobRequest\x1a\x1f.harbinger.v1.CancelJobResponse\x12F\n" +
 	"\n" +
 	"PauseQueue\x12\x1f.harbinger.v1.PauseQueueRequest\x1a\x17.harbinger.v1.QueueInfo2\xe0\x01\n" +
 	"\tPredictor\x12F\n" +
@@ -3105,7 +3279,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -3121,43 +3295,46 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*Nack)(nil),                       // 11: harbinger.v1.Nack
 	(*Extend)(nil),                     // 12: harbinger.v1.Extend
 	(*ConsumeResponse)(nil),            // 13: harbinger.v1.ConsumeResponse
-	(*RequestError)(nil),               // 14: harbinger.v1.RequestError
-	(*Delivery)(nil),                   // 15: harbinger.v1.Delivery
-	(*PauseQueueRequest)(nil),          // 16: harbinger.v1.PauseQueueRequest
-	(*QueueConfig)(nil),                // 17: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 18: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 19: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 20: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 21: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 22: harbinger.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 23: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 24: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 25: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 26: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 27: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 28: harbinger.v1.RequeueDeadLettersResponse
-	(*KeyStats)(nil),                   // 29: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 30: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 31: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 32: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 33: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 34: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 35: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 36: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 37: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 38: harbinger.v1.AttachResponse
-	nil,                                // 39: harbinger.v1.Message.HeadersEntry
-	nil,                                // 40: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 41: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 42: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 43: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 44: google.protobuf.Timestamp
+	(*CancelNotice)(nil),               // 14: harbinger.v1.CancelNotice
+	(*RequestError)(nil),               // 15: harbinger.v1.RequestError
+	(*Delivery)(nil),                   // 16: harbinger.v1.Delivery
+	(*CancelJobRequest)(nil),           // 17: harbinger.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),          // 18: harbinger.v1.CancelJobResponse
+	(*PauseQueueRequest)(nil),          // 19: harbinger.v1.PauseQueueRequest
+	(*QueueConfig)(nil),                // 20: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 21: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 22: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 23: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 24: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 25: harbinger.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 26: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 27: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 28: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 29: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 30: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 31: harbinger.v1.RequeueDeadLettersResponse
+	(*KeyStats)(nil),                   // 32: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 33: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 34: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 35: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 36: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 37: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 38: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 39: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 40: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 41: harbinger.v1.AttachResponse
+	nil,                                // 42: harbinger.v1.Message.HeadersEntry
+	nil,                                // 43: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 44: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 45: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 46: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 47: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	43, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	39, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	44, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	43, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	46, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	42, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	47, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	46, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
 	3,  // 4: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,  // 5: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,  // 6: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -3165,63 +3342,66 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	10, // 8: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11, // 9: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	12, // 10: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	43, // 11: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	46, // 11: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 12: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	43, // 13: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	43, // 14: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
-	15, // 15: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
-	14, // 16: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
-	40, // 17: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	44, // 18: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	43, // 19: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	43, // 20: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	41, // 21: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	43, // 22: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	43, // 23: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	17, // 24: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	17, // 25: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	18, // 26: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	42, // 27: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	44, // 28: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	24, // 29: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	29, // 30: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	43, // 31: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	43, // 32: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	35, // 33: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	43, // 34: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 35: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 36: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 37: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 38: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	19, // 39: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	20, // 40: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	22, // 41: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	25, // 42: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	27, // 43: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	30, // 44: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	16, // 45: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	32, // 46: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	34, // 47: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	37, // 48: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 49: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 50: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 51: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 52: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	18, // 53: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	21, // 54: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	23, // 55: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	26, // 56: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	28, // 57: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	31, // 58: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 59: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	33, // 60: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	36, // 61: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	38, // 62: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	49, // [49:63] is the sub-list for method output_type
-	35, // [35:49] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	46, // 13: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	46, // 14: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	16, // 15: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
+	15, // 16: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
+	14, // 17: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
+	43, // 18: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	47, // 19: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	46, // 20: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	46, // 21: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	44, // 22: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	46, // 23: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	46, // 24: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	20, // 25: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	20, // 26: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	21, // 27: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	45, // 28: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	47, // 29: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	27, // 30: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	32, // 31: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	46, // 32: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	46, // 33: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	38, // 34: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	46, // 35: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 36: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 37: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 38: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 39: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	22, // 40: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	23, // 41: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	25, // 42: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	28, // 43: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	30, // 44: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	33, // 45: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 46: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	19, // 47: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	35, // 48: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	37, // 49: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	40, // 50: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 51: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 52: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 53: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 54: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	21, // 55: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	24, // 56: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	26, // 57: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	29, // 58: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	31, // 59: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	34, // 60: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 61: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	21, // 62: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	36, // 63: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	39, // 64: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	41, // 65: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	51, // [51:66] is the sub-list for method output_type
+	36, // [36:51] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -3239,6 +3419,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 	file_harbinger_v1_harbinger_proto_msgTypes[12].OneofWrappers = []any{
 		(*ConsumeResponse_Delivery)(nil),
 		(*ConsumeResponse_Error)(nil),
+		(*ConsumeResponse_Cancel)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3246,7 +3427,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   42,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -275,6 +275,7 @@ const (
 	Admin_ListDeadLetters_FullMethodName    = "/harbinger.v1.Admin/ListDeadLetters"
 	Admin_RequeueDeadLetters_FullMethodName = "/harbinger.v1.Admin/RequeueDeadLetters"
 	Admin_ListKeys_FullMethodName           = "/harbinger.v1.Admin/ListKeys"
+	Admin_CancelJob_FullMethodName          = "/harbinger.v1.Admin/CancelJob"
 	Admin_PauseQueue_FullMethodName         = "/harbinger.v1.Admin/PauseQueue"
 )
 
@@ -296,6 +297,10 @@ type AdminClient interface {
 	RequeueDeadLetters(ctx context.Context, in *RequeueDeadLettersRequest, opts ...grpc.CallOption) (*RequeueDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
+	// CancelJob ends a job by id: a waiting or delayed job is removed; a
+	// running one's consumer is told to stop it, and it is dropped (never
+	// retried) when it settles. NotFound when the queue holds no such job.
+	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
 	// PauseQueue stops (or, with paused false, restarts) deliveries from a
 	// queue. Publishes are still taken and jobs in flight finish; the state
 	// survives a restart.
@@ -370,6 +375,16 @@ func (c *adminClient) ListKeys(ctx context.Context, in *ListKeysRequest, opts ..
 	return out, nil
 }
 
+func (c *adminClient) CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelJobResponse)
+	err := c.cc.Invoke(ctx, Admin_CancelJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*QueueInfo, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueInfo)
@@ -398,6 +413,10 @@ type AdminServer interface {
 	RequeueDeadLetters(context.Context, *RequeueDeadLettersRequest) (*RequeueDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
+	// CancelJob ends a job by id: a waiting or delayed job is removed; a
+	// running one's consumer is told to stop it, and it is dropped (never
+	// retried) when it settles. NotFound when the queue holds no such job.
+	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
 	// PauseQueue stops (or, with paused false, restarts) deliveries from a
 	// queue. Publishes are still taken and jobs in flight finish; the state
 	// survives a restart.
@@ -429,6 +448,9 @@ func (UnimplementedAdminServer) RequeueDeadLetters(context.Context, *RequeueDead
 }
 func (UnimplementedAdminServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
+}
+func (UnimplementedAdminServer) CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelJob not implemented")
 }
 func (UnimplementedAdminServer) PauseQueue(context.Context, *PauseQueueRequest) (*QueueInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method PauseQueue not implemented")
@@ -562,6 +584,24 @@ func _Admin_ListKeys_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_CancelJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CancelJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CancelJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CancelJob(ctx, req.(*CancelJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_PauseQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PauseQueueRequest)
 	if err := dec(in); err != nil {
@@ -610,6 +650,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListKeys",
 			Handler:    _Admin_ListKeys_Handler,
+		},
+		{
+			MethodName: "CancelJob",
+			Handler:    _Admin_CancelJob_Handler,
 		},
 		{
 			MethodName: "PauseQueue",
