@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/harbinger-mq/harbinger/client"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+)
+
+// A job scheduled an hour ahead is delivered when the clock passes the
+// hour, not before, and then takes its place in line as if published then:
+// behind what was published meanwhile.
+func TestScheduledJobs(t *testing.T) {
+	t.Parallel()
+	clk := fakeClock()
+	tb := setup(t, broker.Config{Clock: clk, Queue: broker.QueueConfig{Policy: "fifo", Lease: 2 * time.Hour}})
+	at := clk.Now().Add(time.Hour)
+	later := pmsg("q", "at")
+	later.RunAt = timestamppb.New(at)
+	delayed := pmsg("q", "delay")
+	delayed.Delay = durationpb.New(30 * time.Minute)
+	tb.publish(t, later, delayed)
+	if in := tb.info(t, "q"); in.Ready != 0 || in.Delayed != 2 {
+		t.Fatalf("scheduled jobs are visible: %+v", in)
+	}
+	c := tb.consume(t, "q", 1)
+	tb.waitFor(t, "the consumer", func() bool { return tb.info(t, "q").Consumers == 1 })
+
+	clk.Advance(30*time.Minute - time.Second)
+	tb.publish(t, pmsg("q", "now"))
+	d := c.recv(t)
+	if d.JobType != "now" {
+		t.Fatalf("delivered %s before its time", d.JobType)
+	}
+	clk.Advance(time.Second)
+	c.ack(t, d.Id, time.Millisecond, 1)
+	if d = c.recv(t); d.JobType != "delay" {
+		t.Fatalf("at 30 min got %s", d.JobType)
+	}
+	tb.publish(t, pmsg("q", "meanwhile"))
+	clk.Advance(30 * time.Minute)
+	c.ack(t, d.Id, time.Millisecond, 1)
+	// FIFO from when it came due: "meanwhile" was in line first.
+	if d = c.recv(t); d.JobType != "meanwhile" {
+		t.Fatalf("got %s, want the job published before the scheduled one came due", d.JobType)
+	}
+	c.ack(t, d.Id, time.Millisecond, 1)
+	if d = c.recv(t); d.JobType != "at" {
+		t.Fatalf("got %s", d.JobType)
+	}
+
+	// Bad schedules are refused per message.
+	both := pmsg("q", "x")
+	both.RunAt, both.Delay = timestamppb.New(at), durationpb.New(time.Minute)
+	wantCode(t, tb.refused(t, both), codes.InvalidArgument, "not both")
+	far := pmsg("q", "x")
+	far.Delay = durationpb.New(400 * 24 * time.Hour)
+	wantCode(t, tb.refused(t, far), codes.InvalidArgument, "delay")
+	neg := pmsg("q", "x")
+	neg.Delay = &durationpb.Duration{Seconds: -5}
+	wantCode(t, tb.refused(t, neg), codes.InvalidArgument, "negative")
+}
+
+// Cancelling a running job cancels its handler's context (cause
+// client.ErrCancelled) and the job is not retried; a waiting one is gone.
+func TestCancelJobs(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	started := make(chan string, 1)
+	causes := make(chan error, 1)
+	ctx, stop := context.WithCancel(tb.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- tb.cl.RunWorker(ctx, client.WorkerConfig{Queue: "q"}, func(ctx context.Context, d *client.Delivery) error {
+			started <- d.ID
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		})
+	}()
+	defer func() { stop(); <-done }()
+	ids := tb.publish(t, pmsg("q", "long"), pmsg("q", "next"))
+	running := <-started
+	if running != ids[0] {
+		t.Fatalf("started %s, want %s", running, ids[0])
+	}
+	if st, err := tb.cl.CancelJob(tb.ctx, "q", ids[1]); err != nil || st != "waiting" {
+		t.Fatalf("cancel waiting: %q, %v", st, err)
+	}
+	if st, err := tb.cl.CancelJob(tb.ctx, "q", running); err != nil || st != "running" {
+		t.Fatalf("cancel running: %q, %v", st, err)
+	}
+	if cause := <-causes; !errors.Is(cause, client.ErrCancelled) {
+		t.Fatalf("handler's cause = %v", cause)
+	}
+	tb.waitFor(t, "the cancelled job to settle", func() bool { in := tb.info(t, "q"); return in.InFlight == 0 })
+	if in := tb.info(t, "q"); in.Ready != 0 || in.DeadLetters != 0 || in.Delayed != 0 || in.Cancelled != 2 {
+		t.Fatalf("after cancelling: %+v", in)
+	}
+	_, err := tb.cl.CancelJob(tb.ctx, "q", running)
+	wantCode(t, err, codes.NotFound, running)
+}
