@@ -128,6 +128,13 @@ func TestKill9(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			err := cl.RunWorker(wctx, client.WorkerConfig{Queue: "jobs", Name: fmt.Sprint("w", w)}, func(_ context.Context, d *client.Delivery) error {
+				if due, ok := d.Headers["due"]; ok {
+					var ns int64
+					fmt.Sscan(due, &ns)
+					if early := time.Unix(0, ns).Sub(time.Now()); early > 0 {
+						t.Errorf("job %s delivered %v before it was due", d.ID, early)
+					}
+				}
 				mu.Lock()
 				handled[d.ID]++
 				mu.Unlock()
@@ -149,6 +156,10 @@ func TestKill9(t *testing.T) {
 			for i := range jobs / producers {
 				m := &client.Message{Queue: "jobs", Producer: fmt.Sprint("p", p), JobType: []string{"thumbnail", "report"}[i%2],
 					Payload: []byte(fmt.Sprintf("producer %d job %d: ünïcode ✓", p, i))}
+				if i%4 == 3 { // a quarter are delayed, and must not run early
+					m.Delay = time.Duration(1+i%3) * 200 * time.Millisecond
+					m.Headers = map[string]string{"due": fmt.Sprint(time.Now().Add(m.Delay).UnixNano())}
+				}
 				for {
 					ids, err := cl.Publish(ctx, m)
 					if err == nil {
@@ -197,7 +208,7 @@ func TestKill9(t *testing.T) {
 		}
 		mu.Unlock()
 		q, err := cl.Queue(ctx, "jobs")
-		if missing == 0 && err == nil && q.Ready == 0 && q.InFlight == 0 {
+		if missing == 0 && err == nil && q.Ready == 0 && q.InFlight == 0 && q.Delayed == 0 {
 			break
 		}
 		select {
