@@ -86,6 +86,10 @@ type Message struct {
 	// Delay is RunAt relative to the publish, measured on the broker's
 	// clock (immune to skew between the machines); set one or the other.
 	Delay time.Duration
+	// RetryBase and RetryMax replace the queue's retry backoff for this
+	// job: the first retry waits about RetryBase, doubling per attempt up
+	// to RetryMax (with the queue's jitter). 0 uses the queue's.
+	RetryBase, RetryMax time.Duration
 }
 
 func (m *Message) proto() *pb.Message {
@@ -101,6 +105,12 @@ func (m *Message) proto() *pb.Message {
 	}
 	if m.Delay != 0 {
 		p.Delay = durationpb.New(m.Delay)
+	}
+	if m.RetryBase != 0 {
+		p.RetryBase = durationpb.New(m.RetryBase)
+	}
+	if m.RetryMax != 0 {
+		p.RetryMax = durationpb.New(m.RetryMax)
 	}
 	return p
 }

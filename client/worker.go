@@ -65,8 +65,10 @@ type WorkerConfig struct {
 	Prefetch int
 	// Name identifies the worker in admin views.
 	Name string
-	// RetryBackoff is the delay before a failed job is retried, given the
-	// attempt that failed; default DefaultRetryBackoff.
+	// RetryBackoff, when set, is the delay before a failed job is retried,
+	// given the attempt that failed. By default the broker's retry policy
+	// decides (the job's or the queue's: exponential with jitter), so
+	// workers in every language retry alike.
 	RetryBackoff func(attempt int) time.Duration
 	// LeaseExtend is how often a running job's lease is renewed; 0 renews at
 	// half the lease, negative never.
@@ -99,7 +101,8 @@ func (e *RequestError) Error() string {
 	return fmt.Sprintf("harbinger: %s of %s %s: %s", e.Request, e.ID, what, e.Message)
 }
 
-// DefaultRetryBackoff doubles from one second per attempt, up to a minute.
+// DefaultRetryBackoff doubles from one second per attempt, up to a minute:
+// the client-side schedule of earlier versions, for WorkerConfig.RetryBackoff.
 func DefaultRetryBackoff(attempt int) time.Duration {
 	d := time.Second << min(max(attempt-1, 0), 6)
 	return min(d, time.Minute)
@@ -119,9 +122,6 @@ func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) err
 	}
 	cfg.Concurrency = max(cfg.Concurrency, 1)
 	cfg.Prefetch = max(cfg.Prefetch, cfg.Concurrency)
-	if cfg.RetryBackoff == nil {
-		cfg.RetryBackoff = DefaultRetryBackoff
-	}
 	if cfg.MaxReconnectDelay <= 0 {
 		cfg.MaxReconnectDelay = 5 * time.Second
 	}
@@ -366,6 +366,10 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
 		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: reason(err), Credit: credit}}}
 	case ctx.Err() != nil:
 		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_REQUEUE, Reason: "worker stopping"}}}
+	case s.cfg.RetryBackoff == nil:
+		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{
+			Id: d.ID, Action: pb.NackAction_NACK_ACTION_RETRY, Reason: reason(err), Credit: credit,
+		}}}
 	default:
 		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{
 			Id: d.ID, Action: pb.NackAction_NACK_ACTION_REQUEUE_AFTER,

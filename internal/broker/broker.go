@@ -171,6 +171,8 @@ func (b *Broker) Validate(m *Message) error {
 		return invalid("ttl", fmt.Sprintf("must be 0 (queue default) to %v, got %v", MaxTTL, m.TTL))
 	}
 	switch {
+	case m.RetryBase < 0 || m.RetryBase > MaxNackDelay || m.RetryMax < 0 || m.RetryMax > MaxNackDelay:
+		return invalid("retry", fmt.Sprintf("retry base and max must be 0 (the queue's) to %v, got %v and %v", MaxNackDelay, m.RetryBase, m.RetryMax))
 	case m.Delay < 0 || m.Delay > MaxDelay:
 		return invalid("delay", fmt.Sprintf("must be 0 (at once) to %v, got %v", MaxDelay, m.Delay))
 	case m.Delay > 0 && !m.RunAt.IsZero():
@@ -613,7 +615,8 @@ func equalConfig(a, b QueueConfig) bool {
 	return a.Policy == b.Policy && a.Tiers == b.Tiers && slicesEqual(a.Weights, b.Weights) &&
 		slicesEqual(a.Aging, b.Aging) && a.AgingOff == b.AgingOff && maps.Equal(a.StaticTiers, b.StaticTiers) &&
 		a.MaxDepth == b.MaxDepth && a.MaxAttempts == b.MaxAttempts && a.Lease == b.Lease &&
-		a.DefaultTTL == b.DefaultTTL && a.Shadow == b.Shadow
+		a.DefaultTTL == b.DefaultTTL && a.Shadow == b.Shadow &&
+		a.RetryBase == b.RetryBase && a.RetryMax == b.RetryMax && a.RetryJitter == b.RetryJitter
 }
 
 func slicesEqual[T comparable](a, b []T) bool {

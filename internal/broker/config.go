@@ -28,6 +28,9 @@ const (
 	DefaultLease           = 30 * time.Second
 	DefaultMaxAttempts     = 5
 	DefaultPolicy          = sched.DefaultPolicy
+	DefaultRetryBase       = time.Second // first retry's delay; doubled per attempt
+	DefaultRetryMax        = time.Minute
+	DefaultRetryJitter     = 0.2 // each delay is drawn from ±20% of the curve
 
 	// MaxAttemptsLimit bounds any max-attempts setting.
 	MaxAttemptsLimit = 10_000
@@ -114,6 +117,13 @@ type QueueConfig struct {
 	Lease time.Duration `yaml:"lease"`
 	// DefaultTTL applies to jobs published without a TTL; 0 is forever.
 	DefaultTTL time.Duration `yaml:"default_ttl"`
+	// RetryBase, RetryMax and RetryJitter shape the delay before a retry
+	// the broker schedules (a nack with NackRetry): RetryBase doubled per
+	// attempt, at most RetryMax, times a random factor in 1±RetryJitter.
+	// A job may set its own base and max.
+	RetryBase   time.Duration `yaml:"retry_base"`
+	RetryMax    time.Duration `yaml:"retry_max"`
+	RetryJitter float64       `yaml:"retry_jitter"`
 	// Shadow predicts and records tiers without acting on them (FIFO order).
 	Shadow bool `yaml:"shadow"`
 }
@@ -228,6 +238,22 @@ func (q QueueConfig) WithDefaults(def QueueConfig) QueueConfig {
 	if q.DefaultTTL == 0 {
 		q.DefaultTTL = def.DefaultTTL
 	}
+	durDef := func(v *time.Duration, d, pkg time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+		if *v == 0 {
+			*v = pkg
+		}
+	}
+	durDef(&q.RetryBase, def.RetryBase, DefaultRetryBase)
+	durDef(&q.RetryMax, def.RetryMax, DefaultRetryMax)
+	if q.RetryJitter == 0 {
+		q.RetryJitter = def.RetryJitter
+	}
+	if q.RetryJitter == 0 {
+		q.RetryJitter = DefaultRetryJitter
+	}
 	if q.Weights == nil && q.Policy == def.Policy {
 		q.Weights = slices.Clone(def.Weights)
 	}
@@ -256,6 +282,12 @@ func (q QueueConfig) policy() (sched.Policy, error) {
 	}
 	if q.Lease < 0 || q.Lease > MaxLease {
 		return sched.Policy{}, invalid("lease", fmt.Sprintf("must be positive and at most %v, got %v", MaxLease, q.Lease))
+	}
+	if q.RetryBase < 0 || q.RetryBase > MaxNackDelay || q.RetryMax < 0 || q.RetryMax > MaxNackDelay {
+		return sched.Policy{}, invalid("retry", fmt.Sprintf("retry base and max must be 0 (default) to %v, got %v and %v", MaxNackDelay, q.RetryBase, q.RetryMax))
+	}
+	if q.RetryJitter < 0 || q.RetryJitter > 1 {
+		return sched.Policy{}, invalid("retry_jitter", fmt.Sprintf("must be 0 to 1, got %v", q.RetryJitter))
 	}
 	if q.DefaultTTL < 0 || q.DefaultTTL > MaxTTL {
 		return sched.Policy{}, invalid("default_ttl", fmt.Sprintf("must be 0 (forever) to %v, got %v", MaxTTL, q.DefaultTTL))

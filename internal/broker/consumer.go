@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -22,6 +23,10 @@ const (
 	NackRequeueAfter
 	// NackDeadLetter moves the job to the dead-letter list at once.
 	NackDeadLetter
+	// NackRetry holds the job back for the delay its retry policy gives
+	// (the job's, else the queue's: exponential with jitter), then
+	// requeues it; it is dead-lettered once it has had its attempts.
+	NackRetry
 )
 
 // Consumer is one subscription to a queue, with credit-based flow control:
@@ -170,7 +175,7 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 // delay is used with NackRequeueAfter. A delay outside 0 to MaxNackDelay
 // is capped to that range and the nack applied, with an *AdjustedError.
 func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reason string) error {
-	if action < NackRequeue || action > NackDeadLetter {
+	if action < NackRequeue || action > NackRetry {
 		return invalid("nack action", fmt.Sprintf("unknown action %d", action))
 	}
 	var adjusted error
@@ -199,6 +204,9 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 	} else {
 		reason = "nacked: " + reason
 	}
+	if action == NackRetry {
+		action, delay = NackRequeueAfter, q.backoff(m)
+	}
 	switch {
 	case action == NackDeadLetter:
 		q.deadLetterLocked(m, now, reason)
@@ -208,6 +216,25 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 		q.retryLocked(m, now, reason)
 	}
 	return adjusted
+}
+
+// backoff is the delay before m's next try under its retry policy.
+func (q *queue) backoff(m *Message) time.Duration {
+	base, most := q.cfg.RetryBase, q.cfg.RetryMax
+	if m.RetryBase > 0 {
+		base = m.RetryBase
+	}
+	if m.RetryMax > 0 {
+		most = m.RetryMax
+	}
+	d := base << min(max(m.attempt-1, 0), 30)
+	if d <= 0 || d > most {
+		d = most
+	}
+	if j := q.cfg.RetryJitter; j > 0 {
+		d = time.Duration(float64(d) * (1 - j + 2*j*rand.Float64()))
+	}
+	return min(d, MaxNackDelay)
 }
 
 // MaxNackDelay bounds the delay of a NackRequeueAfter.

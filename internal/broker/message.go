@@ -29,6 +29,9 @@ type Message struct {
 	RunAt time.Time
 	// Delay is RunAt relative to the publish, on the broker's clock.
 	Delay time.Duration
+	// RetryBase and RetryMax, when set, replace the queue's retry backoff
+	// for this job (see QueueConfig.RetryBase).
+	RetryBase, RetryMax time.Duration
 
 	// Set by the broker.
 	ID          string

@@ -61,7 +61,7 @@ func (q *queue) jobRecord(m *Message, state store.State, reason string, deadAt t
 	j := &store.Job{
 		ID: m.ID, Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint,
 		Payload: m.Payload, Headers: m.Headers, TTL: m.TTL, MaxAttempts: m.MaxAttempts,
-		PublishedAt: m.PublishedAt, Seq: m.item.ID, Tier: m.item.Tier, Cost: m.item.Cost,
+		PublishedAt: m.PublishedAt, RetryBase: m.RetryBase, RetryMax: m.RetryMax, Seq: m.item.ID, Tier: m.item.Tier, Cost: m.item.Cost,
 		Long: m.item.Long, Reset: m.gen != q.gen, Enqueued: m.item.Enqueued, Expires: m.item.Expires,
 		Attempts: m.attempt, State: state, Reason: reason, DeadAt: deadAt, Scheduled: m.scheduled,
 	}
@@ -282,7 +282,7 @@ func (b *Broker) restoreMessage(q *queue, rj *recovered) *Message {
 	m := &Message{
 		Queue: q.name, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
 		Payload: j.Payload, Headers: j.Headers, TTL: j.TTL, MaxAttempts: j.MaxAttempts,
-		ID: j.ID, PublishedAt: j.PublishedAt, attempt: j.Attempts, heapIdx: -1, scheduled: j.Scheduled,
+		RetryBase: j.RetryBase, RetryMax: j.RetryMax, ID: j.ID, PublishedAt: j.PublishedAt, attempt: j.Attempts, heapIdx: -1, scheduled: j.Scheduled,
 	}
 	m.key = q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
 	m.item = sched.Item{ID: j.Seq, Tier: min(j.Tier, q.sq.Config().Levels-1), Cost: j.Cost, Long: j.Long,

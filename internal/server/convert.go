@@ -45,6 +45,12 @@ func fromMessage(i int, m *pb.Message) (*broker.Message, error) {
 		Queue: m.Queue, Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint,
 		Payload: m.Payload, Headers: m.Headers, TTL: ttl, MaxAttempts: int(m.MaxAttempts), Delay: delay,
 	}
+	if bm.RetryBase, err = duration("retry_base", m.RetryBase); err != nil {
+		return nil, err
+	}
+	if bm.RetryMax, err = duration("retry_max", m.RetryMax); err != nil {
+		return nil, err
+	}
 	if m.RunAt != nil {
 		if err := m.RunAt.CheckValid(); err != nil {
 			return nil, invalidArg("run_at: %v", err)
@@ -115,6 +121,13 @@ func fromQueueConfig(c *pb.QueueConfig) (broker.QueueConfig, error) {
 	if q.DefaultTTL, err = duration("default_ttl", c.DefaultTtl); err != nil {
 		return broker.QueueConfig{}, err
 	}
+	if q.RetryBase, err = duration("retry_base", c.RetryBase); err != nil {
+		return broker.QueueConfig{}, err
+	}
+	if q.RetryMax, err = duration("retry_max", c.RetryMax); err != nil {
+		return broker.QueueConfig{}, err
+	}
+	q.RetryJitter = c.RetryJitter
 	return q, nil
 }
 
@@ -123,6 +136,7 @@ func toQueueConfig(q broker.QueueConfig) *pb.QueueConfig {
 		Policy: q.Policy, Tiers: uint32(q.Tiers), AgingOff: q.AgingOff,
 		MaxDepth: uint64(q.MaxDepth), MaxAttempts: uint32(q.MaxAttempts),
 		Lease: durationpb.New(q.Lease), Shadow: q.Shadow,
+		RetryBase: durationpb.New(q.RetryBase), RetryMax: durationpb.New(q.RetryMax), RetryJitter: q.RetryJitter,
 	}
 	if q.DefaultTTL > 0 {
 		c.DefaultTtl = durationpb.New(q.DefaultTTL)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/broker"
 )
@@ -106,4 +107,42 @@ func TestCancelJobs(t *testing.T) {
 	}
 	_, err := tb.cl.CancelJob(tb.ctx, "q", running)
 	wantCode(t, err, codes.NotFound, running)
+}
+
+// A worker without its own RetryBackoff leaves the delay to the broker's
+// retry policy, so workers in every language back off alike.
+func TestWorkerUsesBrokerRetryPolicy(t *testing.T) {
+	t.Parallel()
+	clk := fakeClock()
+	tb := setup(t, broker.Config{Clock: clk})
+	if _, err := tb.cl.DeclareQueue(tb.ctx, "q", &pb.QueueConfig{RetryBase: durationpb.New(time.Hour), RetryMax: durationpb.New(2 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	runs := make(chan int, 2)
+	ctx, stop := context.WithCancel(tb.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- tb.cl.RunWorker(ctx, client.WorkerConfig{Queue: "q"}, func(_ context.Context, d *client.Delivery) error {
+			runs <- d.Attempt
+			if d.Attempt == 1 {
+				return errors.New("first try fails")
+			}
+			return nil
+		})
+	}()
+	defer func() { stop(); <-done }()
+	tb.publish(t, pmsg("q", "a"))
+	if a := <-runs; a != 1 {
+		t.Fatalf("first run: attempt %d", a)
+	}
+	tb.waitFor(t, "the retry to be scheduled", func() bool { return tb.info(t, "q").Delayed == 1 })
+	clk.Advance(48 * time.Minute) // under the jittered hour: not yet
+	if in := tb.info(t, "q"); in.Delayed != 1 {
+		t.Fatalf("retried early: %+v", in)
+	}
+	clk.Advance(25 * time.Minute)
+	if a := <-runs; a != 2 {
+		t.Fatalf("second run: attempt %d", a)
+	}
+	tb.waitFor(t, "the ack", func() bool { return tb.info(t, "q").Acked == 1 })
 }

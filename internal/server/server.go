@@ -312,6 +312,8 @@ func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestE
 			action = broker.NackRequeueAfter
 		case pb.NackAction_NACK_ACTION_DEAD_LETTER:
 			action = broker.NackDeadLetter
+		case pb.NackAction_NACK_ACTION_RETRY:
+			action = broker.NackRetry
 		default:
 			c.AddCredit(int(min(n.Credit, broker.MaxCredit)))
 			return requestError("nack", n.Id, status.Errorf(codes.InvalidArgument, "unknown nack action %d; the job stays leased to this consumer", n.Action)), nil

@@ -99,6 +99,8 @@ type Job struct {
 	TTL         time.Duration
 	MaxAttempts int
 	PublishedAt time.Time
+	RetryBase   time.Duration
+	RetryMax    time.Duration
 
 	Seq  uint64 // order of arrival in its queue: FIFO position
 	Tier int
@@ -177,6 +179,8 @@ func encodeJob(b []byte, j *Job) []byte {
 	b = appendTime(b, j.Until)
 	b = appendString(b, j.Reason)
 	b = appendTime(b, j.DeadAt)
+	b = binary.AppendVarint(b, int64(j.RetryBase))
+	b = binary.AppendVarint(b, int64(j.RetryMax))
 	return b
 }
 
@@ -352,5 +356,7 @@ func decodeJob(d *decoder, id string) *Job {
 	j.Until = d.time()
 	j.Reason = d.string()
 	j.DeadAt = d.time()
+	j.RetryBase = time.Duration(d.varint())
+	j.RetryMax = time.Duration(d.varint())
 	return j
 }

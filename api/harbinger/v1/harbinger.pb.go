@@ -42,6 +42,11 @@ const (
 	NackAction_NACK_ACTION_REQUEUE_AFTER NackAction = 2
 	// Move the job to the dead-letter list at once.
 	NackAction_NACK_ACTION_DEAD_LETTER NackAction = 3
+	// Requeue the job after the delay its retry policy gives (the job's
+	// retry_base and retry_max, else the queue's: exponential with jitter);
+	// dead-letter it once it has had its attempts. Workers in any language
+	// get the same backoff this way.
+	NackAction_NACK_ACTION_RETRY NackAction = 4
 )
 
 // Enum value maps for NackAction.
@@ -51,12 +56,14 @@ var (
 		1: "NACK_ACTION_REQUEUE",
 		2: "NACK_ACTION_REQUEUE_AFTER",
 		3: "NACK_ACTION_DEAD_LETTER",
+		4: "NACK_ACTION_RETRY",
 	}
 	NackAction_value = map[string]int32{
 		"NACK_ACTION_UNSPECIFIED":   0,
 		"NACK_ACTION_REQUEUE":       1,
 		"NACK_ACTION_REQUEUE_AFTER": 2,
 		"NACK_ACTION_DEAD_LETTER":   3,
+		"NACK_ACTION_RETRY":         4,
 	}
 )
 
@@ -246,7 +253,12 @@ type Message struct {
 	RunAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
 	// run_at relative to the publish, on the broker's clock; give one or the
 	// other.
-	Delay         *durationpb.Duration `protobuf:"bytes,10,opt,name=delay,proto3" json:"delay,omitempty"`
+	Delay *durationpb.Duration `protobuf:"bytes,10,opt,name=delay,proto3" json:"delay,omitempty"`
+	// This job's retry backoff (see QueueConfig.retry_base); unset uses the
+	// queue's.
+	RetryBase *durationpb.Duration `protobuf:"bytes,11,opt,name=retry_base,json=retryBase,proto3" json:"retry_base,omitempty"`
+	// This job's longest retry delay; unset uses the queue's.
+	RetryMax      *durationpb.Duration `protobuf:"bytes,12,opt,name=retry_max,json=retryMax,proto3" json:"retry_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +359,20 @@ func (x *Message) GetRunAt() *timestamppb.Timestamp {
 func (x *Message) GetDelay() *durationpb.Duration {
 	if x != nil {
 		return x.Delay
+	}
+	return nil
+}
+
+func (x *Message) GetRetryBase() *durationpb.Duration {
+	if x != nil {
+		return x.RetryBase
+	}
+	return nil
+}
+
+func (x *Message) GetRetryMax() *durationpb.Duration {
+	if x != nil {
+		return x.RetryMax
 	}
 	return nil
 }
@@ -1534,7 +1560,13 @@ type QueueConfig struct {
 	DefaultTtl *durationpb.Duration `protobuf:"bytes,10,opt,name=default_ttl,json=defaultTtl,proto3" json:"default_ttl,omitempty"`
 	// Runs the predictor alongside the policy and records its choices without
 	// acting on them.
-	Shadow        bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,11,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// First retry delay of NACK_ACTION_RETRY, doubled per attempt; default 1s.
+	RetryBase *durationpb.Duration `protobuf:"bytes,12,opt,name=retry_base,json=retryBase,proto3" json:"retry_base,omitempty"`
+	// Longest retry delay; default 1m.
+	RetryMax *durationpb.Duration `protobuf:"bytes,13,opt,name=retry_max,json=retryMax,proto3" json:"retry_max,omitempty"`
+	// Each retry delay is drawn from delay*(1±retry_jitter); default 0.2.
+	RetryJitter   float64 `protobuf:"fixed64,14,opt,name=retry_jitter,json=retryJitter,proto3" json:"retry_jitter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1644,6 +1676,27 @@ func (x *QueueConfig) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *QueueConfig) GetRetryBase() *durationpb.Duration {
+	if x != nil {
+		return x.RetryBase
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetRetryMax() *durationpb.Duration {
+	if x != nil {
+		return x.RetryMax
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetRetryJitter() float64 {
+	if x != nil {
+		return x.RetryJitter
+	}
+	return 0
 }
 
 // QueueInfo is a queue's config and a snapshot of its counters.
@@ -3038,7 +3091,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\x12,\n" +
 	"\x12max_delivery_bytes\x18\x05 \x01(\x04R\x10maxDeliveryBytes\x12\x1d\n" +
 	"\n" +
-	"max_credit\x18\x06 \x01(\rR\tmaxCredit\"\xbb\x03\n" +
+	"max_credit\x18\x06 \x01(\rR\tmaxCredit\"\xad\x04\n" +
 	"\aMessage\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
@@ -3050,7 +3103,10 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aheaders\x18\b \x03(\v2\".harbinger.v1.Message.HeadersEntryR\aheaders\x121\n" +
 	"\x06run_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x12/\n" +
 	"\x05delay\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x05delay\x1a:\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\x05delay\x128\n" +
+	"\n" +
+	"retry_base\x18\v \x01(\v2\x19.google.protobuf.DurationR\tretryBase\x126\n" +
+	"\tretry_max\x18\f \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
@@ -3126,7 +3182,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05state\x18\x01 \x01(\tR\x05state\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xf7\x03\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\x8c\x05\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05tiers\x18\x02 \x01(\rR\x05tiers\x12\x18\n" +
@@ -3140,7 +3196,11 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\vdefault_ttl\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"defaultTtl\x12\x16\n" +
-	"\x06shadow\x18\v \x01(\bR\x06shadow\x1a>\n" +
+	"\x06shadow\x18\v \x01(\bR\x06shadow\x128\n" +
+	"\n" +
+	"retry_base\x18\f \x01(\v2\x19.google.protobuf.DurationR\tretryBase\x126\n" +
+	"\tretry_max\x18\r \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12!\n" +
+	"\fretry_jitter\x18\x0e \x01(\x01R\vretryJitter\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd2\x02\n" +
@@ -3237,13 +3297,14 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\rAttachRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bhandlers\x18\x02 \x01(\x05R\bhandlers\"\x10\n" +
-	"\x0eAttachResponse*~\n" +
+	"\x0eAttachResponse*\x95\x01\n" +
 	"\n" +
 	"NackAction\x12\x1b\n" +
 	"\x17NACK_ACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13NACK_ACTION_REQUEUE\x10\x01\x12\x1d\n" +
 	"\x19NACK_ACTION_REQUEUE_AFTER\x10\x02\x12\x1b\n" +
-	"\x17NACK_ACTION_DEAD_LETTER\x10\x032\xb1\x02\n" +
+	"\x17NACK_ACTION_DEAD_LETTER\x10\x03\x12\x15\n" +
+	"\x11NACK_ACTION_RETRY\x10\x042\xb1\x02\n" +
 	"\x06Broker\x12F\n" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
@@ -3335,73 +3396,77 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	42, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
 	47, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
 	46, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	3,  // 4: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
-	6,  // 5: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
-	8,  // 6: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
-	9,  // 7: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
-	10, // 8: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
-	11, // 9: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
-	12, // 10: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	46, // 11: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
-	0,  // 12: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	46, // 13: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	46, // 14: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
-	16, // 15: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
-	15, // 16: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
-	14, // 17: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	43, // 18: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	47, // 19: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	46, // 20: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	46, // 21: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	44, // 22: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	46, // 23: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	46, // 24: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	20, // 25: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	20, // 26: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	21, // 27: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	45, // 28: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	47, // 29: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	27, // 30: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	32, // 31: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	46, // 32: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	46, // 33: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	38, // 34: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	46, // 35: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 36: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 37: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 38: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 39: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	22, // 40: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	23, // 41: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	25, // 42: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	28, // 43: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	30, // 44: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	33, // 45: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 46: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	19, // 47: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	35, // 48: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	37, // 49: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	40, // 50: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 51: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 52: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 53: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 54: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	21, // 55: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	24, // 56: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	26, // 57: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	29, // 58: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	31, // 59: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	34, // 60: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 61: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	21, // 62: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	36, // 63: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	39, // 64: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	41, // 65: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	51, // [51:66] is the sub-list for method output_type
-	36, // [36:51] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	46, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	46, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	3,  // 6: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
+	6,  // 7: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
+	8,  // 8: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
+	9,  // 9: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
+	10, // 10: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
+	11, // 11: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
+	12, // 12: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
+	46, // 13: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	0,  // 14: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
+	46, // 15: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	46, // 16: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	16, // 17: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
+	15, // 18: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
+	14, // 19: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
+	43, // 20: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	47, // 21: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	46, // 22: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	46, // 23: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	44, // 24: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	46, // 25: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	46, // 26: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	46, // 27: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	46, // 28: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	20, // 29: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	20, // 30: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	21, // 31: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	45, // 32: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	47, // 33: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	27, // 34: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	32, // 35: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	46, // 36: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	46, // 37: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	38, // 38: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	46, // 39: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 40: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 41: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 42: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 43: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	22, // 44: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	23, // 45: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	25, // 46: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	28, // 47: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	30, // 48: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	33, // 49: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 50: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	19, // 51: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	35, // 52: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	37, // 53: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	40, // 54: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 55: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 56: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 57: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 58: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	21, // 59: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	24, // 60: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	26, // 61: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	29, // 62: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	31, // 63: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	34, // 64: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 65: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	21, // 66: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	36, // 67: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	39, // 68: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	41, // 69: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	55, // [55:70] is the sub-list for method output_type
+	40, // [40:55] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
