@@ -90,6 +90,12 @@ type Message struct {
 	// job: the first retry waits about RetryBase, doubling per attempt up
 	// to RetryMax (with the queue's jitter). 0 uses the queue's.
 	RetryBase, RetryMax time.Duration
+	// UniqueKey makes the publish idempotent for UniqueFor: a second
+	// publish to the queue with the same key inside the window stores
+	// nothing and is answered with the first job's id (PublishEach reports
+	// it as a duplicate), whether that job is waiting, running or finished.
+	UniqueKey string
+	UniqueFor time.Duration
 }
 
 func (m *Message) proto() *pb.Message {
@@ -112,6 +118,10 @@ func (m *Message) proto() *pb.Message {
 	if m.RetryMax != 0 {
 		p.RetryMax = durationpb.New(m.RetryMax)
 	}
+	if m.UniqueKey != "" {
+		p.UniqueKey = m.UniqueKey
+		p.UniqueFor = durationpb.New(m.UniqueFor)
+	}
 	return p
 }
 
@@ -127,6 +137,16 @@ func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	resp, err := c.publishRaw(ctx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return results(resp, len(msgs))
+}
+
+// publishRaw sends one PublishRequest, retrying while the broker is
+// unavailable and ctx allows.
+func (c *Client) publishRaw(ctx context.Context, msgs []*Message) (*pb.PublishResponse, error) {
 	req := &pb.PublishRequest{Messages: make([]*pb.Message, len(msgs))}
 	for i, m := range msgs {
 		req.Messages[i] = m.proto()
@@ -135,7 +155,7 @@ func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error
 	for {
 		resp, err := c.broker.Publish(ctx, req, grpc.WaitForReady(true))
 		if err == nil {
-			return results(resp, len(msgs))
+			return resp, nil
 		}
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return nil, err
@@ -243,6 +263,39 @@ func (c *Client) ListKeys(ctx context.Context, queue string, limit int) ([]*pb.K
 
 func errNotFound(name string) error {
 	return status.Errorf(codes.NotFound, "queue %q not found", name)
+}
+
+// Result is one message's answer from PublishEach.
+type Result struct {
+	// ID of the stored job; for a duplicate, of the job that took the
+	// unique key; empty when the message was not stored.
+	ID string
+	// Duplicate: the message's unique key was taken; nothing was stored.
+	Duplicate bool
+	// Err is why the message was not stored (a gRPC status error).
+	Err error
+}
+
+// PublishEach is Publish with one Result per message, in order, so a
+// caller can tell duplicates of unique jobs from new ones. Its error is
+// for the call as a whole (e.g. ctx ended); refused messages are reported
+// in their Result.
+func (c *Client) PublishEach(ctx context.Context, msgs ...*Message) ([]Result, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	resp, err := c.publishRaw(ctx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(msgs) {
+		return nil, errMismatch
+	}
+	out := make([]Result, len(msgs))
+	for i, r := range resp.Results {
+		out[i] = Result{ID: r.Id, Duplicate: r.Duplicate, Err: resultError(r)}
+	}
+	return out, nil
 }
 
 // results turns a PublishResponse into the stored ids and a *PublishError

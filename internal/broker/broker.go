@@ -171,6 +171,10 @@ func (b *Broker) Validate(m *Message) error {
 		return invalid("ttl", fmt.Sprintf("must be 0 (queue default) to %v, got %v", MaxTTL, m.TTL))
 	}
 	switch {
+	case m.UniqueKey != "" && (m.UniqueFor <= 0 || m.UniqueFor > MaxUniqueFor):
+		return invalid("unique_for", fmt.Sprintf("a unique key needs a window of more than 0 and at most %v, got %v", MaxUniqueFor, m.UniqueFor))
+	case len(m.UniqueKey) > MaxUniqueKeyLen || !utf8.ValidString(m.UniqueKey):
+		return invalid("unique_key", fmt.Sprintf("must be valid UTF-8 of at most %d bytes", MaxUniqueKeyLen))
 	case m.RetryBase < 0 || m.RetryBase > MaxNackDelay || m.RetryMax < 0 || m.RetryMax > MaxNackDelay:
 		return invalid("retry", fmt.Sprintf("retry base and max must be 0 (the queue's) to %v, got %v and %v", MaxNackDelay, m.RetryBase, m.RetryMax))
 	case m.Delay < 0 || m.Delay > MaxDelay:
@@ -196,10 +200,12 @@ func (b *Broker) Validate(m *Message) error {
 }
 
 // Result is one message's outcome in a batch publish: its id when stored,
-// or why it was not.
+// or why it was not. Duplicate is set, with the first job's id, for a
+// message whose unique key was taken: nothing was stored for it.
 type Result struct {
-	ID  string
-	Err error
+	ID        string
+	Duplicate bool
+	Err       error
 }
 
 // PublishEach stores each message that passes validation and the queue's
@@ -242,6 +248,12 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 		if m.Delay > 0 {
 			m.RunAt, m.Delay = now.Add(m.Delay), 0
 		}
+		if m.UniqueKey != "" {
+			if id, dup, err := q.uniqueLocked(m.UniqueKey, now); err != nil || dup {
+				out = append(out, Result{ID: id, Duplicate: dup, Err: err})
+				continue
+			}
+		}
 		if err := b.reserve(m); err != nil {
 			out = append(out, Result{Err: err})
 			continue
@@ -252,6 +264,9 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 			m.ID = ""
 			out = append(out, Result{Err: err})
 			continue
+		}
+		if m.UniqueKey != "" {
+			q.claimLocked(m.UniqueKey, m.ID, now.Add(m.UniqueFor))
 		}
 		out = append(out, Result{ID: m.ID})
 		if q.lastPos > wait {

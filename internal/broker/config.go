@@ -31,6 +31,7 @@ const (
 	DefaultRetryBase       = time.Second // first retry's delay; doubled per attempt
 	DefaultRetryMax        = time.Minute
 	DefaultRetryJitter     = 0.2 // each delay is drawn from ±20% of the curve
+	DefaultMaxUniqueKeys   = 1_000_000 // per queue
 
 	// MaxAttemptsLimit bounds any max-attempts setting.
 	MaxAttemptsLimit = 10_000
@@ -38,6 +39,10 @@ const (
 	MaxLease = 24 * time.Hour
 	// MaxDelay bounds how far ahead a job may be scheduled.
 	MaxDelay = 365 * 24 * time.Hour
+	// MaxUniqueFor bounds a unique key's window.
+	MaxUniqueFor = 30 * 24 * time.Hour
+	// MaxUniqueKeyLen bounds a unique key, in bytes.
+	MaxUniqueKeyLen = 1024
 	// MaxTTL bounds any time to live.
 	MaxTTL = 365 * 24 * time.Hour
 	// MaxPayloadLimit bounds the max payload setting, so that a delivery
@@ -72,6 +77,9 @@ type Config struct {
 	// publish until it is acked, purged or dropped. A publish that would
 	// pass it is refused with ErrOverBudget.
 	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxUniqueKeys bounds each queue's index of unique keys whose window
+	// is still open; a publish with a new key past it is refused.
+	MaxUniqueKeys int `yaml:"max_unique_keys"`
 	// MaxDuration is the longest ack duration the predictor learns from.
 	MaxDuration time.Duration `yaml:"max_duration"`
 	// Queue is the config of queues that were never declared, and the
@@ -143,6 +151,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.MaxQueues, DefaultMaxQueues)
 	def(&c.MaxConsumers, DefaultMaxConsumers)
 	def(&c.MaxDeadLetters, DefaultMaxDeadLetters)
+	def(&c.MaxUniqueKeys, DefaultMaxUniqueKeys)
 	if c.MaxDuration == 0 {
 		c.MaxDuration = predict.DefaultMaxDuration
 	}
@@ -172,6 +181,7 @@ func (c Config) Validate() error {
 		{"max key length", c.MaxKeyLen}, {"max queue name", c.MaxQueueName},
 		{"max keys per queue", c.MaxKeysPerQueue}, {"max queues", c.MaxQueues},
 		{"max consumers", c.MaxConsumers}, {"max dead letters", c.MaxDeadLetters},
+		{"max unique keys", c.MaxUniqueKeys},
 	}
 	for _, p := range pos {
 		if p.v <= 0 {

@@ -40,6 +40,9 @@ var (
 	// ErrOverBudget: storing the message would take the bytes the broker
 	// holds past Config.MaxBytes.
 	ErrOverBudget = errors.New("broker: byte budget exhausted")
+	// ErrTooManyUniqueKeys: the queue's unique-key index is full of open
+	// windows.
+	ErrTooManyUniqueKeys = errors.New("broker: too many unique keys")
 	// ErrNotDurable: the log could not make a publish durable (a full
 	// disk, a failed fsync); the publish is not confirmed.
 	ErrNotDurable = errors.New("broker: not stored durably")

@@ -32,6 +32,12 @@ type Message struct {
 	// RetryBase and RetryMax, when set, replace the queue's retry backoff
 	// for this job (see QueueConfig.RetryBase).
 	RetryBase, RetryMax time.Duration
+	// UniqueKey, when set, makes the publish idempotent for UniqueFor: a
+	// second publish to the queue with the same key inside the window
+	// stores nothing and answers with the first job's id, whether that job
+	// is waiting, running or finished.
+	UniqueKey string
+	UniqueFor time.Duration
 
 	// Set by the broker.
 	ID          string

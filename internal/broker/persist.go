@@ -2,6 +2,7 @@ package broker
 
 import (
 	"cmp"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -112,6 +113,8 @@ func (b *Broker) recover() error {
 	decls := map[string][]byte{}
 	preds := map[string][]byte{}
 	paused := map[string]bool{}
+	unique := map[string]map[string]uniqueEntry{} // queue -> key -> entry
+	now := b.clk.Now()
 	obs := map[string][]observation{}          // acks after the queue's last predictor snapshot
 	jobs := map[string]map[string]*recovered{} // queue -> id -> job
 	records := 0
@@ -130,6 +133,14 @@ func (b *Broker) recover() error {
 			return nil
 		case store.KindPause:
 			paused[r.Queue] = len(r.Data) == 1 && r.Data[0] == 1
+			return nil
+		case store.KindUnique:
+			if r.At.After(now) {
+				if unique[r.Queue] == nil {
+					unique[r.Queue] = map[string]uniqueEntry{}
+				}
+				unique[r.Queue][r.Reason] = uniqueEntry{id: r.ID, until: r.At}
+			}
 			return nil
 		case store.KindJob:
 			if jobs[r.Queue] == nil {
@@ -169,7 +180,6 @@ func (b *Broker) recover() error {
 	if err != nil {
 		return err
 	}
-	now := b.clk.Now()
 	var ready, delayed, dead, learned int
 	b.recovering = true
 	defer func() { b.recovering = false }()
@@ -219,6 +229,24 @@ func (b *Broker) recover() error {
 		q.dead = append(q.dead, deadList...)
 		q.unlockChanged()
 	}
+	keys := 0
+	for name, idx := range unique {
+		q, err := b.lookup(name, true)
+		if err != nil {
+			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
+		}
+		q.mu.Lock()
+		for key, e := range idx {
+			if q.unique.keys == nil {
+				q.unique.keys = map[string]uniqueEntry{}
+			}
+			q.unique.keys[key] = e
+			q.unique.exp = append(q.unique.exp, uniqueExp{until: e.until, key: key})
+			keys++
+		}
+		heap.Init(&q.unique.exp)
+		q.mu.Unlock()
+	}
 	for name, p := range paused {
 		if !p {
 			continue
@@ -241,7 +269,7 @@ func (b *Broker) recover() error {
 		q.mu.Unlock()
 	}
 	b.log.Info("broker: recovered", "records", records, "queues", len(*b.queues.Load()),
-		"ready", ready, "delayed", delayed, "dead_letters", dead, "durations_relearned", learned,
+		"ready", ready, "delayed", delayed, "dead_letters", dead, "unique_keys", keys, "durations_relearned", learned,
 		"log_bytes", st.Size(), "took", time.Since(start).Round(time.Millisecond))
 	b.nextCheckpoint.Store(max(b.cfg.CheckpointBytes, 2*st.Size()))
 	return nil
@@ -344,8 +372,8 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 			return err
 		}
 		q.mu.Lock()
-		recs := q.stateRecords()
-		jobs += len(recs) - 3
+		recs, n := q.stateRecords()
+		jobs += n
 		p, err := st.Append(recs...)
 		q.mu.Unlock()
 		if err != nil {
@@ -365,10 +393,10 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// stateRecords is q's config, every job it holds and its predictor, as
-// records.
-func (q *queue) stateRecords() []*store.Record {
-	recs := []*store.Record{q.declareRecord(), q.pauseRecord()}
+// stateRecords is q's config, every job it holds (n of them), its unique
+// keys and its predictor, as records.
+func (q *queue) stateRecords() (recs []*store.Record, n int) {
+	recs = []*store.Record{q.declareRecord(), q.pauseRecord()}
 	q.sq.Each(func(it *sched.Item) {
 		recs = append(recs, q.jobRecord(it.Data.(*Message), store.Ready, "", time.Time{}))
 	})
@@ -383,7 +411,9 @@ func (q *queue) stateRecords() []*store.Record {
 	for _, d := range q.dead {
 		recs = append(recs, q.jobRecord(d.m, store.Dead, d.reason, d.at))
 	}
-	return append(recs, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq.Predictor.Snapshot()})
+	n = len(recs) - 2
+	recs = q.uniqueRecords(q.b.clk.Now(), recs)
+	return append(recs, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq.Predictor.Snapshot()}), n
 }
 
 // saveLearning writes every queue's predictor to the log and waits for it.

@@ -35,6 +35,7 @@ type queue struct {
 	dead    []deadLetter
 	expBuf  []*sched.Item
 	lastPos store.Pos // the log position of the queue's last publish
+	unique  uniqueIndex
 
 	// One timer each for the earliest lease, TTL and due time.
 	leaseWake, ttlWake, delayWake wake

@@ -51,6 +51,10 @@ func fromMessage(i int, m *pb.Message) (*broker.Message, error) {
 	if bm.RetryMax, err = duration("retry_max", m.RetryMax); err != nil {
 		return nil, err
 	}
+	bm.UniqueKey = m.UniqueKey
+	if bm.UniqueFor, err = duration("unique_for", m.UniqueFor); err != nil {
+		return nil, err
+	}
 	if m.RunAt != nil {
 		if err := m.RunAt.CheckValid(); err != nil {
 			return nil, invalidArg("run_at: %v", err)

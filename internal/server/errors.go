@@ -25,6 +25,7 @@ var errorTable = []struct {
 	{broker.ErrAdjusted, codes.InvalidArgument, ""},
 	{broker.ErrQueueFull, codes.ResourceExhausted, "retry with backoff once consumers catch up, or raise max_depth with DeclareQueue"},
 	{broker.ErrTooManyQueues, codes.ResourceExhausted, ""},
+	{broker.ErrTooManyUniqueKeys, codes.ResourceExhausted, ""},
 	{broker.ErrTooManyConsumers, codes.ResourceExhausted, "close idle consumers or raise the broker's max consumers"},
 	{broker.ErrShuttingDown, codes.Unavailable, "the broker is shutting down; retry after it restarts"},
 	{broker.ErrNotDurable, codes.Unavailable, "the broker's disk failed; it takes publishes again once an operator has fixed the disk and restarted it"},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -145,4 +146,28 @@ func TestWorkerUsesBrokerRetryPolicy(t *testing.T) {
 		t.Fatalf("second run: attempt %d", a)
 	}
 	tb.waitFor(t, "the ack", func() bool { return tb.info(t, "q").Acked == 1 })
+}
+
+func TestUniqueJobsOverGRPC(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	m := &client.Message{Queue: "q", JobType: "charge", UniqueKey: "order-7", UniqueFor: time.Hour}
+	res, err := tb.cl.PublishEach(tb.ctx, m, m, &client.Message{Queue: "q", UniqueKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Duplicate || res[0].Err != nil || !res[1].Duplicate || res[1].ID != res[0].ID {
+		t.Fatalf("results: %+v", res)
+	}
+	if st, _ := status.FromError(res[2].Err); st.Code() != codes.InvalidArgument || res[2].ID != "" {
+		t.Fatalf("a unique key without a window: %+v", res[2])
+	}
+	// Publish reports a duplicate as the first job's id, without an error.
+	ids, err := tb.cl.Publish(tb.ctx, m)
+	if err != nil || len(ids) != 1 || ids[0] != res[0].ID {
+		t.Fatalf("Publish of a duplicate: %v, %v", ids, err)
+	}
+	if in := tb.info(t, "q"); in.Ready != 1 {
+		t.Fatalf("%d jobs stored, want 1", in.Ready)
+	}
 }

@@ -146,6 +146,7 @@ func (s *Server) publish(req *pb.PublishRequest) (*pb.PublishResponse, error) {
 			continue
 		}
 		results[idx[j]].Id = r.ID
+		results[idx[j]].Duplicate = r.Duplicate
 	}
 	resp := &pb.PublishResponse{Results: make([]*pb.PublishResult, n)}
 	for i := range results {

@@ -54,10 +54,12 @@ const (
 	KindPredictor
 	// KindPause pauses (Data is {1}) or resumes ({0}) a queue.
 	KindPause
+	// KindUnique gives unique key Reason to job ID until At.
+	KindUnique
 	kindEnd
 )
 
-var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause"}
+var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause", "unique"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
@@ -133,7 +135,7 @@ func encode(b []byte, r *Record) []byte {
 	switch r.Kind {
 	case KindDelay, KindRequeue:
 		b = appendTime(b, r.At)
-	case KindDead:
+	case KindDead, KindUnique:
 		b = appendTime(b, r.At)
 		b = appendString(b, r.Reason)
 	case KindDeclare, KindPredictor, KindPause:
@@ -299,7 +301,7 @@ func decode(body []byte) (*Record, error) {
 	switch r.Kind {
 	case KindDelay, KindRequeue:
 		r.At = d.time()
-	case KindDead:
+	case KindDead, KindUnique:
 		r.At = d.time()
 		r.Reason = d.string()
 	case KindDeclare, KindPredictor, KindPause:

@@ -45,6 +45,7 @@ func sample(i int) []*Record {
 		{Kind: KindRemove, Queue: "q", ID: id + "d"},
 		{Kind: KindPredictor, Queue: "媒体", Data: []byte{1, 2, 3}},
 		{Kind: KindPause, Queue: "媒体", Data: []byte{1}},
+		{Kind: KindUnique, Queue: "媒体", ID: id, Reason: "order-42 ✓", At: at.Add(time.Hour)},
 	}
 }
 

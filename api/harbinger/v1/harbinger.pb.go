@@ -258,7 +258,14 @@ type Message struct {
 	// queue's.
 	RetryBase *durationpb.Duration `protobuf:"bytes,11,opt,name=retry_base,json=retryBase,proto3" json:"retry_base,omitempty"`
 	// This job's longest retry delay; unset uses the queue's.
-	RetryMax      *durationpb.Duration `protobuf:"bytes,12,opt,name=retry_max,json=retryMax,proto3" json:"retry_max,omitempty"`
+	RetryMax *durationpb.Duration `protobuf:"bytes,12,opt,name=retry_max,json=retryMax,proto3" json:"retry_max,omitempty"`
+	// Makes the publish idempotent: while unique_for has not passed since a
+	// job of this queue took the key, another publish with it stores nothing
+	// and is answered with that job's id (PublishResult.duplicate), whether
+	// the job is waiting, running or finished. At most 1,024 bytes.
+	UniqueKey string `protobuf:"bytes,13,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
+	// The unique key's window; required with unique_key, at most 30 days.
+	UniqueFor     *durationpb.Duration `protobuf:"bytes,14,opt,name=unique_for,json=uniqueFor,proto3" json:"unique_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -377,6 +384,20 @@ func (x *Message) GetRetryMax() *durationpb.Duration {
 	return nil
 }
 
+func (x *Message) GetUniqueKey() string {
+	if x != nil {
+		return x.UniqueKey
+	}
+	return ""
+}
+
+func (x *Message) GetUniqueFor() *durationpb.Duration {
+	if x != nil {
+		return x.UniqueFor
+	}
+	return nil
+}
+
 // PublishRequest carries a batch of 1..N messages.
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -482,7 +503,10 @@ type PublishResult struct {
 	// byte budget, 14 (UNAVAILABLE) while the broker shuts down.
 	Code uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
 	// What went wrong, for a person; empty when stored.
-	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// True when the message's unique key was taken: nothing was stored, and
+	// id is the job that took it.
+	Duplicate     bool `protobuf:"varint,4,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -536,6 +560,13 @@ func (x *PublishResult) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *PublishResult) GetDuplicate() bool {
+	if x != nil {
+		return x.Duplicate
+	}
+	return false
 }
 
 // ConsumeRequest is one client-to-server message on a Consume stream.
@@ -3091,7 +3122,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\x12,\n" +
 	"\x12max_delivery_bytes\x18\x05 \x01(\x04R\x10maxDeliveryBytes\x12\x1d\n" +
 	"\n" +
-	"max_credit\x18\x06 \x01(\rR\tmaxCredit\"\xad\x04\n" +
+	"max_credit\x18\x06 \x01(\rR\tmaxCredit\"\x86\x05\n" +
 	"\aMessage\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
@@ -3106,18 +3137,23 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x05delay\x128\n" +
 	"\n" +
 	"retry_base\x18\v \x01(\v2\x19.google.protobuf.DurationR\tretryBase\x126\n" +
-	"\tretry_max\x18\f \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x1a:\n" +
+	"\tretry_max\x18\f \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12\x1d\n" +
+	"\n" +
+	"unique_key\x18\r \x01(\tR\tuniqueKey\x128\n" +
+	"\n" +
+	"unique_for\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\tuniqueFor\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"C\n" +
 	"\x0ePublishRequest\x121\n" +
 	"\bmessages\x18\x01 \x03(\v2\x15.harbinger.v1.MessageR\bmessages\"S\n" +
 	"\x0fPublishResponse\x125\n" +
-	"\aresults\x18\x02 \x03(\v2\x1b.harbinger.v1.PublishResultR\aresultsJ\x04\b\x01\x10\x02R\x03ids\"I\n" +
+	"\aresults\x18\x02 \x03(\v2\x1b.harbinger.v1.PublishResultR\aresultsJ\x04\b\x01\x10\x02R\x03ids\"g\n" +
 	"\rPublishResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\x85\x02\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1c\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\x85\x02\n" +
 	"\x0eConsumeRequest\x127\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x17.harbinger.v1.SubscribeH\x00R\tsubscribe\x12.\n" +
 	"\x06credit\x18\x02 \x01(\v2\x14.harbinger.v1.CreditH\x00R\x06credit\x12%\n" +
@@ -3398,75 +3434,76 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	46, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
 	46, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
 	46, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	3,  // 6: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
-	6,  // 7: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
-	8,  // 8: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
-	9,  // 9: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
-	10, // 10: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
-	11, // 11: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
-	12, // 12: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	46, // 13: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
-	0,  // 14: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	46, // 15: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	46, // 16: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
-	16, // 17: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
-	15, // 18: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
-	14, // 19: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	43, // 20: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	47, // 21: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	46, // 22: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	46, // 23: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	44, // 24: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	46, // 25: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	46, // 26: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	46, // 27: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	46, // 28: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	20, // 29: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	20, // 30: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	21, // 31: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	45, // 32: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	47, // 33: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	27, // 34: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	32, // 35: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	46, // 36: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	46, // 37: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	38, // 38: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	46, // 39: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 40: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 41: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 42: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 43: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	22, // 44: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	23, // 45: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	25, // 46: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	28, // 47: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	30, // 48: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	33, // 49: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 50: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	19, // 51: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	35, // 52: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	37, // 53: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	40, // 54: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 55: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 56: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 57: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 58: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	21, // 59: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	24, // 60: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	26, // 61: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	29, // 62: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	31, // 63: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	34, // 64: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 65: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	21, // 66: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	36, // 67: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	39, // 68: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	41, // 69: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	55, // [55:70] is the sub-list for method output_type
-	40, // [40:55] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	46, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	3,  // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
+	6,  // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
+	8,  // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
+	9,  // 10: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
+	10, // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
+	11, // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
+	12, // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
+	46, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	0,  // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
+	46, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	46, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	16, // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
+	15, // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
+	14, // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
+	43, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	47, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	46, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	46, // 24: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	44, // 25: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	46, // 26: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	46, // 27: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	46, // 28: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	46, // 29: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	20, // 30: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	20, // 31: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	21, // 32: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	45, // 33: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	47, // 34: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	27, // 35: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	32, // 36: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	46, // 37: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	46, // 38: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	38, // 39: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	46, // 40: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 41: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 42: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 43: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 44: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	22, // 45: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	23, // 46: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	25, // 47: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	28, // 48: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	30, // 49: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	33, // 50: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 51: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	19, // 52: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	35, // 53: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	37, // 54: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	40, // 55: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 56: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 57: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 58: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 59: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	21, // 60: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	24, // 61: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	26, // 62: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	29, // 63: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	31, // 64: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	34, // 65: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 66: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	21, // 67: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	36, // 68: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	39, // 69: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	41, // 70: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	56, // [56:71] is the sub-list for method output_type
+	41, // [41:56] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
