@@ -30,7 +30,7 @@ const (
 	DefaultPolicy          = sched.DefaultPolicy
 	DefaultRetryBase       = time.Second // first retry's delay; doubled per attempt
 	DefaultRetryMax        = time.Minute
-	DefaultRetryJitter     = 0.2 // each delay is drawn from ±20% of the curve
+	DefaultRetryJitter     = 0.2       // each delay is drawn from ±20% of the curve
 	DefaultMaxUniqueKeys   = 1_000_000 // per queue
 
 	// MaxAttemptsLimit bounds any max-attempts setting.
