@@ -64,21 +64,25 @@ func fakeFlow() *FlowResult {
 func TestChartsAreValidXML(t *testing.T) {
 	t.Parallel()
 	res := fakeFlow()
-	var mean, cdf, cost bytes.Buffer
+	var mean, cdf, cost, cpu bytes.Buffer
 	if err := MeanChart(&mean, res.Report); err != nil {
 		t.Fatal(err)
 	}
 	if err := LatencyCDF(&cdf, res); err != nil {
 		t.Fatal(err)
 	}
-	v := 2.5
-	cr := &CostResult{ArmOrder: []string{"harbinger", "redis"}, Ratios: CostRatios{HarbingerVsRedis: &v},
-		Arms: map[string]*CostArm{"harbinger": {PeakPerS: 20000, PeakMin: 19000, PeakMax: 21000, PeakRuns: []float64{20000}},
+	us := 12.5
+	cr := &CostResult{ArmOrder: []string{"harbinger", "redis"}, Ratios: []Ratio{{ID: "harbinger_vs_redis", Median: 2.5}},
+		Arms: map[string]*CostArm{"harbinger": {PeakPerS: 20000, PeakMin: 19000, PeakMax: 21000, PeakRuns: []float64{20000},
+			PeakCPU: CPUPerMsg{BrokerUS: &us}, PeakCPUs: []CPUPerMsg{{BrokerUS: &us}}},
 			"redis": {PeakPerS: 8000, PeakMin: 8000, PeakMax: 8000, PeakRuns: []float64{8000}}}}
 	if err := CostChart(&cost, cr); err != nil {
 		t.Fatal(err)
 	}
-	for name, b := range map[string]*bytes.Buffer{"mean": &mean, "cdf": &cdf, "cost": &cost} {
+	if err := CostCPUChart(&cpu, cr); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]*bytes.Buffer{"mean": &mean, "cdf": &cdf, "cost": &cost, "cpu": &cpu} {
 		validXML(t, name, b.Bytes())
 		s := b.String()
 		if !strings.Contains(s, "<svg") || !strings.Contains(s, "<title>") {

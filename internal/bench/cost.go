@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,11 +35,54 @@ const (
 	costPayload = 64
 )
 
-// CostArms are the broker-cost arms, in report order.
+// CostArms are the broker-cost arms `bench cost` runs by default, in
+// report order: the pre-registered three (Harbinger as `harbinger serve
+// --memory` in its own process, as users run it; nothing is durable) and
+// the bare gRPC queue, the limit of Harbinger's transport.
 var CostArms = []Arm{
-	{"harbinger", Harbinger, PolicyPredictive},
+	{"harbinger", HarbingerServe, PolicyPredictive},
+	{"bare-grpc", BareGRPC, PolicyFIFO},
 	{"rabbitmq", RabbitMQ, PolicyFIFO},
 	{"redis", Redis, PolicyFIFO},
+}
+
+// InProcessArm is Harbinger served from inside the harness process, which
+// it shares with the producers and consumers: how `bench cost` measured
+// Harbinger before it started the broker as its own process. Reported as
+// in-process; never a substitute for the harbinger arm.
+var InProcessArm = Arm{"harbinger-inprocess", Harbinger, PolicyPredictive}
+
+// DurableArms are the durable comparison's arms: every broker in its own
+// process, every message on disk before the broker confirms it, and each
+// producer waiting for that confirmation before its next publish. The
+// Harbinger memory-mode arm, published to the same way, is its baseline.
+var DurableArms = []Arm{
+	{"harbinger-durable", HarbingerDurable, PolicyPredictive},
+	{"harbinger-memory-unary", HarbingerMemoryUnary, PolicyPredictive},
+	{"nats-jetstream", NATS, PolicyFIFO},
+	{"rabbitmq-quorum", RabbitQuorum, PolicyFIFO},
+	{"redis-aof", RedisAOF, PolicyFIFO},
+}
+
+// AllCostArms is every arm `bench cost --arms` accepts.
+var AllCostArms = append(append(append([]Arm{}, CostArms...), InProcessArm), DurableArms...)
+
+// costArmGroups are the names --arms expands.
+var costArmGroups = map[string][]Arm{"registered": CostArms, "durable": DurableArms}
+
+// ParseCostArms resolves --arms for bench cost: arm names and the groups
+// "registered" (CostArms) and "durable" (DurableArms), in the order given.
+func ParseCostArms(s string) ([]Arm, error) {
+	var names []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if g, ok := costArmGroups[f]; ok {
+			names = append(names, ArmNames(g)...)
+			continue
+		}
+		names = append(names, f)
+	}
+	return ParseArms(strings.Join(names, ","), AllCostArms)
 }
 
 // CostConfig configures RunCost.
@@ -106,49 +150,112 @@ func (c CostConfig) validate() error {
 // `harbinger bench cost --json` prints.
 type CostResult struct {
 	Arms     map[string]*CostArm `json:"arms"`
-	Ratios   CostRatios          `json:"ratios"`
+	Ratios   []Ratio             `json:"ratios"`
+	Goals    []Goal              `json:"goals,omitempty"`
+	Memory   []MemoryResult      `json:"memory,omitempty"`
 	Method   string              `json:"method"`
 	ArmOrder []string            `json:"arm_order"`
 }
 
 // CostArm is one broker's figures across repetitions.
 type CostArm struct {
+	Broker    string         `json:"broker"`     // the Version line of its driver
 	PeakPerS  float64        `json:"peak_per_s"` // median across repetitions
 	PeakMin   float64        `json:"peak_min"`
 	PeakMax   float64        `json:"peak_max"`
 	PeakRuns  []float64      `json:"peak_runs"`
+	PeakCPU   CPUPerMsg      `json:"peak_cpu"` // medians across repetitions
+	PeakCPUs  []CPUPerMsg    `json:"peak_cpu_runs"`
 	FixedRate *FixedRateArm  `json:"fixed_rate,omitempty"`
 	Runs      []FixedRateRun `json:"fixed_rate_runs,omitempty"`
 }
 
+// CPUPerMsg is CPU time per delivered message in one timed window, in
+// microseconds: the broker process's own (utime + stime from
+// /proc/PID/stat, 10 ms resolution) and the harness process's (producers,
+// consumers and their client libraries; for an in-process broker, the
+// broker too).
+type CPUPerMsg struct {
+	// BrokerUS is nil where the broker has no process of its own on this
+	// machine that the harness can read (the in-process arm).
+	BrokerUS  *float64 `json:"broker_us"`
+	HarnessUS float64  `json:"harness_us"`
+}
+
 // FixedRateArm summarises the fixed-rate runs of one broker.
 type FixedRateArm struct {
-	OfferedPerS float64 `json:"offered_per_s"`
-	KeptUp      int     `json:"kept_up"`
-	Runs        int     `json:"runs"`
-	P50ms       float64 `json:"p50_ms"` // median across runs
-	P99ms       float64 `json:"p99_ms"` // median across runs
+	OfferedPerS float64   `json:"offered_per_s"`
+	KeptUp      int       `json:"kept_up"`
+	Runs        int       `json:"runs"`
+	P50ms       float64   `json:"p50_ms"` // median across runs
+	P99ms       float64   `json:"p99_ms"` // median across runs
+	CPU         CPUPerMsg `json:"cpu"`    // medians across runs
 }
 
 // FixedRateRun is one fixed-rate run.
 type FixedRateRun struct {
-	Sent          int     `json:"sent"`
-	Delivered     int     `json:"delivered"` // acks inside the timed window
-	Lost          int     `json:"lost"`      // sent (whole run) - delivered after the drain
-	DeliveredPerS float64 `json:"delivered_per_s"`
-	SendLagP99ms  float64 `json:"send_lag_p99_ms"`
-	P50ms         float64 `json:"p50_ms"`
-	P99ms         float64 `json:"p99_ms"`
-	KeptUp        bool    `json:"kept_up"`
-	Why           string  `json:"why,omitempty"` // why it did not keep up
+	Sent          int       `json:"sent"`
+	Delivered     int       `json:"delivered"` // acks inside the timed window
+	Lost          int       `json:"lost"`      // sent (whole run) - delivered after the drain
+	DeliveredPerS float64   `json:"delivered_per_s"`
+	SendLagP99ms  float64   `json:"send_lag_p99_ms"`
+	P50ms         float64   `json:"p50_ms"`
+	P99ms         float64   `json:"p99_ms"`
+	KeptUp        bool      `json:"kept_up"`
+	Why           string    `json:"why,omitempty"` // why it did not keep up
+	CPU           CPUPerMsg `json:"cpu"`
 }
 
-// CostRatios are medians of per-repetition ratios of peak rates, each
-// ratio taken within one repetition (the arms run interleaved).
-type CostRatios struct {
-	HarbingerVsRedis    *float64 `json:"harbinger_vs_redis"`
-	HarbingerVsRabbitMQ *float64 `json:"harbinger_vs_rabbitmq"`
+// Ratio is the median over repetitions of one arm's peak rate over
+// another's (or over the best of several), each ratio taken within one
+// repetition, where the arms run interleaved.
+type Ratio struct {
+	ID     string    `json:"id"`
+	Label  string    `json:"label"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Runs   []float64 `json:"runs"`
 }
+
+// ratioSpec is a ratio RunCost reports when all its arms ran.
+type ratioSpec struct {
+	id, label string
+	num       string
+	den       []string // the best (highest peak) of these in each repetition
+}
+
+// costRatios are the ratios of a cost report, in report order.
+var costRatios = []ratioSpec{
+	{"harbinger_vs_redis", "harbinger / redis", "harbinger", []string{"redis"}},
+	{"harbinger_vs_rabbitmq", "harbinger / rabbitmq", "harbinger", []string{"rabbitmq"}},
+	{"harbinger_vs_bare_grpc", "harbinger / bare-grpc (how close Harbinger comes to its transport's limit)", "harbinger", []string{"bare-grpc"}},
+	{"inprocess_vs_harbinger", "harbinger-inprocess / harbinger (in-process over own process)", "harbinger-inprocess", []string{"harbinger"}},
+	{"durable_vs_best_durable", "harbinger-durable / best of nats-jetstream, rabbitmq-quorum, redis-aof", "harbinger-durable",
+		[]string{"nats-jetstream", "rabbitmq-quorum", "redis-aof"}},
+	{"durable_vs_memory_unary", "harbinger-durable / harbinger-memory-unary (durable over memory mode, same publishing)", "harbinger-durable",
+		[]string{"harbinger-memory-unary"}},
+}
+
+// Goal is one target of the durable-queues issue, checked against a run.
+// Goals are not pre-registered: they are the issue's, reported as reached
+// or missed.
+type Goal struct {
+	ID        string  `json:"id"`
+	Criterion string  `json:"criterion"`
+	Estimate  float64 `json:"estimate"`
+	Threshold string  `json:"threshold"`
+	Met       bool    `json:"met"`
+	Note      string  `json:"note,omitempty"`
+}
+
+// Durable-queue goals.
+const (
+	GoalDurableVsBest   = 3.0                  // harbinger-durable peak over the best other durable broker's
+	GoalDurableVsMemory = 0.6                  // harbinger-durable peak over its memory mode's
+	GoalDurableP99      = 5 * time.Millisecond // P99 at GoalDurableRate
+	GoalDurableRate     = 1000.0
+)
 
 // RunCost runs the broker-cost comparison: per repetition, every arm's
 // peak run, then every arm's fixed-rate run.
@@ -162,29 +269,24 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 		if drivers[a.Broker] == nil {
 			return nil, fmt.Errorf("bench: arm %s needs a %s driver", a.Name, a.Broker)
 		}
-		res.Arms[a.Name] = &CostArm{}
+		res.Arms[a.Name] = &CostArm{Broker: drivers[a.Broker].Version(ctx)}
 		res.ArmOrder = append(res.ArmOrder, a.Name)
 	}
-	var vsRedis, vsRabbit []float64
+	var peaksByRep []map[string]float64
 	for rep := range cfg.Reps {
 		peaks := map[string]float64{}
 		for _, a := range cfg.Arms {
-			rate, err := peakRun(ctx, drivers[a.Broker], a, cfg, rep)
+			rate, cpu, err := peakRun(ctx, drivers[a.Broker], a, cfg, rep)
 			if err != nil {
 				return nil, fmt.Errorf("%s peak run %d: %w", a.Name, rep+1, err)
 			}
-			peaks[a.Broker] = rate
-			res.Arms[a.Name].PeakRuns = append(res.Arms[a.Name].PeakRuns, rate)
-			progressf(cfg.Progress, "bench cost: rep %d/%d %s peak %.0f msg/s", rep+1, cfg.Reps, a.Name, rate)
+			peaks[a.Name] = rate
+			arm := res.Arms[a.Name]
+			arm.PeakRuns = append(arm.PeakRuns, rate)
+			arm.PeakCPUs = append(arm.PeakCPUs, cpu)
+			progressf(cfg.Progress, "bench cost: rep %d/%d %s peak %.0f msg/s, CPU per message: %s", rep+1, cfg.Reps, a.Name, rate, cpu)
 		}
-		if h, ok := peaks[Harbinger]; ok {
-			if r, ok := peaks[Redis]; ok && r > 0 {
-				vsRedis = append(vsRedis, h/r)
-			}
-			if r, ok := peaks[RabbitMQ]; ok && r > 0 {
-				vsRabbit = append(vsRabbit, h/r)
-			}
-		}
+		peaksByRep = append(peaksByRep, peaks)
 		if cfg.SkipFixedRate {
 			continue
 		}
@@ -194,35 +296,166 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 				return nil, fmt.Errorf("%s fixed-rate run %d: %w", a.Name, rep+1, err)
 			}
 			res.Arms[a.Name].Runs = append(res.Arms[a.Name].Runs, run)
-			progressf(cfg.Progress, "bench cost: rep %d/%d %s at %.0f msg/s: delivered %.0f/s, P50 %.2f ms, P99 %.2f ms, kept up: %v %s",
-				rep+1, cfg.Reps, a.Name, cfg.Rate, run.DeliveredPerS, run.P50ms, run.P99ms, run.KeptUp, run.Why)
+			progressf(cfg.Progress, "bench cost: rep %d/%d %s at %.0f msg/s: delivered %.0f/s, P50 %.2f ms, P99 %.2f ms, CPU per message: %s, kept up: %v %s",
+				rep+1, cfg.Reps, a.Name, cfg.Rate, run.DeliveredPerS, run.P50ms, run.P99ms, run.CPU, run.KeptUp, run.Why)
 		}
 	}
 	for _, a := range res.Arms {
 		a.PeakPerS = stats.Median(a.PeakRuns)
 		a.PeakMin, a.PeakMax = slices.Min(a.PeakRuns), slices.Max(a.PeakRuns)
+		a.PeakCPU = medianCPU(a.PeakCPUs)
 		if len(a.Runs) > 0 {
 			f := &FixedRateArm{OfferedPerS: cfg.Rate, Runs: len(a.Runs)}
 			var p50, p99 []float64
+			var cpus []CPUPerMsg
 			for _, r := range a.Runs {
 				if r.KeptUp {
 					f.KeptUp++
 				}
 				p50, p99 = append(p50, r.P50ms), append(p99, r.P99ms)
+				cpus = append(cpus, r.CPU)
 			}
 			f.P50ms, f.P99ms = stats.Median(p50), stats.Median(p99)
+			f.CPU = medianCPU(cpus)
 			a.FixedRate = f
 		}
 	}
-	if len(vsRedis) > 0 {
-		v := stats.Median(vsRedis)
-		res.Ratios.HarbingerVsRedis = &v
-	}
-	if len(vsRabbit) > 0 {
-		v := stats.Median(vsRabbit)
-		res.Ratios.HarbingerVsRabbitMQ = &v
-	}
+	res.Ratios = ratios(peaksByRep)
+	res.Goals = durableGoals(res, cfg)
 	return res, nil
+}
+
+// ratios computes every costRatios entry whose arms all ran.
+func ratios(peaksByRep []map[string]float64) []Ratio {
+	var out []Ratio
+	for _, spec := range costRatios {
+		var runs []float64
+		for _, peaks := range peaksByRep {
+			num, ok := peaks[spec.num]
+			if !ok {
+				break
+			}
+			best := 0.0
+			for _, d := range spec.den {
+				v, ok := peaks[d]
+				if !ok {
+					best = -1
+					break
+				}
+				best = max(best, v)
+			}
+			if best <= 0 {
+				break
+			}
+			runs = append(runs, num/best)
+		}
+		if len(runs) == len(peaksByRep) && len(runs) > 0 {
+			out = append(out, Ratio{ID: spec.id, Label: spec.label, Median: stats.Median(runs),
+				Min: slices.Min(runs), Max: slices.Max(runs), Runs: runs})
+		}
+	}
+	return out
+}
+
+// ratio returns the ratio with id, or nil.
+func (r *CostResult) ratio(id string) *Ratio {
+	for i := range r.Ratios {
+		if r.Ratios[i].ID == id {
+			return &r.Ratios[i]
+		}
+	}
+	return nil
+}
+
+// durableGoals checks the durable-queues issue's goals where their arms ran.
+func durableGoals(res *CostResult, cfg CostConfig) []Goal {
+	var out []Goal
+	if r := res.ratio("durable_vs_best_durable"); r != nil {
+		out = append(out, Goal{ID: "D1", Criterion: "harbinger-durable peak / best of nats-jetstream, rabbitmq-quorum, redis-aof (same repetition)",
+			Estimate: r.Median, Threshold: fmt.Sprintf(">= %.1fx", GoalDurableVsBest), Met: r.Median >= GoalDurableVsBest})
+	}
+	if r := res.ratio("durable_vs_memory_unary"); r != nil {
+		out = append(out, Goal{ID: "D2", Criterion: "harbinger-durable peak / harbinger-memory-unary peak (same repetition)",
+			Estimate: r.Median, Threshold: fmt.Sprintf(">= %.1fx", GoalDurableVsMemory), Met: r.Median >= GoalDurableVsMemory})
+	}
+	if a := res.Arms["harbinger-durable"]; a != nil && a.FixedRate != nil {
+		g := Goal{ID: "D3", Criterion: fmt.Sprintf("harbinger-durable P99 send-to-ack at %.0f msg/s (median of runs)", cfg.Rate),
+			Estimate: a.FixedRate.P99ms, Threshold: fmt.Sprintf("< %s", GoalDurableP99), Met: a.FixedRate.P99ms < float64(GoalDurableP99)/float64(time.Millisecond)}
+		if cfg.Rate != GoalDurableRate {
+			g.Met = false
+			g.Note = fmt.Sprintf("the goal is at %.0f msg/s; this run offered %.0f msg/s", GoalDurableRate, cfg.Rate)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// medianCPU is the median of each figure across runs; the broker's where
+// every run has one.
+func medianCPU(cpus []CPUPerMsg) CPUPerMsg {
+	var b, h []float64
+	for _, c := range cpus {
+		if c.BrokerUS != nil {
+			b = append(b, *c.BrokerUS)
+		}
+		h = append(h, c.HarnessUS)
+	}
+	var out CPUPerMsg
+	if len(b) == len(cpus) && len(b) > 0 {
+		v := stats.Median(b)
+		out.BrokerUS = &v
+	}
+	if len(h) > 0 {
+		out.HarnessUS = stats.Median(h)
+	}
+	return out
+}
+
+func (c CPUPerMsg) String() string {
+	b := "n/a"
+	if c.BrokerUS != nil {
+		b = fmt.Sprintf("%.1f µs", *c.BrokerUS)
+	}
+	return fmt.Sprintf("broker %s, harness %.1f µs", b, c.HarnessUS)
+}
+
+// brokerPID is implemented by queues whose broker is a process on this
+// machine that the harness can account for.
+type brokerPID interface {
+	BrokerPID() int // 0 when unknown
+}
+
+// cpuSample is the CPU a broker process and the harness had used at one
+// moment.
+type cpuSample struct {
+	broker  time.Duration
+	ok      bool
+	harness time.Duration
+}
+
+func sampleCPU(q Queue) cpuSample {
+	s := cpuSample{harness: selfCPU()}
+	if bp, isProc := q.(brokerPID); isProc {
+		if pid := bp.BrokerPID(); pid > 0 {
+			if d, err := procCPU(pid); err == nil {
+				s.broker, s.ok = d, true
+			}
+		}
+	}
+	return s
+}
+
+// perMsg is the CPU between two samples per message.
+func perMsg(a, b cpuSample, msgs int64) CPUPerMsg {
+	if msgs <= 0 {
+		return CPUPerMsg{}
+	}
+	out := CPUPerMsg{HarnessUS: float64((b.harness - a.harness).Microseconds()) / float64(msgs)}
+	if a.ok && b.ok {
+		v := float64((b.broker - a.broker).Microseconds()) / float64(msgs)
+		out.BrokerUS = &v
+	}
+	return out
 }
 
 func progressf(w io.Writer, format string, args ...any) {
@@ -316,7 +549,7 @@ func (r *costRun) finish(ctx context.Context) error {
 // peakRun publishes as fast as the broker accepts, with at most
 // MaxInFlight messages published and not yet acked, and returns the acked
 // rate over the timed window.
-func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (float64, error) {
+func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (float64, CPUPerMsg, error) {
 	slots := make(chan struct{}, cfg.MaxInFlight)
 	release := func() {
 		select {
@@ -326,7 +559,7 @@ func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (flo
 	}
 	r, err := startCostRun(ctx, d, a, cfg, rep, release)
 	if err != nil {
-		return 0, err
+		return 0, CPUPerMsg{}, err
 	}
 	pctx, stopP := context.WithCancel(ctx)
 	var pwg sync.WaitGroup
@@ -338,7 +571,7 @@ func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (flo
 			stopP()
 			pwg.Wait()
 			r.finish(ctx)
-			return 0, err
+			return 0, CPUPerMsg{}, err
 		}
 		pwg.Add(1)
 		go func() {
@@ -366,25 +599,26 @@ func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (flo
 	case <-time.After(cfg.Warmup):
 	case <-ctx.Done():
 	}
-	a0, t0 := r.acked.Load(), time.Now()
+	a0, t0, c0 := r.acked.Load(), time.Now(), sampleCPU(r.q)
 	select {
 	case <-time.After(cfg.Duration):
 	case <-ctx.Done():
 	}
-	a1, t1 := r.acked.Load(), time.Now()
+	a1, t1, c1 := r.acked.Load(), time.Now(), sampleCPU(r.q)
 	rate = float64(a1-a0) / t1.Sub(t0).Seconds()
+	cpu := perMsg(c0, c1, a1-a0)
 	stopP()
 	pwg.Wait()
 	werr := r.finish(ctx)
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, CPUPerMsg{}, err
 	}
 	select {
 	case err := <-pubErr:
-		return 0, err
+		return 0, CPUPerMsg{}, err
 	default:
 	}
-	return rate, werr
+	return rate, cpu, werr
 }
 
 // fixedRun offers cfg.Rate msg/s split evenly across the producers, each on
@@ -403,6 +637,18 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 	r.window(from, to)
 	pctx, stopP := context.WithCancel(ctx)
 	defer stopP()
+	// CPU over the timed window, sampled at its two ends.
+	var c0, c1 cpuSample
+	cpuDone := make(chan struct{})
+	go func() {
+		defer close(cpuDone)
+		if sleepUntil(from, pctx.Done()) {
+			c0 = sampleCPU(r.q)
+		}
+		if sleepUntil(to, pctx.Done()) {
+			c1 = sampleCPU(r.q)
+		}
+	}()
 	var pwg sync.WaitGroup
 	var sent, sentTimed atomic.Int64
 	lags := make([][]float64, cfg.Producers)
@@ -448,6 +694,7 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 		}()
 	}
 	pwg.Wait()
+	<-cpuDone
 	// Drain: wait for the rest, up to cfg.Drain.
 	deadline := time.Now().Add(cfg.Drain)
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -475,7 +722,8 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 	for _, l := range lags {
 		allLags = append(allLags, l...)
 	}
-	run := FixedRateRun{Sent: int(sent.Load()), Delivered: inWindow, Lost: int(sent.Load() - r.acked.Load())}
+	run := FixedRateRun{Sent: int(sent.Load()), Delivered: inWindow, Lost: int(sent.Load() - r.acked.Load()),
+		CPU: perMsg(c0, c1, int64(inWindow))}
 	run.DeliveredPerS = float64(inWindow) / cfg.Duration.Seconds()
 	run.SendLagP99ms = 1000 * stats.Quantile(allLags, 0.99)
 	run.P50ms = 1000 * stats.Quantile(lat, 0.5)
@@ -497,14 +745,55 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 // CostMethod is the method paragraph of a cost report.
 func CostMethod(cfg CostConfig, env Environment) string {
 	cfg = cfg.WithDefaults()
-	return fmt.Sprintf("Broker cost: empty handlers, %d-byte payloads, %d producers and %d consumers, each consumer with prefetch 1 "+
-		"(Harbinger: client SDK, a Producer stream per producer and RunWorker per consumer, on a fresh in-process broker per run with the default policy, sharing the harness process and its CPU; "+
-		"RabbitMQ: a classic non-durable queue, transient messages, no confirms, manual ack; Redis: the reliable list queue, LPUSH/BLMOVE/LREM). "+
-		"Each run: a fresh queue, a %s warm-up, then a %s timed window; %d repetitions, arms interleaved within each repetition. "+
+	has := map[string]bool{}
+	for _, a := range cfg.Arms {
+		has[a.Broker] = true
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Broker cost: empty handlers, %d-byte payloads, %d producers and %d consumers, each consumer with at most one unacknowledged message (prefetch 1). Arms: ",
+		costPayload, cfg.Producers, cfg.Consumers)
+	for i, a := range cfg.Arms {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s = %s", a.Name, env.Brokers[a.Broker])
+	}
+	b.WriteString(". ")
+	if has[HarbingerServe] || has[HarbingerDurable] || has[HarbingerMemoryUnary] || has[BareGRPC] || has[Harbinger] {
+		b.WriteString("Harbinger-API arms go through the public client SDK: a Producer stream per producer, or for the -durable and -unary arms one client.Publish call per message, " +
+			"which returns once the broker has stored it; RunWorker per consumer (concurrency 1, prefetch 1). " +
+			"Every run starts a fresh broker process with the default policy and stops it afterwards (a durable one on a fresh data directory); ")
+		if has[Harbinger] {
+			b.WriteString("harbinger-inprocess instead serves the broker from inside the harness process, sharing its CPU and garbage collector, and has no broker CPU figure of its own; ")
+		}
+		if has[BareGRPC] {
+			b.WriteString("bare-grpc is a server in this repository (internal/bench BareQueue, started as `harbinger bench " + BareQueueCommand + "`) that speaks the same gRPC API with the same server options " +
+				"and keeps one slice of waiting messages per queue: no scheduling, predictor, leases, redelivery or store, so it marks the limit of the transport and SDK; ")
+		}
+		b.WriteString("processes started by the harness run on this machine beside it. ")
+	}
+	if has[RabbitMQ] {
+		b.WriteString("rabbitmq: a classic non-durable queue, transient messages, no confirms, manual ack. ")
+	}
+	if has[RabbitQuorum] {
+		b.WriteString("rabbitmq-quorum: a quorum queue (one node), persistent messages, a channel per producer in confirm mode waiting for each publish's confirm, manual ack. ")
+	}
+	if has[Redis] || has[RedisAOF] {
+		b.WriteString("Redis arms: the reliable list queue, LPUSH / BLMOVE into a per-worker list / LREM; redis-aof on a redis-server started per run on a free port in a fresh directory with appendonly yes, appendfsync always and no RDB snapshots. ")
+	}
+	if has[NATS] {
+		b.WriteString("nats-jetstream: a nats-server started per run with `sync_interval: always`, a file-storage stream with work-queue retention, one durable pull consumer with explicit acks " +
+			"shared by the workers, each fetching one message at a time and acking it; producers use js.Publish, which waits for the stream's ack. ")
+	}
+	fmt.Fprintf(&b, "Each run: a fresh queue, a %s warm-up, then a %s timed window; %d repetitions, arms interleaved within each repetition. "+
 		"Peak: producers publish as fast as the broker accepts with at most %d messages published and not yet acked; rate = acks in the timed window / its length; "+
 		"median and range across repetitions. Fixed rate: %.0f msg/s offered on an absolute schedule split across the producers; "+
 		"kept up = nothing lost within %s of the last send, at least 99%% of the offered rate delivered in the timed window, and sends on time "+
 		"(99th-percentile send lag <= %s); P50 and P99 of send-to-ack latency of the messages sent in the timed window, median across runs. "+
-		"Ratios: median over repetitions of harbinger's peak / the other broker's peak in the same repetition. Environment: %s.",
-		costPayload, cfg.Producers, cfg.Consumers, cfg.Warmup, cfg.Duration, cfg.Reps, cfg.MaxInFlight, cfg.Rate, cfg.Drain, CostOnTime, env)
+		"CPU per message: the broker process's utime + stime from /proc/PID/stat (10 ms resolution) over the timed window, divided by the messages acked in it "+
+		"(RabbitMQ's is its Erlang VM, beam.smp, and the redis arm's the redis-server it dials: both are shared with anything else using them); "+
+		"the harness's own CPU (getrusage) alongside. Ratios: median over repetitions of one arm's peak / the other's in the same repetition. "+
+		"The machine is shared with other work, so figures are noisy; only figures from one run are compared. Environment: %s.",
+		cfg.Warmup, cfg.Duration, cfg.Reps, cfg.MaxInFlight, cfg.Rate, cfg.Drain, CostOnTime, env.Host())
+	return b.String()
 }

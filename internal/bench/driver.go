@@ -1,24 +1,49 @@
 // Package bench owns the live side-by-side comparison of Harbinger with
-// RabbitMQ and Redis: one Driver per broker, the flow harness that replays a
-// workload through every arm with identical producers, handlers and arrival
-// schedules, the broker-cost harness, and the files a run writes (report,
-// raw records, charts). It is the only package that imports the AMQP and
-// Redis clients.
+// RabbitMQ, Redis and NATS JetStream: one Driver per broker, the flow
+// harness that replays a workload through every arm with identical
+// producers, handlers and arrival schedules, the broker-cost harness
+// (including the brokers it starts as processes of their own and the bare
+// gRPC queue that marks the transport's limit), and the files a run writes
+// (report, raw records, charts). It is the only package that imports the
+// AMQP, Redis and NATS clients.
 package bench
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"strings"
 )
 
-// Broker names.
+// Broker names: the drivers an arm can ask for (Arm.Broker).
 const (
+	// Harbinger is a broker in the harness process (the flow comparison,
+	// the demo and cost's harbinger-inprocess arm).
 	Harbinger = "harbinger"
-	RabbitMQ  = "rabbitmq"
-	Redis     = "redis"
+	// HarbingerServe is `harbinger serve --memory`, a process of its own.
+	HarbingerServe = "harbinger-serve"
+	// HarbingerDurable is `harbinger serve --fsync always`, a process of
+	// its own, each publish a client.Publish call.
+	HarbingerDurable = "harbinger-durable"
+	// HarbingerMemoryUnary is `harbinger serve --memory` published to as
+	// HarbingerDurable is: the durable arm's own memory-mode baseline.
+	HarbingerMemoryUnary = "harbinger-memory-unary"
+	// BareGRPC is the bare gRPC queue (BareQueue), a process of its own.
+	BareGRPC = "bare-grpc"
+	// RabbitMQ is a RabbitMQ the user runs: classic queues, no confirms.
+	RabbitMQ = "rabbitmq"
+	// RabbitQuorum is the same RabbitMQ with quorum queues, persistent
+	// messages and publisher confirms.
+	RabbitQuorum = "rabbitmq-quorum"
+	// Redis is a Redis the user runs.
+	Redis = "redis"
+	// RedisAOF is a redis-server the harness starts per run with
+	// appendfsync always.
+	RedisAOF = "redis-aof"
+	// NATS is a nats-server with JetStream the harness starts per run.
+	NATS = "nats-jetstream"
 )
 
 // Queue policies an arm asks a driver for. Not every driver supports every
@@ -153,25 +178,87 @@ func PriorityOf(tier int) uint8 {
 	return uint8(2 - min(max(tier, 0), 2))
 }
 
-// Connect dials the brokers the arms need: RabbitMQ at AMQPURL(), Redis at
-// RedisAddr() and an in-process Harbinger. The caller closes the drivers
-// with CloseAll.
-func Connect(ctx context.Context, arms []Arm, h HarbingerOptions) (map[string]Driver, error) {
+// ConnectOptions configures Connect.
+type ConnectOptions struct {
+	// Harbinger configures the in-process Harbinger driver.
+	Harbinger HarbingerOptions
+	// Binary is the harbinger executable the out-of-process arms start;
+	// Connect finds one with HarbingerBinary when it is empty and an arm
+	// needs it, building into BuildDir if it must.
+	Binary   string
+	BuildDir string
+	// DataDir is where the durable brokers the harness starts keep their
+	// data; default os.TempDir().
+	DataDir string
+	// Progress, if set, is told about slow setup steps.
+	Progress io.Writer
+}
+
+// Connect dials or prepares the brokers the arms need: RabbitMQ at
+// AMQPURL(), Redis at RedisAddr(), and the brokers the harness starts
+// itself (Harbinger in or out of process, the bare queue, nats-server,
+// redis-server with AOF). The caller closes the drivers with CloseAll.
+func Connect(ctx context.Context, arms []Arm, o ConnectOptions) (map[string]Driver, error) {
 	drivers := map[string]Driver{}
+	binary := func() (string, error) {
+		if o.Binary == "" {
+			var err error
+			if o.Binary, err = HarbingerBinary(ctx, o.BuildDir); err != nil {
+				return "", err
+			}
+		}
+		return o.Binary, nil
+	}
 	for _, a := range arms {
 		if drivers[a.Broker] != nil {
 			continue
 		}
 		switch a.Broker {
 		case Harbinger:
-			drivers[Harbinger] = NewHarbinger(h)
-		case RabbitMQ:
-			d, err := DialRabbit(AMQPURL())
+			drivers[Harbinger] = NewHarbinger(o.Harbinger)
+		case HarbingerServe, HarbingerDurable, HarbingerMemoryUnary, BareGRPC:
+			bin, err := binary()
+			if err != nil {
+				CloseAll(drivers)
+				return nil, err
+			}
+			h := HarbingerOptions{Name: a.Broker, Binary: bin, DataDir: o.DataDir}
+			switch a.Broker {
+			case HarbingerServe:
+				h.Mode = ServeMemory
+			case HarbingerDurable:
+				h.Mode, h.Unary = ServeDurable, true
+			case HarbingerMemoryUnary:
+				h.Mode, h.Unary = ServeMemory, true
+			case BareGRPC:
+				h.Mode = BareServer
+			}
+			drivers[a.Broker] = NewHarbinger(h)
+		case RabbitMQ, RabbitQuorum:
+			dial := DialRabbit
+			if a.Broker == RabbitQuorum {
+				dial = DialRabbitQuorum
+			}
+			d, err := dial(AMQPURL())
 			if err != nil {
 				CloseAll(drivers)
 				return nil, fmt.Errorf("RabbitMQ at %s is unreachable (set HARBINGER_AMQP_URL, or leave the rabbitmq arms out with --arms): %w", redactURL(AMQPURL()), err)
 			}
-			drivers[RabbitMQ] = d
+			drivers[a.Broker] = d
+		case RedisAOF:
+			d, err := StartRedisAOF(ctx, RedisAOFOptions{DataDir: o.DataDir})
+			if err != nil {
+				CloseAll(drivers)
+				return nil, err
+			}
+			drivers[RedisAOF] = d
+		case NATS:
+			bin, err := FindNATSServer(ctx, o.Progress)
+			if err != nil {
+				CloseAll(drivers)
+				return nil, err
+			}
+			drivers[NATS] = NewNATS(NATSOptions{Binary: bin, DataDir: o.DataDir})
 		case Redis:
 			d, err := DialRedis(ctx, RedisAddr())
 			if err != nil {

@@ -2,13 +2,16 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,12 +24,31 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/server"
 )
 
-// HarbingerDriver runs the Harbinger arms against an in-process broker
-// served over gRPC on a loopback port, through the public client: the same
-// path a remote producer and worker take, minus the network.
+// HarbingerMode says how a HarbingerDriver runs its brokers.
+type HarbingerMode int
+
+const (
+	// InProcess serves a broker from inside the harness process, sharing
+	// its CPU and garbage collector (the flow comparison and the demo).
+	InProcess HarbingerMode = iota
+	// ServeMemory starts `harbinger serve --memory` as its own process.
+	ServeMemory
+	// ServeDurable starts `harbinger serve --fsync always` as its own
+	// process, on a fresh data directory.
+	ServeDurable
+	// BareServer starts the bare gRPC queue (BareQueue) as its own process
+	// with `harbinger bench bare-queue-server`.
+	BareServer
+)
+
+// HarbingerDriver runs the arms that speak Harbinger's gRPC API, through
+// the public client: a broker in the harness process (served over gRPC on
+// a loopback port, the same path a remote producer and worker take, minus
+// the network), `harbinger serve` as its own process, or the bare queue.
 type HarbingerDriver struct {
+	o HarbingerOptions
 	// fresh starts a new broker for every queue, so no run inherits a
-	// predictor, queue or goroutine from the one before.
+	// predictor, queue, log or goroutine from the one before.
 	fresh bool
 	log   *slog.Logger
 
@@ -36,26 +58,52 @@ type HarbingerDriver struct {
 
 // HarbingerOptions configures NewHarbinger.
 type HarbingerOptions struct {
-	// Shared serves every queue from one broker (the demo runs two queues
-	// side by side on one); by default each Setup starts a fresh broker.
+	// Shared serves every queue from one in-process broker (the demo runs
+	// two queues side by side on one); by default each Setup starts a
+	// fresh broker. Only for InProcess.
 	Shared bool
+	// Mode is how the brokers run; the zero value is InProcess.
+	Mode HarbingerMode
+	// Name is what Broker reports: the key of the arms the driver serves.
+	// Default: Harbinger.
+	Name string
+	// Binary is the harbinger executable the other modes start (see
+	// HarbingerBinary).
+	Binary string
+	// Unary publishes each message with its own client.Publish call, which
+	// returns once the broker has stored it, instead of through a Producer
+	// stream.
+	Unary bool
+	// DataDir is where ServeDurable brokers get their fresh data
+	// directories; default os.TempDir(). It must be on the disk under
+	// test: on tmpfs an fsync costs nothing.
+	DataDir string
+	// ServeArgs are extra flags for harbinger serve (e.g. --max-depth).
+	ServeArgs []string
 }
 
-// NewHarbinger returns a driver for in-process brokers.
+// NewHarbinger returns a driver for Harbinger-API brokers.
 func NewHarbinger(o HarbingerOptions) *HarbingerDriver {
-	return &HarbingerDriver{fresh: !o.Shared, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if o.Name == "" {
+		o.Name = Harbinger
+	}
+	return &HarbingerDriver{o: o, fresh: !o.Shared || o.Mode != InProcess, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
-// harbingerServer is one in-process broker with its gRPC server and a client
-// connected to it.
+// harbingerServer is one broker with a client connected to it: in-process
+// (b and gs set) or a process of its own (proc set).
 type harbingerServer struct {
-	b   *broker.Broker
-	gs  *grpc.Server
-	c   *client.Client
-	err chan error
+	b       *broker.Broker
+	gs      *grpc.Server
+	proc    *brokerProcess
+	dataDir string
+	c       *client.Client
 }
 
 func (d *HarbingerDriver) start(ctx context.Context) (*harbingerServer, error) {
+	if d.o.Mode != InProcess {
+		return d.startProcess(ctx)
+	}
 	cfg := broker.Config{Logger: d.log}
 	b, err := broker.New(cfg)
 	if err != nil {
@@ -68,8 +116,8 @@ func (d *HarbingerDriver) start(ctx context.Context) (*harbingerServer, error) {
 	srv := server.New(b, d.log)
 	gs := grpc.NewServer(server.ServerOptions(cfg)...)
 	srv.Register(gs)
-	s := &harbingerServer{b: b, gs: gs, err: make(chan error, 1)}
-	go func() { s.err <- gs.Serve(lis) }()
+	s := &harbingerServer{b: b, gs: gs}
+	go func() { _ = gs.Serve(lis) }()
 	c, err := client.Dial(ctx, lis.Addr().String(), client.WithLogger(d.log))
 	if err != nil {
 		gs.Stop()
@@ -79,16 +127,106 @@ func (d *HarbingerDriver) start(ctx context.Context) (*harbingerServer, error) {
 	return s, nil
 }
 
+// startProcess starts a broker process of the driver's mode and connects.
+func (d *HarbingerDriver) startProcess(ctx context.Context) (*harbingerServer, error) {
+	if d.o.Binary == "" {
+		return nil, errors.New("bench: no harbinger binary to start (HarbingerOptions.Binary)")
+	}
+	s := &harbingerServer{}
+	var args []string
+	var ready func(string) (string, bool)
+	switch d.o.Mode {
+	case ServeMemory, ServeDurable:
+		args = []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "off", "--log-format", "json",
+			"--shutdown-timeout", "5s"}
+		if d.o.Mode == ServeMemory {
+			args = append(args, "--memory")
+		} else {
+			dir, err := os.MkdirTemp(d.o.DataDir, "harbinger-bench-data-")
+			if err != nil {
+				return nil, err
+			}
+			s.dataDir = dir
+			args = append(args, "--data-dir", dir, "--fsync", "always")
+		}
+		args = append(args, d.o.ServeArgs...)
+		ready = serveReady
+	case BareServer:
+		args = []string{"bench", BareQueueCommand, "--addr", "127.0.0.1:0"}
+		ready = func(line string) (string, bool) { return strings.CutPrefix(line, bareListening) }
+	default:
+		return nil, fmt.Errorf("bench: unknown harbinger mode %d", d.o.Mode)
+	}
+	p, err := startProcess(ctx, d.o.Name, d.o.Binary, args, ready, nil)
+	if err != nil {
+		s.removeData()
+		return nil, err
+	}
+	s.proc = p
+	c, err := client.Dial(ctx, p.addr, client.WithLogger(d.log))
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	s.c = c
+	return s, nil
+}
+
+// serveReady finds the gRPC address in harbinger serve's JSON log line
+// "harbinger: serving".
+func serveReady(line string) (string, bool) {
+	var rec struct {
+		Msg  string `json:"msg"`
+		GRPC string `json:"grpc"`
+	}
+	if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "harbinger: serving" || rec.GRPC == "" {
+		return "", false
+	}
+	return rec.GRPC, true
+}
+
+// BareQueueCommand is the hidden `harbinger bench` subcommand that serves a
+// BareQueue; it prints bareListening and the address once it listens.
+const BareQueueCommand = "bare-queue-server"
+
+// bareListening prefixes the line the bare queue server prints when ready.
+const bareListening = "bare-queue-server: listening on "
+
+// BareQueueReady is the line the bare queue server prints once it listens
+// on addr.
+func BareQueueReady(addr string) string { return bareListening + addr }
+
 func (s *harbingerServer) stop() {
+	if s.c != nil {
+		s.c.Close()
+	}
+	if s.proc != nil {
+		_ = s.proc.stop()
+		s.removeData()
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.b.Shutdown(ctx)
-	s.c.Close()
 	s.gs.Stop()
 }
 
+func (s *harbingerServer) removeData() {
+	if s.dataDir != "" {
+		_ = os.RemoveAll(s.dataDir)
+	}
+}
+
+// pid is the broker process's id, 0 for an in-process broker.
+func (s *harbingerServer) pid() int {
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.pid()
+}
+
 // Broker implements Driver.
-func (d *HarbingerDriver) Broker() string { return Harbinger }
+func (d *HarbingerDriver) Broker() string { return d.o.Name }
 
 // Version implements Driver: the module version this binary was built from.
 func (d *HarbingerDriver) Version(context.Context) string {
@@ -103,7 +241,27 @@ func (d *HarbingerDriver) Version(context.Context) string {
 			}
 		}
 	}
-	return "harbinger " + v + " (in-process broker, gRPC on loopback, in-memory store)"
+	how := map[HarbingerMode]string{
+		InProcess:    "in-process broker, gRPC on loopback, in-memory store",
+		ServeMemory:  "harbinger serve --memory, its own process",
+		ServeDurable: "harbinger serve --fsync always, its own process, data on " + fsType(d.dataDir()),
+		BareServer:   "bare gRPC queue server from this build, its own process",
+	}[d.o.Mode]
+	pub := "a Producer stream per producer"
+	if d.o.Unary {
+		pub = "one client.Publish call per message"
+	}
+	if d.o.Mode == BareServer {
+		return "bare-grpc (" + how + "; " + pub + ")"
+	}
+	return "harbinger " + v + " (" + how + "; " + pub + ")"
+}
+
+func (d *HarbingerDriver) dataDir() string {
+	if d.o.DataDir != "" {
+		return d.o.DataDir
+	}
+	return os.TempDir()
 }
 
 // Close implements Driver.
@@ -154,7 +312,7 @@ func (d *HarbingerDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, err
 		s = d.shared
 		d.mu.Unlock()
 	}
-	q := &harbingerQueue{s: s, name: spec.Name, own: d.fresh}
+	q := &harbingerQueue{s: s, name: spec.Name, own: d.fresh, unary: d.o.Unary}
 	if _, err := s.c.DeclareQueue(ctx, spec.Name, cfg); err != nil {
 		q.Teardown(ctx)
 		return nil, fmt.Errorf("bench: harbinger declare %s: %w", spec.Name, err)
@@ -167,10 +325,14 @@ func (d *HarbingerDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, err
 }
 
 type harbingerQueue struct {
-	s    *harbingerServer
-	name string
-	own  bool // the broker is this queue's alone
+	s     *harbingerServer
+	name  string
+	own   bool // the broker is this queue's alone
+	unary bool
 }
+
+// BrokerPID implements brokerPID.
+func (q *harbingerQueue) BrokerPID() int { return q.s.pid() }
 
 // Teardown implements Queue: stops the queue's own broker, or purges the
 // queue on a shared one.
@@ -188,6 +350,9 @@ func (q *harbingerQueue) Teardown(ctx context.Context) error {
 // accuracy over every ack with a prediction. Arms whose policy makes no
 // predictions have neither.
 func (q *harbingerQueue) PredictorStats() (maeMS, tierAccuracy float64) {
+	if q.s.b == nil {
+		return math.NaN(), math.NaN() // another process's; only its metrics say
+	}
 	in, err := q.s.b.Queue(q.name)
 	if err != nil {
 		return math.NaN(), math.NaN()
@@ -211,8 +376,27 @@ func summaryStats(s predict.Summary) (maeMS, tierAccuracy float64) {
 // NewPublisher implements Queue: a client Producer, which publishes over
 // one gRPC stream.
 func (q *harbingerQueue) NewPublisher(context.Context) (Publisher, error) {
+	if q.unary {
+		return &unaryPublisher{c: q.s.c, queue: q.name}, nil
+	}
 	return &harbingerPublisher{p: q.s.c.NewProducer(client.ProducerConfig{}), queue: q.name}, nil
 }
+
+// unaryPublisher publishes each message with one client.Publish call: the
+// call returns once the broker has stored the message (on a durable
+// broker, once its record is fsynced).
+type unaryPublisher struct {
+	c     *client.Client
+	queue string
+}
+
+func (p *unaryPublisher) Publish(ctx context.Context, m Message) error {
+	_, err := p.c.Publish(ctx, &client.Message{Queue: p.queue, Producer: m.Key.Producer, JobType: m.Key.JobType,
+		SizeHint: m.Key.Size, Payload: m.Body})
+	return err
+}
+
+func (p *unaryPublisher) Close() error { return nil }
 
 type harbingerPublisher struct {
 	p     *client.Producer

@@ -30,6 +30,11 @@ func Describe(ctx context.Context, drivers map[string]Driver) Environment {
 	return e
 }
 
+// Host describes the client side: Go version and cores.
+func (e Environment) Host() string {
+	return fmt.Sprintf("client: %s on %d cores (GOMAXPROCS %d), every broker on the same machine", e.GoVersion, e.CPUs, e.MaxProcs)
+}
+
 func (e Environment) String() string {
 	names := make([]string, 0, len(e.Brokers))
 	for n := range e.Brokers {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/workload"
@@ -17,14 +18,16 @@ import (
 
 // Files a flow run writes with --out.
 const (
-	FileReport   = "report.md"
-	FileResults  = "results.jsonl"
-	FileSummary  = "summary.json"
-	FileMeanSVG  = "latency-mean.svg"
-	FileCDFSVG   = "latency-cdf.svg"
-	FileCostSVG  = "cost-throughput.svg"
-	fifoGroup    = "FIFO (one level)"
-	orderedGroup = "priority or predictive"
+	FileReport  = "report.md"
+	FileResults = "results.jsonl"
+	FileSummary = "summary.json"
+	FileMeanSVG = "latency-mean.svg"
+	FileCDFSVG  = "latency-cdf.svg"
+	FileCostSVG = "cost-throughput.svg"
+	// FileCostCPUSVG is the broker-CPU-per-message chart of a cost run.
+	FileCostCPUSVG = "cost-cpu.svg"
+	fifoGroup      = "FIFO (one level)"
+	orderedGroup   = "priority or predictive"
 )
 
 // resultLine is one line of results.jsonl: one completed message, times
@@ -247,48 +250,128 @@ func md(v report.Num, prec int) string {
 // WriteCostText prints the cost comparison for a terminal.
 func WriteCostText(w io.Writer, r *CostResult) error {
 	var b bytes.Buffer
-	costTable(&b, r, false)
+	costTables(&b, r, false)
 	fmt.Fprintf(&b, "\nMethod: %s\n", r.Method)
 	_, err := w.Write(b.Bytes())
 	return err
 }
 
-func costTable(b *bytes.Buffer, r *CostResult, markdown bool) {
-	row := func(cells ...string) {
-		if markdown {
-			fmt.Fprintf(b, "| %s |\n", strings.Join(cells, " | "))
-		} else {
-			fmt.Fprintf(b, "%-10s %12s %22s %10s %9s %9s\n", toAny(cells)...)
-		}
-	}
-	row("arm", "peak msg/s", "range", "kept up", "P50 ms", "P99 ms")
+// table writes rows under a header, as Markdown or as aligned text. align
+// holds 'l' or 'r' per column.
+func table(b *bytes.Buffer, markdown bool, align string, header []string, rows [][]string) {
 	if markdown {
-		b.WriteString("|---|---:|---|---:|---:|---:|\n")
-	}
-	for _, name := range r.ArmOrder {
-		a := r.Arms[name]
-		kept, p50, p99 := "-", "-", "-"
-		if f := a.FixedRate; f != nil {
-			kept = fmt.Sprintf("%d of %d", f.KeptUp, f.Runs)
-			p50, p99 = fmt.Sprintf("%.2f", f.P50ms), fmt.Sprintf("%.2f", f.P99ms)
+		fmt.Fprintf(b, "| %s |\n|", strings.Join(header, " | "))
+		for i := range header {
+			if align[i] == 'r' {
+				b.WriteString("---:|")
+			} else {
+				b.WriteString("---|")
+			}
 		}
-		row(name, fmt.Sprintf("%.0f", a.PeakPerS), fmt.Sprintf("%.0f-%.0f", a.PeakMin, a.PeakMax), kept, p50, p99)
-	}
-	ratio := func(v *float64) string {
-		if v == nil {
-			return "n/a"
+		b.WriteString("\n")
+		for _, row := range rows {
+			fmt.Fprintf(b, "| %s |\n", strings.Join(row, " | "))
 		}
-		return fmt.Sprintf("%.2fx", *v)
+		return
 	}
+	width := make([]int, len(header))
+	for _, row := range append([][]string{header}, rows...) {
+		for i, c := range row {
+			width[i] = max(width[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, row := range append([][]string{header}, rows...) {
+		for i, c := range row {
+			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			if align[i] == 'r' {
+				b.WriteString(pad + c)
+			} else {
+				b.WriteString(c + pad)
+			}
+		}
+		b.WriteString("\n")
+	}
+}
+
+func usOrDash(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", *v)
+}
+
+func costTables(b *bytes.Buffer, r *CostResult, markdown bool) {
 	offered := ""
 	for _, a := range r.Arms {
 		if a.FixedRate != nil {
-			offered = fmt.Sprintf(" (fixed rate: %.0f msg/s offered)", a.FixedRate.OfferedPerS)
+			offered = fmt.Sprintf("%.0f", a.FixedRate.OfferedPerS)
 			break
 		}
 	}
-	fmt.Fprintf(b, "\nPeak-rate ratios, same repetition%s: harbinger/redis %s, harbinger/rabbitmq %s\n", offered,
-		ratio(r.Ratios.HarbingerVsRedis), ratio(r.Ratios.HarbingerVsRabbitMQ))
+	header := []string{"arm", "peak msg/s", "range", "broker CPU µs/msg", "harness CPU µs/msg"}
+	align := "lrlrr"
+	if offered != "" {
+		header = append(header, "kept up at "+offered+"/s", "P50 ms", "P99 ms", "broker CPU µs/msg at "+offered+"/s")
+		align += "rrrr"
+	}
+	var rows [][]string
+	for _, name := range r.ArmOrder {
+		a := r.Arms[name]
+		row := []string{name, fmt.Sprintf("%.0f", a.PeakPerS), fmt.Sprintf("%.0f-%.0f", a.PeakMin, a.PeakMax),
+			usOrDash(a.PeakCPU.BrokerUS), fmt.Sprintf("%.1f", a.PeakCPU.HarnessUS)}
+		if offered != "" {
+			if f := a.FixedRate; f != nil {
+				row = append(row, fmt.Sprintf("%d of %d", f.KeptUp, f.Runs), fmt.Sprintf("%.2f", f.P50ms), fmt.Sprintf("%.2f", f.P99ms), usOrDash(f.CPU.BrokerUS))
+			} else {
+				row = append(row, "-", "-", "-", "-")
+			}
+		}
+		rows = append(rows, row)
+	}
+	table(b, markdown, align, header, rows)
+	if len(r.Ratios) > 0 {
+		b.WriteString("\nPeak-rate ratios, each taken within one repetition (median, range over repetitions):\n\n")
+		var rr [][]string
+		for _, x := range r.Ratios {
+			rr = append(rr, []string{x.Label, fmt.Sprintf("%.2fx", x.Median), fmt.Sprintf("%.2f-%.2f", x.Min, x.Max)})
+		}
+		table(b, markdown, "lrl", []string{"ratio", "median", "range"}, rr)
+	}
+	if len(r.Goals) > 0 {
+		b.WriteString("\nGoals of the durable-queues issue (not pre-registered; reported as reached or missed):\n\n")
+		var gr [][]string
+		for _, g := range r.Goals {
+			est := fmt.Sprintf("%.2fx", g.Estimate)
+			if g.ID == "D3" {
+				est = fmt.Sprintf("%.2f ms", g.Estimate)
+			}
+			res := "missed"
+			if g.Met {
+				res = "reached"
+			}
+			if g.Note != "" {
+				res += " (" + g.Note + ")"
+			}
+			gr = append(gr, []string{g.ID, g.Criterion, est, g.Threshold, res})
+		}
+		table(b, markdown, "llrll", []string{"id", "goal", "estimate", "target", "result"}, gr)
+	}
+	if len(r.Memory) > 0 {
+		b.WriteString("\nMemory per waiting job (64-byte jobs published through the Producer, no worker):\n\n")
+		var mr [][]string
+		for _, m := range r.Memory {
+			disk := "-"
+			if m.DiskBytesPerJob != nil {
+				disk = fmt.Sprintf("%.0f", *m.DiskBytesPerJob)
+			}
+			mr = append(mr, []string{m.Arm, fmt.Sprintf("%d", m.Jobs), fmt.Sprintf("%.1f", mib(m.RSSBeforeBytes)), fmt.Sprintf("%.1f", mib(m.RSSAfterBytes)),
+				fmt.Sprintf("%.1f", mib(m.PeakRSSBytes)), fmt.Sprintf("%.0f", m.BytesPerJob), disk, fmt.Sprintf("%.1f", m.PublishSeconds)})
+		}
+		table(b, markdown, "lrrrrrrr", []string{"broker", "waiting jobs", "RSS empty MiB", "RSS after MiB", "peak RSS MiB", "RSS bytes/job", "disk bytes/job", "publish s"}, mr)
+	}
 	for _, name := range r.ArmOrder {
 		for i, run := range r.Arms[name].Runs {
 			if !run.KeptUp {
@@ -299,15 +382,7 @@ func costTable(b *bytes.Buffer, r *CostResult, markdown bool) {
 	b.WriteString("\n")
 }
 
-func toAny(s []string) []any {
-	out := make([]any, len(s))
-	for i, v := range s {
-		out[i] = v
-	}
-	return out
-}
-
-// WriteCostFiles writes report.md, summary.json and the throughput chart.
+// WriteCostFiles writes report.md, summary.json and the charts.
 func WriteCostFiles(dir string, r *CostResult) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -322,14 +397,62 @@ func WriteCostFiles(dir string, r *CostResult) error {
 	if err := writeFile(filepath.Join(dir, FileCostSVG), func(w io.Writer) error { return CostChart(w, r) }); err != nil {
 		return err
 	}
+	cpuChart := hasBrokerCPU(r)
+	if cpuChart {
+		if err := writeFile(filepath.Join(dir, FileCostCPUSVG), func(w io.Writer) error { return CostCPUChart(w, r) }); err != nil {
+			return err
+		}
+	}
 	return writeFile(filepath.Join(dir, FileReport), func(w io.Writer) error {
 		var b bytes.Buffer
 		b.WriteString("# Harbinger broker cost\n\n")
-		costTable(&b, r, true)
-		fmt.Fprintf(&b, "\n![peak delivery rate per broker](%s)\n\n## Method\n\n%s\n", FileCostSVG, r.Method)
+		costTables(&b, r, true)
+		fmt.Fprintf(&b, "\n![peak delivery rate per broker](%s)\n", FileCostSVG)
+		if cpuChart {
+			fmt.Fprintf(&b, "\n![broker CPU per message at peak](%s)\n", FileCostCPUSVG)
+		}
+		b.WriteString("\n## Arms\n\n")
+		for _, name := range r.ArmOrder {
+			fmt.Fprintf(&b, "- %s: %s\n", name, r.Arms[name].Broker)
+		}
+		fmt.Fprintf(&b, "\n## Method\n\n%s\n", r.Method)
 		_, err := w.Write(b.Bytes())
 		return err
 	})
+}
+
+func hasBrokerCPU(r *CostResult) bool {
+	for _, a := range r.Arms {
+		if a.PeakCPU.BrokerUS != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// CostCPUChart draws each broker's CPU per message at peak, from its own
+// process accounting; arms without a broker process are left out.
+func CostCPUChart(w io.Writer, r *CostResult) error {
+	var bars []Bar
+	var groups []string
+	colours := map[string]string{}
+	for i, name := range r.ArmOrder {
+		a := r.Arms[name]
+		if a.PeakCPU.BrokerUS == nil {
+			continue
+		}
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, c := range a.PeakCPUs {
+			if c.BrokerUS != nil {
+				lo, hi = math.Min(lo, *c.BrokerUS), math.Max(hi, *c.BrokerUS)
+			}
+		}
+		bars = append(bars, Bar{Label: name, Value: *a.PeakCPU.BrokerUS, Lo: lo, Hi: hi, Group: name})
+		groups = append(groups, name)
+		colours[name] = palette[i%len(palette)]
+	}
+	return BarChart(w, fmt.Sprintf("Broker CPU per message at peak (median of %s; whiskers: range)", plural(len(firstRuns(r)), "run")),
+		"broker process CPU µs per acked message", bars, groups, colours)
 }
 
 // CostChart draws each broker's peak delivery rate, median with range.

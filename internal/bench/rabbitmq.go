@@ -33,27 +33,47 @@ const maxPriority = 3
 
 // RabbitDriver runs the RabbitMQ arms: classic queues, transient messages,
 // no publisher confirms, manual acks, one channel per producer and per
-// worker, prefetch 1 per worker.
+// worker, prefetch 1 per worker. A quorum driver (DialRabbitQuorum) runs
+// the durable arm instead: quorum queues, persistent messages, and each
+// publish waits for the broker's confirm.
 type RabbitDriver struct {
-	conn *amqp.Connection
+	conn   *amqp.Connection
+	name   string
+	quorum bool
+	pid    int // the server's beam.smp, when it runs on this machine
 }
 
 // DialRabbit connects to the RabbitMQ at url.
 func DialRabbit(url string) (*RabbitDriver, error) {
+	return dialRabbit(url, RabbitMQ, false)
+}
+
+// DialRabbitQuorum connects to the RabbitMQ at url for the durable arm.
+func DialRabbitQuorum(url string) (*RabbitDriver, error) {
+	return dialRabbit(url, RabbitQuorum, true)
+}
+
+func dialRabbit(url, name string, quorum bool) (*RabbitDriver, error) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return nil, fmt.Errorf("bench: rabbitmq: %w", err)
 	}
-	return &RabbitDriver{conn: conn}, nil
+	// The server says nothing of its process; on this machine there is
+	// normally one Erlang VM running RabbitMQ.
+	return &RabbitDriver{conn: conn, name: name, quorum: quorum, pid: findProcess("beam.smp", "rabbit")}, nil
 }
 
 // Broker implements Driver.
-func (d *RabbitDriver) Broker() string { return RabbitMQ }
+func (d *RabbitDriver) Broker() string { return d.name }
 
 // Version implements Driver with the server's own product and version.
 func (d *RabbitDriver) Version(context.Context) string {
 	p := d.conn.Properties
-	return fmt.Sprintf("%v %v", p["product"], p["version"])
+	v := fmt.Sprintf("%v %v", p["product"], p["version"])
+	if d.quorum {
+		v += " (quorum queues, persistent messages, a publisher confirm awaited per publish)"
+	}
+	return v
 }
 
 // Close implements Driver.
@@ -65,6 +85,13 @@ func (d *RabbitDriver) Close() error { return d.conn.Close() }
 func (d *RabbitDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error) {
 	q := &rabbitQueue{d: d, name: spec.Name, policy: spec.Policy, static: spec.Static}
 	args := amqp.Table{"x-queue-type": "classic"}
+	if d.quorum {
+		if spec.Policy != PolicyFIFO {
+			return nil, fmt.Errorf("%w: %s %s", ErrPolicy, d.name, spec.Policy)
+		}
+		q.durable = true
+		args = amqp.Table{"x-queue-type": "quorum"}
+	}
 	switch spec.Policy {
 	case PolicyFIFO:
 	case PolicyStatic:
@@ -88,7 +115,12 @@ type rabbitQueue struct {
 	// predictive arm only, set by setupRabbitPredictive
 	pred      rabbitPredictive
 	holdQueue string
+	// durable (quorum) arm: a durable queue, persistent messages, confirms
+	durable bool
 }
+
+// BrokerPID implements brokerPID.
+func (q *rabbitQueue) BrokerPID() int { return q.d.pid }
 
 // rabbitPredictive is the predictive arm's hooks into the rabbitmq package.
 type rabbitPredictive interface {
@@ -98,14 +130,15 @@ type rabbitPredictive interface {
 
 func (q *rabbitQueue) declare(args amqp.Table) error { return q.declareNamed(q.name, args) }
 
-// declareNamed declares a non-durable queue and purges it.
+// declareNamed declares a queue (durable for the quorum arm, otherwise
+// not) and purges it.
 func (q *rabbitQueue) declareNamed(name string, args amqp.Table) error {
 	ch, err := q.d.conn.Channel()
 	if err != nil {
 		return fmt.Errorf("bench: rabbitmq channel: %w", err)
 	}
 	defer ch.Close()
-	if _, err := ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+	if _, err := ch.QueueDeclare(name, q.durable, false, false, false, args); err != nil {
 		return fmt.Errorf("bench: rabbitmq declare %s: %w", name, err)
 	}
 	if _, err := ch.QueuePurge(name, false); err != nil {
@@ -140,6 +173,12 @@ func (q *rabbitQueue) NewPublisher(context.Context) (Publisher, error) {
 		return nil, fmt.Errorf("bench: rabbitmq channel: %w", err)
 	}
 	p := &rabbitPublisher{ch: ch, q: q}
+	if q.durable {
+		if err := ch.Confirm(false); err != nil {
+			ch.Close()
+			return nil, fmt.Errorf("bench: rabbitmq confirm mode: %w", err)
+		}
+	}
 	if q.pred != nil {
 		p.send = q.pred.publisher(ch)
 	}
@@ -171,6 +210,24 @@ func (p *rabbitPublisher) Publish(ctx context.Context, m Message) error {
 			tier = 1 // unknown types take the middle tier, as in Harbinger's static policy
 		}
 		pub.Priority = PriorityOf(tier)
+	}
+	if p.q.durable {
+		// Persistent, and wait for the confirm: the broker has the message
+		// on disk (for a quorum queue, on a quorum of its replicas) before
+		// the producer sends its next.
+		pub.DeliveryMode = amqp.Persistent
+		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", p.q.name, false, false, pub)
+		if err != nil {
+			return err
+		}
+		ok, err := dc.WaitContext(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errors.New("bench: rabbitmq nacked a publish")
+		}
+		return nil
 	}
 	return p.ch.PublishWithContext(ctx, "", p.q.name, false, false, pub)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,8 +39,28 @@ const redisKeyPrefix = "harbinger-bench:"
 // into its own processing list, runs it and LREMs it from there (the ack).
 // A worker that starts pushes anything left in its processing list back
 // onto the queue first, so a crashed worker's message is redelivered.
+//
+// The driver either dials a Redis the user runs (DialRedis) or, for the
+// durable arm, starts a fresh redis-server of its own for every queue
+// (StartRedisAOF) with every write appended to its log and fsynced before
+// the reply.
 type RedisDriver struct {
-	rdb *redis.Client
+	rdb  *redis.Client // the dialled Redis; nil for a driver that starts its own
+	name string
+	pid  int // the dialled server's process, when it runs on this machine
+
+	aof *RedisAOFOptions
+}
+
+// RedisAOFOptions configures StartRedisAOF.
+type RedisAOFOptions struct {
+	// Name is what Broker reports; default RedisAOF.
+	Name string
+	// Binary is the redis-server executable; default "redis-server" on PATH.
+	Binary string
+	// DataDir is where each server gets its fresh directory; default
+	// os.TempDir(). It must be on the disk under test.
+	DataDir string
 }
 
 // DialRedis connects to the Redis at addr and checks it answers.
@@ -48,14 +70,51 @@ func DialRedis(ctx context.Context, addr string) (*RedisDriver, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("bench: redis: %w", err)
 	}
-	return &RedisDriver{rdb: rdb}, nil
+	d := &RedisDriver{rdb: rdb, name: Redis}
+	if info, err := rdb.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+				if n, err := strconv.Atoi(v); err == nil && isProcess(n, "redis-server") {
+					d.pid = n
+				}
+			}
+		}
+	}
+	return d, nil
+}
+
+// StartRedisAOF returns a driver whose every queue runs on a redis-server
+// it starts for that queue on a free loopback port, in a fresh directory,
+// with appendonly yes and appendfsync always (each write is fsynced before
+// the reply; writes of one event-loop pass share an fsync) and no RDB
+// snapshots.
+func StartRedisAOF(ctx context.Context, o RedisAOFOptions) (*RedisDriver, error) {
+	if o.Name == "" {
+		o.Name = RedisAOF
+	}
+	if o.Binary == "" {
+		bin, err := exec.LookPath("redis-server")
+		if err != nil {
+			return nil, fmt.Errorf("bench: redis-server not found on PATH (install Redis, or leave the %s arm out with --arms): %w", o.Name, err)
+		}
+		o.Binary = bin
+	}
+	return &RedisDriver{name: o.Name, aof: &o}, nil
 }
 
 // Broker implements Driver.
-func (d *RedisDriver) Broker() string { return Redis }
+func (d *RedisDriver) Broker() string { return d.name }
 
 // Version implements Driver from INFO server.
 func (d *RedisDriver) Version(ctx context.Context) string {
+	if d.aof != nil {
+		out, err := exec.CommandContext(ctx, d.aof.Binary, "--version").Output()
+		v := "redis-server (version unknown)"
+		if err == nil {
+			v = strings.TrimSpace(string(out))
+		}
+		return v + " (its own process per run, appendonly yes, appendfsync always, no RDB snapshots, data on " + fsType(d.aofDir()) + ")"
+	}
 	info, err := d.rdb.Info(ctx, "server").Result()
 	if err != nil {
 		return "redis (version unknown: " + err.Error() + ")"
@@ -68,32 +127,97 @@ func (d *RedisDriver) Version(ctx context.Context) string {
 	return "redis (version unknown)"
 }
 
-// Close implements Driver.
-func (d *RedisDriver) Close() error { return d.rdb.Close() }
+func (d *RedisDriver) aofDir() string {
+	if d.aof.DataDir != "" {
+		return d.aof.DataDir
+	}
+	return os.TempDir()
+}
 
-// Setup implements Driver: deletes any keys of the queue's name.
+// Close implements Driver.
+func (d *RedisDriver) Close() error {
+	if d.rdb == nil {
+		return nil
+	}
+	return d.rdb.Close()
+}
+
+// Setup implements Driver: deletes any keys of the queue's name, or starts
+// the queue's own server.
 func (d *RedisDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error) {
 	if spec.Policy != PolicyFIFO {
 		return nil, fmt.Errorf("%w: redis %s", ErrPolicy, spec.Policy)
 	}
-	q := &RedisQueue{rdb: d.rdb, prefix: redisKeyPrefix + spec.Name + ":"}
+	q := &RedisQueue{rdb: d.rdb, pid: d.pid, prefix: redisKeyPrefix + spec.Name + ":"}
+	if d.aof != nil {
+		if err := d.startAOF(ctx, q); err != nil {
+			return nil, err
+		}
+		return q, nil // a fresh server holds nothing
+	}
 	if err := q.Teardown(ctx); err != nil {
 		return nil, fmt.Errorf("bench: redis setup: %w", err)
 	}
 	return q, nil
 }
 
+// startAOF starts q's own redis-server. A port another process took
+// between freePort and the server's bind is tried again, a few times.
+func (d *RedisDriver) startAOF(ctx context.Context, q *RedisQueue) error {
+	dir, err := os.MkdirTemp(d.aof.DataDir, "harbinger-bench-redis-")
+	if err != nil {
+		return err
+	}
+	var lastErr error
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+		args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--appendonly", "yes",
+			"--appendfsync", "always", "--save", "", "--daemonize", "no", "--loglevel", "warning"}
+		probe := func(ctx context.Context) (string, error) { return addr, rdb.Ping(ctx).Err() }
+		p, err := startProcess(ctx, d.name, d.aof.Binary, args, nil, probe)
+		if err != nil {
+			rdb.Close()
+			lastErr = err
+			continue
+		}
+		q.rdb, q.proc, q.pid, q.dir = rdb, p, p.pid(), dir
+		return nil
+	}
+	os.RemoveAll(dir)
+	return lastErr
+}
+
 // RedisQueue is one run's reliable list queue.
 type RedisQueue struct {
 	rdb    *redis.Client
 	prefix string
+	pid    int
+	// A queue on its own server: the server and its directory.
+	proc *brokerProcess
+	dir  string
 }
+
+// BrokerPID implements brokerPID.
+func (q *RedisQueue) BrokerPID() int { return q.pid }
 
 func (q *RedisQueue) queueKey() string           { return q.prefix + "queue" }
 func (q *RedisQueue) processingKey(w int) string { return fmt.Sprintf("%sprocessing:%d", q.prefix, w) }
 
-// Teardown implements Queue: deletes the queue and every processing list.
+// Teardown implements Queue: deletes the queue and every processing list,
+// or stops the queue's own server and removes its directory.
 func (q *RedisQueue) Teardown(ctx context.Context) error {
+	if q.proc != nil {
+		q.rdb.Close()
+		err := q.proc.stop()
+		os.RemoveAll(q.dir)
+		return err
+	}
 	var keys []string
 	iter := q.rdb.Scan(ctx, 0, q.prefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {

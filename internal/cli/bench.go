@@ -18,13 +18,13 @@ import (
 )
 
 func init() {
-	register("bench", "compare Harbinger with RabbitMQ and Redis on live brokers (flow, cost)", runBench)
+	register("bench", "compare Harbinger with RabbitMQ, Redis and NATS on live brokers (flow, cost)", runBench)
 }
 
 func benchUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: harbinger bench <flow|cost> [flags]   (harbinger bench <flow|cost> -h for flags)")
 	fmt.Fprintln(w, "\n  flow  replay a workload through every broker and policy; the pre-registered scheduling comparison")
-	fmt.Fprintln(w, "  cost  peak delivery rate and latency at a fixed rate with empty handlers; the broker-cost comparison")
+	fmt.Fprintln(w, "  cost  peak delivery rate, latency at a fixed rate and broker CPU per message with empty handlers; the broker-cost comparison (--arms durable: the durable one)")
 	fmt.Fprintln(w, "\nRabbitMQ: HARBINGER_AMQP_URL (default "+redacted(bench.DefaultAMQPURL)+"); Redis: HARBINGER_REDIS_ADDR (default "+bench.DefaultRedisAddr+").")
 }
 
@@ -40,6 +40,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runBenchFlow(ctx, args[1:], stdout, stderr)
 	case "cost":
 		return runBenchCost(ctx, args[1:], stdout, stderr)
+	case bench.BareQueueCommand:
+		// Not in the usage: the process bench cost starts for its
+		// bare-grpc arm.
+		return runBareQueue(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		benchUsage(stdout)
 		return flag.ErrHelp
@@ -88,7 +92,7 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	cfg := bench.FlowConfig{Source: src, Seeds: seeds, Arms: arms, TimeScale: *scale, DrainTimeout: *drain,
 		Window: *window, Progress: stderr}
-	drivers, err := bench.Connect(ctx, arms, bench.HarbingerOptions{})
+	drivers, err := bench.Connect(ctx, arms, bench.ConnectOptions{})
 	if err != nil {
 		return err
 	}
@@ -109,17 +113,21 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench cost", "bench cost [--duration 30s] [--warmup 5s] [--reps 5] [--rate 5000] [--arms harbinger,rabbitmq,redis] [--out DIR] [--json]", stderr)
+	fs := newFlags("bench cost", "bench cost [--duration 30s] [--warmup 5s] [--reps 5] [--rate 5000] [--arms registered|durable|a,b,...] [--memory-jobs N] [--data-dir DIR] [--out DIR] [--json]", stderr)
 	dur := fs.Duration("duration", bench.DefaultCostDuration, "timed window of each run")
 	warm := fs.Duration("warmup", bench.DefaultCostWarmup, "untimed warm-up before each timed window")
 	reps := fs.Int("reps", bench.DefaultCostReps, "repetitions; arms run interleaved within each")
-	rate := fs.Float64("rate", bench.DefaultCostRate, "offered msg/s of the fixed-rate runs")
-	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.CostArms), ","), "comma-separated arms")
+	rate := fs.Float64("rate", bench.DefaultCostRate, "offered msg/s of the fixed-rate runs (the durable comparison's goal is at 1000)")
+	armsFlag := fs.String("arms", "registered", "comma-separated arms and groups: registered ("+strings.Join(bench.ArmNames(bench.CostArms), ",")+
+		"), durable ("+strings.Join(bench.ArmNames(bench.DurableArms), ",")+"), and "+bench.InProcessArm.Name+" (the broker inside the harness process)")
+	memJobs := fs.Int("memory-jobs", 0, "also measure the RSS of harbinger serve (memory and durable mode) holding this many waiting 64-byte jobs; 0 skips it (1000000 is the documented figure)")
+	memOnly := fs.Bool("memory-only", false, "run only the --memory-jobs phase, no arms")
+	dataDir := fs.String("data-dir", "", "parent directory of the durable brokers' fresh data directories (default the system temp directory; it must be on the disk under test, not tmpfs)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	start := time.Now()
-	out := fs.String("out", defaultOut(start), "directory for report.md, summary.json and the chart; \"\" writes none")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (harness and in-process broker) to this file")
-	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the whole run to this file")
+	out := fs.String("out", defaultOut(start), "directory for report.md, summary.json and the charts; \"\" writes none")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the harness process to this file (brokers run in their own processes, except harbinger-inprocess)")
+	mutexProfile := fs.String("mutexprofile", "", "write a mutex contention profile of the harness process to this file")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -128,9 +136,11 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer stopProfiles()
-	arms, err := bench.ParseArms(*armsFlag, bench.CostArms)
-	if err != nil {
-		return fmt.Errorf("--arms: %w", err)
+	var arms []bench.Arm
+	if !*memOnly {
+		if arms, err = bench.ParseCostArms(*armsFlag); err != nil {
+			return fmt.Errorf("--arms: %w", err)
+		}
 	}
 	switch {
 	case *dur <= 0:
@@ -141,22 +151,43 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("--reps must be at least 1, got %d", *reps)
 	case !(*rate > 0):
 		return fmt.Errorf("--rate must be positive, got %g", *rate)
+	case *memJobs < 0:
+		return fmt.Errorf("--memory-jobs must not be negative, got %d", *memJobs)
+	case *memOnly && *memJobs == 0:
+		return fmt.Errorf("--memory-only needs --memory-jobs")
 	}
 	cfg := bench.CostConfig{Arms: arms, Duration: *dur, Warmup: *warm, Reps: *reps, Rate: *rate, Progress: stderr}
 	if *warm == 0 {
 		cfg.Warmup = time.Nanosecond // zero means the default; a nanosecond is none
 	}
-	drivers, err := bench.Connect(ctx, arms, bench.HarbingerOptions{})
+	buildDir, err := os.MkdirTemp("", "harbinger-bench-bin-")
 	if err != nil {
 		return err
 	}
-	defer bench.CloseAll(drivers)
-	env := bench.Describe(ctx, drivers)
-	res, err := bench.RunCost(ctx, cfg, drivers)
+	defer os.RemoveAll(buildDir)
+	bin, err := bench.HarbingerBinary(ctx, buildDir)
 	if err != nil {
 		return err
 	}
-	res.Method = bench.CostMethod(cfg, env)
+	res := &bench.CostResult{Arms: map[string]*bench.CostArm{}}
+	if len(arms) > 0 {
+		drivers, err := bench.Connect(ctx, arms, bench.ConnectOptions{Binary: bin, DataDir: *dataDir, Progress: stderr})
+		if err != nil {
+			return err
+		}
+		defer bench.CloseAll(drivers)
+		env := bench.Describe(ctx, drivers)
+		if res, err = bench.RunCost(ctx, cfg, drivers); err != nil {
+			return err
+		}
+		res.Method = bench.CostMethod(cfg, env)
+	}
+	if *memJobs > 0 {
+		if res.Memory, err = bench.RunMemory(ctx, bench.MemoryConfig{Jobs: *memJobs, Binary: bin, DataDir: *dataDir, Progress: stderr}); err != nil {
+			return err
+		}
+		res.Method = strings.TrimSpace(res.Method + " " + bench.MemoryMethod())
+	}
 	if *out != "" {
 		if err := bench.WriteCostFiles(*out, res); err != nil {
 			return err
@@ -173,6 +204,17 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "\n(ran in %.0f s)\n", time.Since(start).Seconds())
 	return nil
+}
+
+// runBareQueue serves the bare gRPC queue of the bare-grpc arm until ctx
+// ends, printing the line bench cost waits for once it listens.
+func runBareQueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench "+bench.BareQueueCommand, "bench "+bench.BareQueueCommand+" [--addr 127.0.0.1:0]", stderr)
+	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	return bench.ServeBareQueue(ctx, *addr, func(a string) { fmt.Fprintln(stdout, bench.BareQueueReady(a)) })
 }
 
 // startProfiles starts the CPU and mutex profiles asked for; the returned
