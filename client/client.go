@@ -212,6 +212,32 @@ func (c *Client) CancelJob(ctx context.Context, queue, id string) (string, error
 	return resp.State, nil
 }
 
+// DeclareSchedule creates or replaces a periodic job: each tick of
+// s.Cron (in s.TimeZone) or of s.Every publishes one job to s.Queue.
+func (c *Client) DeclareSchedule(ctx context.Context, s *pb.Schedule) (*pb.Schedule, error) {
+	return c.admin.DeclareSchedule(ctx, s)
+}
+
+// ListSchedules reports every schedule, by name.
+func (c *Client) ListSchedules(ctx context.Context) ([]*pb.Schedule, error) {
+	resp, err := c.admin.ListSchedules(ctx, &pb.ListSchedulesRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Schedules, nil
+}
+
+// PauseSchedule stops (paused true) or restarts a schedule's ticks.
+func (c *Client) PauseSchedule(ctx context.Context, name string, paused bool) (*pb.Schedule, error) {
+	return c.admin.PauseSchedule(ctx, &pb.PauseScheduleRequest{Name: name, Paused: paused})
+}
+
+// DeleteSchedule removes a schedule.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	_, err := c.admin.DeleteSchedule(ctx, &pb.DeleteScheduleRequest{Name: name})
+	return err
+}
+
 // PauseQueue stops deliveries from a queue until ResumeQueue; publishes
 // are still taken and jobs in flight finish.
 func (c *Client) PauseQueue(ctx context.Context, name string) (*pb.QueueInfo, error) {

@@ -47,6 +47,7 @@ type Broker struct {
 	checkpointing  atomic.Bool
 	bg             sync.WaitGroup // checkpoints in the background
 	recovering     bool           // New is replaying the store: declares write nothing
+	sched          schedules
 	draining       atomic.Bool
 	stopping       chan struct{} // closed when Shutdown starts
 	drained        chan struct{} // poked when in-flight reaches zero while draining
@@ -71,6 +72,7 @@ func New(cfg Config) (*Broker, error) {
 		if err := b.recover(); err != nil {
 			return nil, err
 		}
+		b.startSchedules()
 	}
 	return b, nil
 }
@@ -572,6 +574,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	}
 	start := b.clk.Now()
 	b.draining.Store(true)
+	b.sched.mu.Lock()
+	b.sched.timer.stop()
+	b.sched.mu.Unlock()
 	close(b.stopping)
 	b.changes.notify()
 	b.log.Info("broker: draining", "in_flight", b.inflight.Load())

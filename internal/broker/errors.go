@@ -40,6 +40,8 @@ var (
 	// ErrOverBudget: storing the message would take the bytes the broker
 	// holds past Config.MaxBytes.
 	ErrOverBudget = errors.New("broker: byte budget exhausted")
+	// ErrScheduleNotFound: a call named a schedule that does not exist.
+	ErrScheduleNotFound = errors.New("broker: schedule not found")
 	// ErrTooManyUniqueKeys: the queue's unique-key index is full of open
 	// windows.
 	ErrTooManyUniqueKeys = errors.New("broker: too many unique keys")

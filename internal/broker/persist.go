@@ -113,6 +113,7 @@ func (b *Broker) recover() error {
 	decls := map[string][]byte{}
 	preds := map[string][]byte{}
 	paused := map[string]bool{}
+	scheds := map[string][]byte{}
 	unique := map[string]map[string]uniqueEntry{} // queue -> key -> entry
 	now := b.clk.Now()
 	obs := map[string][]observation{}          // acks after the queue's last predictor snapshot
@@ -133,6 +134,13 @@ func (b *Broker) recover() error {
 			return nil
 		case store.KindPause:
 			paused[r.Queue] = len(r.Data) == 1 && r.Data[0] == 1
+			return nil
+		case store.KindSchedule:
+			if len(r.Data) == 0 {
+				delete(scheds, r.ID)
+			} else {
+				scheds[r.ID] = r.Data
+			}
 			return nil
 		case store.KindUnique:
 			if r.At.After(now) {
@@ -259,6 +267,9 @@ func (b *Broker) recover() error {
 		q.paused = true
 		q.mu.Unlock()
 	}
+	if err := b.restoreSchedules(scheds); err != nil {
+		return err
+	}
 	for name := range mapsKeys(preds, obs) { // queues whose jobs all ended
 		q, err := b.lookup(name, true)
 		if err != nil {
@@ -376,6 +387,13 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 		jobs += n
 		p, err := st.Append(recs...)
 		q.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		pos = p
+	}
+	if recs := b.scheduleRecords(); len(recs) > 0 {
+		p, err := st.Append(recs...)
 		if err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ var errorTable = []struct {
 	hint string
 }{
 	{broker.ErrQueueNotFound, codes.NotFound, "declare it with DeclareQueue or publish to it first"},
+	{broker.ErrScheduleNotFound, codes.NotFound, "list them with ListSchedules"},
 	{broker.ErrPayloadTooLarge, codes.InvalidArgument, "store the body elsewhere and publish a reference, or raise the broker's max payload"},
 	{broker.ErrInvalid, codes.InvalidArgument, ""},
 	{broker.ErrBadDuration, codes.InvalidArgument, ""},

@@ -171,3 +171,32 @@ func TestUniqueJobsOverGRPC(t *testing.T) {
 		t.Fatalf("%d jobs stored, want 1", in.Ready)
 	}
 }
+
+func TestSchedulesOverGRPC(t *testing.T) {
+	t.Parallel()
+	clk := fakeClock()
+	tb := setup(t, broker.Config{Clock: clk})
+	s, err := tb.cl.DeclareSchedule(tb.ctx, &pb.Schedule{Name: "digest", Queue: "mail", Cron: "30 7 * * 1-5", TimeZone: "America/New_York", JobType: "digest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2026-01-01 is a Thursday; 07:30 in New York is 12:30 UTC.
+	if want := time.Date(2026, 1, 1, 12, 30, 0, 0, time.UTC); !s.NextTick.AsTime().Equal(want) {
+		t.Fatalf("next tick %v, want %v", s.NextTick.AsTime(), want)
+	}
+	clk.Advance(12*time.Hour + 30*time.Minute)
+	tb.waitFor(t, "the tick's job", func() bool { in, err := tb.b.Queue("mail"); return err == nil && in.Ready == 1 })
+	list, err := tb.cl.ListSchedules(tb.ctx)
+	if err != nil || len(list) != 1 || list[0].Fired != 1 || list[0].LastTick == nil {
+		t.Fatalf("list: %v, %v", list, err)
+	}
+	if s, err = tb.cl.PauseSchedule(tb.ctx, "digest", true); err != nil || !s.Paused || s.NextTick != nil {
+		t.Fatalf("pause: %v, %v", s, err)
+	}
+	_, err = tb.cl.DeclareSchedule(tb.ctx, &pb.Schedule{Name: "bad", Queue: "mail", Cron: "every day"})
+	wantCode(t, err, codes.InvalidArgument, "cron")
+	if err := tb.cl.DeleteSchedule(tb.ctx, "digest"); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, tb.cl.DeleteSchedule(tb.ctx, "digest"), codes.NotFound, "digest")
+}

@@ -56,10 +56,13 @@ const (
 	KindPause
 	// KindUnique gives unique key Reason to job ID until At.
 	KindUnique
+	// KindSchedule sets periodic schedule ID to Data (JSON); empty Data
+	// deletes it.
+	KindSchedule
 	kindEnd
 )
 
-var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause", "unique"}
+var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause", "unique", "schedule"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
@@ -138,7 +141,7 @@ func encode(b []byte, r *Record) []byte {
 	case KindDead, KindUnique:
 		b = appendTime(b, r.At)
 		b = appendString(b, r.Reason)
-	case KindDeclare, KindPredictor, KindPause:
+	case KindDeclare, KindPredictor, KindPause, KindSchedule:
 		b = appendBytes(b, r.Data)
 	case KindJob:
 		b = encodeJob(b, r.Job)
@@ -304,7 +307,7 @@ func decode(body []byte) (*Record, error) {
 	case KindDead, KindUnique:
 		r.At = d.time()
 		r.Reason = d.string()
-	case KindDeclare, KindPredictor, KindPause:
+	case KindDeclare, KindPredictor, KindPause, KindSchedule:
 		r.Data = d.bytes()
 	case KindJob:
 		r.Job = decodeJob(d, r.ID)

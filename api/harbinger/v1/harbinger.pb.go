@@ -1505,6 +1505,398 @@ func (x *CancelJobResponse) GetState() string {
 	return ""
 }
 
+// Schedule is a periodic job. Give either cron or every.
+type Schedule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Queue each tick publishes to.
+	Queue string `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Five-field cron expression (minute hour day-of-month month
+	// day-of-week) or a descriptor such as @hourly.
+	Cron string `protobuf:"bytes,3,opt,name=cron,proto3" json:"cron,omitempty"`
+	// IANA time zone the cron expression is read in; default UTC.
+	TimeZone string `protobuf:"bytes,4,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// A fixed interval instead of cron, counted from start.
+	Every *durationpb.Duration `protobuf:"bytes,5,opt,name=every,proto3" json:"every,omitempty"`
+	// The first tick of every, and the earliest moment a cron tick may
+	// fire; default the declaration.
+	Start *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start,proto3" json:"start,omitempty"`
+	// A tick missed while the broker was down fires once at its start if
+	// it is at most this late; older ones are logged and skipped. Default 1h.
+	CatchUp *durationpb.Duration `protobuf:"bytes,7,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	// A paused schedule's ticks do not fire.
+	Paused bool `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
+	// The job each tick publishes.
+	Producer string            `protobuf:"bytes,9,opt,name=producer,proto3" json:"producer,omitempty"`
+	JobType  string            `protobuf:"bytes,10,opt,name=job_type,json=jobType,proto3" json:"job_type,omitempty"`
+	Payload  []byte            `protobuf:"bytes,11,opt,name=payload,proto3" json:"payload,omitempty"`
+	Headers  map[string]string `protobuf:"bytes,12,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Set by the broker: the last tick that fired, the next one, and how many
+	// jobs the schedule published.
+	LastTick      *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=last_tick,json=lastTick,proto3" json:"last_tick,omitempty"`
+	NextTick      *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=next_tick,json=nextTick,proto3" json:"next_tick,omitempty"`
+	Fired         uint64                 `protobuf:"varint,15,opt,name=fired,proto3" json:"fired,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Schedule) Reset() {
+	*x = Schedule{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Schedule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Schedule) ProtoMessage() {}
+
+func (x *Schedule) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
+func (*Schedule) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Schedule) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Schedule) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *Schedule) GetCron() string {
+	if x != nil {
+		return x.Cron
+	}
+	return ""
+}
+
+func (x *Schedule) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *Schedule) GetEvery() *durationpb.Duration {
+	if x != nil {
+		return x.Every
+	}
+	return nil
+}
+
+func (x *Schedule) GetStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *Schedule) GetCatchUp() *durationpb.Duration {
+	if x != nil {
+		return x.CatchUp
+	}
+	return nil
+}
+
+func (x *Schedule) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *Schedule) GetProducer() string {
+	if x != nil {
+		return x.Producer
+	}
+	return ""
+}
+
+func (x *Schedule) GetJobType() string {
+	if x != nil {
+		return x.JobType
+	}
+	return ""
+}
+
+func (x *Schedule) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *Schedule) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *Schedule) GetLastTick() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTick
+	}
+	return nil
+}
+
+func (x *Schedule) GetNextTick() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextTick
+	}
+	return nil
+}
+
+func (x *Schedule) GetFired() uint64 {
+	if x != nil {
+		return x.Fired
+	}
+	return 0
+}
+
+// ListSchedulesRequest takes no arguments.
+type ListSchedulesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesRequest) Reset() {
+	*x = ListSchedulesRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesRequest) ProtoMessage() {}
+
+func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
+func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+}
+
+// ListSchedulesResponse lists schedules.
+type ListSchedulesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedules by name.
+	Schedules     []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSchedulesResponse) Reset() {
+	*x = ListSchedulesResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSchedulesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSchedulesResponse) ProtoMessage() {}
+
+func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
+func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
+	if x != nil {
+		return x.Schedules
+	}
+	return nil
+}
+
+// PauseScheduleRequest pauses or resumes a schedule.
+type PauseScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// True pauses, false resumes.
+	Paused        bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseScheduleRequest) Reset() {
+	*x = PauseScheduleRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseScheduleRequest) ProtoMessage() {}
+
+func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
+func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PauseScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PauseScheduleRequest) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+// DeleteScheduleRequest names the schedule to delete.
+type DeleteScheduleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Schedule name.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleRequest) Reset() {
+	*x = DeleteScheduleRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleRequest) ProtoMessage() {}
+
+func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DeleteScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteScheduleResponse acknowledges a delete.
+type DeleteScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteScheduleResponse) Reset() {
+	*x = DeleteScheduleResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteScheduleResponse) ProtoMessage() {}
+
+func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
+func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+}
+
 // PauseQueueRequest pauses or resumes a queue.
 type PauseQueueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1518,7 +1910,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1922,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1935,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -1604,7 +1996,7 @@ type QueueConfig struct {
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +2008,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +2021,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -1761,7 +2153,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +2165,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +2178,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -1879,7 +2271,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1891,7 +2283,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1904,7 +2296,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -1930,7 +2322,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2334,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2347,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 // ListQueuesResponse lists every queue.
@@ -1969,7 +2361,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2373,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2386,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -2015,7 +2407,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2419,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2432,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -2061,7 +2453,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2465,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2478,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -2124,7 +2516,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2528,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2541,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -2228,7 +2620,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2632,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2645,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -2281,7 +2673,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2685,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2698,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -2329,7 +2721,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2341,7 +2733,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2354,7 +2746,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -2382,7 +2774,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2786,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2799,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -2448,7 +2840,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2852,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2865,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -2559,7 +2951,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2963,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2976,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -2612,7 +3004,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +3016,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +3029,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -2664,7 +3056,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +3068,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +3081,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -2746,7 +3138,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +3150,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +3163,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -2846,7 +3238,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3250,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3263,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -2931,7 +3323,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +3335,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +3348,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -2989,7 +3381,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3393,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3406,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
 }
 
 // AttachRequest changes a queue's count of handlers.
@@ -3030,7 +3422,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3042,7 +3434,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3055,7 +3447,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -3081,7 +3473,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3485,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3498,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -3215,7 +3607,36 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\")\n" +
 	"\x11CancelJobResponse\x12\x14\n" +
-	"\x05state\x18\x01 \x01(\tR\x05state\"?\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\"\xea\x04\n" +
+	"\bSchedule\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
+	"\x04cron\x18\x03 \x01(\tR\x04cron\x12\x1b\n" +
+	"\ttime_zone\x18\x04 \x01(\tR\btimeZone\x12/\n" +
+	"\x05every\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05every\x120\n" +
+	"\x05start\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x124\n" +
+	"\bcatch_up\x18\a \x01(\v2\x19.google.protobuf.DurationR\acatchUp\x12\x16\n" +
+	"\x06paused\x18\b \x01(\bR\x06paused\x12\x1a\n" +
+	"\bproducer\x18\t \x01(\tR\bproducer\x12\x19\n" +
+	"\bjob_type\x18\n" +
+	" \x01(\tR\ajobType\x12\x18\n" +
+	"\apayload\x18\v \x01(\fR\apayload\x12=\n" +
+	"\aheaders\x18\f \x03(\v2#.harbinger.v1.Schedule.HeadersEntryR\aheaders\x127\n" +
+	"\tlast_tick\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\blastTick\x127\n" +
+	"\tnext_tick\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\bnextTick\x12\x14\n" +
+	"\x05fired\x18\x0f \x01(\x04R\x05fired\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x16\n" +
+	"\x14ListSchedulesRequest\"M\n" +
+	"\x15ListSchedulesResponse\x124\n" +
+	"\tschedules\x18\x01 \x03(\v2\x16.harbinger.v1.ScheduleR\tschedules\"B\n" +
+	"\x14PauseScheduleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"+\n" +
+	"\x15DeleteScheduleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
+	"\x16DeleteScheduleResponse\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\"\x8c\x05\n" +
@@ -3345,7 +3766,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\x9f\x05\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xe6\a\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -3355,7 +3776,11 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x0fListDeadLetters\x12$.harbinger.v1.ListDeadLettersRequest\x1a%.harbinger.v1.ListDeadLettersResponse\x12g\n" +
 	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12I\n" +
 	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12L\n" +
-	"\tCancelJob\x12\x1e.harbinger.v1.CancelJobRequest\x1a\x1f.harbinger.v1.CancelJobResponse\x12F\n" +
+	"\tCancelJob\x12\x1e.harbinger.v1.CancelJobRequest\x1a\x1f.harbinger.v1.CancelJobResponse\x12A\n" +
+	"\x0fDeclareSchedule\x12\x16.harbinger.v1.Schedule\x1a\x16.harbinger.v1.Schedule\x12X\n" +
+	"\rListSchedules\x12\".harbinger.v1.ListSchedulesRequest\x1a#.harbinger.v1.ListSchedulesResponse\x12K\n" +
+	"\rPauseSchedule\x12\".harbinger.v1.PauseScheduleRequest\x1a\x16.harbinger.v1.Schedule\x12[\n" +
+	"\x0eDeleteSchedule\x12#.harbinger.v1.DeleteScheduleRequest\x1a$.harbinger.v1.DeleteScheduleResponse\x12F\n" +
 	"\n" +
 	"PauseQueue\x12\x1f.harbinger.v1.PauseQueueRequest\x1a\x17.harbinger.v1.QueueInfo2\xe0\x01\n" +
 	"\tPredictor\x12F\n" +
@@ -3376,7 +3801,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -3397,44 +3822,51 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*Delivery)(nil),                   // 16: harbinger.v1.Delivery
 	(*CancelJobRequest)(nil),           // 17: harbinger.v1.CancelJobRequest
 	(*CancelJobResponse)(nil),          // 18: harbinger.v1.CancelJobResponse
-	(*PauseQueueRequest)(nil),          // 19: harbinger.v1.PauseQueueRequest
-	(*QueueConfig)(nil),                // 20: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 21: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 22: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 23: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 24: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 25: harbinger.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 26: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 27: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 28: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 29: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 30: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 31: harbinger.v1.RequeueDeadLettersResponse
-	(*KeyStats)(nil),                   // 32: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 33: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 34: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 35: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 36: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 37: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 38: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 39: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 40: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 41: harbinger.v1.AttachResponse
-	nil,                                // 42: harbinger.v1.Message.HeadersEntry
-	nil,                                // 43: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 44: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 45: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 46: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 47: google.protobuf.Timestamp
+	(*Schedule)(nil),                   // 19: harbinger.v1.Schedule
+	(*ListSchedulesRequest)(nil),       // 20: harbinger.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 21: harbinger.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),       // 22: harbinger.v1.PauseScheduleRequest
+	(*DeleteScheduleRequest)(nil),      // 23: harbinger.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),     // 24: harbinger.v1.DeleteScheduleResponse
+	(*PauseQueueRequest)(nil),          // 25: harbinger.v1.PauseQueueRequest
+	(*QueueConfig)(nil),                // 26: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 27: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 28: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 29: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 30: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 31: harbinger.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 32: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 33: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 34: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 35: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 36: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 37: harbinger.v1.RequeueDeadLettersResponse
+	(*KeyStats)(nil),                   // 38: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 39: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 40: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 41: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 42: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 43: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 44: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 45: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 46: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 47: harbinger.v1.AttachResponse
+	nil,                                // 48: harbinger.v1.Message.HeadersEntry
+	nil,                                // 49: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 50: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 51: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 52: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 53: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 54: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	46, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	42, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	47, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	46, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	46, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	46, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	46, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	53, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	48, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	54, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	53, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	53, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	53, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	53, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,  // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,  // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,  // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -3442,68 +3874,83 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	10, // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11, // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	12, // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	46, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	53, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	46, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	46, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	53, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	53, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	16, // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	15, // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	14, // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	43, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	47, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	46, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	46, // 24: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	44, // 25: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	46, // 26: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	46, // 27: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	46, // 28: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	46, // 29: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	20, // 30: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	20, // 31: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	21, // 32: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	45, // 33: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	47, // 34: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	27, // 35: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	32, // 36: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	46, // 37: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	46, // 38: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	38, // 39: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	46, // 40: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 41: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 42: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 43: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 44: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	22, // 45: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	23, // 46: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	25, // 47: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	28, // 48: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	30, // 49: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	33, // 50: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 51: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	19, // 52: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	35, // 53: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	37, // 54: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	40, // 55: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 56: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 57: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 58: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 59: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	21, // 60: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	24, // 61: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	26, // 62: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	29, // 63: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	31, // 64: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	34, // 65: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 66: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	21, // 67: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	36, // 68: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	39, // 69: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	41, // 70: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	56, // [56:71] is the sub-list for method output_type
-	41, // [41:56] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	49, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	54, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	53, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	53, // 24: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	54, // 25: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	53, // 26: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	50, // 27: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	54, // 28: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	54, // 29: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	19, // 30: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
+	53, // 31: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	51, // 32: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	53, // 33: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	53, // 34: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	53, // 35: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	53, // 36: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	26, // 37: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	26, // 38: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	27, // 39: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	52, // 40: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	54, // 41: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	33, // 42: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	38, // 43: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	53, // 44: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	53, // 45: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	44, // 46: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	53, // 47: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 48: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 49: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 50: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 51: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	28, // 52: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	29, // 53: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	31, // 54: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	34, // 55: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	36, // 56: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	39, // 57: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 58: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	19, // 59: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	20, // 60: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	22, // 61: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	23, // 62: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	25, // 63: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	41, // 64: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	43, // 65: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	46, // 66: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 67: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 68: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 69: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 70: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	27, // 71: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	30, // 72: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	32, // 73: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	35, // 74: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	37, // 75: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	40, // 76: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 77: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	19, // 78: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	21, // 79: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	19, // 80: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	24, // 81: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	27, // 82: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	42, // 83: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	45, // 84: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	47, // 85: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	67, // [67:86] is the sub-list for method output_type
+	48, // [48:67] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -3529,7 +3976,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   45,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -276,6 +276,10 @@ const (
 	Admin_RequeueDeadLetters_FullMethodName = "/harbinger.v1.Admin/RequeueDeadLetters"
 	Admin_ListKeys_FullMethodName           = "/harbinger.v1.Admin/ListKeys"
 	Admin_CancelJob_FullMethodName          = "/harbinger.v1.Admin/CancelJob"
+	Admin_DeclareSchedule_FullMethodName    = "/harbinger.v1.Admin/DeclareSchedule"
+	Admin_ListSchedules_FullMethodName      = "/harbinger.v1.Admin/ListSchedules"
+	Admin_PauseSchedule_FullMethodName      = "/harbinger.v1.Admin/PauseSchedule"
+	Admin_DeleteSchedule_FullMethodName     = "/harbinger.v1.Admin/DeleteSchedule"
 	Admin_PauseQueue_FullMethodName         = "/harbinger.v1.Admin/PauseQueue"
 )
 
@@ -301,6 +305,16 @@ type AdminClient interface {
 	// running one's consumer is told to stop it, and it is dropped (never
 	// retried) when it settles. NotFound when the queue holds no such job.
 	CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error)
+	// DeclareSchedule creates or replaces a periodic job: each tick of its
+	// cron expression (in its time zone) or interval publishes one job. A
+	// replaced schedule keeps its last tick, so nothing fires twice.
+	DeclareSchedule(ctx context.Context, in *Schedule, opts ...grpc.CallOption) (*Schedule, error)
+	// ListSchedules reports every schedule, by name.
+	ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error)
+	// PauseSchedule stops (or restarts) a schedule's ticks.
+	PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*Schedule, error)
+	// DeleteSchedule removes a schedule.
+	DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error)
 	// PauseQueue stops (or, with paused false, restarts) deliveries from a
 	// queue. Publishes are still taken and jobs in flight finish; the state
 	// survives a restart.
@@ -385,6 +399,46 @@ func (c *adminClient) CancelJob(ctx context.Context, in *CancelJobRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) DeclareSchedule(ctx context.Context, in *Schedule, opts ...grpc.CallOption) (*Schedule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, Admin_DeclareSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListSchedules(ctx context.Context, in *ListSchedulesRequest, opts ...grpc.CallOption) (*ListSchedulesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSchedulesResponse)
+	err := c.cc.Invoke(ctx, Admin_ListSchedules_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) PauseSchedule(ctx context.Context, in *PauseScheduleRequest, opts ...grpc.CallOption) (*Schedule, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Schedule)
+	err := c.cc.Invoke(ctx, Admin_PauseSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteSchedule(ctx context.Context, in *DeleteScheduleRequest, opts ...grpc.CallOption) (*DeleteScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteScheduleResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*QueueInfo, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(QueueInfo)
@@ -417,6 +471,16 @@ type AdminServer interface {
 	// running one's consumer is told to stop it, and it is dropped (never
 	// retried) when it settles. NotFound when the queue holds no such job.
 	CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error)
+	// DeclareSchedule creates or replaces a periodic job: each tick of its
+	// cron expression (in its time zone) or interval publishes one job. A
+	// replaced schedule keeps its last tick, so nothing fires twice.
+	DeclareSchedule(context.Context, *Schedule) (*Schedule, error)
+	// ListSchedules reports every schedule, by name.
+	ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error)
+	// PauseSchedule stops (or restarts) a schedule's ticks.
+	PauseSchedule(context.Context, *PauseScheduleRequest) (*Schedule, error)
+	// DeleteSchedule removes a schedule.
+	DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error)
 	// PauseQueue stops (or, with paused false, restarts) deliveries from a
 	// queue. Publishes are still taken and jobs in flight finish; the state
 	// survives a restart.
@@ -451,6 +515,18 @@ func (UnimplementedAdminServer) ListKeys(context.Context, *ListKeysRequest) (*Li
 }
 func (UnimplementedAdminServer) CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelJob not implemented")
+}
+func (UnimplementedAdminServer) DeclareSchedule(context.Context, *Schedule) (*Schedule, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeclareSchedule not implemented")
+}
+func (UnimplementedAdminServer) ListSchedules(context.Context, *ListSchedulesRequest) (*ListSchedulesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSchedules not implemented")
+}
+func (UnimplementedAdminServer) PauseSchedule(context.Context, *PauseScheduleRequest) (*Schedule, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseSchedule not implemented")
+}
+func (UnimplementedAdminServer) DeleteSchedule(context.Context, *DeleteScheduleRequest) (*DeleteScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSchedule not implemented")
 }
 func (UnimplementedAdminServer) PauseQueue(context.Context, *PauseQueueRequest) (*QueueInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method PauseQueue not implemented")
@@ -602,6 +678,78 @@ func _Admin_CancelJob_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_DeclareSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Schedule)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeclareSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeclareSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeclareSchedule(ctx, req.(*Schedule))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListSchedules_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSchedulesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListSchedules(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListSchedules_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListSchedules(ctx, req.(*ListSchedulesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_PauseSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PauseSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PauseSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PauseSchedule(ctx, req.(*PauseScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteSchedule(ctx, req.(*DeleteScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_PauseQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PauseQueueRequest)
 	if err := dec(in); err != nil {
@@ -654,6 +802,22 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelJob",
 			Handler:    _Admin_CancelJob_Handler,
+		},
+		{
+			MethodName: "DeclareSchedule",
+			Handler:    _Admin_DeclareSchedule_Handler,
+		},
+		{
+			MethodName: "ListSchedules",
+			Handler:    _Admin_ListSchedules_Handler,
+		},
+		{
+			MethodName: "PauseSchedule",
+			Handler:    _Admin_PauseSchedule_Handler,
+		},
+		{
+			MethodName: "DeleteSchedule",
+			Handler:    _Admin_DeleteSchedule_Handler,
 		},
 		{
 			MethodName: "PauseQueue",

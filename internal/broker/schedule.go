@@ -1,0 +1,355 @@
+package broker
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	_ "time/tzdata" // schedules name time zones; the binary must know them anywhere
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/harbinger-mq/harbinger/internal/store"
+)
+
+// DefaultCatchUp is how late a tick may still fire after the broker was
+// down through it.
+const DefaultCatchUp = time.Hour
+
+// MaxSchedules bounds the periodic schedules a broker holds.
+const MaxSchedules = 10_000
+
+// Schedule is a periodic job: each tick publishes one job to Queue. It
+// runs either on a cron expression in a time zone, or every Every.
+type Schedule struct {
+	Name     string        `json:"name"`
+	Queue    string        `json:"queue"`
+	Cron     string        `json:"cron,omitempty"`      // five fields (minute hour day month weekday), or @hourly and the like
+	TimeZone string        `json:"time_zone,omitempty"` // IANA name for Cron; default UTC
+	Every    time.Duration `json:"every,omitempty"`     // a fixed interval instead of Cron, counted from Start
+	Start    time.Time     `json:"start,omitzero"`      // Every's first tick, and the first moment a cron tick may fire; default the declaration
+	// CatchUp: a tick missed by at most this much (the broker was down)
+	// fires once at start; older missed ticks are logged and skipped.
+	CatchUp time.Duration `json:"catch_up,omitempty"`
+	Paused  bool          `json:"paused,omitempty"`
+
+	// The job each tick publishes.
+	Producer string            `json:"producer,omitempty"`
+	JobType  string            `json:"job_type,omitempty"`
+	Payload  []byte            `json:"payload,omitempty"`
+	Headers  map[string]string `json:"headers,omitempty"`
+
+	// Set by the broker.
+	LastTick time.Time `json:"last_tick,omitzero"` // the last tick that fired
+	NextTick time.Time `json:"-"`                  // the next tick, in the schedule's zone
+	Fired    uint64    `json:"fired,omitempty"`
+
+	cron cron.Schedule
+}
+
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// compile checks s and prepares its next-tick function.
+func (s *Schedule) compile(b *Broker) error {
+	if s.Name == "" || len(s.Name) > 200 || strings.ContainsAny(s.Name, "\x00\n") {
+		return invalid("schedule name", "must be 1 to 200 bytes, no NUL or newline")
+	}
+	if err := b.Validate(&Message{Queue: s.Queue, Producer: s.Producer, JobType: s.JobType, Payload: s.Payload, Headers: s.Headers}); err != nil {
+		return err
+	}
+	switch {
+	case (s.Cron == "") == (s.Every == 0):
+		return invalid("schedule", "give either a cron expression or an interval (every)")
+	case s.Every < 0 || (s.Every > 0 && s.Every < time.Second):
+		return invalid("every", fmt.Sprintf("must be at least 1s, got %v", s.Every))
+	case s.CatchUp < 0 || s.CatchUp > 7*24*time.Hour:
+		return invalid("catch_up", fmt.Sprintf("must be 0 (default %v) to 7 days, got %v", DefaultCatchUp, s.CatchUp))
+	}
+	if s.CatchUp == 0 {
+		s.CatchUp = DefaultCatchUp
+	}
+	if s.Cron != "" {
+		loc := time.UTC
+		if s.TimeZone != "" {
+			l, err := time.LoadLocation(s.TimeZone)
+			if err != nil {
+				return invalid("time_zone", fmt.Sprintf("%q is not a time zone name such as Europe/Paris", s.TimeZone))
+			}
+			loc = l
+		}
+		sched, err := cronParser.Parse(s.Cron)
+		if err != nil {
+			return invalid("cron", err.Error())
+		}
+		s.cron = zoned{sched, loc}
+	}
+	return nil
+}
+
+// zoned evaluates a cron schedule in a time zone.
+type zoned struct {
+	s   cron.Schedule
+	loc *time.Location
+}
+
+func (z zoned) Next(t time.Time) time.Time { return z.s.Next(t.In(z.loc)) }
+
+// next is the first tick strictly after t.
+func (s *Schedule) next(t time.Time) time.Time {
+	if s.cron != nil {
+		return s.cron.Next(t)
+	}
+	if t.Before(s.Start) {
+		return s.Start
+	}
+	n := t.Sub(s.Start)/s.Every + 1
+	return s.Start.Add(n * s.Every)
+}
+
+// period estimates the time between ticks, for the unique-key window.
+func (s *Schedule) period(from time.Time) time.Duration {
+	n := s.next(from)
+	return max(s.next(n).Sub(n), time.Second)
+}
+
+// schedules is the broker's periodic jobs, with one timer for the earliest
+// tick. Lock order: schedules.mu, then a queue's lock (through Publish).
+type schedules struct {
+	mu    sync.Mutex
+	all   map[string]*Schedule
+	timer wake
+}
+
+// DeclareSchedule creates or replaces a schedule; a replaced one keeps
+// its last tick, so redeclaring it fires nothing twice.
+func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
+	if err := s.compile(b); err != nil {
+		return Schedule{}, err
+	}
+	now := b.clk.Now()
+	b.sched.mu.Lock()
+	defer b.sched.mu.Unlock()
+	if b.sched.all == nil {
+		b.sched.all = map[string]*Schedule{}
+	}
+	old := b.sched.all[s.Name]
+	if old == nil && len(b.sched.all) >= MaxSchedules {
+		return Schedule{}, fmt.Errorf("%w: a broker holds at most %d schedules", ErrInvalid, MaxSchedules)
+	}
+	if s.Start.IsZero() {
+		s.Start = now
+		if old != nil {
+			s.Start = old.Start
+		}
+	}
+	from := now
+	if old != nil {
+		s.LastTick, s.Fired = old.LastTick, old.Fired
+		if !s.LastTick.IsZero() {
+			from = s.LastTick
+		}
+	}
+	s.NextTick = s.next(from)
+	b.sched.all[s.Name] = &s
+	if err := b.logSchedule(&s); err != nil {
+		return Schedule{}, err
+	}
+	b.armScheduleLocked(now)
+	return s, nil
+}
+
+// Schedules reports every schedule, by name.
+func (b *Broker) Schedules() []Schedule {
+	b.sched.mu.Lock()
+	defer b.sched.mu.Unlock()
+	out := make([]Schedule, 0, len(b.sched.all))
+	for _, s := range b.sched.all {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b Schedule) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// PauseSchedule stops (or restarts) a schedule's ticks; ticks that pass
+// while it is paused do not fire.
+func (b *Broker) PauseSchedule(name string, paused bool) (Schedule, error) {
+	b.sched.mu.Lock()
+	defer b.sched.mu.Unlock()
+	s := b.sched.all[name]
+	if s == nil {
+		return Schedule{}, fmt.Errorf("%w: schedule %q", ErrScheduleNotFound, name)
+	}
+	if s.Paused != paused {
+		s.Paused = paused
+		now := b.clk.Now()
+		if !paused {
+			s.NextTick = s.next(now) // the ticks it missed while paused are not owed
+		}
+		if err := b.logSchedule(s); err != nil {
+			return Schedule{}, err
+		}
+		b.armScheduleLocked(now)
+	}
+	return *s, nil
+}
+
+// DeleteSchedule removes a schedule.
+func (b *Broker) DeleteSchedule(name string) error {
+	b.sched.mu.Lock()
+	defer b.sched.mu.Unlock()
+	if b.sched.all[name] == nil {
+		return fmt.Errorf("%w: schedule %q", ErrScheduleNotFound, name)
+	}
+	delete(b.sched.all, name)
+	if st := b.cfg.Store; st != nil {
+		if _, err := st.Append(&store.Record{Kind: store.KindSchedule, ID: name}); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotDurable, err)
+		}
+	}
+	return nil
+}
+
+// logSchedule writes s (its definition and last tick) to the log and
+// waits for it.
+func (b *Broker) logSchedule(s *Schedule) error {
+	st := b.cfg.Store
+	if st == nil || b.recovering {
+		return nil
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	pos, err := st.Append(&store.Record{Kind: store.KindSchedule, ID: s.Name, Data: data})
+	if err == nil {
+		err = st.Wait(pos)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNotDurable, err)
+	}
+	return nil
+}
+
+func (b *Broker) armScheduleLocked(now time.Time) {
+	var first time.Time
+	for _, s := range b.sched.all {
+		if !s.Paused && (first.IsZero() || s.NextTick.Before(first)) {
+			first = s.NextTick
+		}
+	}
+	if first.IsZero() || b.draining.Load() {
+		return
+	}
+	b.sched.timer.arm(b.clk, first, now, b.onScheduleTimer)
+}
+
+func (b *Broker) onScheduleTimer(g uint64) {
+	b.sched.mu.Lock()
+	defer b.sched.mu.Unlock()
+	if !b.sched.timer.fired(g) || b.draining.Load() {
+		return
+	}
+	now := b.clk.Now()
+	b.fireDueLocked(now)
+	b.armScheduleLocked(now)
+}
+
+// fireDueLocked fires every schedule whose tick has come: the latest tick
+// that passed, once, if it is within the catch-up window; older ones are
+// logged as skipped. Each tick's job carries a unique key made of the
+// schedule and the tick, so a tick that fired just before a crash, whose
+// record was lost, fires nothing the second time.
+func (b *Broker) fireDueLocked(now time.Time) {
+	for _, name := range slices.Sorted(maps.Keys(b.sched.all)) {
+		s := b.sched.all[name]
+		if s.Paused || s.NextTick.After(now) {
+			continue
+		}
+		tick, skipped := s.NextTick, 0
+		for n := s.next(tick); !n.After(now); n = s.next(n) {
+			tick = n
+			if skipped++; skipped > 1_000_000 {
+				break
+			}
+		}
+		if skipped > 0 {
+			b.log.Warn("broker: schedule missed ticks while the broker was down; they are skipped",
+				"schedule", s.Name, "skipped", skipped, "from", s.NextTick, "to", tick)
+		}
+		s.NextTick = s.next(tick)
+		if late := now.Sub(tick); late > s.CatchUp {
+			b.log.Warn("broker: schedule tick is older than its catch-up window; skipped", "schedule", s.Name, "tick", tick, "late", late, "catch_up", s.CatchUp)
+			continue
+		}
+		m := &Message{Queue: s.Queue, Producer: s.Producer, JobType: s.JobType, Payload: s.Payload, Headers: s.Headers,
+			UniqueKey: fmt.Sprintf("harbinger:schedule:%s:%d", s.Name, tick.UnixNano()), UniqueFor: s.CatchUp + 2*s.period(tick)}
+		res := b.PublishEach([]*Message{m}, nil)[0]
+		if res.Err != nil {
+			b.log.Error("broker: schedule tick not published", "schedule", s.Name, "tick", tick, "err", res.Err)
+			continue
+		}
+		if !res.Duplicate {
+			s.Fired++
+		}
+		s.LastTick = tick
+		if err := b.logSchedule(s); err != nil {
+			b.log.Error("broker: schedule tick not logged", "schedule", s.Name, "err", err)
+		}
+	}
+}
+
+// restoreSchedules loads schedules from their last records and fires what
+// the downtime owes.
+func (b *Broker) restoreSchedules(defs map[string][]byte) error {
+	b.sched.mu.Lock()
+	defer b.sched.mu.Unlock()
+	for name, data := range defs {
+		var s Schedule
+		if err := json.Unmarshal(data, &s); err != nil {
+			return fmt.Errorf("broker: recovering schedule %q: %w", name, err)
+		}
+		if err := s.compile(b); err != nil {
+			return fmt.Errorf("broker: recovering schedule %q: %w", name, err)
+		}
+		from := s.LastTick
+		if from.IsZero() { // never fired: owed from its declaration
+			from = s.Start
+			if s.Every > 0 {
+				from = s.Start.Add(-time.Nanosecond)
+			}
+		}
+		s.NextTick = s.next(from)
+		if b.sched.all == nil {
+			b.sched.all = map[string]*Schedule{}
+		}
+		b.sched.all[name] = &s
+	}
+	return nil
+}
+
+// scheduleRecords is every schedule as records, for a checkpoint.
+func (b *Broker) scheduleRecords() []*store.Record {
+	b.sched.mu.Lock()
+	defer b.sched.mu.Unlock()
+	var recs []*store.Record
+	for _, s := range b.sched.all {
+		if data, err := json.Marshal(s); err == nil {
+			recs = append(recs, &store.Record{Kind: store.KindSchedule, ID: s.Name, Data: data})
+		}
+	}
+	return recs
+}
+
+// startSchedules fires what the downtime owes and arms the timer; called
+// once recovery is complete.
+func (b *Broker) startSchedules() {
+	b.sched.mu.Lock()
+	defer b.sched.mu.Unlock()
+	now := b.clk.Now()
+	b.fireDueLocked(now)
+	b.armScheduleLocked(now)
+}
