@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 func TestPauseHoldsDeliveriesNotPublishes(t *testing.T) {
@@ -46,32 +47,27 @@ func TestPauseHoldsDeliveriesNotPublishes(t *testing.T) {
 
 func TestPauseSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	for name, open := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			st := open()
-			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			b := durable(t, st, clk, Config{})
-			if _, err := b.Publish(msg("q", "a")); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Pause("q", true); err != nil {
-				t.Fatal(err)
-			}
-			r := durable(t, st, clk, Config{})
-			if in, _ := r.Queue("q"); !in.Paused || in.Ready != 1 {
-				t.Fatalf("after restart: %+v", in)
-			}
-			// A checkpoint keeps it too.
-			if err := r.Checkpoint(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Pause("q", false); err != nil {
-				t.Fatal(err)
-			}
-			if in, _ := durable(t, st, clk, Config{}).Queue("q"); in.Paused {
-				t.Fatalf("resumed queue came back paused: %+v", in)
-			}
-		})
-	}
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		if _, err := b.Publish(msg("q", "a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Pause("q", true); err != nil {
+			t.Fatal(err)
+		}
+		r := durable(t, st, clk, Config{})
+		if in, _ := r.Queue("q"); !in.Paused || in.Ready != 1 {
+			t.Fatalf("after restart: %+v", in)
+		}
+		// A checkpoint keeps it too.
+		if err := r.Checkpoint(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Pause("q", false); err != nil {
+			t.Fatal(err)
+		}
+		if in, _ := durable(t, st, clk, Config{}).Queue("q"); in.Paused {
+			t.Fatalf("resumed queue came back paused: %+v", in)
+		}
+	})
 }

@@ -119,6 +119,17 @@ func sameView(t *testing.T, got, want []jobView) {
 	}
 }
 
+// eachStore runs f, in parallel subtests, on a memory store and on a
+// file store that reopens its directory at each replay, with a fake clock.
+func eachStore(t *testing.T, f func(t *testing.T, st store.Store, clk *clock.Fake)) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			f(t, open(), clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+		})
+	}
+}
+
 func stores(t *testing.T) map[string]func() store.Store {
 	return map[string]func() store.Store{
 		"memory": func() store.Store { return store.NewMemory() },
@@ -164,108 +175,98 @@ func (r *reopening) Replay(fn func(*store.Record) error) error {
 // with their reasons, queue configs, and what the predictor learned.
 func TestRecoveryKeepsEveryState(t *testing.T) {
 	t.Parallel()
-	for name, open := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			st := open()
-			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			b := durable(t, st, clk, Config{})
-			if _, err := b.Declare("fifo", QueueConfig{Policy: sched.FIFO, MaxAttempts: 3, Lease: time.Minute}); err != nil {
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		if _, err := b.Declare("fifo", QueueConfig{Policy: sched.FIFO, MaxAttempts: 3, Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		train(t, &testBundle{b: b, clk: clk, ctx: context.Background()}, "q")
+		for i := range 30 {
+			q := []string{"q", "fifo"}[i%2]
+			m := &Message{Queue: q, Producer: "wéb", JobType: []string{"short", "long"}[i%3/2], Payload: []byte(fmt.Sprintf("job %d ✓", i)),
+				Headers: map[string]string{"n": fmt.Sprint(i), "ключ": "значение"}}
+			if _, err := b.Publish(m); err != nil {
 				t.Fatal(err)
 			}
-			train(t, &testBundle{b: b, clk: clk, ctx: context.Background()}, "q")
-			for i := range 30 {
-				q := []string{"q", "fifo"}[i%2]
-				m := &Message{Queue: q, Producer: "wéb", JobType: []string{"short", "long"}[i%3/2], Payload: []byte(fmt.Sprintf("job %d ✓", i)),
-					Headers: map[string]string{"n": fmt.Sprint(i), "ключ": "значение"}}
-				if _, err := b.Publish(m); err != nil {
-					t.Fatal(err)
-				}
-			}
-			c, _ := b.Subscribe("fifo", "w", 6)
-			var ds []Delivery
-			for range 6 {
-				ds = append(ds, next(t, c))
-			}
-			_ = c.Ack(ds[0].ID, time.Millisecond)
-			_ = c.Nack(ds[1].ID, NackDeadLetter, 0, "poison ☠")
-			_ = c.Nack(ds[2].ID, NackRequeueAfter, time.Hour, "")
-			_ = c.Nack(ds[3].ID, NackRequeue, 0, "")
-			c.Return(ds[4].ID) // ds[5] stays in flight
-			if n, err := b.RequeueDeadLetters("fifo", nil); err != nil || n != 1 {
-				t.Fatalf("requeue: %d, %v", n, err)
-			}
-			c.AddCredit(1)
-			d := next(t, c)
-			_ = c.Nack(d.ID, NackDeadLetter, 0, "poison again")
-			before := view(b)
-			keysBefore, _ := b.Keys("q", 0)
-			crash(b)
+		}
+		c, _ := b.Subscribe("fifo", "w", 6)
+		var ds []Delivery
+		for range 6 {
+			ds = append(ds, next(t, c))
+		}
+		_ = c.Ack(ds[0].ID, time.Millisecond)
+		_ = c.Nack(ds[1].ID, NackDeadLetter, 0, "poison ☠")
+		_ = c.Nack(ds[2].ID, NackRequeueAfter, time.Hour, "")
+		_ = c.Nack(ds[3].ID, NackRequeue, 0, "")
+		c.Return(ds[4].ID) // ds[5] stays in flight
+		if n, err := b.RequeueDeadLetters("fifo", nil); err != nil || n != 1 {
+			t.Fatalf("requeue: %d, %v", n, err)
+		}
+		c.AddCredit(1)
+		d := next(t, c)
+		_ = c.Nack(d.ID, NackDeadLetter, 0, "poison again")
+		before := view(b)
+		keysBefore, _ := b.Keys("q", 0)
+		crash(b)
 
-			r := durable(t, st, clk, Config{})
-			sameView(t, view(r), before)
-			if in, _ := r.Queue("fifo"); in.Config.MaxAttempts != 3 || in.Config.Lease != time.Minute || in.Config.Policy != sched.FIFO {
-				t.Fatalf("config after recovery: %+v", in.Config)
+		r := durable(t, st, clk, Config{})
+		sameView(t, view(r), before)
+		if in, _ := r.Queue("fifo"); in.Config.MaxAttempts != 3 || in.Config.Lease != time.Minute || in.Config.Policy != sched.FIFO {
+			t.Fatalf("config after recovery: %+v", in.Config)
+		}
+		if keys, _ := r.Keys("q", 0); len(keys) != len(keysBefore) || len(keys) == 0 || keys[0].Count != keysBefore[0].Count {
+			t.Fatalf("keys after recovery: %+v, want %+v", keys, keysBefore)
+		}
+		// The delayed job comes back when its hour is up, not before.
+		rc, _ := r.Subscribe("fifo", "w2", 100)
+		var got []string
+		for {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			d, err := rc.Next(ctx)
+			if err != nil {
+				break
 			}
-			if keys, _ := r.Keys("q", 0); len(keys) != len(keysBefore) || len(keys) == 0 || keys[0].Count != keysBefore[0].Count {
-				t.Fatalf("keys after recovery: %+v, want %+v", keys, keysBefore)
-			}
-			// The delayed job comes back when its hour is up, not before.
-			rc, _ := r.Subscribe("fifo", "w2", 100)
-			var got []string
-			for {
-				ctx, cancel := context.WithCancel(context.Background())
-				cancel()
-				d, err := rc.Next(ctx)
-				if err != nil {
-					break
-				}
-				got = append(got, d.ID)
-				_ = rc.Ack(d.ID, time.Millisecond)
-			}
-			if slices.Contains(got, ds[2].ID) {
-				t.Fatal("the delayed job was delivered before its delay")
-			}
-			clk.Advance(time.Hour)
-			if d := next(t, rc); d.ID != ds[2].ID {
-				t.Fatalf("after the delay: %v", d.ID)
-			}
-		})
-	}
+			got = append(got, d.ID)
+			_ = rc.Ack(d.ID, time.Millisecond)
+		}
+		if slices.Contains(got, ds[2].ID) {
+			t.Fatal("the delayed job was delivered before its delay")
+		}
+		clk.Advance(time.Hour)
+		if d := next(t, rc); d.ID != ds[2].ID {
+			t.Fatalf("after the delay: %v", d.ID)
+		}
+	})
 }
 
 // After a checkpoint the log holds only what is live, and recovery from it
 // is the same.
 func TestCheckpointCompacts(t *testing.T) {
 	t.Parallel()
-	for name, open := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			st := open()
-			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			b := durable(t, st, clk, Config{})
-			c, _ := b.Subscribe("q", "w", 1)
-			for i := range 2000 {
-				if _, err := b.Publish(&Message{Queue: "q", Producer: "p", JobType: "j", Payload: make([]byte, 1<<10)}); err != nil {
-					t.Fatal(err)
-				}
-				if i%10 != 0 { // most jobs finish
-					d := next(t, c)
-					_ = c.Ack(d.ID, time.Millisecond)
-					c.AddCredit(1)
-				}
-			}
-			before := view(b)
-			grown := st.Size()
-			if err := b.Checkpoint(context.Background()); err != nil {
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		c, _ := b.Subscribe("q", "w", 1)
+		for i := range 2000 {
+			if _, err := b.Publish(&Message{Queue: "q", Producer: "p", JobType: "j", Payload: make([]byte, 1<<10)}); err != nil {
 				t.Fatal(err)
 			}
-			if after := st.Size(); after > grown/3 {
-				t.Fatalf("log %d bytes after the checkpoint, %d before", after, grown)
+			if i%10 != 0 { // most jobs finish
+				d := next(t, c)
+				_ = c.Ack(d.ID, time.Millisecond)
+				c.AddCredit(1)
 			}
-			sameView(t, view(durable(t, st, clk, Config{})), before)
-		})
-	}
+		}
+		before := view(b)
+		grown := st.Size()
+		if err := b.Checkpoint(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if after := st.Size(); after > grown/3 {
+			t.Fatalf("log %d bytes after the checkpoint, %d before", after, grown)
+		}
+		sameView(t, view(durable(t, st, clk, Config{})), before)
+	})
 }
 
 // A reference model over random operation sequences: whatever a broker did,

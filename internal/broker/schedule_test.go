@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 func ready(t *testing.T, b *Broker, q string) int {
@@ -106,40 +107,35 @@ func TestScheduleCronInTimeZone(t *testing.T) {
 // inside the catch-up window fires once at start, older ones are skipped.
 func TestScheduleAcrossRestarts(t *testing.T) {
 	t.Parallel()
-	for name, open := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			st := open()
-			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			b := durable(t, st, clk, Config{})
-			if _, err := b.DeclareSchedule(Schedule{Name: "hourly", Queue: "q", Every: time.Hour, CatchUp: 30 * time.Minute}); err != nil {
-				t.Fatal(err)
-			}
-			clk.Advance(time.Hour) // tick 1 fires
-			if n := ready(t, b, "q"); n != 1 {
-				t.Fatalf("%d jobs after tick 1", n)
-			}
-			crash(b)
-			clk.Advance(70 * time.Minute) // down through tick 2 (10 min late at restart)
-			b = durable(t, st, clk, Config{})
-			if n := ready(t, b, "q"); n != 2 {
-				t.Fatalf("%d jobs after a restart 10 min past tick 2, want 2", n)
-			}
-			crash(b)
-			b = durable(t, st, clk, Config{}) // restarting again fires nothing more
-			if n := ready(t, b, "q"); n != 2 {
-				t.Fatalf("%d jobs after a second restart, want 2", n)
-			}
-			crash(b)
-			clk.Advance(2*time.Hour + 40*time.Minute) // down through ticks 3 and 4, until 04:50: tick 4 is 50 min late
-			b = durable(t, st, clk, Config{})
-			if n := ready(t, b, "q"); n != 2 {
-				t.Fatalf("%d jobs: a tick older than the catch-up window fired", n)
-			}
-			clk.Advance(10 * time.Minute) // tick 5 fires live
-			if n := ready(t, b, "q"); n != 3 {
-				t.Fatalf("%d jobs after tick 5", n)
-			}
-		})
-	}
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		if _, err := b.DeclareSchedule(Schedule{Name: "hourly", Queue: "q", Every: time.Hour, CatchUp: 30 * time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Hour) // tick 1 fires
+		if n := ready(t, b, "q"); n != 1 {
+			t.Fatalf("%d jobs after tick 1", n)
+		}
+		crash(b)
+		clk.Advance(70 * time.Minute) // down through tick 2 (10 min late at restart)
+		b = durable(t, st, clk, Config{})
+		if n := ready(t, b, "q"); n != 2 {
+			t.Fatalf("%d jobs after a restart 10 min past tick 2, want 2", n)
+		}
+		crash(b)
+		b = durable(t, st, clk, Config{}) // restarting again fires nothing more
+		if n := ready(t, b, "q"); n != 2 {
+			t.Fatalf("%d jobs after a second restart, want 2", n)
+		}
+		crash(b)
+		clk.Advance(2*time.Hour + 40*time.Minute) // down through ticks 3 and 4, until 04:50: tick 4 is 50 min late
+		b = durable(t, st, clk, Config{})
+		if n := ready(t, b, "q"); n != 2 {
+			t.Fatalf("%d jobs: a tick older than the catch-up window fired", n)
+		}
+		clk.Advance(10 * time.Minute) // tick 5 fires live
+		if n := ready(t, b, "q"); n != 3 {
+			t.Fatalf("%d jobs after tick 5", n)
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 func uniq(key string, window time.Duration) *Message {
@@ -58,33 +59,28 @@ func TestUniqueJobs(t *testing.T) {
 
 func TestUniqueKeysSurviveRestart(t *testing.T) {
 	t.Parallel()
-	for name, open := range stores(t) {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			st := open()
-			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			b := durable(t, st, clk, Config{})
-			id := b.PublishEach([]*Message{uniq("k", time.Hour)}, nil)[0].ID
-			short := b.PublishEach([]*Message{uniq("short", time.Minute)}, nil)[0].ID
-			crash(b)
-			clk.Advance(2 * time.Minute)
-			r := durable(t, st, clk, Config{})
-			if got := r.PublishEach([]*Message{uniq("k", time.Hour)}, nil)[0]; !got.Duplicate || got.ID != id {
-				t.Fatalf("after restart: %+v, want a duplicate of %s", got, id)
-			}
-			if got := r.PublishEach([]*Message{uniq("short", time.Minute)}, nil)[0]; got.Duplicate || got.ID == short {
-				t.Fatalf("a closed window came back: %+v", got)
-			}
-			if err := r.Checkpoint(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			crash(r)
-			r2 := durable(t, st, clk, Config{})
-			if got := r2.PublishEach([]*Message{uniq("k", time.Hour)}, nil)[0]; !got.Duplicate || got.ID != id {
-				t.Fatalf("after a checkpoint: %+v", got)
-			}
-		})
-	}
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		id := b.PublishEach([]*Message{uniq("k", time.Hour)}, nil)[0].ID
+		short := b.PublishEach([]*Message{uniq("short", time.Minute)}, nil)[0].ID
+		crash(b)
+		clk.Advance(2 * time.Minute)
+		r := durable(t, st, clk, Config{})
+		if got := r.PublishEach([]*Message{uniq("k", time.Hour)}, nil)[0]; !got.Duplicate || got.ID != id {
+			t.Fatalf("after restart: %+v, want a duplicate of %s", got, id)
+		}
+		if got := r.PublishEach([]*Message{uniq("short", time.Minute)}, nil)[0]; got.Duplicate || got.ID == short {
+			t.Fatalf("a closed window came back: %+v", got)
+		}
+		if err := r.Checkpoint(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		crash(r)
+		r2 := durable(t, st, clk, Config{})
+		if got := r2.PublishEach([]*Message{uniq("k", time.Hour)}, nil)[0]; !got.Duplicate || got.ID != id {
+			t.Fatalf("after a checkpoint: %+v", got)
+		}
+	})
 }
 
 // BenchmarkMillionDelayedAndUnique publishes 1,000,000 jobs delayed by an
