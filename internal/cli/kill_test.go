@@ -17,6 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/client"
 )
 
@@ -246,3 +252,105 @@ func TestKill9(t *testing.T) {
 }
 
 var quietLog = slog.New(slog.DiscardHandler)
+
+// TestKill9KeepsJobFeatures: what the job features promise survives a
+// SIGKILL of a real broker process: a paused queue stays paused, a
+// cancelled job stays gone, a unique key stays taken, a scheduled job
+// stays invisible until due, and a periodic schedule keeps firing.
+func TestKill9KeepsJobFeatures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kill test skipped in -short mode")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	addr := freePort(t)
+	args := []string{"serve", "-grpc-addr", addr, "-http-addr", "off", "-data-dir", dir, "-log-level", "warn"}
+	proc := startChild(t, args...)
+	defer func() { proc.kill() }() // after a clean stop, a no-op
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := client.Dial(ctx, addr, client.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	unique := &client.Message{Queue: "billing", UniqueKey: "order-9", UniqueFor: time.Hour}
+	first, err := cl.PublishEach(ctx, unique)
+	if err != nil || first[0].Err != nil {
+		t.Fatalf("unique publish: %v %v", first, err)
+	}
+	ids, err := cl.Publish(ctx, &client.Message{Queue: "billing", JobType: "doomed"}, &client.Message{Queue: "later", Delay: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(3 * time.Second)
+	if _, err := cl.CancelJob(ctx, "billing", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.PauseQueue(ctx, "billing"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.DeclareSchedule(ctx, &pb.Schedule{Name: "tick", Queue: "ticks", Every: durationpb.New(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+
+	proc.kill()
+	proc = startChild(t, args...)
+	waitServing(ctx, t, addr)
+
+	q, err := cl.Queue(ctx, "billing")
+	if err != nil || !q.Paused || q.Ready != 1 {
+		t.Fatalf("billing after the kill: %v, %v (want paused, only the unique job)", q, err)
+	}
+	again, err := cl.PublishEach(ctx, unique)
+	if err != nil || !again[0].Duplicate || again[0].ID != first[0].ID {
+		t.Fatalf("unique key after the kill: %+v, %v", again, err)
+	}
+	seen := make(chan time.Time, 1)
+	wctx, stopWorker := context.WithCancel(ctx)
+	defer stopWorker()
+	go cl.RunWorker(wctx, client.WorkerConfig{Queue: "later"}, func(context.Context, *client.Delivery) error {
+		seen <- time.Now()
+		return nil
+	})
+	select {
+	case at := <-seen:
+		if at.Before(due) {
+			t.Fatalf("the scheduled job ran %v early", due.Sub(at))
+		}
+	case <-ctx.Done():
+		t.Fatal("the scheduled job never ran after the kill")
+	}
+	// The schedule kept its place and goes on firing.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		list, err := cl.ListSchedules(ctx)
+		if err == nil && len(list) == 1 && list[0].Fired >= 2 {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatalf("the schedule stopped firing after the kill: %v, %v", list, err)
+		}
+	}
+	stopWorker()
+	if err := proc.stop(); err != nil {
+		t.Errorf("final shutdown: %v", err)
+	}
+}
+
+// waitServing waits until the broker at addr answers its health check.
+func waitServing(ctx context.Context, t *testing.T, addr string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("broker at %s never came up: %v", addr, err)
+	}
+}
