@@ -162,7 +162,7 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 	if q.b.cfg.Store != nil {
 		q.logLocked(&store.Record{Kind: store.KindAck, Queue: q.name, ID: m.ID, Duration: d})
 	}
-	if err := q.sq.Learn(m.key, m.pred, d); err != nil {
+	if err := q.sq.Learn(q.keyOf(m), m.pred, d); err != nil {
 		q.badDurations++
 		return &BadDurationError{ID: id, Duration: d, Max: q.b.cfg.MaxDuration}
 	}

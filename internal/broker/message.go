@@ -47,7 +47,6 @@ type Message struct {
 	size    int64 // bytes charged to the broker's budget
 	item    sched.Item
 	gen     uint64 // scheduler generation item was last pushed to
-	key     predict.Key
 	pred    predict.Prediction
 
 	// While in flight or delayed (guarded by the queue's mutex).

@@ -323,7 +323,6 @@ func (b *Broker) restoreMessage(q *queue, rj *recovered) *Message {
 		Payload: j.Payload, Headers: j.Headers, TTL: j.TTL, MaxAttempts: j.MaxAttempts,
 		RetryBase: j.RetryBase, RetryMax: j.RetryMax, ID: j.ID, PublishedAt: j.PublishedAt, attempt: j.Attempts, heapIdx: -1, scheduled: j.Scheduled,
 	}
-	m.key = q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
 	m.item = sched.Item{ID: j.Seq, Tier: min(j.Tier, q.sq.Config().Levels-1), Cost: j.Cost, Long: j.Long,
 		Enqueued: j.Enqueued, Expires: j.Expires, Data: m}
 	m.pred.Cost, m.pred.Tier, m.pred.Long = j.Cost, j.Tier, j.Long

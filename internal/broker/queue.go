@@ -36,6 +36,7 @@ type queue struct {
 	expBuf  []*sched.Item
 	lastPos store.Pos // the log position of the queue's last publish
 	unique  uniqueIndex
+	names   map[string]string // interned producers and job types
 
 	// One timer each for the earliest lease, TTL and due time.
 	leaseWake, ttlWake, delayWake wake
@@ -63,13 +64,13 @@ func (q *queue) publishLocked(m *Message, now time.Time) error {
 		return &QueueFullError{Queue: q.name, MaxDepth: q.cfg.MaxDepth}
 	}
 	m.PublishedAt = now
+	m.Queue, m.Producer, m.JobType = q.name, q.intern(m.Producer), q.intern(m.JobType)
 	if m.MaxAttempts == 0 {
 		m.MaxAttempts = q.cfg.MaxAttempts
 	}
 	if m.TTL == 0 {
 		m.TTL = q.cfg.DefaultTTL
 	}
-	m.key = q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
 	q.nextID++
 	m.heapIdx = -1
 	m.item = sched.Item{ID: q.nextID, Data: m}
@@ -105,9 +106,34 @@ func (q *queue) enterLocked(m *Message, now time.Time) {
 	if m.TTL > 0 {
 		m.item.Expires = now.Add(m.TTL)
 	}
-	m.pred = q.sq.Classify(&m.item, m.key)
+	m.pred = q.sq.Classify(&m.item, q.keyOf(m))
 	m.gen = q.gen
 	m.scheduled = false
+}
+
+// intern returns the queue's copy of s, so that the thousands of jobs of
+// one producer or job type share one string rather than hold a copy each.
+// The table is bounded like the predictor's keys; past it s is kept as is.
+func (q *queue) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	if v, ok := q.names[s]; ok {
+		return v
+	}
+	if q.names == nil {
+		q.names = map[string]string{}
+	}
+	if len(q.names) < 2*q.b.cfg.MaxKeysPerQueue {
+		q.names[s] = s
+	}
+	return s
+}
+
+// keyOf is m's predictor key. It is rebuilt when needed rather than kept
+// on every waiting job: it repeats the job's strings.
+func (q *queue) keyOf(m *Message) predict.Key {
+	return q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
 }
 
 // pushLocked puts a message (new or retried) in line and wakes a consumer.
@@ -135,7 +161,7 @@ func (q *queue) pushLocked(m *Message, now time.Time) {
 func (q *queue) resetLocked(m *Message) {
 	it := m.item
 	m.item = sched.Item{ID: it.ID, Enqueued: it.Enqueued, Expires: it.Expires, Data: m}
-	m.pred = q.sq.Classify(&m.item, m.key)
+	m.pred = q.sq.Classify(&m.item, q.keyOf(m))
 	m.gen = q.gen
 }
 
