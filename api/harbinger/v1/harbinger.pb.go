@@ -821,6 +821,8 @@ type Ack struct {
 	// Delivery id being acknowledged.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Time the job took, as measured by the consumer; feeds the predictor.
+	// A missing, zero, negative or absurd duration still settles the job,
+	// but is not learned, and is answered with a RequestError (applied).
 	Duration *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
 	// Extra credit granted together with the ack, so one stream message both
 	// acks and asks for the next job.
@@ -969,7 +971,10 @@ type Extend struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Delivery id whose lease is renewed.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// New lease, counted from when the server receives the request.
+	// New lease, counted from when the server receives the request; unset
+	// or zero is the queue's lease. Over 24 hours it is capped to that, and
+	// negative it is the queue's lease, either answered with a RequestError
+	// (applied); malformed, the lease is unchanged and a RequestError says so.
 	Lease         *durationpb.Duration `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
