@@ -1,0 +1,124 @@
+package web
+
+import (
+	"net/http"
+
+	"github.com/harbinger-mq/harbinger/internal/auth"
+)
+
+// QueuesView is the queues a token may read.
+type QueuesView struct {
+	Queues   []QueueView `json:"queues"`
+	Hidden   int         `json:"hidden"` // queues the token may not read
+	Draining bool        `json:"draining"`
+}
+
+func (s *Server) queues(g *auth.Grant) QueuesView {
+	v := QueuesView{Queues: []QueueView{}, Draining: s.b.Draining()}
+	for _, in := range s.b.Queues() {
+		if !g.Allows(auth.Read, in.Name) {
+			v.Hidden++
+			continue
+		}
+		w, _ := s.b.Waits(in.Name)
+		v.Queues = append(v.Queues, queueView(in, w, s.series.rates(in.Name)))
+	}
+	return v
+}
+
+func (s *Server) queue(name string, g *auth.Grant) (QueueView, error) {
+	if err := g.Check(auth.Read, name); err != nil {
+		return QueueView{}, err
+	}
+	in, err := s.b.Queue(name)
+	if err != nil {
+		return QueueView{}, err
+	}
+	w, err := s.b.Waits(name)
+	if err != nil {
+		return QueueView{}, err
+	}
+	return queueView(in, w, s.series.rates(name)), nil
+}
+
+func (s *Server) keys(r *http.Request, g *auth.Grant) (KeysView, error) {
+	name := r.PathValue("name")
+	if err := g.Check(auth.Read, name); err != nil {
+		return KeysView{}, err
+	}
+	n, err := limit(r)
+	if err != nil {
+		return KeysView{}, err
+	}
+	in, err := s.b.Queue(name)
+	if err != nil {
+		return KeysView{}, err
+	}
+	// Searched and sorted over every key, then cut to the limit: a search
+	// must find a quiet key too.
+	ks, err := s.b.Keys(name, 0)
+	if err != nil {
+		return KeysView{}, err
+	}
+	q := r.URL.Query()
+	v := KeysView{Queue: name, Predictor: predictorView(in), Total: len(ks), Search: q.Get("q"), Sort: q.Get("sort"), Desc: q.Get("desc") == "1"}
+	if v.Sort == "" {
+		v.Sort, v.Desc = "count", true
+	}
+	all := make([]KeyView, len(ks))
+	for i, k := range ks {
+		all[i] = keyView(k)
+	}
+	all = filterKeys(all, v.Search, v.Sort, v.Desc)
+	v.Keys = all[:min(len(all), n)]
+	return v, nil
+}
+
+func (s *Server) jobs(r *http.Request, g *auth.Grant) (JobsView, error) {
+	name := r.PathValue("name")
+	if err := g.Check(auth.Read, name); err != nil {
+		return JobsView{}, err
+	}
+	n, err := limit(r)
+	if err != nil {
+		return JobsView{}, err
+	}
+	now := s.cfg.Clock.Now()
+	waiting, err := s.b.WaitingJobs(name, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	inflight, err := s.b.InFlightJobs(name, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	dead, err := s.b.DeadLetters(name, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	return JobsView{
+		Queue: name, Waiting: waitingView(now, waiting),
+		InFlight: inFlightView(now, inflight), DeadLetters: deadLetterView(dead),
+	}, nil
+}
+
+func (s *Server) apiQueues(_ *http.Request, g *auth.Grant) (any, error) { return s.queues(g), nil }
+
+func (s *Server) apiQueue(r *http.Request, g *auth.Grant) (any, error) {
+	return s.queue(r.PathValue("name"), g)
+}
+
+func (s *Server) apiKeys(r *http.Request, g *auth.Grant) (any, error) { return s.keys(r, g) }
+
+func (s *Server) apiJobs(r *http.Request, g *auth.Grant) (any, error) { return s.jobs(r, g) }
+
+func (s *Server) apiSeries(r *http.Request, g *auth.Grant) (any, error) {
+	name := r.PathValue("name")
+	if err := g.Check(auth.Read, name); err != nil {
+		return nil, err
+	}
+	if _, err := s.b.Queue(name); err != nil {
+		return nil, err
+	}
+	return s.series.view(name), nil
+}

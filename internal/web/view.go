@@ -1,0 +1,330 @@
+package web
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/predict"
+)
+
+// The views are what the JSON read API returns and what the pages render:
+// one struct for both, built from the broker's inspector methods. Durations
+// are milliseconds; a figure that does not exist yet (no sample, no
+// observation) is null.
+
+// QueueView is one queue: docs/dashboard.md describes its fields.
+type QueueView struct {
+	Name         string   `json:"name"`
+	Paused       bool     `json:"paused"`
+	Ready        int      `json:"ready"`
+	ReadyPerTier []int    `json:"ready_per_tier"`
+	InFlight     int      `json:"in_flight"`
+	Delayed      int      `json:"delayed"`
+	DeadLetters  int      `json:"dead_letters"`
+	Consumers    int      `json:"consumers"`
+	PublishPerS  *float64 `json:"publish_per_s"`
+	AckPerS      *float64 `json:"ack_per_s"`
+
+	// Waits of the jobs waiting now; OldestWaitMS is the starvation signal.
+	OldestWaitMS float64 `json:"oldest_wait_ms"`
+	WaitP50MS    float64 `json:"wait_p50_ms"`
+	WaitP99MS    float64 `json:"wait_p99_ms"`
+	// Run time of acked jobs since the broker started, from its histogram
+	// (so to the resolution of its buckets).
+	DurationP50MS *float64 `json:"duration_p50_ms"`
+	DurationP99MS *float64 `json:"duration_p99_ms"`
+
+	Published    uint64 `json:"published"`
+	Delivered    uint64 `json:"delivered"`
+	Acked        uint64 `json:"acked"`
+	Nacked       uint64 `json:"nacked"`
+	Redelivered  uint64 `json:"redelivered"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	Expired      uint64 `json:"expired"`
+
+	Config    ConfigView    `json:"config"`
+	Predictor PredictorView `json:"predictor"`
+}
+
+// ConfigView is a queue's settings.
+type ConfigView struct {
+	Policy       string         `json:"policy"`
+	Tiers        int            `json:"tiers"`
+	Weights      []int          `json:"weights,omitempty"`
+	AgingMS      []float64      `json:"aging_ms,omitempty"`
+	AgingOff     bool           `json:"aging_off"`
+	StaticTiers  map[string]int `json:"static_tiers,omitempty"`
+	MaxDepth     int            `json:"max_depth"`
+	MaxAttempts  int            `json:"max_attempts"`
+	LeaseMS      float64        `json:"lease_ms"`
+	DefaultTTLMS float64        `json:"default_ttl_ms"`
+	Shadow       bool           `json:"shadow"`
+}
+
+// PredictorView is what a queue's predictor learned, and how well it
+// predicts.
+type PredictorView struct {
+	Keys         int       `json:"keys"`
+	Evicted      uint64    `json:"evicted"`
+	Observations uint64    `json:"observations"`
+	Rejected     uint64    `json:"rejected"`
+	MAEMS        *float64  `json:"mae_ms"`        // mean |predicted - actual| of routed predictions
+	MAESamples   uint64    `json:"mae_samples"`   // how many
+	TierAccuracy *float64  `json:"tier_accuracy"` // share of routed predictions in the right tier
+	TierSamples  uint64    `json:"tier_samples"`
+	BoundariesMS []float64 `json:"boundaries_ms"` // tier boundaries, ascending
+	// Mean predicted and actual run time of acked jobs.
+	MeanPredictedMS *float64 `json:"mean_predicted_ms"`
+	MeanActualMS    *float64 `json:"mean_actual_ms"`
+}
+
+// KeyView is what the predictor learned about one key: a producer, a job
+// type and a payload size bucket.
+type KeyView struct {
+	Producer    string  `json:"producer"`
+	JobType     string  `json:"job_type"`
+	SizeBucket  int     `json:"size_bucket"` // -1 when jobs carry no size
+	Count       uint64  `json:"count"`
+	EWMAMS      float64 `json:"ewma_ms"`
+	P50MS       float64 `json:"p50_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	Tier        int     `json:"tier"`
+	Cold        bool    `json:"cold"`         // too few observations: routed by default
+	SpreadGated bool    `json:"spread_gated"` // p99/p50 too wide to trust: routed by default
+}
+
+// KeysView is a queue's learned keys, searched and sorted.
+type KeysView struct {
+	Queue     string        `json:"queue"`
+	Predictor PredictorView `json:"predictor"`
+	Total     int           `json:"total"` // keys before the search
+	Keys      []KeyView     `json:"keys"`
+	Search    string        `json:"search"`
+	Sort      string        `json:"sort"`
+	Desc      bool          `json:"desc"`
+}
+
+// WaitingView is a job waiting in line.
+type WaitingView struct {
+	Position  int        `json:"position"` // 1 runs next
+	ID        string     `json:"id"`
+	Producer  string     `json:"producer"`
+	JobType   string     `json:"job_type"`
+	Tier      int        `json:"tier"`
+	Level     int        `json:"level"` // after aging
+	CostMS    float64    `json:"predicted_ms"`
+	Long      bool       `json:"long"`
+	Cold      bool       `json:"cold"`
+	Attempts  int        `json:"attempts"`
+	WaitedMS  float64    `json:"waited_ms"`
+	ExpiresAt *time.Time `json:"expires_at"` // the TTL deadline; null is never
+}
+
+// InFlightView is a job a consumer is running.
+type InFlightView struct {
+	ID          string    `json:"id"`
+	Producer    string    `json:"producer"`
+	JobType     string    `json:"job_type"`
+	Consumer    string    `json:"consumer"`
+	Attempt     int       `json:"attempt"`
+	CostMS      float64   `json:"predicted_ms"`
+	ElapsedMS   float64   `json:"elapsed_ms"`
+	LeaseEnds   time.Time `json:"lease_ends"`
+	Overrunning bool      `json:"overrunning"` // running longer than predicted
+}
+
+// DeadLetterView is a job that ran out of attempts, expired or was nacked
+// to the dead-letter list.
+type DeadLetterView struct {
+	ID          string    `json:"id"`
+	Producer    string    `json:"producer"`
+	JobType     string    `json:"job_type"`
+	Attempts    int       `json:"attempts"`
+	Reason      string    `json:"reason"`
+	PublishedAt time.Time `json:"published_at"`
+	DeadAt      time.Time `json:"dead_at"`
+	PayloadSize int       `json:"payload_bytes"`
+}
+
+// JobsView is a queue's jobs: waiting in the order they will run, in
+// flight, and dead.
+type JobsView struct {
+	Queue       string           `json:"queue"`
+	Waiting     []WaitingView    `json:"waiting"`
+	InFlight    []InFlightView   `json:"in_flight"`
+	DeadLetters []DeadLetterView `json:"dead_letters"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func optional(v float64) *float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func queueView(in broker.QueueInfo, w broker.Waits, rates rates) QueueView {
+	v := QueueView{
+		Name: in.Name, Paused: in.Paused, Ready: in.Ready, ReadyPerTier: in.DepthPerTier,
+		InFlight: in.InFlight, Delayed: in.Delayed, DeadLetters: in.DeadLetters, Consumers: in.Consumers,
+		OldestWaitMS: ms(w.Oldest), WaitP50MS: ms(w.P50), WaitP99MS: ms(w.P99),
+		Published: in.Published, Delivered: in.Delivered, Acked: in.Acked, Nacked: in.Nacked,
+		Redelivered: in.Redelivered, DeadLettered: in.DeadLettered, Expired: in.Expired,
+		PublishPerS: rates.publish, AckPerS: rates.ack,
+		Config:    configView(in.Config),
+		Predictor: predictorView(in),
+	}
+	if v.ReadyPerTier == nil {
+		v.ReadyPerTier = []int{}
+	}
+	v.DurationP50MS = optional(histQuantile(in.Durations.Actual, in.Durations.Count, 0.5))
+	v.DurationP99MS = optional(histQuantile(in.Durations.Actual, in.Durations.Count, 0.99))
+	return v
+}
+
+func configView(c broker.QueueConfig) ConfigView {
+	v := ConfigView{
+		Policy: c.Policy, Tiers: c.Tiers, Weights: c.Weights, AgingOff: c.AgingOff, StaticTiers: c.StaticTiers,
+		MaxDepth: c.MaxDepth, MaxAttempts: c.MaxAttempts, LeaseMS: ms(c.Lease), DefaultTTLMS: ms(c.DefaultTTL), Shadow: c.Shadow,
+	}
+	for _, a := range c.Aging {
+		v.AgingMS = append(v.AgingMS, ms(a))
+	}
+	return v
+}
+
+func predictorView(in broker.QueueInfo) PredictorView {
+	p := in.Predictor
+	v := PredictorView{
+		Keys: p.Keys, Evicted: p.Evicted, Observations: p.Observations, Rejected: p.Rejected,
+		MAESamples: p.MAESamples, TierAccuracy: optional(p.TierAccuracy), TierSamples: p.TierSamples,
+		BoundariesMS: []float64{},
+	}
+	if p.MAESamples > 0 {
+		v.MAEMS = optional(ms(p.MAE))
+	}
+	for _, b := range p.Boundaries {
+		v.BoundariesMS = append(v.BoundariesMS, ms(b))
+	}
+	if n := float64(in.Durations.Count); n > 0 {
+		v.MeanPredictedMS = optional(1000 * in.Durations.PredictedSum / n)
+		v.MeanActualMS = optional(1000 * in.Durations.ActualSum / n)
+	}
+	return v
+}
+
+// histQuantile estimates the q-quantile in milliseconds from the broker's
+// duration histogram, interpolating within the bucket it falls in; NaN
+// when the histogram is empty.
+func histQuantile(counts []uint64, total uint64, q float64) float64 {
+	if total == 0 || len(counts) == 0 {
+		return math.NaN()
+	}
+	rank := q * float64(total)
+	var seen float64
+	for i, c := range counts {
+		if c == 0 {
+			continue
+		}
+		if seen+float64(c) >= rank {
+			lo := 0.0
+			if i > 0 {
+				lo = broker.HistogramBounds[i-1]
+			}
+			if i >= len(broker.HistogramBounds) {
+				return 1000 * lo // the open last bucket: its lower bound
+			}
+			hi := broker.HistogramBounds[i]
+			return 1000 * (lo + (hi-lo)*(rank-seen)/float64(c))
+		}
+		seen += float64(c)
+	}
+	return 1000 * broker.HistogramBounds[len(broker.HistogramBounds)-1]
+}
+
+func keyView(k predict.KeyStats) KeyView {
+	return KeyView{
+		Producer: k.Key.Producer, JobType: k.Key.JobType, SizeBucket: int(k.Key.SizeBucket),
+		Count: k.Count, EWMAMS: ms(k.EWMA), P50MS: ms(k.P50), P99MS: ms(k.P99),
+		Tier: k.Tier, Cold: k.Cold, SpreadGated: k.SpreadGated,
+	}
+}
+
+// KeySorts are the columns the keys can be sorted by.
+var KeySorts = []string{"count", "producer", "job_type", "ewma", "p50", "p99", "tier"}
+
+// filterKeys keeps the keys whose producer or job type contains search
+// (case-insensitive) and sorts them by column; unknown columns sort by
+// count. Ties keep the broker's order (busiest first).
+func filterKeys(keys []KeyView, search, column string, desc bool) []KeyView {
+	if s := strings.ToLower(strings.TrimSpace(search)); s != "" {
+		keys = slices.DeleteFunc(keys, func(k KeyView) bool {
+			return !strings.Contains(strings.ToLower(k.Producer), s) && !strings.Contains(strings.ToLower(k.JobType), s)
+		})
+	}
+	by := func(a, b KeyView) int { return cmp.Compare(a.Count, b.Count) }
+	switch column {
+	case "producer":
+		by = func(a, b KeyView) int { return cmp.Compare(a.Producer, b.Producer) }
+	case "job_type":
+		by = func(a, b KeyView) int { return cmp.Compare(a.JobType, b.JobType) }
+	case "ewma":
+		by = func(a, b KeyView) int { return cmp.Compare(a.EWMAMS, b.EWMAMS) }
+	case "p50":
+		by = func(a, b KeyView) int { return cmp.Compare(a.P50MS, b.P50MS) }
+	case "p99":
+		by = func(a, b KeyView) int { return cmp.Compare(a.P99MS, b.P99MS) }
+	case "tier":
+		by = func(a, b KeyView) int { return cmp.Compare(a.Tier, b.Tier) }
+	}
+	slices.SortStableFunc(keys, func(a, b KeyView) int {
+		if desc {
+			return by(b, a)
+		}
+		return by(a, b)
+	})
+	return keys
+}
+
+func waitingView(now time.Time, js []broker.WaitingJob) []WaitingView {
+	out := make([]WaitingView, len(js))
+	for i, j := range js {
+		out[i] = WaitingView{
+			Position: i + 1, ID: j.ID, Producer: j.Producer, JobType: j.JobType, Tier: j.Tier, Level: j.Level,
+			CostMS: ms(j.Cost), Long: j.Long, Cold: j.Cold, Attempts: j.Attempts, WaitedMS: ms(now.Sub(j.Enqueued)),
+		}
+		if !j.Expires.IsZero() {
+			e := j.Expires
+			out[i].ExpiresAt = &e
+		}
+	}
+	return out
+}
+
+func inFlightView(now time.Time, js []broker.InFlightJob) []InFlightView {
+	out := make([]InFlightView, len(js))
+	for i, j := range js {
+		el := now.Sub(j.Leased)
+		out[i] = InFlightView{
+			ID: j.ID, Producer: j.Producer, JobType: j.JobType, Consumer: j.Consumer, Attempt: j.Attempt,
+			CostMS: ms(j.Cost), ElapsedMS: ms(el), LeaseEnds: j.Deadline, Overrunning: j.Cost > 0 && el > j.Cost,
+		}
+	}
+	return out
+}
+
+func deadLetterView(ds []broker.DeadLetter) []DeadLetterView {
+	out := make([]DeadLetterView, len(ds))
+	for i, d := range ds {
+		out[i] = DeadLetterView{
+			ID: d.ID, Producer: d.Producer, JobType: d.JobType, Attempts: d.Attempts, Reason: d.Reason,
+			PublishedAt: d.PublishedAt, DeadAt: d.DeadAt, PayloadSize: len(d.Payload),
+		}
+	}
+	return out
+}

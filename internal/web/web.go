@@ -1,0 +1,333 @@
+// Package web owns the dashboard: server-rendered pages of the queues, what
+// the broker learned per key, the jobs waiting, running and dead, and live
+// charts of the last minutes, plus the JSON read API the pages use
+// (docs/dashboard.md). Everything it shows comes from the broker's
+// inspector methods, the same ones the gRPC Admin service and the metrics
+// read; it keeps nothing of its own but a ring of recent samples. Its assets
+// are embedded, so the binary is all it needs.
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/auth"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/clock"
+)
+
+// Defaults for Config.
+const (
+	DefaultSampleEvery = 2 * time.Second
+	DefaultHistory     = 10 * time.Minute
+	// DefaultListLimit is how many keys, jobs or dead letters a page or an
+	// API call lists unless asked for another number.
+	DefaultListLimit = 100
+	// MaxListLimit bounds what one call may ask for.
+	MaxListLimit = broker.MaxJobsListed
+)
+
+// Config is the dashboard's configuration.
+type Config struct {
+	// Broker is the broker shown; required.
+	Broker *broker.Broker
+	// Tokens, when set, makes every page and API call ask for a token:
+	// read on a queue to see it, admin to act on it. Nil lets everyone do
+	// everything (a loopback-only broker).
+	Tokens *auth.Tokens
+	// SecureCookies marks the sign-in cookie Secure: set it when the
+	// dashboard is served over TLS.
+	SecureCookies bool
+	// Clock drives the sampler; default the wall clock.
+	Clock clock.Clock
+	// SampleEvery is the live charts' interval; default DefaultSampleEvery.
+	SampleEvery time.Duration
+	// History is how far back the live charts reach; default
+	// DefaultHistory.
+	History time.Duration
+	// PrometheusURL, when set, is linked from the pages for longer history.
+	PrometheusURL string
+	// Logger gets the actions taken through the dashboard; default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.SampleEvery == 0 {
+		c.SampleEvery = DefaultSampleEvery
+	}
+	if c.History == 0 {
+		c.History = DefaultHistory
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Broker == nil {
+		return errors.New("web: a broker is required")
+	}
+	if c.SampleEvery < 100*time.Millisecond {
+		return fmt.Errorf("web: sample interval must be at least 100ms, got %v", c.SampleEvery)
+	}
+	if c.History < 2*c.SampleEvery {
+		return fmt.Errorf("web: history (%v) must cover at least two sample intervals (%v)", c.History, c.SampleEvery)
+	}
+	if c.History/c.SampleEvery > 100_000 {
+		return fmt.Errorf("web: history %v at one sample per %v is too many samples to keep; sample less often", c.History, c.SampleEvery)
+	}
+	return nil
+}
+
+//go:embed assets
+var assets embed.FS
+
+// Server is the dashboard. Close stops its sampler.
+type Server struct {
+	cfg    Config
+	b      *broker.Broker
+	series *series
+	pages  map[string]*template.Template
+	mux    *http.ServeMux
+}
+
+// New starts the dashboard's sampler and returns the dashboard.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, b: cfg.Broker, pages: map[string]*template.Template{}}
+	if err := s.parseTemplates(); err != nil {
+		return nil, err
+	}
+	s.routes()
+	s.series = newSeries(cfg.Broker, cfg.Clock, cfg.SampleEvery, cfg.History)
+	s.series.start()
+	return s, nil
+}
+
+// Close stops the sampler.
+func (s *Server) Close() { s.series.close() }
+
+// ServeHTTP serves the pages, the API and the assets.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	s.mux.ServeHTTP(w, r)
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	static, _ := fs.Sub(assets, "assets/static")
+	m.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET /login", s.loginPage)
+	m.HandleFunc("POST /login", s.login)
+	m.HandleFunc("POST /logout", s.logout)
+
+	m.HandleFunc("GET /{$}", s.page(s.queuesPage))
+	m.HandleFunc("GET /queues/{name}", s.page(s.queuePage))
+	m.HandleFunc("GET /queues/{name}/keys", s.page(s.keysPage))
+	m.HandleFunc("GET /queues/{name}/jobs", s.page(s.jobsPage))
+
+	m.HandleFunc("GET /api/v1/queues", s.api(s.apiQueues))
+	m.HandleFunc("GET /api/v1/queues/{name}", s.api(s.apiQueue))
+	m.HandleFunc("GET /api/v1/queues/{name}/keys", s.api(s.apiKeys))
+	m.HandleFunc("GET /api/v1/queues/{name}/jobs", s.api(s.apiJobs))
+	m.HandleFunc("GET /api/v1/queues/{name}/series", s.api(s.apiSeries))
+
+	// Actions answer a form with a redirect back and JSON with JSON.
+	m.HandleFunc("POST /api/v1/queues/{name}/pause", s.action(s.pause(true)))
+	m.HandleFunc("POST /api/v1/queues/{name}/resume", s.action(s.pause(false)))
+	m.HandleFunc("POST /api/v1/queues/{name}/purge", s.action(s.purge))
+	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/requeue", s.action(s.requeue))
+	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/delete", s.action(s.deleteDead))
+	s.mux = m
+}
+
+// everything is the grant of a dashboard without tokens.
+var everything = &auth.Grant{Scopes: []auth.Scope{{Perm: auth.Admin}}}
+
+// grant is what the request's token may do.
+func (s *Server) grant(r *http.Request) (*auth.Grant, error) {
+	if s.cfg.Tokens == nil {
+		return everything, nil
+	}
+	return s.cfg.Tokens.Lookup(auth.HTTPToken(r))
+}
+
+// httpError carries a status code for the handlers' errors.
+type httpError struct {
+	code int
+	msg  string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// status maps an error to an HTTP status and a message a person can act on.
+func status(err error) (int, string) {
+	var he *httpError
+	var de *auth.DeniedError
+	var nf *broker.QueueNotFoundError
+	switch {
+	case errors.As(err, &he):
+		return he.code, he.msg
+	case errors.Is(err, auth.ErrNoToken):
+		return http.StatusUnauthorized, "sign in with a token (or send Authorization: Bearer TOKEN)"
+	case errors.Is(err, auth.ErrBadToken):
+		return http.StatusUnauthorized, "that token is not recognised; it may have been revoked"
+	case errors.As(err, &de):
+		return http.StatusForbidden, strings.TrimPrefix(de.Error(), "auth: ")
+	case errors.As(err, &nf):
+		return http.StatusNotFound, strings.TrimPrefix(err.Error(), "broker: ")
+	case errors.Is(err, broker.ErrShuttingDown):
+		return http.StatusServiceUnavailable, "the broker is shutting down"
+	case errors.Is(err, broker.ErrNotDurable):
+		return http.StatusServiceUnavailable, strings.TrimPrefix(err.Error(), "broker: ")
+	default:
+		return http.StatusInternalServerError, strings.TrimPrefix(err.Error(), "broker: ")
+	}
+}
+
+// page wraps a page handler: it finds the grant, sends a browser without
+// one to sign in, and renders errors as a page.
+func (s *Server) page(h func(w http.ResponseWriter, r *http.Request, g *auth.Grant) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g, err := s.grant(r)
+		if err != nil {
+			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		if err := h(w, r, g); err != nil {
+			code, msg := status(err)
+			w.WriteHeader(code)
+			s.render(w, "error", pageData{Title: http.StatusText(code), Signed: s.cfg.Tokens != nil, Grant: g, Data: msg})
+		}
+	}
+}
+
+// api wraps a JSON read handler.
+func (s *Server) api(h func(r *http.Request, g *auth.Grant) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		g, err := s.grant(r)
+		var v any
+		if err == nil {
+			v, err = h(r, g)
+		}
+		if err != nil {
+			code, msg := status(err)
+			writeJSON(w, code, map[string]string{"error": msg})
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+}
+
+// action wraps a POST that changes something. It refuses requests from
+// another site (a page elsewhere posting to a dashboard on localhost), asks
+// for admin on the queue, logs what was done, and answers a form with a
+// redirect back to the page it came from.
+func (s *Server) action(h func(r *http.Request, name string) (string, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		g, err := s.grant(r)
+		if err == nil {
+			err = sameOrigin(r)
+		}
+		if err == nil {
+			err = g.Check(auth.Admin, name)
+		}
+		var done string
+		if err == nil {
+			done, err = h(r, name)
+		}
+		form := isForm(r)
+		if err != nil {
+			code, msg := status(err)
+			if form {
+				http.Redirect(w, r, back(r, name)+"?error="+url.QueryEscape(msg), http.StatusSeeOther)
+				return
+			}
+			writeJSON(w, code, map[string]string{"error": msg})
+			return
+		}
+		s.cfg.Logger.Info("web: "+done, "queue", name, "token", g.Name)
+		if form {
+			http.Redirect(w, r, back(r, name)+"?done="+url.QueryEscape(done), http.StatusSeeOther)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"done": done})
+	}
+}
+
+func isForm(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	return strings.HasPrefix(ct, "application/x-www-form-urlencoded") || strings.HasPrefix(ct, "multipart/form-data")
+}
+
+// back is the page an action's form came from: a path on this dashboard
+// (the form's "back" field), else the queue's page.
+func back(r *http.Request, name string) string {
+	if p := r.FormValue("back"); strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.ContainsAny(p, "?#\\") {
+		return p
+	}
+	return "/queues/" + url.PathEscape(name)
+}
+
+// sameOrigin refuses a POST that a browser says came from another site.
+func sameOrigin(r *http.Request) error {
+	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+		return &httpError{http.StatusForbidden, "refused: the request came from another site"}
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return &httpError{http.StatusForbidden, "refused: the request came from another origin (" + o + ")"}
+		}
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// limit reads the "limit" query parameter.
+func limit(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return DefaultListLimit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxListLimit {
+		return 0, badRequest("limit must be a whole number from 1 to %d, got %q", MaxListLimit, v)
+	}
+	return n, nil
+}

@@ -1,0 +1,402 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/harbinger-mq/harbinger/internal/auth"
+	"github.com/harbinger-mq/harbinger/internal/auth/authtest"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/clock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type testBundle struct {
+	b      *broker.Broker
+	clk    *clock.Fake
+	web    *Server
+	hs     *httptest.Server
+	tokens map[string]string
+}
+
+// setup serves a dashboard over a broker on a fake clock; with grants, it
+// asks for tokens.
+func setup(t *testing.T, grants map[string][]string) *testBundle {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b, err := broker.New(broker.Config{Clock: clk, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := &testBundle{b: b, clk: clk}
+	cfg := Config{Broker: b, Clock: clk, Logger: quiet}
+	if grants != nil {
+		path, toks := authtest.TokenFile(t, grants)
+		tokens, err := auth.LoadTokens(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Tokens, tb.tokens = tokens, toks
+	}
+	tb.web, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.hs = httptest.NewServer(tb.web)
+	t.Cleanup(func() {
+		tb.hs.Close()
+		tb.web.Close()
+		_ = b.Shutdown(context.Background())
+	})
+	return tb
+}
+
+// do sends a request with token (none when empty) and returns the status
+// and body; redirects are not followed.
+func (tb *testBundle) do(t *testing.T, method, path, token, body, contentType string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, tb.hs.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func (tb *testBundle) publish(t *testing.T, msgs ...*broker.Message) {
+	t.Helper()
+	if _, err := tb.b.Publish(msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// teach acks n jobs of each job type in queue q with its duration.
+func (tb *testBundle) teach(t *testing.T, q string, n int, took map[string]time.Duration) {
+	t.Helper()
+	c, err := tb.b.Subscribe(q, "teacher", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for jt, d := range took {
+		for range n {
+			tb.publish(t, &broker.Message{Queue: q, Producer: "p", JobType: jt})
+			del, err := c.Next(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Ack(del.ID, d); err != nil {
+				t.Fatal(err)
+			}
+			c.AddCredit(1)
+		}
+	}
+}
+
+// Every page and API call without a token, with one the broker does not
+// know, with one scoped to other queues, and with a correctly scoped one;
+// actions also with a read-only token.
+func TestEveryPageAsksForAToken(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, map[string][]string{"ops": {"admin:orders."}, "other": {"admin:other."}, "viewer": {"read:orders."}})
+	tb.publish(t, &broker.Message{Queue: "orders.eu"}, &broker.Message{Queue: "orders.eu.purge"})
+	const q = "orders.eu"
+	wrong := "hbr_" + strings.Repeat("a", 32)
+	reads := []string{
+		"/queues/" + q, "/queues/" + q + "/keys", "/queues/" + q + "/jobs",
+		"/api/v1/queues/" + q, "/api/v1/queues/" + q + "/keys", "/api/v1/queues/" + q + "/jobs", "/api/v1/queues/" + q + "/series",
+	}
+	for _, p := range reads {
+		page := !strings.HasPrefix(p, "/api/")
+		for _, tok := range []string{"", wrong} {
+			code, _, h := tb.do(t, "GET", p, tok, "", "")
+			if page && (code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/login")) {
+				t.Errorf("GET %s with token %q: %d → %q, want a redirect to /login", p, tok, code, h.Get("Location"))
+			}
+			if !page && code != http.StatusUnauthorized {
+				t.Errorf("GET %s with token %q: %d, want 401", p, tok, code)
+			}
+		}
+		if code, body, _ := tb.do(t, "GET", p, tb.tokens["other"], "", ""); code != http.StatusForbidden {
+			t.Errorf("GET %s with a token for other queues: %d, want 403: %s", p, code, body)
+		}
+		for _, who := range []string{"ops", "viewer"} {
+			if code, body, _ := tb.do(t, "GET", p, tb.tokens[who], "", ""); code != http.StatusOK {
+				t.Errorf("GET %s as %s: %d, want 200: %s", p, who, code, body)
+			}
+		}
+	}
+	// The list of queues shows what the token may read.
+	tb.publish(t, &broker.Message{Queue: "other.x"})
+	_, body, _ := tb.do(t, "GET", "/api/v1/queues", tb.tokens["other"], "", "")
+	var qs QueuesView
+	if err := json.Unmarshal([]byte(body), &qs); err != nil {
+		t.Fatal(err)
+	}
+	if len(qs.Queues) != 1 || qs.Queues[0].Name != "other.x" || qs.Hidden != 2 {
+		t.Errorf("other sees %+v", qs)
+	}
+	if code, _, _ := tb.do(t, "GET", "/api/v1/queues", "", "", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /api/v1/queues without a token: %d", code)
+	}
+
+	actions := []struct{ path, body string }{
+		{"/api/v1/queues/" + q + "/pause", ""},
+		{"/api/v1/queues/" + q + "/resume", ""},
+		{"/api/v1/queues/" + q + ".purge/purge", `{"confirm":"` + q + `.purge"}`},
+		{"/api/v1/queues/" + q + "/dead-letters/requeue", `{"confirm":"all"}`},
+		{"/api/v1/queues/" + q + "/dead-letters/delete", `{"confirm":"all"}`},
+	}
+	for _, a := range actions {
+		for tok, want := range map[string]int{"": 401, wrong: 401, tb.tokens["other"]: 403, tb.tokens["viewer"]: 403, tb.tokens["ops"]: 200} {
+			if code, body, _ := tb.do(t, "POST", a.path, tok, a.body, "application/json"); code != want {
+				t.Errorf("POST %s: %d, want %d: %s", a.path, code, want, body)
+			}
+		}
+	}
+}
+
+// Signing in keeps the token in a cookie that scripts cannot read and
+// other sites do not send; signing out drops it.
+func TestSignInAndOut(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, map[string][]string{"ops": {"admin"}})
+	form := func(v url.Values) string { return v.Encode() }
+	const ct = "application/x-www-form-urlencoded"
+	code, _, h := tb.do(t, "POST", "/login", "", form(url.Values{"token": {"hbr_nope"}, "next": {"/queues/x"}}), ct)
+	if code != http.StatusSeeOther || !strings.Contains(h.Get("Location"), "error=") || h.Get("Set-Cookie") != "" {
+		t.Errorf("a wrong token: %d → %s, cookie %q", code, h.Get("Location"), h.Get("Set-Cookie"))
+	}
+	code, _, h = tb.do(t, "POST", "/login", "", form(url.Values{"token": {tb.tokens["ops"]}, "next": {"//evil.example/"}}), ct)
+	cookie := h.Get("Set-Cookie")
+	if code != http.StatusSeeOther || h.Get("Location") != "/" {
+		t.Errorf("sign in: %d → %q, want / (never another site)", code, h.Get("Location"))
+	}
+	for _, want := range []string{auth.CookieName + "=" + tb.tokens["ops"], "HttpOnly", "SameSite=Strict"} {
+		if !strings.Contains(cookie, want) {
+			t.Errorf("cookie %q lacks %q", cookie, want)
+		}
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", tb.hs.URL+"/", nil)
+	req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Request.URL.Path != "/" {
+		t.Errorf("with the cookie: %d at %s", resp.StatusCode, resp.Request.URL.Path)
+	}
+	if _, _, h := tb.do(t, "POST", "/logout", "", "", ""); !strings.Contains(h.Get("Set-Cookie"), "Max-Age=0") {
+		t.Errorf("sign out left the cookie: %q", h.Get("Set-Cookie"))
+	}
+}
+
+// A page on another site cannot make a browser act on a dashboard it is
+// signed in to, or on one without tokens on localhost.
+func TestActionsRefuseOtherSites(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	tb.publish(t, &broker.Message{Queue: "q"})
+	for _, hdr := range []map[string]string{{"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}} {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/api/v1/queues/q/pause", nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("POST with %v: %d, want 403", hdr, resp.StatusCode)
+		}
+	}
+	if in, _ := tb.b.Queue("q"); in.Paused {
+		t.Error("a cross-site request paused the queue")
+	}
+	// Same origin: fine.
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/api/v1/queues/q/pause", nil)
+	req.Header.Set("Origin", tb.hs.URL)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if in, _ := tb.b.Queue("q"); resp.StatusCode != 200 || !in.Paused {
+		t.Errorf("same-origin pause: %d, paused %v", resp.StatusCode, in.Paused)
+	}
+}
+
+// The read API reports what the inspector says: per-tier depths, waits,
+// learned keys searched and sorted, waiting jobs in order, dead letters.
+func TestReadAPI(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	tb.teach(t, "q", 30, map[string]time.Duration{"short": 2 * time.Millisecond, "long": 3 * time.Second})
+	tb.publish(t, &broker.Message{Queue: "q", Producer: "p", JobType: "long"}, &broker.Message{Queue: "q", Producer: "p", JobType: "short"})
+	tb.clk.Advance(5 * time.Second)
+
+	var qv QueueView
+	getJSON(t, tb, "/api/v1/queues/q", &qv)
+	if qv.Ready != 2 || qv.OldestWaitMS != 5000 || qv.Acked != 60 || qv.Predictor.Keys != 2 || qv.DurationP50MS == nil {
+		t.Errorf("queue view %+v", qv)
+	}
+	var kv KeysView
+	getJSON(t, tb, "/api/v1/queues/q/keys?sort=ewma", &kv)
+	if len(kv.Keys) != 2 || kv.Keys[0].JobType != "short" || kv.Keys[1].JobType != "long" {
+		t.Errorf("keys by EWMA: %+v", kv.Keys)
+	}
+	getJSON(t, tb, "/api/v1/queues/q/keys?q=LON", &kv)
+	if len(kv.Keys) != 1 || kv.Keys[0].JobType != "long" || kv.Total != 2 {
+		t.Errorf("keys searched for LON: %+v", kv)
+	}
+	var jv JobsView
+	getJSON(t, tb, "/api/v1/queues/q/jobs", &jv)
+	if len(jv.Waiting) != 2 || jv.Waiting[0].JobType != "short" || jv.Waiting[0].Position != 1 || jv.Waiting[1].WaitedMS != 5000 {
+		t.Errorf("waiting: %+v", jv.Waiting)
+	}
+	if code, body, _ := tb.do(t, "GET", "/api/v1/queues/nope", "", "", ""); code != 404 || !strings.Contains(body, "nope") {
+		t.Errorf("a missing queue: %d %s", code, body)
+	}
+	if code, _, _ := tb.do(t, "GET", "/api/v1/queues/q/keys?limit=0", "", "", ""); code != 400 {
+		t.Errorf("limit=0: %d, want 400", code)
+	}
+
+	// The sampler: two samples a second apart give the rates.
+	tb.publish(t, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"})
+	tb.clk.Advance(DefaultSampleEvery)
+	tb.publish(t, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"})
+	tb.clk.Advance(DefaultSampleEvery)
+	var sv SeriesView
+	getJSON(t, tb, "/api/v1/queues/q/series", &sv)
+	if len(sv.Points) < 2 || sv.Points[len(sv.Points)-1].PublishPerS != 1 {
+		t.Errorf("series: %+v", sv)
+	}
+	getJSON(t, tb, "/api/v1/queues/q", &qv)
+	if qv.PublishPerS == nil || *qv.PublishPerS != 1 {
+		t.Errorf("publish rate %v, want 1/s", qv.PublishPerS)
+	}
+}
+
+// Purge asks for the queue's name; requeue and delete act on the dead
+// letters named.
+func TestActions(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	tb.publish(t, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"})
+	c, err := tb.b.Subscribe("q", "w", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dead []string
+	for range 2 {
+		d, err := c.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Nack(d.ID, broker.NackDeadLetter, 0, "broken"); err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, d.ID)
+	}
+	c.Close()
+	const ct = "application/x-www-form-urlencoded"
+	code, _, h := tb.do(t, "POST", "/api/v1/queues/q/purge", "", "confirm=nope", ct)
+	if in, _ := tb.b.Queue("q"); code != 303 || !strings.Contains(h.Get("Location"), "error=") || in.Ready != 1 {
+		t.Errorf("purge without the name: %d → %s, ready %d", code, h.Get("Location"), in.Ready)
+	}
+	code, _, h = tb.do(t, "POST", "/api/v1/queues/q/dead-letters/requeue", "", "id="+dead[0]+"&back=/queues/q/jobs", ct)
+	if code != 303 || !strings.HasPrefix(h.Get("Location"), "/queues/q/jobs?done=") {
+		t.Errorf("requeue: %d → %s", code, h.Get("Location"))
+	}
+	if code, body, _ := tb.do(t, "POST", "/api/v1/queues/q/dead-letters/delete", "", `{"ids":["`+dead[1]+`"]}`, "application/json"); code != 200 || !strings.Contains(body, "deleted 1") {
+		t.Errorf("delete: %d %s", code, body)
+	}
+	if code, _, _ := tb.do(t, "POST", "/api/v1/queues/q/dead-letters/delete", "", `{}`, "application/json"); code != 400 {
+		t.Errorf("delete naming nothing: %d, want 400", code)
+	}
+	if in, _ := tb.b.Queue("q"); in.DeadLetters != 0 || in.Ready != 2 {
+		t.Errorf("after requeue and delete: %d dead, %d ready", in.DeadLetters, in.Ready)
+	}
+	if code, body, _ := tb.do(t, "POST", "/api/v1/queues/q/purge", "", `{"confirm":"q"}`, "application/json"); code != 200 || !strings.Contains(body, "purged 2") {
+		t.Errorf("purge: %d %s", code, body)
+	}
+}
+
+// Every page renders, for an empty broker and a busy one.
+func TestPagesRender(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	if code, body, _ := tb.do(t, "GET", "/", "", "", ""); code != 200 || !strings.Contains(body, "No queues yet") {
+		t.Errorf("empty broker: %d", code)
+	}
+	tb.teach(t, "q", 10, map[string]time.Duration{"a": time.Millisecond})
+	tb.publish(t, &broker.Message{Queue: "q", JobType: "a", TTL: time.Hour})
+	for _, p := range []string{"/", "/queues/q", "/queues/q/keys", "/queues/q/keys?q=zzz", "/queues/q/jobs", "/login", "/static/app.js", "/static/style.css"} {
+		code, body, _ := tb.do(t, "GET", p, "", "", "")
+		if code != 200 && !(p == "/login" && code == 303) {
+			t.Errorf("GET %s: %d %s", p, code, body)
+		}
+	}
+	if code, body, _ := tb.do(t, "GET", "/queues/nope", "", "", ""); code != 404 || !strings.Contains(body, "nope") {
+		t.Errorf("a missing queue's page: %d", code)
+	}
+}
+
+func TestHistQuantileAndFormat(t *testing.T) {
+	t.Parallel()
+	counts := make([]uint64, len(broker.HistogramBounds)+1)
+	counts[3] = 10 // 5 to 10 ms
+	if got := histQuantile(counts, 10, 0.5); math.Abs(got-7.5) > 1e-9 {
+		t.Errorf("p50 = %v, want 7.5", got)
+	}
+	if !math.IsNaN(histQuantile(counts, 0, 0.5)) {
+		t.Error("an empty histogram has a quantile")
+	}
+	for v, want := range map[float64]string{0.5: "500 µs", 12.3: "12.3 ms", 1500: "1.5 s", 90_000: "1.5 min", math.NaN(): "–"} {
+		if got := fmtMS(v); got != want {
+			t.Errorf("fmtMS(%v) = %q, want %q", v, got, want)
+		}
+	}
+	if err := (Config{}).WithDefaults().validate(); err == nil {
+		t.Error("a config without a broker validated")
+	}
+}
+
+func getJSON(t *testing.T, tb *testBundle, path string, v any) {
+	t.Helper()
+	code, body, _ := tb.do(t, "GET", path, "", "", "")
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
