@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -9,22 +10,27 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/harbinger-mq/harbinger/internal/auth"
 	"github.com/harbinger-mq/harbinger/internal/broker"
 	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/internal/server"
 	"github.com/harbinger-mq/harbinger/internal/store"
+	"github.com/harbinger-mq/harbinger/internal/web"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
 func init() {
-	register("serve", "run the broker: gRPC for jobs, HTTP for metrics and health", runServe)
+	register("serve", "run the broker: gRPC for jobs; HTTP for the dashboard, metrics and health", runServe)
 }
 
 // Defaults for ServeConfig.
@@ -45,7 +51,8 @@ const (
 type ServeConfig struct {
 	// GRPCAddr is where producers and workers connect.
 	GRPCAddr string `yaml:"grpc_addr"`
-	// HTTPAddr serves /metrics and /healthz; "off" disables it.
+	// HTTPAddr serves the dashboard, /metrics and /healthz; "off"
+	// disables it.
 	HTTPAddr string `yaml:"http_addr"`
 	// ShutdownTimeout is how long in-flight jobs get to finish after SIGINT
 	// or SIGTERM before they are returned to their queues.
@@ -67,6 +74,21 @@ type ServeConfig struct {
 	// Salvage starts on a log with a corrupt record by keeping what comes
 	// before it and setting the rest aside (see docs/log.md).
 	Salvage bool `yaml:"salvage"`
+	// TLSCert and TLSKey are PEM files of the certificate and key both
+	// ports serve TLS with; empty serves plaintext.
+	TLSCert string `yaml:"tls_cert"`
+	TLSKey  string `yaml:"tls_key"`
+	// TLSClientCA, when set, requires clients on both ports to present a
+	// certificate this CA signed (mutual TLS).
+	TLSClientCA string `yaml:"tls_client_ca"`
+	// Tokens is the token file (see docs/auth.md); when set, every RPC,
+	// dashboard page and /metrics asks for a token with the right scope.
+	// SIGHUP reloads it, and the TLS certificate with it.
+	Tokens string `yaml:"tokens"`
+	// Insecure allows listening beyond loopback without TLS and auth.
+	Insecure bool `yaml:"insecure"`
+	// PrometheusURL, when set, is linked from the dashboard for history.
+	PrometheusURL string `yaml:"prometheus_url"`
 	// Broker holds the broker's limits and default queue settings.
 	Broker broker.Config `yaml:"broker"`
 }
@@ -120,7 +142,43 @@ func (c ServeConfig) Validate() error {
 	if _, err := store.ParseSyncMode(c.Fsync); err != nil {
 		return err
 	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("TLS needs both -tls-cert and -tls-key")
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		return errors.New("-tls-client-ca (mutual TLS) needs -tls-cert and -tls-key too")
+	}
+	if err := c.checkExposure(); err != nil {
+		return err
+	}
 	return c.Broker.WithDefaults().Validate()
+}
+
+// checkExposure refuses an address beyond loopback that anyone who reaches
+// it could use: without TLS a token or job crosses the network in the
+// clear, and without tokens or client certificates anyone may publish,
+// consume and purge.
+func (c ServeConfig) checkExposure() error {
+	if c.Insecure {
+		return nil
+	}
+	for _, a := range []struct{ flag, addr string }{{"-grpc-addr", c.GRPCAddr}, {"-http-addr", c.HTTPAddr}} {
+		if a.addr == "off" || auth.Loopback(a.addr) {
+			continue
+		}
+		var missing []string
+		if c.TLSCert == "" {
+			missing = append(missing, "TLS (-tls-cert and -tls-key)")
+		}
+		if c.Tokens == "" && c.TLSClientCA == "" {
+			missing = append(missing, "auth (-tokens, or client certificates with -tls-client-ca)")
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("refusing to listen on %s (%s) beyond loopback without %s: anyone who can reach it could publish, consume, purge and read every job; "+
+				"set them, listen on 127.0.0.1, or pass -insecure if a network you trust stands in front", a.addr, a.flag, strings.Join(missing, " or "))
+		}
+	}
+	return nil
 }
 
 // setting is one ServeConfig field reachable from a flag and an environment
@@ -132,7 +190,7 @@ type setting struct {
 }
 
 // boolSettings are given without a value: -memory.
-var boolSettings = map[string]bool{"memory": true, "salvage": true}
+var boolSettings = map[string]bool{"memory": true, "salvage": true, "insecure": true}
 
 func str(p func(*ServeConfig) *string) func(*ServeConfig, string) error {
 	return func(c *ServeConfig, v string) error { *p(c) = v; return nil }
@@ -184,7 +242,7 @@ func dur(p func(*ServeConfig) *time.Duration) func(*ServeConfig, string) error {
 
 var serveSettings = []setting{
 	{"grpc-addr", "gRPC listen address (default " + DefaultGRPCAddr + ")", str(func(c *ServeConfig) *string { return &c.GRPCAddr })},
-	{"http-addr", "HTTP listen address for /metrics and /healthz, or off (default " + DefaultHTTPAddr + ")", str(func(c *ServeConfig) *string { return &c.HTTPAddr })},
+	{"http-addr", "HTTP listen address for the dashboard, /metrics and /healthz, or off (default " + DefaultHTTPAddr + ")", str(func(c *ServeConfig) *string { return &c.HTTPAddr })},
 	{"shutdown-timeout", "time in-flight jobs get to finish on SIGINT/SIGTERM (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.ShutdownTimeout })},
 	{"log-level", "debug, info, warn or error (default info)", str(func(c *ServeConfig) *string { return &c.LogLevel })},
 	{"log-format", "text or json (default text)", str(func(c *ServeConfig) *string { return &c.LogFormat })},
@@ -192,6 +250,12 @@ var serveSettings = []setting{
 	{"fsync", "always: answer a publish once it is fsynced; interval=DURATION (e.g. interval=10ms): answer once written and fsync that often, so a machine crash can lose that much of what was answered (a crash of the broker alone loses nothing) (default always)", str(func(c *ServeConfig) *string { return &c.Fsync })},
 	{"memory", "keep everything in memory: faster, and nothing survives a restart", boolean(func(c *ServeConfig) *bool { return &c.Memory })},
 	{"salvage", "start on a log with a corrupt record: keep the records before it, set the rest aside as *.corrupt", boolean(func(c *ServeConfig) *bool { return &c.Salvage })},
+	{"tls-cert", "PEM certificate both ports serve TLS with (with -tls-key)", str(func(c *ServeConfig) *string { return &c.TLSCert })},
+	{"tls-key", "PEM private key of -tls-cert", str(func(c *ServeConfig) *string { return &c.TLSKey })},
+	{"tls-client-ca", "PEM CA whose client certificates both ports require (mutual TLS)", str(func(c *ServeConfig) *string { return &c.TLSClientCA })},
+	{"tokens", "token file: every RPC, dashboard page and /metrics then asks for a token with the right scope (harbinger token makes them; SIGHUP reloads)", str(func(c *ServeConfig) *string { return &c.Tokens })},
+	{"insecure", "allow listening beyond loopback without TLS and auth", boolean(func(c *ServeConfig) *bool { return &c.Insecure })},
+	{"prometheus-url", "a Prometheus linked from the dashboard for longer history", str(func(c *ServeConfig) *string { return &c.PrometheusURL })},
 	{"max-payload", "largest payload in bytes, at most 268435456; the gRPC limits and what clients are told (GetLimits) follow from it (default 1048576)", num(func(c *ServeConfig) *int { return &c.Broker.MaxPayload })},
 	{"max-bytes", "bytes the broker's jobs may hold in all, ready, delayed, in flight and dead-lettered; publishes past it get ResourceExhausted (default 1073741824)", num64(func(c *ServeConfig) *int64 { return &c.Broker.MaxBytes })},
 	{"max-key-len", "longest producer or job type in bytes (default 256)", num(func(c *ServeConfig) *int { return &c.Broker.MaxKeyLen })},
@@ -274,7 +338,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 }
 
 // serve runs the broker until ctx ends, then shuts down gracefully. If ready
-// is not nil it receives the bound gRPC and HTTP addresses.
+// is not nil it receives the bound gRPC and HTTP addresses. SIGHUP reloads
+// the token file and the TLS certificate.
 func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(grpcAddr, httpAddr string)) error {
 	var lv slog.Level
 	_ = lv.UnmarshalText([]byte(cfg.LogLevel))
@@ -283,6 +348,26 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 		h = slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: lv})
 	}
 	log := slog.New(h)
+
+	// Credentials first: a typo in them should stop the broker before it
+	// opens its log.
+	var tokens *auth.Tokens
+	if cfg.Tokens != "" {
+		t, err := auth.LoadTokens(cfg.Tokens)
+		if err != nil {
+			return err
+		}
+		tokens = t
+	}
+	var certs *auth.ServerTLS
+	if cfg.TLSCert != "" {
+		c, err := auth.LoadServerTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA)
+		if err != nil {
+			return err
+		}
+		certs = c
+	}
+
 	bcfg := cfg.Broker
 	bcfg.Logger = log
 	durability := "memory (nothing survives a restart)"
@@ -311,18 +396,30 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	if err != nil {
 		return err
 	}
+	gopts := server.ServerOptions(bcfg)
+	if certs != nil {
+		tc, err := certs.Config("h2")
+		if err != nil {
+			return err
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	if tokens != nil {
+		gopts = append(gopts, server.AuthOptions(tokens)...)
+	}
 	glis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return err
 	}
 	srv := server.New(b, log)
 	srv.SetPredictor(predictsvc.New(local, predictsvc.Config{}))
-	gs := grpc.NewServer(server.ServerOptions(bcfg)...)
+	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
 	errs := make(chan error, 2)
 	go func() { errs <- gs.Serve(glis) }()
 
 	var hs *http.Server
+	var dash *web.Server
 	httpAddr := "off"
 	if cfg.HTTPAddr != "off" {
 		hlis, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -330,8 +427,28 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 			gs.Stop()
 			return err
 		}
+		if certs != nil {
+			tc, err := certs.Config("h2", "http/1.1")
+			if err != nil {
+				gs.Stop()
+				_ = hlis.Close()
+				return err
+			}
+			hlis = tls.NewListener(hlis, tc)
+		}
 		httpAddr = hlis.Addr().String()
-		hs = &http.Server{Handler: server.HTTPHandler(b), ReadHeaderTimeout: 10 * time.Second}
+		dash, err = web.New(web.Config{Broker: b, Tokens: tokens, SecureCookies: certs != nil, PrometheusURL: cfg.PrometheusURL, Logger: log})
+		if err != nil {
+			gs.Stop()
+			_ = hlis.Close()
+			return err
+		}
+		defer dash.Close()
+		hs = &http.Server{
+			Handler:           server.NewHTTPHandler(b, server.HTTPOptions{Tokens: tokens, Dashboard: dash}),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
+		}
 		go func() {
 			if err := hs.Serve(hlis); !errors.Is(err, http.ErrServerClosed) {
 				errs <- err
@@ -339,20 +456,42 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 		}()
 	}
 	eff := b.Config()
-	log.Info("harbinger: serving", "grpc", glis.Addr().String(), "http", httpAddr,
+	scheme := "http"
+	if certs != nil {
+		scheme = "https"
+	}
+	dashboard := "off"
+	if httpAddr != "off" {
+		dashboard = scheme + "://" + httpAddr + "/"
+	}
+	log.Info("harbinger: serving", "grpc", glis.Addr().String(), "http", httpAddr, "dashboard", dashboard,
+		"tls", tlsMode(cfg), "auth", authMode(tokens, cfg),
 		"policy", eff.Queue.Policy, "lease", eff.Queue.Lease, "max_attempts", eff.Queue.MaxAttempts,
 		"max_depth", eff.Queue.MaxDepth, "max_payload", eff.MaxPayload, "max_bytes", eff.MaxBytes,
 		"durability", durability)
+	if cfg.Insecure && (!auth.Loopback(cfg.GRPCAddr) || (cfg.HTTPAddr != "off" && !auth.Loopback(cfg.HTTPAddr))) && (certs == nil || (tokens == nil && cfg.TLSClientCA == "")) {
+		log.Warn("harbinger: -insecure: listening beyond loopback without TLS and auth; anyone who can reach these ports may publish, consume and purge")
+	}
 	if ready != nil {
 		ready(glis.Addr().String(), httpAddr)
 	}
 
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("harbinger: shutting down", "timeout", cfg.ShutdownTimeout)
-	case runErr = <-errs:
-		log.Error("harbinger: listener failed, shutting down", "err", runErr)
+wait:
+	for {
+		select {
+		case <-hup:
+			reload(log, tokens, certs)
+		case <-ctx.Done():
+			log.Info("harbinger: shutting down", "timeout", cfg.ShutdownTimeout)
+			break wait
+		case runErr = <-errs:
+			log.Error("harbinger: listener failed, shutting down", "err", runErr)
+			break wait
+		}
 	}
 	srv.SetNotServing()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -378,4 +517,48 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	}
 	log.Info("harbinger: stopped")
 	return runErr
+}
+
+// reload reads the token file and the TLS certificate again (SIGHUP). A
+// file that does not parse leaves what is in force as it was.
+func reload(log *slog.Logger, tokens *auth.Tokens, certs *auth.ServerTLS) {
+	if tokens != nil {
+		if err := tokens.Reload(); err != nil {
+			log.Error("harbinger: SIGHUP: the token file was not reloaded; the tokens in force stay", "err", err)
+		} else {
+			log.Info("harbinger: SIGHUP: tokens reloaded", "file", tokens.Path(), "tokens", tokens.Len())
+		}
+	}
+	if certs != nil {
+		if err := certs.Reload(); err != nil {
+			log.Error("harbinger: SIGHUP: the TLS certificate was not reloaded; the one in force stays", "err", err)
+		} else {
+			log.Info("harbinger: SIGHUP: TLS certificate reloaded", "cert", certs.CertFile)
+		}
+	}
+	if tokens == nil && certs == nil {
+		log.Info("harbinger: SIGHUP: nothing to reload (no -tokens, no -tls-cert)")
+	}
+}
+
+func tlsMode(cfg ServeConfig) string {
+	switch {
+	case cfg.TLSClientCA != "":
+		return "mutual"
+	case cfg.TLSCert != "":
+		return "on"
+	default:
+		return "off"
+	}
+}
+
+func authMode(tokens *auth.Tokens, cfg ServeConfig) string {
+	switch {
+	case tokens != nil:
+		return fmt.Sprintf("tokens (%d)", tokens.Len())
+	case cfg.TLSClientCA != "":
+		return "client certificates"
+	default:
+		return "off"
+	}
 }
