@@ -11,7 +11,6 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/bench"
 	"github.com/harbinger-mq/harbinger/internal/report"
-	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
 func init() {
@@ -24,7 +23,7 @@ const DefaultDemoTimeScale = 0.08
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("demo", "demo [--workload FILE] [--seed N] [--time-scale 0.08]", stderr)
-	wl := fs.String("workload", DefaultWorkload, "workload file (YAML)")
+	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	seed := fs.Uint64("seed", 1, "workload seed")
 	scale := fs.Float64("time-scale", DefaultDemoTimeScale, "wall seconds per workload second")
 	if err := parse(fs, args); err != nil {
@@ -33,7 +32,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *scale <= 0 {
 		return fmt.Errorf("--time-scale must be positive, got %g", *scale)
 	}
-	w, err := workload.Load(*wl)
+	w, err := loadWorkload(*wl)
 	if err != nil {
 		return err
 	}

@@ -3,10 +3,13 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/trace"
 	"github.com/harbinger-mq/harbinger/internal/workload"
+	"github.com/harbinger-mq/harbinger/workloads"
 )
 
 func init() {
@@ -23,11 +27,27 @@ func init() {
 }
 
 // DefaultWorkload is the pre-registered workload shipped with the repository.
+// The binary carries a copy (package workloads), used when the file is not
+// found from the working directory, so demo and sim work from anywhere.
 const DefaultWorkload = "workloads/production-flow.yaml"
+
+// loadWorkload reads the workload file at path; the default one falls back
+// to the binary's embedded copy.
+func loadWorkload(path string) (*workload.Workload, error) {
+	w, err := workload.Load(path)
+	if err == nil || path != DefaultWorkload || !errors.Is(err, fs.ErrNotExist) {
+		return w, err
+	}
+	data, rerr := workloads.FS.ReadFile(filepath.Base(DefaultWorkload))
+	if rerr != nil {
+		return nil, err
+	}
+	return workload.Parse(data)
+}
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("sim", "sim [--workload FILE | --trace azure-functions-2019:DIR] [--seeds 1,2,3] [--arms fifo,...] [--workers N] [--json]", stderr)
-	wl := fs.String("workload", DefaultWorkload, "workload file (YAML)")
+	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	var tf traceFlags
 	tf.register(fs)
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
@@ -214,7 +234,7 @@ func loadSource(workloadPath string, t traceFlags) (sim.Source, error) {
 		if t.start != 0 || t.minutes != 0 || t.compression != 0 || t.load != 0 {
 			return nil, fmt.Errorf("--trace-* and --load need --trace")
 		}
-		w, err := workload.Load(workloadPath)
+		w, err := loadWorkload(workloadPath)
 		if err != nil {
 			return nil, err
 		}
