@@ -20,13 +20,17 @@ func init() {
 const amqpURLEnv = "HARBINGER_AMQP_URL"
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sidecar", "sidecar [--listen ADDR] [--http ADDR] [--amqp-url URL] [--exchange NAME] [--max-priority N] [--tiers N] [--snapshot-every D] [--hold]", stderr)
+	fs := newFlags("sidecar", "sidecar [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-log-level L] [-log-format F]", stderr)
 	defURL := os.Getenv(amqpURLEnv)
 	if defURL == "" {
 		defURL = sidecar.DefaultAMQPURL
 	}
-	listen := fs.String("listen", sidecar.DefaultListen, "gRPC address of the Predictor service")
-	httpAddr := fs.String("http", sidecar.DefaultHTTP, `metrics address (/metrics, /healthz); "-" disables`)
+	listen := fs.String("grpc-addr", sidecar.DefaultListen, "gRPC address of the Predictor service (as serve's -grpc-addr)")
+	fs.StringVar(listen, "listen", sidecar.DefaultListen, "old name of -grpc-addr")
+	httpAddr := fs.String("http-addr", sidecar.DefaultHTTP, `metrics address (/metrics, /healthz); "off" disables (as serve's -http-addr)`)
+	fs.StringVar(httpAddr, "http", sidecar.DefaultHTTP, "old name of -http-addr")
+	logLevel := fs.String("log-level", DefaultLogLevel, "debug, info, warn or error")
+	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
 	amqpURL := fs.String("amqp-url", defURL, `RabbitMQ URL for shared learning (default from `+amqpURLEnv+`); "-" disables sharing`)
 	exchange := fs.String("exchange", sidecar.DefaultExchange, "fanout exchange of observations; snapshots use NAME"+".snapshots")
 	maxPriority := fs.Uint("max-priority", rabbitmq.DefaultMaxPriority, "x-max-priority of the queues; long messages get this AMQP priority, the tiers share those below it")
@@ -42,11 +46,28 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *snapshotEvery <= 0 {
 		return fmt.Errorf("--snapshot-every must be positive, got %v", *snapshotEvery)
 	}
+	if *httpAddr == "off" {
+		*httpAddr = "-"
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("-log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	var h slog.Handler
+	switch *logFormat {
+	case "text":
+		h = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv})
+	case "json":
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv})
+	default:
+		return fmt.Errorf("-log-format %q: want text or json", *logFormat)
+	}
+	log := slog.New(h)
 	cfg := sidecar.Config{
 		Listen:  *listen,
 		HTTP:    *httpAddr,
 		AMQPURL: *amqpURL,
-		Logger:  slog.New(slog.NewTextHandler(stderr, nil)),
+		Logger:  log,
 	}
 	cfg.Predict.MaxPriority = uint8(*maxPriority)
 	cfg.Predict.Tiers = *tiers
@@ -62,6 +83,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		holding = "on"
 	}
 	fmt.Fprintf(stdout, "harbinger sidecar: gRPC on %s, metrics on %s, id %s, holding long messages %s\n", s.Addr(), s.HTTPAddr(), s.ID(), holding)
+	log.Info("harbinger sidecar: serving", "grpc", s.Addr(), "http", s.HTTPAddr(), "id", s.ID(), "hold", *hold)
 	<-ctx.Done()
 	return s.Close()
 }
