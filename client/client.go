@@ -5,14 +5,17 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -34,14 +37,55 @@ type Client struct {
 type Option func(*options)
 
 type options struct {
-	dial []grpc.DialOption
-	log  *slog.Logger
+	dial  []grpc.DialOption
+	log   *slog.Logger
+	token string
+	tls   *tls.Config
+}
+
+// bearer is a token as per-call credentials.
+type bearer struct {
+	token    string
+	loopback bool // no TLS: sent only because the broker is on loopback
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return !b.loopback }
+
+// isLoopback reports whether addr names this machine's loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // WithDialOptions adds gRPC dial options, e.g. transport credentials (the
 // default is an insecure connection, fit for loopback and private networks).
 func WithDialOptions(o ...grpc.DialOption) Option {
 	return func(opts *options) { opts.dial = append(opts.dial, o...) }
+}
+
+// WithToken sends token with every call ("authorization: Bearer TOKEN"),
+// for a broker started with -tokens. gRPC refuses to send it over a
+// connection without TLS unless the broker is on this machine's loopback;
+// use WithTLS for any other.
+func WithToken(token string) Option {
+	return func(o *options) { o.token = token }
+}
+
+// WithTLS connects over TLS with cfg (its RootCAs for a private CA, its
+// Certificates for a broker that asks for client certificates).
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) { o.tls = cfg }
 }
 
 // WithLogger sets the logger workers report reconnects and errors to.
@@ -58,7 +102,15 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, o.dial...)
+	creds := insecure.NewCredentials()
+	if o.tls != nil {
+		creds = credentials.NewTLS(o.tls)
+	}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if o.token != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token, loopback: o.tls == nil && isLoopback(addr)}))
+	}
+	dial = append(dial, o.dial...)
 	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {
 		return nil, err
@@ -276,6 +328,16 @@ func (c *Client) RequeueDeadLetters(ctx context.Context, queue string, ids ...st
 		return 0, err
 	}
 	return int(resp.Requeued), nil
+}
+
+// DeleteDeadLetters drops dead letters for good (all of the queue's when
+// ids is empty) and reports how many.
+func (c *Client) DeleteDeadLetters(ctx context.Context, queue string, ids ...string) (int, error) {
+	resp, err := c.admin.DeleteDeadLetters(ctx, &pb.DeleteDeadLettersRequest{Queue: queue, Ids: ids})
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.Deleted), nil
 }
 
 // ListKeys reports up to limit of a queue's predictor keys, busiest first.

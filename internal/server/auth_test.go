@@ -146,6 +146,10 @@ var rpcCalls = map[string]func(ctx context.Context, c *grpc.ClientConn, q string
 		_, err := pb.NewAdminClient(c).ListDeadLetters(ctx, &pb.ListDeadLettersRequest{Queue: q})
 		return err
 	},
+	"DeleteDeadLetters": func(ctx context.Context, c *grpc.ClientConn, q string) error {
+		_, err := pb.NewAdminClient(c).DeleteDeadLetters(ctx, &pb.DeleteDeadLettersRequest{Queue: q})
+		return err
+	},
 	"RequeueDeadLetters": func(ctx context.Context, c *grpc.ClientConn, q string) error {
 		_, err := pb.NewAdminClient(c).RequeueDeadLetters(ctx, &pb.RequeueDeadLettersRequest{Queue: q})
 		return err

@@ -200,3 +200,25 @@ func TestSchedulesOverGRPC(t *testing.T) {
 	}
 	wantCode(t, tb.cl.DeleteSchedule(tb.ctx, "digest"), codes.NotFound, "digest")
 }
+
+func TestDeleteDeadLettersOverGRPC(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	tb.publish(t, pmsg("q", "poison"), pmsg("q", "poison"))
+	c := tb.consume(t, "q", 2)
+	for range 2 {
+		d := c.recv(t)
+		c.nack(t, &pb.Nack{Id: d.Id, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER})
+	}
+	tb.waitFor(t, "two dead letters", func() bool { return tb.info(t, "q").DeadLetters == 2 })
+	dls, _ := tb.cl.ListDeadLetters(tb.ctx, "q", 0)
+	if n, err := tb.cl.DeleteDeadLetters(tb.ctx, "q", dls[0].Id); err != nil || n != 1 {
+		t.Fatalf("delete one: %d, %v", n, err)
+	}
+	if n, err := tb.cl.DeleteDeadLetters(tb.ctx, "q"); err != nil || n != 1 {
+		t.Fatalf("delete the rest: %d, %v", n, err)
+	}
+	if in := tb.info(t, "q"); in.DeadLetters != 0 {
+		t.Fatalf("dead letters left: %+v", in)
+	}
+}

@@ -478,6 +478,14 @@ func (a *adminServer) PauseQueue(_ context.Context, req *pb.PauseQueueRequest) (
 	return toQueueInfo(in), nil
 }
 
+func (a *adminServer) DeleteDeadLetters(_ context.Context, req *pb.DeleteDeadLettersRequest) (*pb.DeleteDeadLettersResponse, error) {
+	n, err := a.s.b.DeleteDeadLetters(req.Queue, req.Ids)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.DeleteDeadLettersResponse{Deleted: uint64(n)}, nil
+}
+
 func (a *adminServer) ListKeys(_ context.Context, req *pb.ListKeysRequest) (*pb.ListKeysResponse, error) {
 	keys, err := a.s.b.Keys(req.Queue, listLimit(req.Limit))
 	if err != nil {

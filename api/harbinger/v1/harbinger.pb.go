@@ -2814,6 +2814,107 @@ func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
 	return 0
 }
 
+// DeleteDeadLettersRequest selects dead letters to drop.
+type DeleteDeadLettersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Dead letters to drop; empty means all of the queue's.
+	Ids           []string `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteDeadLettersRequest) Reset() {
+	*x = DeleteDeadLettersRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteDeadLettersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteDeadLettersRequest) ProtoMessage() {}
+
+func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteDeadLettersRequest.ProtoReflect.Descriptor instead.
+func (*DeleteDeadLettersRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DeleteDeadLettersRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *DeleteDeadLettersRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+// DeleteDeadLettersResponse reports what was dropped.
+type DeleteDeadLettersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Dead letters dropped.
+	Deleted       uint64 `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteDeadLettersResponse) Reset() {
+	*x = DeleteDeadLettersResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteDeadLettersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteDeadLettersResponse) ProtoMessage() {}
+
+func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteDeadLettersResponse.ProtoReflect.Descriptor instead.
+func (*DeleteDeadLettersResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DeleteDeadLettersResponse) GetDeleted() uint64 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
 // KeyStats is the predictor's view of one (producer, job type, size bucket)
 // key.
 type KeyStats struct {
@@ -2845,7 +2946,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2857,7 +2958,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2870,7 +2971,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -2956,7 +3057,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3069,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3082,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -3009,7 +3110,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3122,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3135,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -3061,7 +3162,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3174,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3187,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -3143,7 +3244,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3256,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3269,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -3243,7 +3344,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3356,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3369,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -3328,7 +3429,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3441,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3454,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -3386,7 +3487,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3499,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3512,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
 }
 
 // AttachRequest changes a queue's count of handlers.
@@ -3427,7 +3528,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3540,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3553,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -3478,7 +3579,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3490,7 +3591,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3503,7 +3604,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -3712,7 +3813,12 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\"8\n" +
 	"\x1aRequeueDeadLettersResponse\x12\x1a\n" +
-	"\brequeued\x18\x01 \x01(\x04R\brequeued\"\x8a\x02\n" +
+	"\brequeued\x18\x01 \x01(\x04R\brequeued\"B\n" +
+	"\x18DeleteDeadLettersRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\"5\n" +
+	"\x19DeleteDeadLettersResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\x8a\x02\n" +
 	"\bKeyStats\x12\x1a\n" +
 	"\bproducer\x18\x01 \x01(\tR\bproducer\x12\x19\n" +
 	"\bjob_type\x18\x02 \x01(\tR\ajobType\x12\x1f\n" +
@@ -3771,7 +3877,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xe6\a\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xcc\b\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -3779,7 +3885,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\n" +
 	"PurgeQueue\x12\x1f.harbinger.v1.PurgeQueueRequest\x1a .harbinger.v1.PurgeQueueResponse\x12^\n" +
 	"\x0fListDeadLetters\x12$.harbinger.v1.ListDeadLettersRequest\x1a%.harbinger.v1.ListDeadLettersResponse\x12g\n" +
-	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12I\n" +
+	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12d\n" +
+	"\x11DeleteDeadLetters\x12&.harbinger.v1.DeleteDeadLettersRequest\x1a'.harbinger.v1.DeleteDeadLettersResponse\x12I\n" +
 	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12L\n" +
 	"\tCancelJob\x12\x1e.harbinger.v1.CancelJobRequest\x1a\x1f.harbinger.v1.CancelJobResponse\x12A\n" +
 	"\x0fDeclareSchedule\x12\x16.harbinger.v1.Schedule\x1a\x16.harbinger.v1.Schedule\x12X\n" +
@@ -3806,7 +3913,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -3846,32 +3953,34 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*ListDeadLettersResponse)(nil),    // 35: harbinger.v1.ListDeadLettersResponse
 	(*RequeueDeadLettersRequest)(nil),  // 36: harbinger.v1.RequeueDeadLettersRequest
 	(*RequeueDeadLettersResponse)(nil), // 37: harbinger.v1.RequeueDeadLettersResponse
-	(*KeyStats)(nil),                   // 38: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 39: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 40: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 41: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 42: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 43: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 44: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 45: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 46: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 47: harbinger.v1.AttachResponse
-	nil,                                // 48: harbinger.v1.Message.HeadersEntry
-	nil,                                // 49: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 50: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 51: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 52: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 53: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 54: google.protobuf.Timestamp
+	(*DeleteDeadLettersRequest)(nil),   // 38: harbinger.v1.DeleteDeadLettersRequest
+	(*DeleteDeadLettersResponse)(nil),  // 39: harbinger.v1.DeleteDeadLettersResponse
+	(*KeyStats)(nil),                   // 40: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 41: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 42: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 43: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 44: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 45: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 46: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 47: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 48: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 49: harbinger.v1.AttachResponse
+	nil,                                // 50: harbinger.v1.Message.HeadersEntry
+	nil,                                // 51: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 52: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 53: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 54: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 55: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 56: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	53, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	48, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	54, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	53, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	53, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	53, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	53, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	55, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	50, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	56, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	55, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	55, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	55, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	55, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,  // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,  // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,  // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -3879,40 +3988,40 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	10, // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11, // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	12, // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	53, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	55, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	53, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	53, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	55, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	55, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	16, // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	15, // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	14, // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	49, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	54, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	53, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	53, // 24: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	54, // 25: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	53, // 26: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	50, // 27: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	54, // 28: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	54, // 29: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	51, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	56, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	55, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	55, // 24: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	56, // 25: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	55, // 26: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	52, // 27: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	56, // 28: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	56, // 29: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
 	19, // 30: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	53, // 31: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	51, // 32: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	53, // 33: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	53, // 34: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	53, // 35: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	53, // 36: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	55, // 31: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	53, // 32: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	55, // 33: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	55, // 34: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	55, // 35: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	55, // 36: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
 	26, // 37: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
 	26, // 38: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
 	27, // 39: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	52, // 40: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	54, // 41: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	54, // 40: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	56, // 41: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	33, // 42: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	38, // 43: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	53, // 44: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	53, // 45: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	44, // 46: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	53, // 47: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	40, // 43: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	55, // 44: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	55, // 45: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	46, // 46: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	55, // 47: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
 	4,  // 48: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
 	4,  // 49: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
 	7,  // 50: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
@@ -3922,37 +4031,39 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	31, // 54: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
 	34, // 55: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
 	36, // 56: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	39, // 57: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 58: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	19, // 59: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	20, // 60: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	22, // 61: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	23, // 62: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	25, // 63: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	41, // 64: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	43, // 65: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	46, // 66: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 67: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 68: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 69: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 70: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	27, // 71: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	30, // 72: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	32, // 73: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	35, // 74: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	37, // 75: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	40, // 76: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 77: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	19, // 78: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	21, // 79: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	19, // 80: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	24, // 81: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	27, // 82: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	42, // 83: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	45, // 84: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	47, // 85: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	67, // [67:86] is the sub-list for method output_type
-	48, // [48:67] is the sub-list for method input_type
+	38, // 57: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	41, // 58: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 59: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	19, // 60: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	20, // 61: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	22, // 62: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	23, // 63: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	25, // 64: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	43, // 65: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	45, // 66: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	48, // 67: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 68: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 69: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 70: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 71: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	27, // 72: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	30, // 73: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	32, // 74: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	35, // 75: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	37, // 76: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	39, // 77: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	42, // 78: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 79: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	19, // 80: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	21, // 81: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	19, // 82: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	24, // 83: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	27, // 84: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	44, // 85: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	47, // 86: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	49, // 87: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	68, // [68:88] is the sub-list for method output_type
+	48, // [48:68] is the sub-list for method input_type
 	48, // [48:48] is the sub-list for extension type_name
 	48, // [48:48] is the sub-list for extension extendee
 	0,  // [0:48] is the sub-list for field type_name
@@ -3981,7 +4092,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

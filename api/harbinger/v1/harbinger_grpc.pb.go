@@ -274,6 +274,7 @@ const (
 	Admin_PurgeQueue_FullMethodName         = "/harbinger.v1.Admin/PurgeQueue"
 	Admin_ListDeadLetters_FullMethodName    = "/harbinger.v1.Admin/ListDeadLetters"
 	Admin_RequeueDeadLetters_FullMethodName = "/harbinger.v1.Admin/RequeueDeadLetters"
+	Admin_DeleteDeadLetters_FullMethodName  = "/harbinger.v1.Admin/DeleteDeadLetters"
 	Admin_ListKeys_FullMethodName           = "/harbinger.v1.Admin/ListKeys"
 	Admin_CancelJob_FullMethodName          = "/harbinger.v1.Admin/CancelJob"
 	Admin_DeclareSchedule_FullMethodName    = "/harbinger.v1.Admin/DeclareSchedule"
@@ -299,6 +300,8 @@ type AdminClient interface {
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	// RequeueDeadLetters moves dead-lettered jobs back to their queue.
 	RequeueDeadLetters(ctx context.Context, in *RequeueDeadLettersRequest, opts ...grpc.CallOption) (*RequeueDeadLettersResponse, error)
+	// DeleteDeadLetters drops dead-lettered jobs for good.
+	DeleteDeadLetters(ctx context.Context, in *DeleteDeadLettersRequest, opts ...grpc.CallOption) (*DeleteDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
 	// CancelJob ends a job by id: a waiting or delayed job is removed; a
@@ -373,6 +376,16 @@ func (c *adminClient) RequeueDeadLetters(ctx context.Context, in *RequeueDeadLet
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RequeueDeadLettersResponse)
 	err := c.cc.Invoke(ctx, Admin_RequeueDeadLetters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteDeadLetters(ctx context.Context, in *DeleteDeadLettersRequest, opts ...grpc.CallOption) (*DeleteDeadLettersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteDeadLettersResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteDeadLetters_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -465,6 +478,8 @@ type AdminServer interface {
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	// RequeueDeadLetters moves dead-lettered jobs back to their queue.
 	RequeueDeadLetters(context.Context, *RequeueDeadLettersRequest) (*RequeueDeadLettersResponse, error)
+	// DeleteDeadLetters drops dead-lettered jobs for good.
+	DeleteDeadLetters(context.Context, *DeleteDeadLettersRequest) (*DeleteDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
 	// CancelJob ends a job by id: a waiting or delayed job is removed; a
@@ -509,6 +524,9 @@ func (UnimplementedAdminServer) ListDeadLetters(context.Context, *ListDeadLetter
 }
 func (UnimplementedAdminServer) RequeueDeadLetters(context.Context, *RequeueDeadLettersRequest) (*RequeueDeadLettersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RequeueDeadLetters not implemented")
+}
+func (UnimplementedAdminServer) DeleteDeadLetters(context.Context, *DeleteDeadLettersRequest) (*DeleteDeadLettersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteDeadLetters not implemented")
 }
 func (UnimplementedAdminServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
@@ -638,6 +656,24 @@ func _Admin_RequeueDeadLetters_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).RequeueDeadLetters(ctx, req.(*RequeueDeadLettersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteDeadLettersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteDeadLetters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteDeadLetters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteDeadLetters(ctx, req.(*DeleteDeadLettersRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -794,6 +830,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RequeueDeadLetters",
 			Handler:    _Admin_RequeueDeadLetters_Handler,
+		},
+		{
+			MethodName: "DeleteDeadLetters",
+			Handler:    _Admin_DeleteDeadLetters_Handler,
 		},
 		{
 			MethodName: "ListKeys",
