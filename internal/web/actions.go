@@ -93,6 +93,26 @@ func (s *Server) deleteDead(r *http.Request, name string) (string, error) {
 	return fmt.Sprintf("deleted %d dead letters of %s", n, name), nil
 }
 
+// cancel ends the waiting, delayed or running jobs listed by id.
+func (s *Server) cancel(r *http.Request, name string) (string, error) {
+	b, err := readBody(r)
+	if err != nil {
+		return "", err
+	}
+	if len(b.IDs) == 0 {
+		return "", badRequest("name the jobs to cancel by id")
+	}
+	var done []string
+	for _, id := range b.IDs {
+		st, err := s.b.Cancel(name, id)
+		if err != nil {
+			return strings.Join(done, "; "), err
+		}
+		done = append(done, fmt.Sprintf("cancelled %s (%s)", id, st))
+	}
+	return strings.Join(done, "; "), nil
+}
+
 func deadIDs(r *http.Request) ([]string, error) {
 	b, err := readBody(r)
 	if err != nil {

@@ -148,6 +148,9 @@ func (s *Server) parseTemplates() error {
 		"can":     func(g *auth.Grant, p string, q string) bool { return g != nil && g.Allows(auth.Permission(p), q) },
 		"sorturl": sortURL,
 		"add":     func(a, b int) int { return a + b },
+		"cancelArgs": func(queue, id, back string) map[string]string {
+			return map[string]string{"Queue": queue, "ID": id, "Back": back}
+		},
 	}
 	for _, name := range pageNames {
 		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "assets/templates/layout.html", "assets/templates/"+name+".html")

@@ -160,6 +160,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/v1/queues/{name}/purge", s.action(s.purge))
 	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/requeue", s.action(s.requeue))
 	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/delete", s.action(s.deleteDead))
+	m.HandleFunc("POST /api/v1/queues/{name}/jobs/cancel", s.action(s.cancel))
 	s.mux = m
 }
 

@@ -400,3 +400,39 @@ func getJSON(t *testing.T, tb *testBundle, path string, v any) {
 		t.Fatalf("GET %s: %v", path, err)
 	}
 }
+
+// Cancelling from the jobs page: a waiting job goes, a running one's
+// consumer is told.
+func TestCancelAction(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	ids, err := tb.b.Publish(&broker.Message{Queue: "q", JobType: "run"}, &broker.Message{Queue: "q", JobType: "wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tb.b.Subscribe("q", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	running, err := c.Next(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := tb.do(t, "GET", "/queues/q/jobs", "", "", ""); code != 200 || !strings.Contains(body, `data-cancel="`+ids[1]+`"`) || !strings.Contains(body, `data-cancel="`+running.ID+`"`) {
+		t.Fatalf("jobs page without cancel buttons: %d", code)
+	}
+	const ct = "application/x-www-form-urlencoded"
+	if code, _, h := tb.do(t, "POST", "/api/v1/queues/q/jobs/cancel", "", "id="+ids[1]+"&id="+running.ID+"&back=/queues/q/jobs", ct); code != 303 || !strings.Contains(h.Get("Location"), "done=") {
+		t.Fatalf("cancel: %d → %s", code, h.Get("Location"))
+	}
+	if d, err := c.Next(t.Context()); err != nil || !d.Cancel || d.ID != running.ID {
+		t.Fatalf("the running job's consumer was not told: %+v, %v", d, err)
+	}
+	if in, _ := tb.b.Queue("q"); in.Ready != 0 || in.Cancelled != 2 {
+		t.Fatalf("after cancelling: %+v", in)
+	}
+	if code, _, _ := tb.do(t, "POST", "/api/v1/queues/q/jobs/cancel", "", `{"ids":["nope"]}`, "application/json"); code == 200 {
+		t.Fatal("cancelled a job that does not exist")
+	}
+}
