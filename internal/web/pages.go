@@ -133,7 +133,7 @@ func (s *Server) render(w http.ResponseWriter, name string, d pageData) {
 	_, _ = buf.WriteTo(w)
 }
 
-var pageNames = []string{"queues", "queue", "keys", "jobs", "login", "error"}
+var pageNames = []string{"queues", "queue", "keys", "jobs", "schedules", "login", "error"}
 
 func (s *Server) parseTemplates() error {
 	funcs := template.FuncMap{

@@ -147,12 +147,14 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /queues/{name}", s.page(s.queuePage))
 	m.HandleFunc("GET /queues/{name}/keys", s.page(s.keysPage))
 	m.HandleFunc("GET /queues/{name}/jobs", s.page(s.jobsPage))
+	m.HandleFunc("GET /schedules", s.page(s.schedulesPage))
 
 	m.HandleFunc("GET /api/v1/queues", s.api(s.apiQueues))
 	m.HandleFunc("GET /api/v1/queues/{name}", s.api(s.apiQueue))
 	m.HandleFunc("GET /api/v1/queues/{name}/keys", s.api(s.apiKeys))
 	m.HandleFunc("GET /api/v1/queues/{name}/jobs", s.api(s.apiJobs))
 	m.HandleFunc("GET /api/v1/queues/{name}/series", s.api(s.apiSeries))
+	m.HandleFunc("GET /api/v1/schedules", s.api(s.apiSchedules))
 
 	// Actions answer a form with a redirect back and JSON with JSON.
 	m.HandleFunc("POST /api/v1/queues/{name}/pause", s.action(s.pause(true)))
@@ -161,6 +163,9 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/requeue", s.action(s.requeue))
 	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/delete", s.action(s.deleteDead))
 	m.HandleFunc("POST /api/v1/queues/{name}/jobs/cancel", s.action(s.cancel))
+	for _, what := range []string{"pause", "resume", "delete"} {
+		m.HandleFunc("POST /api/v1/queues/{name}/schedules/{schedule}/"+what, s.action(s.scheduleAction(what)))
+	}
 	s.mux = m
 }
 

@@ -436,3 +436,32 @@ func TestCancelAction(t *testing.T) {
 		t.Fatal("cancelled a job that does not exist")
 	}
 }
+
+func TestSchedulesPage(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	if _, err := tb.b.DeclareSchedule(broker.Schedule{Name: "digest", Queue: "mail", Cron: "30 7 * * 1-5", TimeZone: "America/New_York", JobType: "digest"}); err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := tb.do(t, "GET", "/schedules", "", "", "")
+	if code != 200 || !strings.Contains(body, `data-schedule="digest"`) || !strings.Contains(body, "America/New_York") {
+		t.Fatalf("schedules page: %d", code)
+	}
+	var v SchedulesView
+	getJSON(t, tb, "/api/v1/schedules", &v)
+	if len(v.Schedules) != 1 || v.Schedules[0].NextTick == nil {
+		t.Fatalf("read API: %+v", v)
+	}
+	if code, body, _ := tb.do(t, "POST", "/api/v1/queues/mail/schedules/digest/pause", "", "", ""); code != 200 || !strings.Contains(body, "paused") {
+		t.Fatalf("pause: %d %s", code, body)
+	}
+	if got := tb.b.Schedules(); !got[0].Paused {
+		t.Fatal("not paused")
+	}
+	if code, _, _ := tb.do(t, "POST", "/api/v1/queues/other/schedules/digest/delete", "", "", ""); code != 404 {
+		t.Fatalf("deleting through another queue: %d, want 404", code)
+	}
+	if code, _, _ := tb.do(t, "POST", "/api/v1/queues/mail/schedules/digest/delete", "", "", ""); code != 200 || len(tb.b.Schedules()) != 0 {
+		t.Fatalf("delete: %d", code)
+	}
+}
