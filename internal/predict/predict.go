@@ -168,6 +168,9 @@ type entry struct {
 	p50, p99   float64 // cached after each observation
 	tier       int     // tier of the last prediction
 	prev, next *entry  // LRU list, most recent at head
+	// The key's own accuracy over its routed predictions.
+	absErrMS         float64
+	scored, tierHits uint32
 }
 
 // Predictor learns per-key durations. It is not safe for concurrent use.
@@ -259,11 +262,15 @@ func (p *Predictor) Observe(k Key, pred Prediction, d time.Duration) error {
 	}
 	ms := float64(d) / float64(time.Millisecond)
 	p.observations++
+	var absErr float64
+	var hit bool
 	if pred.Routed() {
-		p.absErrMS += math.Abs(float64(pred.Cost)/float64(time.Millisecond) - ms)
+		absErr = math.Abs(float64(pred.Cost)/float64(time.Millisecond) - ms)
+		hit = pred.Tier == p.tierOf(ms)
+		p.absErrMS += absErr
 		p.maeN++
 		p.tierN++
-		if pred.Tier == p.tierOf(ms) {
+		if hit {
 			p.tierHits++
 		}
 	}
@@ -278,6 +285,13 @@ func (p *Predictor) Observe(k Key, pred Prediction, d time.Duration) error {
 		e = p.insert(k)
 	} else {
 		p.touch(e)
+	}
+	if pred.Routed() && e.scored < math.MaxUint32 {
+		e.absErrMS += absErr
+		e.scored++
+		if hit {
+			e.tierHits++
+		}
 	}
 	e.count++
 	if e.count == 1 {

@@ -30,6 +30,8 @@ type keySnapshot struct {
 	HistTotal         float64
 	HistWeight        float64
 	Tier              int
+	AbsErrMS          float64
+	Scored, TierHits  uint32
 }
 
 // Snapshot encodes what the predictor learned, so that a broker restart
@@ -44,7 +46,7 @@ func (p *Predictor) Snapshot() []byte {
 		s.Keys = append(s.Keys, keySnapshot{
 			Producer: e.key.Producer, JobType: e.key.JobType, SizeBucket: e.key.SizeBucket,
 			Count: e.count, EWMAMS: e.ewmaMS, Hist: e.hist.w, HistTotal: e.hist.total, HistWeight: e.hist.weight,
-			Tier: e.tier,
+			Tier: e.tier, AbsErrMS: e.absErrMS, Scored: e.scored, TierHits: e.tierHits,
 		})
 	}
 	s.Recent = make([]float64, 0, p.recentN)
@@ -77,6 +79,7 @@ func (p *Predictor) Restore(queue string, data []byte) error {
 		e := p.insert(key) // evicts the oldest past MaxKeys, as live use would
 		e.count, e.ewmaMS, e.tier = k.Count, k.EWMAMS, min(max(k.Tier, 0), p.cfg.Tiers-1)
 		e.hist = histogram{w: k.Hist, total: k.HistTotal, weight: k.HistWeight}
+		e.absErrMS, e.scored, e.tierHits = k.AbsErrMS, k.Scored, min(k.TierHits, k.Scored)
 		e.p50 = e.hist.quantileMS(0.5)
 		e.p99 = e.hist.quantileMS(0.99)
 	}

@@ -15,6 +15,13 @@ type KeyStats struct {
 	Tier        int
 	Cold        bool
 	SpreadGated bool
+	// The key's predicted against actual, over its routed predictions
+	// (Scored of them): mean absolute error, and the share whose tier was
+	// the one the duration earned (both 0 while Scored is 0: read them only
+	// when it is not).
+	MAE          time.Duration
+	TierAccuracy float64
+	Scored       uint64
 }
 
 // Summary is the predictor's overall state and accuracy.
@@ -32,13 +39,18 @@ type Summary struct {
 
 func (p *Predictor) stats(e *entry) KeyStats {
 	ks := KeyStats{
-		Key:   e.key,
-		Count: e.count,
-		EWMA:  msToDuration(e.ewmaMS),
-		P50:   msToDuration(e.p50),
-		P99:   msToDuration(e.p99),
-		Tier:  e.tier,
-		Cold:  e.count < uint64(p.cfg.MinObservations),
+		Key:    e.key,
+		Count:  e.count,
+		EWMA:   msToDuration(e.ewmaMS),
+		P50:    msToDuration(e.p50),
+		P99:    msToDuration(e.p99),
+		Tier:   e.tier,
+		Cold:   e.count < uint64(p.cfg.MinObservations),
+		Scored: uint64(e.scored),
+	}
+	if e.scored > 0 {
+		ks.MAE = msToDuration(e.absErrMS / float64(e.scored))
+		ks.TierAccuracy = float64(e.tierHits) / float64(e.scored)
 	}
 	ks.SpreadGated = !ks.Cold && p.cfg.SpreadGate > 0 && e.p50 > 0 && e.p99/e.p50 > p.cfg.SpreadGate
 	return ks

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // Cold and spread-gated predictions take the middle tier by default, so
@@ -136,5 +137,46 @@ func TestSelectKeysMatchesFullSort(t *testing.T) {
 				t.Fatalf("trial %d, limit %d:\n got %v\nwant %v", trial, limit, got, want)
 			}
 		}
+	}
+}
+
+// Each key keeps its own predicted against actual.
+func TestKeyAccuracy(t *testing.T) {
+	t.Parallel()
+	p, _ := New(Config{})
+	fast := p.KeyFor("q", "p", "fast", 0)
+	slow := p.KeyFor("q", "p", "slow", 0)
+	for range 20 {
+		for k, d := range map[Key]time.Duration{fast: 2 * time.Millisecond, slow: 800 * time.Millisecond} {
+			pr := p.Predict(k)
+			if err := p.Observe(k, pr, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// One surprise for the fast key: predicted ~2 ms, took 1 s.
+	pr := p.Predict(fast)
+	if !pr.Routed() {
+		t.Fatalf("the fast key is not warm: %+v", pr)
+	}
+	_ = p.Observe(fast, pr, time.Second)
+	fs, _ := p.Lookup(fast)
+	ss, _ := p.Lookup(slow)
+	if fs.Scored == 0 || ss.Scored == 0 || fs.Scored != ss.Scored+1 {
+		t.Fatalf("scored %d and %d", fs.Scored, ss.Scored)
+	}
+	if ss.MAE > time.Millisecond || ss.TierAccuracy != 1 {
+		t.Fatalf("the steady key: MAE %v, tier accuracy %v", ss.MAE, ss.TierAccuracy)
+	}
+	if want := (time.Second - pr.Cost) / time.Duration(fs.Scored); fs.MAE < want-time.Millisecond || fs.MAE > want+time.Millisecond || fs.TierAccuracy >= 1 {
+		t.Fatalf("the surprised key: MAE %v (want about %v), tier accuracy %v", fs.MAE, want, fs.TierAccuracy)
+	}
+	// It survives a snapshot.
+	r, _ := New(Config{})
+	if err := r.Restore("q", p.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := r.Lookup(fast); rs.MAE != fs.MAE || rs.Scored != fs.Scored || rs.TierAccuracy != fs.TierAccuracy {
+		t.Fatalf("after restore: %+v, want %+v", rs, fs)
 	}
 }

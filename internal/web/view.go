@@ -95,6 +95,11 @@ type KeyView struct {
 	Tier        int     `json:"tier"`
 	Cold        bool    `json:"cold"`         // too few observations: routed by default
 	SpreadGated bool    `json:"spread_gated"` // p99/p50 too wide to trust: routed by default
+	// Predicted against actual over the key's routed predictions (Scored
+	// of them); null while none were scored.
+	MAEMS        *float64 `json:"mae_ms"`
+	TierAccuracy *float64 `json:"tier_accuracy"`
+	Scored       uint64   `json:"scored"`
 }
 
 // KeysView is a queue's learned keys, searched and sorted.
@@ -251,12 +256,20 @@ func keyView(k predict.KeyStats) KeyView {
 	return KeyView{
 		Producer: k.Key.Producer, JobType: k.Key.JobType, SizeBucket: int(k.Key.SizeBucket),
 		Count: k.Count, EWMAMS: ms(k.EWMA), P50MS: ms(k.P50), P99MS: ms(k.P99),
-		Tier: k.Tier, Cold: k.Cold, SpreadGated: k.SpreadGated,
+		Tier: k.Tier, Cold: k.Cold, SpreadGated: k.SpreadGated, Scored: k.Scored,
+	}.scored(k)
+}
+
+func (v KeyView) scored(k predict.KeyStats) KeyView {
+	if k.Scored > 0 {
+		mae, acc := ms(k.MAE), k.TierAccuracy
+		v.MAEMS, v.TierAccuracy = &mae, &acc
 	}
+	return v
 }
 
 // KeySorts are the columns the keys can be sorted by.
-var KeySorts = []string{"count", "producer", "job_type", "ewma", "p50", "p99", "tier"}
+var KeySorts = []string{"count", "producer", "job_type", "ewma", "p50", "p99", "tier", "mae", "accuracy"}
 
 // filterKeys keeps the keys whose producer or job type contains search
 // (case-insensitive) and sorts them by column; unknown columns sort by
@@ -281,6 +294,10 @@ func filterKeys(keys []KeyView, search, column string, desc bool) []KeyView {
 		by = func(a, b KeyView) int { return cmp.Compare(a.P99MS, b.P99MS) }
 	case "tier":
 		by = func(a, b KeyView) int { return cmp.Compare(a.Tier, b.Tier) }
+	case "mae":
+		by = func(a, b KeyView) int { return cmp.Compare(orNaN(a.MAEMS), orNaN(b.MAEMS)) }
+	case "accuracy":
+		by = func(a, b KeyView) int { return cmp.Compare(orNaN(a.TierAccuracy), orNaN(b.TierAccuracy)) }
 	}
 	slices.SortStableFunc(keys, func(a, b KeyView) int {
 		if desc {
@@ -327,4 +344,12 @@ func deadLetterView(ds []broker.DeadLetter) []DeadLetterView {
 		}
 	}
 	return out
+}
+
+// orNaN is *v, or NaN (which sorts first) for nil.
+func orNaN(v *float64) float64 {
+	if v == nil {
+		return math.NaN()
+	}
+	return *v
 }

@@ -465,3 +465,23 @@ func TestSchedulesPage(t *testing.T) {
 		t.Fatalf("delete: %d", code)
 	}
 }
+
+// The learned-keys page shows each key's own predicted against actual.
+func TestKeysShowTheirAccuracy(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	tb.teach(t, "q", 30, map[string]time.Duration{"short": 2 * time.Millisecond, "long": 3 * time.Second})
+	var kv KeysView
+	getJSON(t, tb, "/api/v1/queues/q/keys?sort=mae", &kv)
+	if len(kv.Keys) != 2 {
+		t.Fatalf("keys: %+v", kv.Keys)
+	}
+	for _, k := range kv.Keys {
+		if k.Scored == 0 || k.MAEMS == nil || k.TierAccuracy == nil || *k.TierAccuracy < 0.9 {
+			t.Errorf("key %s: scored %d, MAE %v, tier accuracy %v", k.JobType, k.Scored, k.MAEMS, k.TierAccuracy)
+		}
+	}
+	if code, body, _ := tb.do(t, "GET", "/queues/q/keys", "", "", ""); code != 200 || !strings.Contains(body, "Tier right") || !strings.Contains(body, "of ") {
+		t.Errorf("keys page: %d", code)
+	}
+}

@@ -2939,7 +2939,13 @@ type KeyStats struct {
 	Cold bool `protobuf:"varint,9,opt,name=cold,proto3" json:"cold,omitempty"`
 	// True when the key's durations vary too widely to rank it above the
 	// middle tier.
-	SpreadGated   bool `protobuf:"varint,10,opt,name=spread_gated,json=spreadGated,proto3" json:"spread_gated,omitempty"`
+	SpreadGated bool `protobuf:"varint,10,opt,name=spread_gated,json=spreadGated,proto3" json:"spread_gated,omitempty"`
+	// Predicted against actual over the key's routed predictions (scored of
+	// them): mean absolute error in milliseconds, and the share whose tier
+	// was the one the duration earned. Both 0 while scored is 0.
+	MaeMs         float64 `protobuf:"fixed64,11,opt,name=mae_ms,json=maeMs,proto3" json:"mae_ms,omitempty"`
+	TierAccuracy  float64 `protobuf:"fixed64,12,opt,name=tier_accuracy,json=tierAccuracy,proto3" json:"tier_accuracy,omitempty"`
+	Scored        uint64  `protobuf:"varint,13,opt,name=scored,proto3" json:"scored,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3042,6 +3048,27 @@ func (x *KeyStats) GetSpreadGated() bool {
 		return x.SpreadGated
 	}
 	return false
+}
+
+func (x *KeyStats) GetMaeMs() float64 {
+	if x != nil {
+		return x.MaeMs
+	}
+	return 0
+}
+
+func (x *KeyStats) GetTierAccuracy() float64 {
+	if x != nil {
+		return x.TierAccuracy
+	}
+	return 0
+}
+
+func (x *KeyStats) GetScored() uint64 {
+	if x != nil {
+		return x.Scored
+	}
+	return 0
 }
 
 // ListKeysRequest selects a queue's predictor keys.
@@ -3818,7 +3845,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\"5\n" +
 	"\x19DeleteDeadLettersResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\x8a\x02\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\xde\x02\n" +
 	"\bKeyStats\x12\x1a\n" +
 	"\bproducer\x18\x01 \x01(\tR\bproducer\x12\x19\n" +
 	"\bjob_type\x18\x02 \x01(\tR\ajobType\x12\x1f\n" +
@@ -3831,7 +3858,10 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x04tier\x18\b \x01(\rR\x04tier\x12\x12\n" +
 	"\x04cold\x18\t \x01(\bR\x04cold\x12!\n" +
 	"\fspread_gated\x18\n" +
-	" \x01(\bR\vspreadGated\"=\n" +
+	" \x01(\bR\vspreadGated\x12\x15\n" +
+	"\x06mae_ms\x18\v \x01(\x01R\x05maeMs\x12#\n" +
+	"\rtier_accuracy\x18\f \x01(\x01R\ftierAccuracy\x12\x16\n" +
+	"\x06scored\x18\r \x01(\x04R\x06scored\"=\n" +
 	"\x0fListKeysRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\">\n" +
