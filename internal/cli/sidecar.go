@@ -2,11 +2,17 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/harbinger-mq/harbinger/internal/auth"
+	"github.com/harbinger-mq/harbinger/internal/server"
 	"github.com/harbinger-mq/harbinger/internal/sidecar"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
@@ -37,8 +43,39 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tiers := fs.Int("tiers", rabbitmq.DefaultTiers, "number of tiers")
 	snapshotEvery := fs.Duration("snapshot-every", sidecar.DefaultSnapshotEvery, "interval between snapshots for late-starting sidecars")
 	hold := fs.Bool("hold", false, "track queue backlogs and hold long messages (right only when every publisher and consumer of a queue uses this sidecar)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate the gRPC port serves TLS with (with -tls-key), as serve's")
+	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA whose client certificates are required (mutual TLS)")
+	tokensFile := fs.String("tokens", "", "token file: every Predictor call then asks for a token (publish to predict, consume to observe), as serve's")
+	insecureFlag := fs.Bool("insecure", false, "allow listening beyond loopback without TLS and auth")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	exposure := ServeConfig{GRPCAddr: *listen, HTTPAddr: "off", TLSCert: *tlsCert, TLSKey: *tlsKey, TLSClientCA: *tlsClientCA, Tokens: *tokensFile, Insecure: *insecureFlag}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return errors.New("TLS needs both -tls-cert and -tls-key")
+	}
+	if err := exposure.checkExposure(); err != nil {
+		return err
+	}
+	var gopts []grpc.ServerOption
+	if *tlsCert != "" {
+		certs, err := auth.LoadServerTLS(*tlsCert, *tlsKey, *tlsClientCA)
+		if err != nil {
+			return err
+		}
+		tc, err := certs.Config("h2")
+		if err != nil {
+			return err
+		}
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	if *tokensFile != "" {
+		tokens, err := auth.LoadTokens(*tokensFile)
+		if err != nil {
+			return err
+		}
+		gopts = append(gopts, server.AuthOptions(tokens)...)
 	}
 	if *maxPriority < 1 || *maxPriority > 255 {
 		return fmt.Errorf("--max-priority must be 1 to 255, got %d", *maxPriority)
@@ -68,6 +105,8 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		HTTP:    *httpAddr,
 		AMQPURL: *amqpURL,
 		Logger:  log,
+
+		GRPCOptions: gopts,
 	}
 	cfg.Predict.MaxPriority = uint8(*maxPriority)
 	cfg.Predict.Tiers = *tiers

@@ -50,6 +50,9 @@ type Config struct {
 	Share  ShareConfig
 	Logger *slog.Logger // default discards
 	Clock  clock.Clock  // default the wall clock
+	// GRPCOptions are added to the gRPC server's: TLS credentials and the
+	// token interceptors, as `harbinger sidecar -tls-cert -tokens` sets.
+	GRPCOptions []grpc.ServerOption
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -135,7 +138,7 @@ func Start(cfg Config) (*Sidecar, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	s.grpc = grpc.NewServer()
+	s.grpc = grpc.NewServer(cfg.GRPCOptions...)
 	harbingerv1.RegisterPredictorServer(s.grpc, s.svc)
 	s.wg.Go(func() { _ = s.grpc.Serve(s.grpcLis) })
 	if s.httpLis != nil {

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/internal/auth"
+	"github.com/harbinger-mq/harbinger/internal/auth/authtest"
+	"github.com/harbinger-mq/harbinger/internal/server"
+	"github.com/harbinger-mq/harbinger/internal/sidecar"
+)
+
+func TestSidecarRefusesExposureWithoutAuthAndTLS(t *testing.T) {
+	t.Parallel()
+	var stderr strings.Builder
+	err := runSidecar(t.Context(), []string{"-grpc-addr", "0.0.0.0:0", "-http-addr", "off", "-amqp-url", "-"}, &stderr, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "beyond loopback") {
+		t.Fatalf("a sidecar on every interface without TLS or tokens: %v", err)
+	}
+}
+
+// A sidecar started with tokens asks every Predictor call for one.
+func TestSidecarTokens(t *testing.T) {
+	t.Parallel()
+	path, toks := authtest.TokenFile(t, map[string][]string{"pub": {"publish:jobs"}})
+	tokens, err := auth.LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sidecar.Start(sidecar.Config{Listen: "127.0.0.1:0", HTTP: "-", AMQPURL: "-", GRPCOptions: server.AuthOptions(tokens)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	call := func(token string) error {
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if token != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(auth.Bearer{Token: token, Insecure: true}))
+		}
+		conn, err := grpc.NewClient(s.Addr(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = pb.NewPredictorClient(conn).Predict(context.Background(), &pb.PredictRequest{Queue: "jobs", Producer: "web"})
+		return err
+	}
+	if code := status.Code(call("")); code != codes.Unauthenticated {
+		t.Fatalf("no token: %v", code)
+	}
+	if err := call(toks["pub"]); err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+}
