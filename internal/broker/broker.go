@@ -46,7 +46,7 @@ type Broker struct {
 	nextCheckpoint atomic.Int64  // log size that triggers the next checkpoint
 	checkpointing  atomic.Bool
 	bg             sync.WaitGroup // checkpoints in the background
-	recovering     bool           // New is replaying the store: declares write nothing
+	recovering     atomic.Bool    // New is replaying the store: declares write nothing
 	sched          schedules
 	draining       atomic.Bool
 	stopping       chan struct{} // closed when Shutdown starts
@@ -399,7 +399,7 @@ func (b *Broker) Declare(name string, cfg QueueConfig) (QueueInfo, error) {
 	q.mu.Lock()
 	if !equalConfig(q.cfg, cfg) {
 		err = q.reconfigureLocked(cfg, pol, b.clk.Now())
-	} else if created && b.cfg.Store != nil && !b.recovering {
+	} else if created && b.cfg.Store != nil && !b.recovering.Load() {
 		// Only a change is logged: at replay a declare means the jobs out
 		// of line were to be classified afresh (see reconfigureLocked).
 		q.logLocked(q.declareRecord())

@@ -189,8 +189,8 @@ func (b *Broker) recover() error {
 		return err
 	}
 	var ready, delayed, dead, learned int
-	b.recovering = true
-	defer func() { b.recovering = false }()
+	b.recovering.Store(true)
+	defer b.recovering.Store(false)
 	for name, data := range decls {
 		var cfg QueueConfig
 		if err := json.Unmarshal(data, &cfg); err != nil {

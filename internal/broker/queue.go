@@ -144,7 +144,7 @@ func (q *queue) pushLocked(m *Message, now time.Time) {
 		// this one, classified against what the queue knows now as the
 		// waiting jobs were, keeping its id, FIFO position and expiry.
 		q.resetLocked(m)
-		if q.b.cfg.Store != nil && !q.b.recovering {
+		if q.b.cfg.Store != nil && !q.b.recovering.Load() {
 			q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{}))
 		}
 	}

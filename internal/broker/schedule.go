@@ -217,7 +217,7 @@ func (b *Broker) DeleteSchedule(name string) error {
 // waits for it.
 func (b *Broker) logSchedule(s *Schedule) error {
 	st := b.cfg.Store
-	if st == nil || b.recovering {
+	if st == nil || b.recovering.Load() {
 		return nil
 	}
 	data, err := json.Marshal(s)
