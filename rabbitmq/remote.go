@@ -2,12 +2,15 @@ package rabbitmq
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math"
+	"net"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -24,6 +27,13 @@ type RemoteOptions struct {
 	Timeout     time.Duration // per call, default 50 ms
 	Tiers       int           // the sidecar's tier count, for the fallback priority; default 5
 	MaxPriority uint8         // for the fallback priority; default 5
+	// TLS, when set, connects over TLS with it (for a sidecar started
+	// with -tls-cert; its Certificates for one that asks for client
+	// certificates).
+	TLS *tls.Config
+	// Token is sent with every call, for a sidecar started with -tokens.
+	// Without TLS it is sent only to a sidecar on this machine's loopback.
+	Token string
 }
 
 // WithDefaults returns o with every zero field set to its default.
@@ -81,12 +91,41 @@ func DialSidecarOptions(_ context.Context, addr string, opts RemoteOptions) (*Re
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := insecure.NewCredentials()
+	if opts.TLS != nil {
+		creds = credentials.NewTLS(opts.TLS)
+	}
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if opts.Token != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: opts.Token, plain: opts.TLS == nil && loopback(addr)}))
+	}
+	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: sidecar address %q: %w", addr, err)
 	}
 	conn.Connect()
 	return &Remote{opts: opts, conn: conn, client: harbingerv1.NewPredictorClient(conn)}, nil
+}
+
+// bearer sends a token with every call.
+type bearer struct {
+	token string
+	plain bool // no TLS: allowed only because the sidecar is on loopback
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+func (b bearer) RequireTransportSecurity() bool { return !b.plain }
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // Close closes the connection to the sidecar.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,6 +16,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/auth/authtest"
 	"github.com/harbinger-mq/harbinger/internal/server"
 	"github.com/harbinger-mq/harbinger/internal/sidecar"
+	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
 func TestSidecarRefusesExposureWithoutAuthAndTLS(t *testing.T) {
@@ -57,5 +59,31 @@ func TestSidecarTokens(t *testing.T) {
 	}
 	if err := call(toks["pub"]); err != nil {
 		t.Fatalf("with the token: %v", err)
+	}
+}
+
+// The sidecar's client (rabbitmq.DialSidecarOptions) takes a token.
+func TestSidecarClientWithToken(t *testing.T) {
+	t.Parallel()
+	path, toks := authtest.TokenFile(t, map[string][]string{"app": {"publish:jobs", "consume:jobs"}})
+	tokens, err := auth.LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sidecar.Start(sidecar.Config{Listen: "127.0.0.1:0", HTTP: "-", AMQPURL: "-", GRPCOptions: server.AuthOptions(tokens)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := rabbitmq.DialSidecarOptions(t.Context(), s.Addr(), rabbitmq.RemoteOptions{Token: toks["app"], Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.Predict(t.Context(), rabbitmq.Key{Queue: "jobs", Producer: "web", JobType: "thumbnail"}); err != nil {
+		t.Fatalf("predict with a token: %v", err)
+	}
+	if st := r.Stats(); st.Fallbacks != 0 {
+		t.Fatalf("the call fell back: %+v", st)
 	}
 }
