@@ -26,7 +26,7 @@ func init() {
 const amqpURLEnv = "HARBINGER_AMQP_URL"
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sidecar", "sidecar [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-log-level L] [-log-format F]", stderr)
+	fs := newFlags("sidecar", "sidecar [-config FILE] [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-log-level L] [-log-format F]", stderr)
 	defURL := os.Getenv(amqpURLEnv)
 	if defURL == "" {
 		defURL = sidecar.DefaultAMQPURL
@@ -48,7 +48,11 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA whose client certificates are required (mutual TLS)")
 	tokensFile := fs.String("tokens", "", "token file: every Predictor call then asks for a token (publish to predict, consume to observe), as serve's")
 	insecureFlag := fs.Bool("insecure", false, "allow listening beyond loopback without TLS and auth")
+	configPath := fs.String("config", os.Getenv("HARBINGER_CONFIG"), "YAML file of settings, keys as the flags' names (env HARBINGER_CONFIG); every flag also reads HARBINGER_<FLAG>; precedence: flag, environment, file, default")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := applyEnvAndFile(fs, os.Getenv, *configPath); err != nil {
 		return err
 	}
 	exposure := ServeConfig{GRPCAddr: *listen, HTTPAddr: "off", TLSCert: *tlsCert, TLSKey: *tlsKey, TLSClientCA: *tlsClientCA, Tokens: *tokensFile, Insecure: *insecureFlag}
