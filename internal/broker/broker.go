@@ -610,9 +610,7 @@ wait:
 			}
 		}
 		delayed += len(q.delayed) // stay delayed: a durable broker finds them so
-		q.leaseWake.stop()
-		q.ttlWake.stop()
-		q.delayWake.stop()
+		q.timer.stop()
 		ready += q.sq.Len()
 		q.unlockChanged()
 	}

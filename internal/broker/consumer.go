@@ -286,7 +286,7 @@ func (c *Consumer) Extend(id string, lease time.Duration) error {
 	now := q.b.clk.Now()
 	m.deadline = now.Add(lease)
 	q.leases.fix(m.heapIdx)
-	q.armLeaseLocked(now)
+	q.armLocked(now)
 	return adjusted
 }
 

@@ -37,9 +37,7 @@ func crash(b *Broker) {
 	for _, q := range *b.queues.Load() {
 		q.mu.Lock()
 		q.closed = true
-		q.leaseWake.stop()
-		q.ttlWake.stop()
-		q.delayWake.stop()
+		q.timer.stop()
 		q.mu.Unlock()
 	}
 }

@@ -38,8 +38,9 @@ type queue struct {
 	unique  uniqueIndex
 	names   map[string]string // interned producers and job types
 
-	// One timer each for the earliest lease, TTL and due time.
-	leaseWake, ttlWake, delayWake wake
+	// One timer for the queue's next deadline: the earliest lease end, TTL
+	// or due time.
+	timer wake
 
 	published, delivered, acked, nacked, redelivered uint64
 	deadLettered, expired, badDurations, deadDropped uint64
@@ -152,7 +153,7 @@ func (q *queue) pushLocked(m *Message, now time.Time) {
 		panic(fmt.Sprintf("broker: message %s pushed twice: %v", m.ID, err)) // a broker bug, not bad input
 	}
 	if !m.item.Expires.IsZero() {
-		q.armTTLLocked(now)
+		q.armLocked(now)
 	}
 	q.wakeOneLocked()
 }
@@ -184,7 +185,7 @@ func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
 	m.leased = now
 	m.deadline = now.Add(q.cfg.Lease)
 	q.leases.push(m)
-	q.armLeaseLocked(now)
+	q.armLocked(now)
 	c.inflight[m.ID] = m
 	c.credit--
 	q.delivered++
@@ -289,17 +290,41 @@ func (w *wake) stop() {
 	}
 }
 
-// armLeaseLocked makes sure a timer fires by the earliest lease deadline.
-func (q *queue) armLeaseLocked(now time.Time) {
-	if m := q.leases.min(); m != nil && !q.closed {
-		q.leaseWake.arm(q.b.clk, m.deadline, now, q.onLeaseTimer)
+// nextDeadlineLocked is the earliest moment the queue has work to do by
+// itself: a lease ending, a TTL passing, a delayed job coming due.
+func (q *queue) nextDeadlineLocked() (time.Time, bool) {
+	var at time.Time
+	earliest := func(t time.Time) {
+		if at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	if m := q.leases.min(); m != nil {
+		earliest(m.deadline)
+	}
+	if t, ok := q.sq.NextExpiry(); ok {
+		earliest(t)
+	}
+	if m := q.delayed.min(); m != nil {
+		earliest(m.deadline)
+	}
+	return at, !at.IsZero()
+}
+
+// armLocked makes sure the queue's timer fires by its next deadline.
+func (q *queue) armLocked(now time.Time) {
+	if at, ok := q.nextDeadlineLocked(); ok && !q.closed {
+		q.timer.arm(q.b.clk, at, now, q.onTimer)
 	}
 }
 
-func (q *queue) onLeaseTimer(g uint64) {
+// onTimer does what has come due: leases that ended go back in line (or
+// to the dead letters), jobs whose TTL passed expire, delayed jobs join
+// the line.
+func (q *queue) onTimer(g uint64) {
 	q.mu.Lock()
 	defer q.unlockChanged()
-	if !q.leaseWake.fired(g) || q.closed {
+	if !q.timer.fired(g) || q.closed {
 		return
 	}
 	now := q.b.clk.Now()
@@ -307,24 +332,11 @@ func (q *queue) onLeaseTimer(g uint64) {
 		q.settleLocked(m)
 		q.retryLocked(m, now, "lease expired")
 	}
-	q.armLeaseLocked(now)
-}
-
-func (q *queue) armTTLLocked(now time.Time) {
-	if at, ok := q.sq.NextExpiry(); ok && !q.closed {
-		q.ttlWake.arm(q.b.clk, at, now, q.onTTLTimer)
+	if at, ok := q.sq.NextExpiry(); ok && !at.After(now) {
+		q.expireLocked(now)
 	}
-}
-
-func (q *queue) onTTLTimer(g uint64) {
-	q.mu.Lock()
-	defer q.unlockChanged()
-	if !q.ttlWake.fired(g) || q.closed {
-		return
-	}
-	now := q.b.clk.Now()
-	q.expireLocked(now)
-	q.armTTLLocked(now)
+	q.releaseDueLocked(now)
+	q.armLocked(now)
 }
 
 // requeueAfterLocked holds a settled message back for d, then requeues it
@@ -338,28 +350,11 @@ func (q *queue) requeueAfterLocked(m *Message, d time.Duration, now time.Time) {
 // delayLocked holds m until m.deadline.
 func (q *queue) delayLocked(m *Message, now time.Time) {
 	q.delayed.push(m)
-	q.armDelayLocked(now)
+	q.armLocked(now)
 }
 
-func (q *queue) armDelayLocked(now time.Time) {
-	if m := q.delayed.min(); m != nil && !q.closed {
-		q.delayWake.arm(q.b.clk, m.deadline, now, q.onDelayTimer)
-	}
-}
-
-// onDelayTimer puts every job that has come due in line: a scheduled job
-// enters as if published now, a delayed retry at its old place.
-func (q *queue) onDelayTimer(g uint64) {
-	q.mu.Lock()
-	defer q.unlockChanged()
-	if !q.delayWake.fired(g) || q.closed {
-		return
-	}
-	now := q.b.clk.Now()
-	q.releaseDueLocked(now)
-	q.armDelayLocked(now)
-}
-
+// releaseDueLocked puts every job that has come due in line: a scheduled
+// job enters as if published now, a delayed retry at its old place.
 func (q *queue) releaseDueLocked(now time.Time) {
 	for m := q.delayed.min(); m != nil && !m.deadline.After(now); m = q.delayed.min() {
 		q.delayed.remove(m)
@@ -413,8 +408,8 @@ func (q *queue) reconfigureLocked(cfg QueueConfig, pol sched.Policy, now time.Ti
 			q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{}))
 		}
 	}
-	q.ttlWake.stop()
-	q.armTTLLocked(now)
+	q.timer.stop() // the new scheduler's expiries may be later
+	q.armLocked(now)
 	return nil
 }
 
