@@ -331,7 +331,9 @@ func costTables(b *bytes.Buffer, r *CostResult, markdown bool) {
 		}
 		rows = append(rows, row)
 	}
-	table(b, markdown, align, header, rows)
+	if len(rows) > 0 { // none in a --memory-only run
+		table(b, markdown, align, header, rows)
+	}
 	if len(r.Ratios) > 0 {
 		b.WriteString("\nPeak-rate ratios, each taken within one repetition (median, range over repetitions):\n\n")
 		var rr [][]string
@@ -394,8 +396,10 @@ func WriteCostFiles(dir string, r *CostResult) error {
 	}); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(dir, FileCostSVG), func(w io.Writer) error { return CostChart(w, r) }); err != nil {
-		return err
+	if len(r.ArmOrder) > 0 {
+		if err := writeFile(filepath.Join(dir, FileCostSVG), func(w io.Writer) error { return CostChart(w, r) }); err != nil {
+			return err
+		}
 	}
 	cpuChart := hasBrokerCPU(r)
 	if cpuChart {
@@ -407,7 +411,9 @@ func WriteCostFiles(dir string, r *CostResult) error {
 		var b bytes.Buffer
 		b.WriteString("# Harbinger broker cost\n\n")
 		costTables(&b, r, true)
-		fmt.Fprintf(&b, "\n![peak delivery rate per broker](%s)\n", FileCostSVG)
+		if len(r.ArmOrder) > 0 {
+			fmt.Fprintf(&b, "\n![peak delivery rate per broker](%s)\n", FileCostSVG)
+		}
 		if cpuChart {
 			fmt.Fprintf(&b, "\n![broker CPU per message at peak](%s)\n", FileCostCPUSVG)
 		}

@@ -108,10 +108,15 @@ func (d *RedisDriver) Broker() string { return d.name }
 // Version implements Driver from INFO server.
 func (d *RedisDriver) Version(ctx context.Context) string {
 	if d.aof != nil {
+		// "Redis server v=7.0.15 sha=... malloc=..." -> "redis-server 7.0.15"
 		out, err := exec.CommandContext(ctx, d.aof.Binary, "--version").Output()
 		v := "redis-server (version unknown)"
 		if err == nil {
-			v = strings.TrimSpace(string(out))
+			for _, f := range strings.Fields(string(out)) {
+				if n, ok := strings.CutPrefix(f, "v="); ok {
+					v = "redis-server " + n
+				}
+			}
 		}
 		return v + " (its own process per run, appendonly yes, appendfsync always, no RDB snapshots, data on " + fsType(d.aofDir()) + ")"
 	}
