@@ -112,7 +112,10 @@ type FileStore struct {
 	buf      []byte     // frames appended and not yet written
 	marks    []pending  // checkpoints requested: rotate once buf reaches off
 	appended Pos
-	durable  Pos
+	durable  Pos // what Wait reports as done: synced (always) or written (interval)
+	written  Pos // handed to the operating system
+	synced   Pos // fsynced
+	wanted   Pos // the highest position a Wait asked for
 	err      error // sticky: the store failed or closed
 	closing  bool
 	size     int64 // bytes in segment files, written or buffered
@@ -350,6 +353,10 @@ func (s *FileStore) Append(recs ...*Record) (Pos, error) {
 func (s *FileStore) Wait(pos Pos) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if pos > s.wanted {
+		s.wanted = pos
+		s.cond.Broadcast() // the flusher may owe an fsync for it
+	}
 	for s.durable < pos && s.err == nil {
 		s.cond.Wait()
 	}
@@ -454,10 +461,13 @@ func (s *FileStore) flush() {
 		}
 	}()
 	var lastSync time.Time
-	dirty := false // written since the last fsync (interval mode)
+	dirty := false // written since the last fsync
+	always := s.opts.Sync.Interval == 0
+	// owed: someone waits for a record that is written but not fsynced.
+	owed := func() bool { return always && s.wanted > s.synced && s.written > s.synced }
 	for {
 		s.mu.Lock()
-		for len(s.buf) == 0 && len(s.marks) == 0 && !s.closing && s.err == nil && !(dirty && s.tick) {
+		for len(s.buf) == 0 && len(s.marks) == 0 && !s.closing && s.err == nil && !(dirty && s.tick) && !owed() {
 			s.cond.Wait()
 		}
 		s.tick = false
@@ -481,7 +491,14 @@ func (s *FileStore) flush() {
 
 		err := s.write(buf, marks)
 		dirty = dirty || len(buf) > 0
-		if err == nil && dirty && (s.opts.Sync.Interval == 0 || time.Since(lastSync) >= s.opts.Sync.Interval) {
+		s.mu.Lock()
+		s.written = upto
+		// With fsync always, only a record somebody waits for (a publish)
+		// is worth an fsync of its own; acks and deliveries written
+		// meanwhile ride along with the next one, in log order.
+		sync := dirty && (always && s.wanted > s.synced || !always && time.Since(lastSync) >= s.opts.Sync.Interval)
+		s.mu.Unlock()
+		if err == nil && sync {
 			err = s.seg.Sync()
 			lastSync = time.Now()
 			dirty = false
@@ -492,7 +509,14 @@ func (s *FileStore) flush() {
 			s.err = fmt.Errorf("store: log write failed, nothing more is accepted until restart: %w", err)
 			s.log.Error("store: log write failed", "err", err)
 		} else {
-			s.durable = upto
+			if sync {
+				s.synced = upto
+			}
+			if always {
+				s.durable = s.synced
+			} else {
+				s.durable = upto
+			}
 		}
 		s.cond.Broadcast()
 		s.mu.Unlock()

@@ -379,3 +379,34 @@ func FuzzReadFrame(f *testing.F) {
 		}
 	})
 }
+
+// Records nobody waits for (acks, deliveries) take no fsync of their own:
+// they are written at once and ride along with the next one that is
+// waited for.
+func TestUnwaitedRecordsShareTheNextSync(t *testing.T) {
+	t.Parallel()
+	ffs := &FaultFS{}
+	s := openFile(t, t.TempDir(), FileOptions{FS: ffs})
+	replayAll(t, s)
+	for i := range 500 {
+		if _, err := s.Append(&Record{Kind: KindAck, Queue: "q", ID: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pos, _ := s.Append(sample(0)...)
+	if err := s.Wait(pos); err != nil {
+		t.Fatal(err)
+	}
+	if n := ffs.Syncs(); n > 2 {
+		t.Fatalf("%d fsyncs for 500 unwaited records and one waited batch", n)
+	}
+	checkReplay(t, s, append(ackRecords(500), sample(0)...))
+}
+
+func ackRecords(n int) []*Record {
+	out := make([]*Record, n)
+	for i := range out {
+		out[i] = &Record{Kind: KindAck, Queue: "q", ID: fmt.Sprint(i)}
+	}
+	return out
+}
