@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -87,6 +88,9 @@ type ServeConfig struct {
 	Tokens string `yaml:"tokens"`
 	// Insecure allows listening beyond loopback without TLS and auth.
 	Insecure bool `yaml:"insecure"`
+	// CPUProfile, when set, is a file the broker writes a CPU profile of
+	// its whole run to (go tool pprof reads it), closed at shutdown.
+	CPUProfile string `yaml:"cpuprofile"`
 	// PrometheusURL, when set, is linked from the dashboard for history.
 	PrometheusURL string `yaml:"prometheus_url"`
 	// Broker holds the broker's limits and default queue settings.
@@ -255,6 +259,7 @@ var serveSettings = []setting{
 	{"tls-client-ca", "PEM CA whose client certificates both ports require (mutual TLS)", str(func(c *ServeConfig) *string { return &c.TLSClientCA })},
 	{"tokens", "token file: every RPC, dashboard page and /metrics then asks for a token with the right scope (harbinger token makes them; SIGHUP reloads)", str(func(c *ServeConfig) *string { return &c.Tokens })},
 	{"insecure", "allow listening beyond loopback without TLS and auth", boolean(func(c *ServeConfig) *bool { return &c.Insecure })},
+	{"cpuprofile", "write a CPU profile of the whole run to this file, closed at shutdown (for go tool pprof)", str(func(c *ServeConfig) *string { return &c.CPUProfile })},
 	{"prometheus-url", "a Prometheus linked from the dashboard for longer history", str(func(c *ServeConfig) *string { return &c.PrometheusURL })},
 	{"max-payload", "largest payload in bytes, at most 268435456; the gRPC limits and what clients are told (GetLimits) follow from it (default 1048576)", num(func(c *ServeConfig) *int { return &c.Broker.MaxPayload })},
 	{"max-bytes", "bytes the broker's jobs may hold in all, ready, delayed, in flight and dead-lettered; publishes past it get ResourceExhausted (default 1073741824)", num64(func(c *ServeConfig) *int64 { return &c.Broker.MaxBytes })},
@@ -348,6 +353,22 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 		h = slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: lv})
 	}
 	log := slog.New(h)
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(cfg.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				log.Error("harbinger: closing the CPU profile", "err", err)
+			}
+		}()
+	}
 
 	// Credentials first: a typo in them should stop the broker before it
 	// opens its log.

@@ -132,3 +132,19 @@ func TestServeKeepsJobsAcrossRestart(t *testing.T) {
 		t.Fatalf("after a restart: %v, %v", q, err)
 	}
 }
+
+func TestServeCPUProfile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	_, stop := runServeFor(t, ServeConfig{Memory: true, CPUProfile: path})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		t.Fatalf("profile: %v, %v", st, err)
+	}
+	_, stop = runServeFor(t, ServeConfig{Memory: true, CPUProfile: filepath.Join(t.TempDir(), "no", "such", "dir", "p")})
+	if err := stop(); err == nil {
+		t.Fatal("an unwritable profile path was accepted")
+	}
+}
