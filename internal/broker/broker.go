@@ -514,6 +514,28 @@ func (b *Broker) Pause(name string, paused bool) error {
 // empty) back to the queue with fresh attempts and no TTL. It reports how
 // many moved.
 func (b *Broker) RequeueDeadLetters(name string, ids []string) (int, error) {
+	return b.takeDeadLetters(name, ids, func(q *queue, m *Message, now time.Time) {
+		q.logLocked(&store.Record{Kind: store.KindRequeue, Queue: q.name, ID: m.ID, At: now})
+		m.attempt = 0
+		m.item.Expires = time.Time{}
+		m.item.Enqueued = now // it joins the line as a new job would
+		m.gen = 0             // reclassified against what the queue knows now
+		q.pushLocked(m, now)
+	})
+}
+
+// DeleteDeadLetters drops dead letters (all of the queue's when ids is
+// empty) for good, and reports how many it dropped.
+func (b *Broker) DeleteDeadLetters(name string, ids []string) (int, error) {
+	return b.takeDeadLetters(name, ids, func(q *queue, m *Message, _ time.Time) {
+		q.logID(store.KindRemove, m)
+		b.release(m)
+	})
+}
+
+// takeDeadLetters removes the named dead letters (all when ids is empty)
+// from the queue's list and hands each to f, under the queue's lock.
+func (b *Broker) takeDeadLetters(name string, ids []string, f func(q *queue, m *Message, now time.Time)) (int, error) {
 	q, err := b.lookup(name, false)
 	if err != nil {
 		return 0, err
@@ -535,13 +557,7 @@ func (b *Broker) RequeueDeadLetters(name string, ids []string) (int, error) {
 			kept = append(kept, d)
 			continue
 		}
-		m := d.m
-		q.logLocked(&store.Record{Kind: store.KindRequeue, Queue: q.name, ID: m.ID, At: now})
-		m.attempt = 0
-		m.item.Expires = time.Time{}
-		m.item.Enqueued = now // it joins the line as a new job would
-		m.gen = 0             // reclassified against what the queue knows now
-		q.pushLocked(m, now)
+		f(q, d.m, now)
 		n++
 	}
 	clear(q.dead[len(kept):])

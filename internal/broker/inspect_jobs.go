@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/sched"
-	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // MaxJobsListed bounds WaitingJobs and InFlightJobs: they are for a person
@@ -135,36 +134,4 @@ func (b *Broker) Waits(name string) (Waits, error) {
 	}
 	w.Oldest, w.P50, w.P99 = wait(1), wait(0.5), wait(0.99)
 	return w, nil
-}
-
-// DeleteDeadLetters drops dead letters (all of the queue's when ids is
-// empty) for good, and reports how many it dropped.
-func (b *Broker) DeleteDeadLetters(name string, ids []string) (int, error) {
-	q, err := b.lookup(name, false)
-	if err != nil {
-		return 0, err
-	}
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
-	q.mu.Lock()
-	defer q.unlockChanged()
-	if q.closed {
-		return 0, ErrShuttingDown
-	}
-	kept := q.dead[:0]
-	n := 0
-	for _, d := range q.dead {
-		if len(want) > 0 && !want[d.m.ID] {
-			kept = append(kept, d)
-			continue
-		}
-		q.logID(store.KindRemove, d.m)
-		b.release(d.m)
-		n++
-	}
-	clear(q.dead[len(kept):])
-	q.dead = kept
-	return n, nil
 }
