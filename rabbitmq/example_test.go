@@ -11,8 +11,7 @@ import (
 
 // One process publishes and consumes "thumbnails" with the in-process
 // predictor: five tiers under x-max-priority 5, long messages held in
-// thumbnails.hold for three quarters of their predicted FIFO wait, then
-// served first.
+// thumbnails.hold for 95% of their predicted FIFO wait, then served first.
 func Example() {
 	ctx := context.Background()
 	conn, err := amqp.Dial("amqp://guest:guest@127.0.0.1:5672/")

@@ -22,12 +22,21 @@ import (
 // runs out. Hold is DefaultHold of the wait FIFO would give the message: the
 // predicted work published to the queue and not yet completed, divided by
 // the queue's consumers.
+//
+// The broker's bounded policy also guards every other message against FIFO
+// (sched.Bound.Guard: once FIFO would have started a message, only much
+// shorter work may still go ahead of it, and past a deadline it goes next).
+// That needs a message's place in line to change after it was published,
+// which RabbitMQ does not allow: a priority is fixed at publish time and a
+// message cannot be moved between priorities. So the RabbitMQ side keeps the
+// part RabbitMQ can express, the hold of long messages, at the broker's
+// bound; the rest of the guard has no RabbitMQ equivalent (docs/policy.md).
 
 // DefaultHold is the share of its FIFO wait a long message is held: the
-// broker's bounded policy starts a long message once three quarters of the
-// work ahead of it has been served (1 + sched.DefaultStretch; a test keeps
-// the two equal).
-const DefaultHold = 0.75
+// broker's bounded policy starts a long message once 95% of the work ahead
+// of it has been served (1 + sched.DefaultStretch; a test keeps the two
+// equal).
+const DefaultHold = 0.95
 
 // DefaultMaxHold caps a hold, so that a backlog estimate gone wrong (for
 // example messages completed by consumers this predictor never hears of)

@@ -42,8 +42,8 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 	if h := holdOf(); h != 0 {
 		t.Errorf("first hold = %v, want 0 (nothing ahead)", h)
 	}
-	// Backlog 100ms over 2 consumers is a 50 ms FIFO wait; held 3/4 of it.
-	for i, want := range []time.Duration{37500 * time.Microsecond, 75 * time.Millisecond, 100 * time.Millisecond} {
+	// Backlog 100ms over 2 consumers is a 50 ms FIFO wait; held 95% of it.
+	for i, want := range []time.Duration{47500 * time.Microsecond, 95 * time.Millisecond, 100 * time.Millisecond} {
 		if h := holdOf(); h != want {
 			t.Errorf("hold %d = %v, want %v", i, h, want)
 		}
@@ -52,8 +52,8 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 	for range 3 {
 		l.Forget(ctx, "q", 100*time.Millisecond)
 	}
-	if h := holdOf(); h != 37500*time.Microsecond {
-		t.Errorf("hold after completions = %v, want 37.5ms", h)
+	if h := holdOf(); h != 47500*time.Microsecond {
+		t.Errorf("hold after completions = %v, want 47.5ms", h)
 	}
 	// Completions beyond the backlog (a message this process never
 	// predicted) floor it at zero.

@@ -176,9 +176,9 @@ func TestLayoutSimulation(t *testing.T) {
 	layouts := []layout{
 		{"3 tiers, long at the top at once", 3, false},
 		{"5 tiers, long at the top at once", 5, false},
-		{"3 tiers, long held (0.75)", 3, true},
-		{"9 tiers, long held (0.75)", 9, true},
-		{"5 tiers, long held (0.75): the defaults", DefaultTiers, true},
+		{"3 tiers, long held (0.95)", 3, true},
+		{"9 tiers, long held (0.95)", 9, true},
+		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true},
 	}
 	type change struct{ mean, p99, export []float64 }
 	changes := make([]change, len(layouts))

@@ -18,6 +18,7 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/report"
+	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/stats"
 	"github.com/harbinger-mq/harbinger/internal/workload"
@@ -43,6 +44,13 @@ type Config struct {
 	Parallel  int       // concurrent runs; default GOMAXPROCS
 	Progress  io.Writer // one line per finished scenario and load; nil for none
 	Command   string    // the command line that reproduces the run, quoted in the document
+	// Matrix lists the evaluation matrix's scenarios; nil builds the
+	// default one from Scenarios (DefaultMatrix).
+	Matrix []Scenario
+	// MatrixLoads are the matrix's offered loads; default DefaultMatrixLoads.
+	MatrixLoads []float64
+	// NoMatrix leaves the matrix out.
+	NoMatrix bool
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -62,6 +70,9 @@ func (c Config) WithDefaults() Config {
 	if c.Command == "" {
 		c.Command = "go run ./cmd/harbinger experiments"
 	}
+	if len(c.MatrixLoads) == 0 {
+		c.MatrixLoads = slices.Clone(DefaultMatrixLoads)
+	}
 	return c
 }
 
@@ -69,7 +80,7 @@ func (c Config) validate() error {
 	if len(c.Scenarios) == 0 {
 		return fmt.Errorf("experiment: no scenarios to run")
 	}
-	for _, l := range c.Loads {
+	for _, l := range append(slices.Clone(c.Loads), c.MatrixLoads...) {
 		if !(l > 0) || math.IsInf(l, 0) {
 			return fmt.Errorf("experiment: offered load %v must be a positive number", l)
 		}
@@ -178,6 +189,12 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		add(def(ArmTiers4, func(a *sim.Arm) { a.Options.Tiers = 4 })),
 		add(def(ArmTiers6, func(a *sim.Arm) { a.Options.Tiers = 6 })),
 		add(by(ArmSJF, "sjf", nil)),
+		add(by(ArmOracleSJF, "oracle-sjf", nil)),
+		add(by(ArmPrevious, "previous", nil)),
+		add(def(ArmGuardTight, func(a *sim.Arm) { a.Options.Guard = new(guardTight) })),
+		add(def(ArmGuardMid, func(a *sim.Arm) { a.Options.Guard = new(guardMid) })),
+		add(def(ArmGuardLoose, func(a *sim.Arm) { a.Options.Guard = new(guardLoose) })),
+		add(def(ArmOvertakeAny, func(a *sim.Arm) { a.Options.Overtake = new(0.0) })),
 	} {
 		if e != nil {
 			return nil, e
@@ -191,6 +208,11 @@ type Cell struct {
 	*report.ArmResult
 	ExportP99WaitS []float64 // per seed: 99th percentile wait of the export class
 	ExportMeanWait []float64 // per seed: mean wait of the export class
+	// Per seed, each message's latency against the latency FIFO gave the
+	// same message: the share above 1 + sched.DefaultGuard times it (the
+	// default's guarantee), and the largest ratio.
+	OverGuard  []float64
+	WorstRatio []float64
 }
 
 // Results holds every cell: Cells[scenario][load][arm].
@@ -198,6 +220,7 @@ type Results struct {
 	Config    Config
 	Scenarios []ScenarioInfo
 	Cells     []map[float64]map[string]*Cell
+	Matrix    *MatrixResults // nil when the matrix was left out
 	Took      time.Duration
 }
 
@@ -249,6 +272,20 @@ func Run(c Config) (*Results, error) {
 				sc.Label, load, len(arms), len(c.Seeds), time.Since(begin).Seconds())
 		}
 	}
+	if !c.NoMatrix {
+		scs := c.Matrix
+		if scs == nil {
+			var err error
+			if scs, err = DefaultMatrix(c.Scenarios); err != nil {
+				return nil, err
+			}
+		}
+		m, err := runMatrix(scs, c.MatrixLoads, c)
+		if err != nil {
+			return nil, err
+		}
+		res.Matrix = m
+	}
 	res.Took = time.Since(begin)
 	return res, nil
 }
@@ -272,40 +309,63 @@ func runLoad(src sim.Source, load float64, arms []armSpec, c Config) (map[string
 		jobs[i] = scaled.Generate(s)
 	}
 	type out struct {
-		res        report.SeedResult
-		p99, meanW float64
+		res               report.SeedResult
+		p99, meanW        float64
+		overGuard, ratioX float64
 	}
 	outs := make([][]out, len(arms))
 	for i := range outs {
 		outs[i] = make([]out, len(c.Seeds))
 	}
+	// FIFO runs first, so that every other arm can be compared with it
+	// message by message as it finishes, without keeping its records.
+	fifo := slices.IndexFunc(arms, func(a armSpec) bool { return a.Name == ArmFIFO })
+	fifoRecs := make([][]report.Record, len(c.Seeds))
 	type task struct{ arm, seed int }
-	tasks := make(chan task)
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
-	for range c.Parallel {
-		wg.Go(func() {
-			for t := range tasks {
-				a := arms[t.arm]
-				r, recs, err := sim.RunSeed(types, jobs[t.seed], scaled.Workers(), a.Arm, c.Seeds[t.seed])
-				p99, meanW := exportWaits(recs)
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("arm %s seed %d: %w", a.Name, c.Seeds[t.seed], err)
+	phase := func(list []task) {
+		tasks := make(chan task)
+		var wg sync.WaitGroup
+		for range c.Parallel {
+			wg.Go(func() {
+				for t := range tasks {
+					a := arms[t.arm]
+					r, recs, err := sim.RunSeed(types, jobs[t.seed], scaled.Workers(), a.Arm, c.Seeds[t.seed])
+					o := out{res: r, overGuard: math.NaN(), ratioX: math.NaN()}
+					o.p99, o.meanW = exportWaits(recs)
+					if t.arm == fifo {
+						fifoRecs[t.seed] = recs
+					} else if fifo >= 0 {
+						o.overGuard, o.ratioX = againstFIFO(recs, fifoRecs[t.seed], 1+sched.DefaultGuard)
+					}
+					mu.Lock()
+					if err != nil && firstErr == nil {
+						firstErr = fmt.Errorf("arm %s seed %d: %w", a.Name, c.Seeds[t.seed], err)
+					}
+					outs[t.arm][t.seed] = o
+					mu.Unlock()
 				}
-				outs[t.arm][t.seed] = out{r, p99, meanW}
-				mu.Unlock()
-			}
-		})
+			})
+		}
+		for _, t := range list {
+			tasks <- t
+		}
+		close(tasks)
+		wg.Wait()
 	}
+	var first, rest []task
 	for a := range arms {
 		for s := range c.Seeds {
-			tasks <- task{a, s}
+			if a == fifo {
+				first = append(first, task{a, s})
+			} else {
+				rest = append(rest, task{a, s})
+			}
 		}
 	}
-	close(tasks)
-	wg.Wait()
+	phase(first)
+	phase(rest)
 	if firstErr != nil {
 		return nil, firstErr
 	}
@@ -317,11 +377,49 @@ func runLoad(src sim.Source, load float64, arms []armSpec, c Config) (map[string
 			per[s] = o.res
 			cell.ExportP99WaitS = append(cell.ExportP99WaitS, o.p99)
 			cell.ExportMeanWait = append(cell.ExportMeanWait, o.meanW)
+			cell.OverGuard = append(cell.OverGuard, o.overGuard)
+			cell.WorstRatio = append(cell.WorstRatio, o.ratioX)
 		}
 		cell.ArmResult = report.Combine(per)
 		cells[a.Name] = cell
 	}
 	return cells, nil
+}
+
+// againstFIFO pairs each message of recs with the same message under FIFO
+// and returns the share whose latency is above bound times FIFO's, and the
+// largest ratio. Records carry no message id; a message is its send time and
+// type, which the generators never repeat in practice (arrivals are drawn
+// in nanoseconds); a pair that cannot be made is left out.
+func againstFIFO(recs, fifo []report.Record, bound float64) (over, worst float64) {
+	type key struct {
+		sent time.Duration
+		typ  int
+	}
+	lat := make(map[key]time.Duration, len(fifo))
+	for _, r := range fifo {
+		lat[key{r.Sent, r.Type}] = r.Done - r.Sent
+	}
+	n, above := 0, 0
+	worst = math.NaN()
+	for _, r := range recs {
+		f, ok := lat[key{r.Sent, r.Type}]
+		if !ok || f <= 0 {
+			continue
+		}
+		x := float64(r.Done-r.Sent) / float64(f)
+		n++
+		if x > bound {
+			above++
+		}
+		if !(x <= worst) {
+			worst = x
+		}
+	}
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	return float64(above) / float64(n), worst
 }
 
 // exportWaits returns the 99th percentile and the mean wait (send to start)

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sim"
+	"github.com/harbinger-mq/harbinger/internal/trace"
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
@@ -41,6 +43,10 @@ func setup(t *testing.T) *Results {
 		Scenarios: []Scenario{{"tiny", sim.FromWorkload(w)}, {"tiny again", sim.FromWorkload(w)}},
 		Loads:     []float64{0.7, 0.95},
 		Seeds:     []uint64{1, 2},
+		// The matrix on the tiny workload alone: the stress workloads and
+		// the trace windows take tens of seconds.
+		Matrix:      []Scenario{{"tiny", sim.FromWorkload(w)}},
+		MatrixLoads: []float64{0.7, 1.2},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +77,9 @@ func TestMarkdownTables(t *testing.T) {
 		if got := strings.Count(md, header); got < 2 {
 			t.Errorf("study %q: %d tables, want one per scenario", s.slug, got)
 		}
+	}
+	if !strings.Contains(md, "## 5. The evaluation matrix") || !strings.Contains(md, "(experiments/matrix.svg)") || !strings.Contains(md, "| tiny | 2 | 1.2 |") {
+		t.Error("missing the matrix section, its heat map or a row")
 	}
 	if !strings.Contains(md, "| 0.95 | default |") || !strings.Contains(md, "Does the default policy follow from this?") {
 		t.Error("missing rows or the conclusion")
@@ -184,6 +193,95 @@ func TestWrite(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "experiments.md")); err != nil {
 		t.Error(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, ChartDir, "matrix.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wellFormed(t, "matrix.svg", svg)
+}
+
+// The verdict applies the goal's thresholds to the medians of per-seed
+// ratios, and judges the mean only where oracle SJF gains enough.
+func TestVerdict(t *testing.T) {
+	t.Parallel()
+	seed := func(mean, p99, export float64) report.SeedResult {
+		return report.SeedResult{MeanS: report.Num(mean), P99S: report.Num(p99), ExportMaxWaitS: report.Num(export)}
+	}
+	cell := func(s ...report.SeedResult) *Cell { return &Cell{ArmResult: &report.ArmResult{PerSeed: s}} }
+	m := &MatrixResults{Loads: []float64{1}, Scenarios: []ScenarioInfo{{Label: "x"}, {Label: "y"}},
+		Cells: []map[float64]map[string]*Cell{
+			{1: {
+				ArmFIFO:      cell(seed(10, 20, 5), seed(10, 20, 5)),
+				ArmOracleSJF: cell(seed(2, 5, 50), seed(2, 5, 50)),
+				ArmDefault:   cell(seed(4, 22, 5), seed(4.8, 22, 5)), // captures (1-0.44)/(1-0.2) = 70%
+				ArmPrevious:  cell(seed(3, 23, 4), seed(3, 23, 4)),   // P99 1.15x
+			}},
+			{1: {
+				ArmFIFO:      cell(seed(10, 20, 5)),
+				ArmOracleSJF: cell(seed(9.8, 20, 5)), // gains 2%: the mean is not judged
+				ArmDefault:   cell(seed(10, 20, 5.1)),
+			}},
+		}}
+	v := m.Verdict(0, 1, ArmDefault)
+	if !v.Pass || math.Abs(v.Captured-0.7) > 1e-9 || v.P99 != 1.1 {
+		t.Errorf("default at x: %+v, want a pass at 70%% captured and P99 1.1x", v)
+	}
+	if v := m.Verdict(0, 1, ArmPrevious); v.Pass || v.P99OK || !v.MeanOK {
+		t.Errorf("previous at x: %+v, want a P99 miss", v)
+	}
+	if v := m.Verdict(1, 1, ArmDefault); v.Pass || v.ExportOK || !math.IsNaN(v.Captured) || !v.MeanOK {
+		t.Errorf("default at y: %+v, want the mean unjudged and a miss on the longest class's wait", v)
+	}
+	if pass, cells := m.Passes(ArmDefault); pass != 1 || cells != 2 {
+		t.Errorf("Passes = %d of %d, want 1 of 2", pass, cells)
+	}
+	wellFormed(t, "heat map", m.HeatMap())
+}
+
+// Every stress workload parses, has the classes the matrix reports on, and
+// generates a stream with a measurable load.
+func TestStressWorkloads(t *testing.T) {
+	t.Parallel()
+	ws, err := StressWorkloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) < 4 {
+		t.Fatalf("%d stress workloads, the matrix needs at least four", len(ws))
+	}
+	for _, w := range ws {
+		classes := map[string]bool{}
+		for _, jt := range w.JobTypes {
+			classes[jt.Class] = true
+		}
+		if !classes["export"] || !classes["short"] {
+			t.Errorf("%s: classes %v, want short and export", w.Name, classes)
+		}
+		if l, err := sim.OfferedLoad(w.Generate(1), w.Workers); err != nil || !(l > 0.3 && l < 3) {
+			t.Errorf("%s: offered load %v (%v)", w.Name, l, err)
+		}
+	}
+}
+
+// The default matrix keeps a workload scenario and replays each trace at
+// every window, then adds the stress workloads.
+func TestDefaultMatrix(t *testing.T) {
+	t.Parallel()
+	tr, err := trace.Load("../../traces/azure-functions-2019", trace.Options{})
+	if err != nil {
+		t.Skip("the shipped trace is not at hand:", err)
+	}
+	scs, err := DefaultMatrix([]Scenario{{"w", sim.FromWorkload(tiny())}, {"t", tr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := StressWorkloads()
+	if want := 1 + len(DefaultTraceWindows) + len(ws); len(scs) != want {
+		t.Fatalf("%d scenarios, want %d", len(scs), want)
+	}
+	if scs[1].Label != "trace 00:00-01:00" || scs[3].Label != "trace 12:00-13:00" {
+		t.Errorf("trace labels %q, %q", scs[1].Label, scs[3].Label)
 	}
 }
 

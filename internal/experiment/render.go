@@ -27,6 +27,9 @@ func Write(r *Results, dir string) error {
 	if err != nil {
 		return err
 	}
+	if r.Matrix != nil {
+		charts["matrix.svg"] = r.Matrix.HeatMap()
+	}
 	for name, svg := range charts {
 		if err := os.WriteFile(filepath.Join(dir, ChartDir, name), svg, 0o644); err != nil {
 			return err
@@ -110,6 +113,9 @@ func (r *Results) Markdown(w io.Writer) error {
 		if s.findings != nil && len(r.Scenarios) >= 2 {
 			fmt.Fprintf(&b, "**Findings.** %s\n\n", s.findings(r))
 		}
+	}
+	if r.Matrix != nil {
+		r.Matrix.matrixMarkdown(&b, cmd)
 	}
 	if len(r.Scenarios) >= 2 {
 		b.WriteString(conclusion(r))

@@ -314,10 +314,27 @@ func (r *Results) holdsBoth(si int, load float64, arms []string) []string {
 	return out
 }
 
-// longRule describes the default policy's bound in words.
+// longRule describes the default policy's bound on long messages in words.
 func longRule() string {
 	return fmt.Sprintf("a message is long when it is among the most expensive recent messages that together make up %s of the recent predicted work (the cut moved to the widest relative gap between neighbouring costs nearby), or when its key is cold or spread-gated; a long message gets a deadline at about %.2g of the wait FIFO would give it, counted in predicted work, and overdue messages go first",
 		sharePct(predict.DefaultLongShare), 1+sched.DefaultStretch)
+}
+
+// guardRule describes the default policy's guard on every message in words.
+func guardRule() string {
+	return fmt.Sprintf("every message, long or not, is guarded against FIFO: once the predicted work dispatched reaches its FIFO position (FIFO would start it next), only messages predicted at most %s of its cost may still go ahead of it, and only until its deadline, %s times the latency FIFO would have given it after that moment, when it goes next (docs/policy.md)",
+		fracWord(sched.DefaultOvertake), fmtLoad(sched.DefaultGuard))
+}
+
+// fracWord names a fraction such as 0.25 ("a quarter").
+func fracWord(f float64) string {
+	switch f {
+	case 0.25:
+		return "a quarter"
+	case 0.5:
+		return "half"
+	}
+	return fmtNum(f) + " times"
 }
 
 func studies() []study {
@@ -325,26 +342,26 @@ func studies() []study {
 		{
 			slug:  "aging",
 			title: "1. What aging costs and what it protects",
-			question: "The default policy is shortest predicted first with a FIFO-position bound on long messages: " + longRule() + ". " +
-				"It runs here with its bound on and off, against the older alternatives: strict priority with step aging, and level weights with pausing aging. " +
+			question: "The default policy is shortest predicted first with a FIFO-position bound on long messages: " + longRule() + "; and " + guardRule() + ". " +
+				"It runs here with its bounds on and off (bound-off: neither), against the policy as it was before the guard (previous: long messages bounded at 0.75 of their FIFO wait plus a second of predicted work, nothing else bounded) and the older alternatives: strict priority with step aging, and level weights with pausing aging. " +
 				fmt.Sprintf("Two wider bounds, which mark the most expensive %s or %s of the recent predicted work long instead of %s, show what bounding more of the queue would cost.",
 					sharePct(shareWide), sharePct(shareWider), sharePct(predict.DefaultLongShare)),
-			arms: []string{ArmFIFO, ArmDefault, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
+			arms: []string{ArmFIFO, ArmDefault, ArmPrevious, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
 			columns: []column{{mMean, ""}, {mMean, ArmFIFO}, {mP99, ""}, {mP99, ArmFIFO},
 				{mExport, ""}, {mExport, ArmFIFO}},
 			panels:   []panelSpec{{column{mMean, ArmFIFO}, true}, {column{mExport, ArmFIFO}, true}},
-			chartArm: []string{ArmDefault, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
+			chartArm: []string{ArmDefault, ArmPrevious, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
 			findings: findingsAging,
 		},
 		{
 			slug:     "predictor",
 			title:    "2. What the predictor buys over the oracle and over static maps",
-			question: "The default arm learns each key's duration online. The oracle arm runs the same policy, long-job cut included, with every message's true duration known in advance; the static arm uses the hand-written job type -> tier map with strict priority and no aging.",
-			arms:     []string{ArmFIFO, ArmStatic, ArmDefault, ArmOracle},
+			question: "The default arm learns each key's duration online. The oracle arm runs the same policy, long-job cut and guard included, with every message's true duration known in advance (so it moves whenever the default does); oracle-sjf also knows every true duration but runs shortest first on one level with no bound and no aging, a fixed reference for the mean; the static arm uses the hand-written job type -> tier map with strict priority and no aging.",
+			arms:     []string{ArmFIFO, ArmStatic, ArmDefault, ArmOracle, ArmOracleSJF},
 			columns: []column{{mMAE, ""}, {mTier, ""}, {mMean, ""}, {mMean, ArmOracle}, {mMean, ArmStatic},
 				{mExport, ""}},
 			panels:   []panelSpec{{column{mMean, ArmOracle}, true}, {column{mMean, ArmStatic}, true}},
-			chartArm: []string{ArmFIFO, ArmStatic, ArmDefault, ArmOracle},
+			chartArm: []string{ArmFIFO, ArmStatic, ArmDefault, ArmOracle, ArmOracleSJF},
 			findings: findingsPredictor,
 		},
 		{

@@ -25,6 +25,12 @@ type refItem struct {
 	promoted bool
 	due      float64
 	hasDue   bool
+	// The guard's view: when last pushed, the FIFO position then, and
+	// once the work dispatched reaches it, the deadline.
+	pushedAt time.Time
+	fifoPos  float64
+	deadline time.Time
+	pastFIFO bool
 }
 
 // refSched is a reference model of Scheduler written from its documentation
@@ -63,6 +69,15 @@ func (m *refSched) push(r *refItem, now time.Time) {
 	m.entry++
 	r.entry = m.entry
 	r.hasDue = false
+	r.pastFIFO = false
+	if b := m.cfg.Bound; b != nil && b.Guard != nil {
+		m.promote(now) // the others first: this item's FIFO position is new
+		r.pastFIFO = false
+		r.pushedAt, r.fifoPos = now, m.enqWork
+		if m.enqWork-m.deqWork <= 0 {
+			m.setDeadline(r, now)
+		}
+	}
 	if b := m.cfg.Bound; b != nil && (r.long || b.Others != nil) {
 		stretch := b.Stretch
 		if !r.long {
@@ -73,6 +88,27 @@ func (m *refSched) push(r *refItem, now time.Time) {
 		r.hasDue = true
 	}
 	m.enqWork += r.cost.Seconds()
+}
+
+// promote gives every waiting guarded item whose FIFO position the work
+// dispatched has reached its deadline: now plus guard times (its wait so far
+// plus its cost).
+func (m *refSched) promote(now time.Time) {
+	b := m.cfg.Bound
+	if b == nil || b.Guard == nil {
+		return
+	}
+	for _, r := range m.waiting() {
+		if !r.pastFIFO && r.fifoPos <= m.deqWork {
+			m.setDeadline(r, now)
+		}
+	}
+}
+
+func (m *refSched) setDeadline(r *refItem, now time.Time) {
+	lat := now.Sub(r.pushedAt) + r.cost
+	r.deadline = now.Add(time.Duration(*m.cfg.Bound.Guard * float64(lat)))
+	r.pastFIFO = true
 }
 
 func (m *refSched) remove(r *refItem) bool {
@@ -170,10 +206,35 @@ func (m *refSched) pop(now time.Time) *refItem {
 			due = r
 		}
 	}
+	m.promote(now)
+	// The guard: the item past its FIFO moment with the earliest deadline,
+	// if that deadline has come.
+	var late *refItem
+	for _, r := range m.waiting() {
+		if r.pastFIFO && (late == nil || r.deadline.Before(late.deadline) || (r.deadline.Equal(late.deadline) && r.seq < late.seq)) {
+			late = r
+		}
+	}
+	guardDue := late != nil && !late.deadline.After(now)
 	var r *refItem
-	if due != nil && due.due <= m.deqWork {
+	if guardDue {
+		r = late
+	} else if due != nil && due.due <= m.deqWork {
 		r = due
-	} else if m.cfg.Discipline == Weighted {
+	} else if r = m.chooseLevel(); late != nil && r != late && m.cfg.Bound.Overtake > 0 && float64(r.cost) > m.cfg.Bound.Overtake*float64(late.cost) {
+		// Past its FIFO moment, late may be overtaken only by much
+		// shorter messages.
+		r = late
+	}
+	m.remove(r)
+	m.promote(now)
+	return r
+}
+
+// chooseLevel picks the head of a non-empty level by the discipline.
+func (m *refSched) chooseLevel() *refItem {
+	var r *refItem
+	if m.cfg.Discipline == Weighted {
 		total, best := 0, -1
 		for i := range m.cfg.Levels {
 			if m.head(i) == nil {
@@ -186,15 +247,13 @@ func (m *refSched) pop(now time.Time) *refItem {
 			}
 		}
 		m.credit[best] -= total
-		r = m.head(best)
-	} else {
-		for i := range m.cfg.Levels {
-			if r = m.head(i); r != nil {
-				break
-			}
+		return m.head(best)
+	}
+	for i := range m.cfg.Levels {
+		if r = m.head(i); r != nil {
+			break
 		}
 	}
-	m.remove(r)
 	return r
 }
 
@@ -222,6 +281,10 @@ func randConfig(rng *rand.Rand) Config {
 		cfg.Bound = &Bound{Stretch: float64(rng.IntN(13)-4) / 4, MinSlack: time.Duration(rng.IntN(4)) * time.Second / 8}
 		if rng.IntN(2) == 0 {
 			cfg.Bound.Others = new(float64(rng.IntN(13)-4) / 4)
+		}
+		if rng.IntN(2) == 0 {
+			cfg.Bound.Guard = new(float64(rng.IntN(9)) / 8)
+			cfg.Bound.Overtake = float64(rng.IntN(5)) / 4
 		}
 	}
 	cfg.ShortestFirst = rng.IntN(2) == 0

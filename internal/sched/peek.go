@@ -16,17 +16,19 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 		return buf
 	}
 	p := peeker{
-		s:       s,
-		now:     now,
-		gone:    map[*Item]bool{},
-		moved:   map[*Item]int{},
-		deq:     s.deqWork,
-		credit:  make([]int, len(s.levels)),
-		prom:    make([]int, len(s.levels)),
-		walks:   make([]heapWalk, len(s.levels)),
-		in:      make([][]*Item, len(s.levels)),
-		ageNext: make([]*Item, len(s.levels)),
-		due:     heapWalk{h: &s.due},
+		s:        s,
+		now:      now,
+		gone:     map[*Item]bool{},
+		moved:    map[*Item]int{},
+		deq:      s.deqWork,
+		credit:   make([]int, len(s.levels)),
+		prom:     make([]int, len(s.levels)),
+		walks:    make([]heapWalk, len(s.levels)),
+		in:       make([][]*Item, len(s.levels)),
+		ageNext:  make([]*Item, len(s.levels)),
+		due:      heapWalk{h: &s.due},
+		late:     heapWalk{h: &s.late},
+		fifoWait: heapWalk{h: &s.fifoWait},
 	}
 	for i := range s.levels {
 		l := &s.levels[i]
@@ -68,6 +70,14 @@ type peeker struct {
 	in      [][]*Item      // items aged into each level, in its order
 	ageNext []*Item        // each level's age list, as far as aging has read it
 	due     heapWalk
+	// deadline holds the deadlines this Peek gave.
+	deadline map[*Item]time.Time
+	// The guard: items past their FIFO moment as they stand, and those
+	// this Peek has moved there, in deadline order, and the items still
+	// waiting for it.
+	late     heapWalk
+	pastFIFO []*Item
+	fifoWait heapWalk
 }
 
 func (p *peeker) level(it *Item) int {
@@ -162,18 +172,88 @@ func (p *peeker) insert(lv int, it *Item) {
 // pop mirrors Scheduler.Pop after the expiry Peek has already done.
 func (p *peeker) pop() *Item {
 	p.age()
+	p.promoteGuard()
 	for it := p.due.peek(); it != nil && p.gone[it]; it = p.due.peek() {
 		p.due.next()
+	}
+	l := p.lateHead()
+	if l != nil && !p.guardAt(l).After(p.now) {
+		p.take(l)
+		return l
 	}
 	if d := p.due.peek(); d != nil && d.due <= p.deq {
 		p.take(d)
 		return d
 	}
 	it := p.choose()
+	if it != nil && l != nil && !p.s.mayOvertake(it, l) {
+		it = l
+	}
 	if it != nil {
 		p.take(it)
 	}
 	return it
+}
+
+// promoteGuard mirrors Scheduler.promote: items whose FIFO moment has come get
+// their deadline at now.
+func (p *peeker) promoteGuard() {
+	if !p.s.guarded() {
+		return
+	}
+	b := p.s.cfg.Bound
+	for it := p.fifoWait.peek(); it != nil && (p.gone[it] || it.fifoPos <= p.deq); it = p.fifoWait.peek() {
+		p.fifoWait.next()
+		if p.gone[it] {
+			continue
+		}
+		if p.deadline == nil {
+			p.deadline = map[*Item]time.Time{}
+		}
+		at := guardDeadline(it, p.now, *b.Guard)
+		p.deadline[it] = at
+		j := len(p.pastFIFO)
+		for j > 0 && p.lateLess(it, p.pastFIFO[j-1]) {
+			j--
+		}
+		p.pastFIFO = append(p.pastFIFO, nil)
+		copy(p.pastFIFO[j+1:], p.pastFIFO[j:])
+		p.pastFIFO[j] = it
+	}
+}
+
+// guardAt is the deadline of it as it would be.
+func (p *peeker) guardAt(it *Item) time.Time {
+	if at, ok := p.deadline[it]; ok {
+		return at
+	}
+	return it.guardAt
+}
+
+func (p *peeker) lateLess(a, b *Item) bool {
+	if at, bt := p.guardAt(a), p.guardAt(b); !at.Equal(bt) {
+		return at.Before(bt)
+	}
+	return a.seq < b.seq
+}
+
+// lateHead is the item with the earliest deadline, or nil.
+func (p *peeker) lateHead() *Item {
+	for it := p.late.peek(); it != nil && p.gone[it]; it = p.late.peek() {
+		p.late.next()
+	}
+	for len(p.pastFIFO) > 0 && p.gone[p.pastFIFO[0]] {
+		p.pastFIFO = p.pastFIFO[1:]
+	}
+	own := p.late.peek()
+	switch {
+	case len(p.pastFIFO) == 0:
+		return own
+	case own == nil || p.lateLess(p.pastFIFO[0], own):
+		return p.pastFIFO[0]
+	default:
+		return own
+	}
 }
 
 // choose mirrors Scheduler.choose.

@@ -34,6 +34,11 @@ func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 			o := r.Float64()
 			cfg.Bound.Others = &o
 		}
+		if r.IntN(2) == 0 {
+			g := r.Float64() / 2
+			cfg.Bound.Guard = &g
+			cfg.Bound.Overtake = float64(r.IntN(3)) / 4
+		}
 	}
 	s := mustNew(t, cfg)
 	now := t0

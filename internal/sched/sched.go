@@ -49,7 +49,11 @@ type Config struct {
 	ShortestFirst bool
 }
 
-// Bound keeps shortest-first scheduling honest toward the longest work,
+// Bound keeps shortest-first scheduling honest toward FIFO: toward the
+// longest work, which it would otherwise starve, and (with Guard) toward
+// every message.
+//
+// Long messages: bound keeps shortest-first scheduling honest toward the longest work,
 // which it would otherwise starve. Each message gets a position: the
 // predicted work enqueued before it, which is where FIFO would have started
 // it. The scheduler counts the predicted work it dispatches; once that count
@@ -63,10 +67,26 @@ type Config struct {
 // have given it, 0 at about FIFO's start. Other items are bounded only when
 // Others is set, with that stretch instead: a cap on how far shortest-first
 // may push back the middle of the cost range while the queue is overloaded.
+//
+// Guard, when set, bounds every message by the latency FIFO would have given
+// it. A message's FIFO moment is when the predicted work dispatched reaches
+// its FIFO position (all the work pushed before it): from then on FIFO
+// would have started it at the next free worker, and the wait FIFO would
+// have given it is known: the time from its push to that moment. From its
+// FIFO moment on, a message may be overtaken only by messages predicted at
+// most Overtake times its own cost, and only until its deadline: its FIFO
+// moment plus Guard times (that wait plus its predicted cost). Past the
+// deadline it goes next, earliest deadline first, ahead even of an overdue
+// long message. So no message finishes much later than (1 + Guard) times the
+// latency FIFO would have given it, and once FIFO would have started a
+// message, only much shorter work may still go ahead of it. Overtake <= 0
+// lets any message overtake until the deadline. See docs/policy.md.
 type Bound struct {
 	Stretch  float64
 	MinSlack time.Duration
 	Others   *float64
+	Guard    *float64
+	Overtake float64
 }
 
 // Validate reports the first setting that makes no sense.
@@ -109,6 +129,12 @@ func (c Config) Validate() error {
 		if o := b.Others; o != nil && (math.IsNaN(*o) || *o < -1 || *o > 1000) {
 			return fmt.Errorf("sched: bound stretch of other messages must be -1 to 1000, got %v", *o)
 		}
+		if g := b.Guard; g != nil && (math.IsNaN(*g) || *g < 0 || *g > 1000) {
+			return fmt.Errorf("sched: bound guard must be 0 to 1000, got %v", *g)
+		}
+		if math.IsNaN(b.Overtake) || b.Overtake > 1000 {
+			return fmt.Errorf("sched: bound overtake ratio must be at most 1000, got %v", b.Overtake)
+		}
 		if b.MinSlack < 0 {
 			return fmt.Errorf("sched: bound min slack must not be negative, got %v", b.MinSlack)
 		}
@@ -138,7 +164,22 @@ type Item struct {
 	ttlIdx   int
 	agePrev  *Item
 	ageNext  *Item
+	// The guard's view: when it was pushed, its FIFO position, its deadline
+	// once it passed its FIFO moment, its index in the guard heap it is in
+	// and which one that is.
+	pushedAt time.Time
+	fifoPos  float64
+	guardAt  time.Time
+	guardIdx int
+	guardIn  int8 // guardNone, guardFIFO or guardLate
 }
+
+// Which guard heap an item is in.
+const (
+	guardNone int8 = iota
+	guardFIFO      // waiting for its FIFO moment
+	guardLate      // past it, holding a deadline
+)
 
 // Level is the level the item sits at now (after any aging).
 func (it *Item) Level() int { return it.level }
@@ -168,8 +209,17 @@ type Scheduler struct {
 	enqWork float64 // predicted seconds of work ever enqueued
 	deqWork float64 // predicted seconds of work dispatched or removed
 
+	// With Bound.Guard: items waiting for their FIFO moment, by FIFO
+	// position, and items past it, by deadline.
+	fifoWait itemHeap
+	late     itemHeap
+
 	Promotions uint64 // messages moved up by aging, for metrics
 	Overdue    uint64 // messages dispatched because Bound said so
+	// Guarded counts the messages Bound.Guard dispatched: past their
+	// deadline, or past their FIFO moment with nothing much shorter
+	// waiting. They are not counted in Overdue.
+	Guarded uint64
 }
 
 // New returns an empty scheduler.
@@ -201,6 +251,24 @@ func New(cfg Config) (*Scheduler, error) {
 			return a.seq < b.seq
 		},
 		idx: func(it *Item) *int { return &it.dueIdx },
+	}
+	s.fifoWait = itemHeap{
+		less: func(a, b *Item) bool {
+			if a.fifoPos != b.fifoPos {
+				return a.fifoPos < b.fifoPos
+			}
+			return a.seq < b.seq
+		},
+		idx: func(it *Item) *int { return &it.guardIdx },
+	}
+	s.late = itemHeap{
+		less: func(a, b *Item) bool {
+			if !a.guardAt.Equal(b.guardAt) {
+				return a.guardAt.Before(b.guardAt)
+			}
+			return a.seq < b.seq
+		},
+		idx: func(it *Item) *int { return &it.guardIdx },
 	}
 	s.ttl = itemHeap{
 		less: func(a, b *Item) bool { return a.Expires.Before(b.Expires) },
@@ -238,14 +306,26 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		it.ttlIdx = -1
 	}
 	it.dueIdx = -1
+	ahead := s.enqWork - s.deqWork
 	if b := s.cfg.Bound; b != nil && (it.Long || b.Others != nil) {
 		stretch := b.Stretch
 		if !it.Long {
 			stretch = *b.Others
 		}
-		ahead := s.enqWork - s.deqWork
 		it.due = s.enqWork + stretch*ahead + b.MinSlack.Seconds()
 		s.due.push(it)
+	}
+	it.guardIn = guardNone
+	if s.guarded() {
+		// A retry counts from its latest push, as the bound above does.
+		s.promote(now)
+		it.pushedAt, it.fifoPos = now, s.enqWork
+		if ahead <= 0 {
+			s.setDeadline(it, now)
+		} else {
+			it.guardIn = guardFIFO
+			s.fifoWait.push(it)
+		}
 	}
 	s.enqWork += it.Cost.Seconds()
 	s.n++
@@ -292,6 +372,13 @@ func (s *Scheduler) detach(it *Item) {
 	if it.ttlIdx >= 0 {
 		s.ttl.remove(it)
 	}
+	switch it.guardIn {
+	case guardFIFO:
+		s.fifoWait.remove(it)
+	case guardLate:
+		s.late.remove(it)
+	}
+	it.guardIn = guardNone
 	it.queued = false
 	s.n--
 }
@@ -309,16 +396,66 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 		return nil
 	}
 	s.age(now)
+	s.promote(now)
 	var it *Item
-	if d := s.due.min(); d != nil && d.due <= s.deqWork {
+	// A message past its guard deadline goes first, even ahead of an
+	// overdue long one: the guard is the promise made to every message,
+	// the long bound an extra one for the longest.
+	l := s.late.min()
+	if l != nil && !l.guardAt.After(now) {
+		it = l
+		s.Guarded++
+	} else if d := s.due.min(); d != nil && d.due <= s.deqWork {
 		it = d
 		s.Overdue++
 	} else {
 		it = s.choose()
+		if l != nil && !s.mayOvertake(it, l) {
+			it = l
+			s.Guarded++
+		}
 	}
 	s.detach(it)
 	s.deqWork += it.Cost.Seconds()
+	s.promote(now)
 	return it
+}
+
+func (s *Scheduler) guarded() bool { return s.cfg.Bound != nil && s.cfg.Bound.Guard != nil }
+
+// mayOvertake reports whether it may go ahead of l, a message past its FIFO
+// moment and not yet overdue: only if it is predicted much shorter.
+func (s *Scheduler) mayOvertake(it, l *Item) bool {
+	r := s.cfg.Bound.Overtake
+	return it == l || r <= 0 || float64(it.Cost) <= r*float64(l.Cost)
+}
+
+// promote gives a deadline to every item whose FIFO moment has come: the
+// predicted work dispatched (or removed) has reached its FIFO position. Work
+// removed between calls is noticed at the next Push or Pop.
+func (s *Scheduler) promote(now time.Time) {
+	if !s.guarded() {
+		return
+	}
+	for it := s.fifoWait.min(); it != nil && it.fifoPos <= s.deqWork; it = s.fifoWait.min() {
+		s.fifoWait.remove(it)
+		s.setDeadline(it, now)
+	}
+}
+
+// setDeadline starts the slack of it, whose FIFO moment is now.
+func (s *Scheduler) setDeadline(it *Item, now time.Time) {
+	it.guardAt = guardDeadline(it, now, *s.cfg.Bound.Guard)
+	it.guardIn = guardLate
+	s.late.push(it)
+}
+
+// guardDeadline is the deadline of an item whose FIFO moment is at: guard
+// times the latency FIFO would have given it (its wait until at, plus its
+// predicted cost) after at.
+func guardDeadline(it *Item, at time.Time, guard float64) time.Time {
+	fifoLatency := at.Sub(it.pushedAt) + it.Cost
+	return at.Add(time.Duration(guard * float64(fifoLatency)))
 }
 
 // choose picks the head of a non-empty level by the discipline.

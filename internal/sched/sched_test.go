@@ -422,6 +422,66 @@ func TestBoundCountsRemovedWork(t *testing.T) {
 	}
 }
 
+// The guard: once the work dispatched reaches a message's FIFO position,
+// only much shorter messages may still go ahead of it, and only until its
+// deadline, its FIFO moment plus Guard times (its FIFO wait plus its cost).
+func TestGuard(t *testing.T) {
+	t.Parallel()
+	sec := time.Second
+	half := 0.5
+	setup := func(t *testing.T) (*Scheduler, *Item) {
+		s := mustNew(t, Config{Levels: 1, Discipline: Strict, ShortestFirst: true,
+			Bound: &Bound{Guard: &half, Overtake: 0.25}})
+		ahead := &Item{ID: 1, Cost: 2 * sec}
+		mid := &Item{ID: 2, Cost: 4 * sec}
+		mustPush(t, s, t0, ahead, mid)
+		// 3 s later a worker takes the first message: the work dispatched
+		// reaches mid's FIFO position, so FIFO would start mid next. Its
+		// FIFO wait is 3 s, its latency 3 + 4 s, its deadline 3.5 s on.
+		if it := s.Pop(t0.Add(3 * sec)); it != ahead {
+			t.Fatalf("first Pop = %v", idOf(it))
+		}
+		return s, mid
+	}
+	t.Run("much shorter messages overtake until the deadline", func(t *testing.T) {
+		t.Parallel()
+		s, mid := setup(t)
+		for i := range 8 { // one short message every half second
+			now := t0.Add(3*sec + time.Duration(i)*sec/2)
+			mustPush(t, s, now, &Item{ID: uint64(10 + i), Cost: sec})
+			got := s.Pop(now)
+			if wantMid := i == 7; (got == mid) != wantMid {
+				t.Fatalf("Pop at +%v = %v, want mid only at the deadline (+6.5s)", now.Sub(t0), idOf(got))
+			}
+		}
+		// The first message was past its own deadline (FIFO would have
+		// started it at once) when a worker took it.
+		if s.Guarded != 2 {
+			t.Errorf("Guarded = %d, want 2", s.Guarded)
+		}
+	})
+	t.Run("comparable messages do not", func(t *testing.T) {
+		t.Parallel()
+		s, mid := setup(t)
+		now := t0.Add(3 * sec)
+		mustPush(t, s, now, &Item{ID: 10, Cost: 2 * sec}) // half mid's cost: above the ratio
+		if got := s.Pop(now); got != mid {
+			t.Errorf("Pop = %v, want mid ahead of a message half its size", idOf(got))
+		}
+	})
+	t.Run("the head of the line is overtaken by much shorter work only", func(t *testing.T) {
+		t.Parallel()
+		s := mustNew(t, Config{Levels: 1, Discipline: Strict, ShortestFirst: true,
+			Bound: &Bound{Guard: &half, Overtake: 0.25}})
+		mustPush(t, s, t0, &Item{ID: 1, Cost: 8 * sec}, &Item{ID: 2, Cost: 4 * sec}, &Item{ID: 3, Cost: sec})
+		// Nothing is ahead of 1, so FIFO would start it now: 3, an eighth
+		// of its cost, may go first; 2, half of it, may not.
+		if got := popIDs(s, t0, 3); !slices.Equal(got, []uint64{3, 1, 2}) {
+			t.Errorf("order %v, want [3 1 2]", got)
+		}
+	})
+}
+
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -440,6 +500,8 @@ func TestConfigErrors(t *testing.T) {
 		{"NaN stretch", Config{Levels: 1, Discipline: Strict, Bound: &Bound{Stretch: math.NaN()}}, "stretch must be -1 to 1000, got NaN"},
 		{"negative slack", Config{Levels: 1, Discipline: Strict, Bound: &Bound{MinSlack: -1}}, "min slack must not be negative"},
 		{"others stretch", Config{Levels: 1, Discipline: Strict, Bound: &Bound{Others: new(float64(-2))}}, "stretch of other messages must be -1 to 1000, got -2"},
+		{"negative guard", Config{Levels: 1, Discipline: Strict, Bound: &Bound{Guard: new(float64(-1))}}, "guard must be 0 to 1000, got -1"},
+		{"NaN overtake", Config{Levels: 1, Discipline: Strict, Bound: &Bound{Overtake: math.NaN()}}, "overtake ratio must be at most 1000, got NaN"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

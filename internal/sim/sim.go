@@ -64,12 +64,17 @@ type Model interface {
 }
 
 // StandardArms are the pre-registered simulator arms, in report order.
-var StandardArms = []string{"fifo", "static", "predictive", "weighted", "oracle"}
+var StandardArms = []string{"fifo", "static", "predictive", "weighted", "oracle", "oracle-sjf"}
 
 // ArmByName resolves an arm name. Besides the standard arms it knows
 // "strict-aging" (the predictive policy: strict priority + step aging),
 // "no-aging" (strict priority alone), "sjf" (shortest predicted first, one
-// level) and "shadow"; any sched policy name also works as an arm.
+// level), "oracle-sjf" (true durations known in advance, shortest first,
+// one level, no bound and no aging: a fixed reference for the mean that does
+// not move when the default policy changes), "previous" (the bounded policy
+// as it was before its guard on every message: only long messages bounded,
+// at three quarters of their FIFO wait plus a second of predicted work) and
+// "shadow"; any sched policy name also works as an arm.
 func ArmByName(name string, types []workload.JobType) (Arm, error) {
 	a := Arm{Name: name}
 	switch name {
@@ -94,15 +99,32 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 		a.Options.Tiers = 1
 		a.Options.AgingOff = true
 		a.Options.ShortestFirst = true
+	case "oracle-sjf":
+		a.Policy, a.Oracle = sched.Bounded, true
+		a.Options.Tiers = 1
+		a.Options.AgingOff = true // drops the bound, guard included
+		a.Options.ShortestFirst = true
+	case "previous":
+		a.Policy = sched.Bounded
+		a.Options.GuardOff = true
+		a.Options.Stretch = new(PreviousStretch)
+		a.Options.MinSlack = PreviousMinSlack
 	default:
 		if _, err := sched.NewPolicy(name, sched.PolicyOptions{StaticTiers: StaticMap(types)}); err != nil {
-			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf or a policy name)", name, strings.Join(StandardArms, ", "))
+			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, oracle-sjf, previous or a policy name)", name, strings.Join(StandardArms, ", "))
 		}
 		a.Policy = name
 		a.Options.StaticTiers = StaticMap(types)
 	}
 	return a, nil
 }
+
+// The long-message bound of the "previous" arm: the bounded policy's
+// defaults before the guard.
+const (
+	PreviousStretch  = -0.25
+	PreviousMinSlack = time.Second
+)
 
 // StaticMap is the job type -> tier map of the static arms.
 func StaticMap(types []workload.JobType) map[string]int {

@@ -164,8 +164,8 @@ func TestMMcMeanWait(t *testing.T) {
 	}
 }
 
-// Under a backlog the oracle, which knows every duration, serves the short
-// type first; FIFO serves arrival order.
+// Under a backlog oracle SJF, which knows every duration and has no bound,
+// serves the short type first; FIFO serves arrival order.
 func TestOracleServesShortFirst(t *testing.T) {
 	t.Parallel()
 	types := []workload.JobType{
@@ -182,7 +182,7 @@ func TestOracleServesShortFirst(t *testing.T) {
 				Duration: time.Duration(types[ty].Duration.MeanMS) * time.Millisecond})
 		}
 	}
-	for _, name := range []string{"oracle", "fifo"} {
+	for _, name := range []string{"oracle-sjf", "fifo"} {
 		_, recs, err := RunSeed(types, jobs, 1, mustArm(t, name, types), 1)
 		if err != nil {
 			t.Fatal(err)
@@ -198,7 +198,7 @@ func TestOracleServesShortFirst(t *testing.T) {
 					firstLong = min(firstLong, r.Started)
 				}
 			}
-			if shortFirst := lastShort < firstLong; shortFirst != (name == "oracle") {
+			if shortFirst := lastShort < firstLong; shortFirst != (name == "oracle-sjf") {
 				t.Errorf("%s, burst at %v: last short starts at %v, first long at %v", name, burst, lastShort, firstLong)
 			}
 		}
@@ -286,7 +286,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Run with a bad arm: error %v", err)
 	}
 	// Every named arm resolves.
-	for _, name := range append(slices.Clone(StandardArms), "strict-aging", "no-aging", "sjf", "shadow", "bounded") {
+	for _, name := range append(slices.Clone(StandardArms), "strict-aging", "no-aging", "sjf", "oracle-sjf", "previous", "shadow", "bounded") {
 		if _, err := ArmByName(name, w.JobTypes); err != nil {
 			t.Errorf("ArmByName(%q): %v", name, err)
 		}

@@ -107,6 +107,7 @@ func (o Options) validate() error {
 
 // Trace is a window of a trace, ready to generate jobs from.
 type Trace struct {
+	dir     string // where it was loaded from, for Window
 	source  string // dataset name, from the directory
 	opts    Options
 	types   []workload.JobType
@@ -173,7 +174,7 @@ func Load(dir string, opts Options) (*Trace, error) {
 		return nil, err
 	}
 
-	t := &Trace{source: sourceName(dir, invPath), opts: opts, functions: len(invs)}
+	t := &Trace{dir: dir, source: sourceName(dir, invPath), opts: opts, functions: len(invs)}
 	type used struct {
 		inv invRow
 		run runRow
@@ -262,6 +263,24 @@ func (t *Trace) classify() {
 // exportCount is how many of n functions are classed export: 5%, rounded
 // up, so there is always at least one.
 func exportCount(n int) int { return int(math.Ceil(float64(n) * exportFraction)) }
+
+// Window loads another window of the same trace with the same options
+// otherwise: minutes start to start+minutes-1 (0 keeps the current length).
+func (t *Trace) Window(start, minutes int) (*Trace, error) {
+	o := t.opts
+	o.StartMinute = start
+	if minutes > 0 {
+		o.Minutes = minutes
+	}
+	return Load(t.dir, o)
+}
+
+// Options returns the options in force, defaults filled in.
+func (t *Trace) Options() Options {
+	o := t.opts
+	o.Seeds = slices.Clone(o.Seeds)
+	return o
+}
 
 // Name identifies the replay in reports, e.g.
 // "azure-functions-2019 minutes 721-780 x0.0833 load 0.95".

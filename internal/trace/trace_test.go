@@ -403,3 +403,23 @@ func TestNameFallsBackToPrefix(t *testing.T) {
 		t.Errorf("sourceName = %q", got)
 	}
 }
+
+// Window replays another hour of the same trace with the same options.
+func TestWindow(t *testing.T) {
+	t.Parallel()
+	tr := mustLoad(t, shipped, Options{Load: 1.2, Compression: 0.1})
+	w, err := tr.Window(1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := w.Options()
+	if o.StartMinute != 1 || o.Minutes != DefaultMinutes || o.Load != 1.2 || o.Compression != 0.1 {
+		t.Errorf("window options %+v", o)
+	}
+	if got, want := w.Name(), "azure-functions-2019 minutes 1-60 x0.1 load 1.2"; got != want {
+		t.Errorf("Name = %q, want %q", got, want)
+	}
+	if _, err := tr.Window(1400, 60); err == nil {
+		t.Error("a window past the end of the day loaded")
+	}
+}

@@ -268,11 +268,21 @@ func (p *parser) workload(n *yaml.Node) *Workload {
 	if p.err == nil {
 		peak := 0.0
 		for _, jt := range w.JobTypes {
+			// The largest product of the multipliers in force at once:
+			// rates are piecewise constant, so it is reached at an event's
+			// start.
 			mult := 1.0
-			for _, e := range w.Events {
-				if e.Kind == EventRate && e.JobType == jt.Name {
-					mult = max(mult, mult*e.Multiplier)
+			for _, at := range w.Events {
+				if at.Kind != EventRate || at.JobType != jt.Name {
+					continue
 				}
+				m := 1.0
+				for _, e := range w.Events {
+					if e.Kind == EventRate && e.JobType == jt.Name && at.StartS >= e.StartS && at.StartS < e.EndS {
+						m *= e.Multiplier
+					}
+				}
+				mult = max(mult, m)
 			}
 			peak += jt.RatePerS * mult * w.ArrivalsS
 		}
@@ -298,14 +308,33 @@ func (p *parser) jobType(n *yaml.Node, path string) JobType {
 	}
 	jt.RatePerS, _ = m.num("rate_per_s", true, 0, maxRatePerS)
 	if d := m.get("duration", true); d != nil {
-		dm := p.mapping(d, join(path, "duration"), "dist", "mean_ms", "sigma", "per_size")
-		jt.Duration.Dist = p.dist(dm, "fixed", "lognormal", "exponential")
+		dm := p.mapping(d, join(path, "duration"), "dist", "mean_ms", "sigma", "per_size", "high_ms", "high_share", "alpha")
+		jt.Duration.Dist = p.dist(dm, "fixed", "lognormal", "exponential", "bimodal", "pareto")
 		jt.Duration.MeanMS, _ = dm.num("mean_ms", true, 0, maxMeanMS)
 		if v := dm.fields["mean_ms"]; v != nil && jt.Duration.MeanMS == 0 {
 			p.fail(v, join(dm.path, "mean_ms"), "must be greater than 0")
 		}
-		jt.Duration.Sigma, _ = dm.num("sigma", jt.Duration.Dist == "lognormal", 0, maxSigma)
+		jt.Duration.Sigma, _ = dm.num("sigma", jt.Duration.Dist == "lognormal" || jt.Duration.Dist == "bimodal", 0, maxSigma)
 		jt.Duration.PerSize = dm.boolean("per_size")
+		bimodal, pareto := jt.Duration.Dist == "bimodal", jt.Duration.Dist == "pareto"
+		for _, f := range []struct {
+			name, dist string
+			ok         bool
+		}{{"high_ms", "bimodal", bimodal}, {"high_share", "bimodal", bimodal}, {"alpha", "pareto", pareto}} {
+			if v := dm.fields[f.name]; v != nil && !f.ok {
+				p.fail(v, join(dm.path, f.name), "only allowed with dist %s", f.dist)
+			}
+		}
+		if bimodal {
+			jt.Duration.HighMS, _ = dm.num("high_ms", true, 0, maxMeanMS)
+			if v := dm.fields["high_ms"]; v != nil && jt.Duration.HighMS == 0 {
+				p.fail(v, join(dm.path, "high_ms"), "must be greater than 0")
+			}
+			jt.Duration.HighShare, _ = dm.num("high_share", true, 0, 1)
+		}
+		if pareto {
+			jt.Duration.Alpha, _ = dm.num("alpha", true, 1.05, 100)
+		}
 	}
 	if s := m.get("size_bytes", false); s != nil {
 		sm := p.mapping(s, join(path, "size_bytes"), "dist", "mean", "sigma")

@@ -36,10 +36,17 @@ type JobType struct {
 
 // DurationSpec is the distribution of a job type's true duration.
 type DurationSpec struct {
-	Dist    string  // "fixed", "lognormal" or "exponential"
-	MeanMS  float64 // arithmetic mean in milliseconds
-	Sigma   float64 // log-sigma, lognormal only
+	Dist    string  // "fixed", "lognormal", "exponential", "bimodal" or "pareto"
+	MeanMS  float64 // arithmetic mean in milliseconds; bimodal: the mean of the common (low) mode
+	Sigma   float64 // log-sigma: lognormal, and each mode of bimodal
 	PerSize bool    // mean scales linearly with size / Size.Mean
+	// Bimodal: with probability HighShare a job comes from a second
+	// lognormal mode of mean HighMS (a cost event scales both modes).
+	HighMS    float64
+	HighShare float64
+	// Pareto: the shape (tail index) alpha > 1; the scale follows from
+	// MeanMS. The smaller alpha, the heavier the tail.
+	Alpha float64
 }
 
 // SizeSpec is the distribution of the size hint a producer reports.
@@ -186,10 +193,35 @@ func drawDuration(rng *rand.Rand, jt *JobType, meanMS float64, size int64) time.
 		ms = lognormal(rng, meanMS, jt.Duration.Sigma)
 	case "exponential":
 		ms = rng.ExpFloat64() * meanMS
+	case "bimodal":
+		// Both draws are taken every time, so the stream does not depend
+		// on which mode a job fell in.
+		u, low := rng.Float64(), lognormal(rng, meanMS, jt.Duration.Sigma)
+		// meanMS carries any cost event and size factor; the high mode
+		// scales with it.
+		high := lognormal(rng, jt.Duration.HighMS*meanMS/jt.Duration.MeanMS, jt.Duration.Sigma)
+		ms = low
+		if u < jt.Duration.HighShare {
+			ms = high
+		}
+	case "pareto":
+		a := jt.Duration.Alpha
+		xm := meanMS * (a - 1) / a
+		ms = xm / math.Pow(1-rng.Float64(), 1/a)
 	default: // fixed
 		ms = meanMS
 	}
 	return max(time.Microsecond, time.Duration(ms*float64(time.Millisecond)))
+}
+
+// mean is the arithmetic mean duration of a job whose MeanMS is m (after
+// cost events, before any size factor): m itself, except for bimodal, whose
+// second mode scales with m.
+func (d DurationSpec) mean(m float64) float64 {
+	if d.Dist == "bimodal" {
+		return (1-d.HighShare)*m + d.HighShare*d.HighMS*m/d.MeanMS
+	}
+	return m
 }
 
 // lognormal draws from the lognormal distribution with arithmetic mean m and
@@ -207,7 +239,7 @@ func (w *Workload) OfferedLoad() float64 {
 	for i := range w.JobTypes {
 		jt := &w.JobTypes[i]
 		for t := step / 2; t < w.ArrivalsS; t += step {
-			work += w.rateAt(jt, t) * w.meanMSAt(jt, t) / 1000 * step
+			work += w.rateAt(jt, t) * jt.Duration.mean(w.meanMSAt(jt, t)) / 1000 * step
 		}
 	}
 	return work / w.ArrivalsS

@@ -3,6 +3,7 @@ package workload
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -247,4 +248,91 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A bimodal key mixes two lognormal modes; a Pareto key has the stated mean
+// and a heavy tail; both scale with cost events like any other type.
+func TestBimodalAndPareto(t *testing.T) {
+	t.Parallel()
+	w, err := Parse([]byte(`name: m
+arrivals_s: 2000
+workers: 1
+job_types:
+  - {name: b, producer: p, rate_per_s: 10, duration: {dist: bimodal, mean_ms: 10, sigma: 0.2, high_ms: 1000, high_share: 0.1}, static_tier: 0, class: short}
+  - {name: h, producer: p, rate_per_s: 10, duration: {dist: pareto, mean_ms: 50, alpha: 2.5}, static_tier: 0, class: mid}
+events:
+  - {kind: cost, job_type: b, start_s: 1000, mean_ms: 20}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var early, late, high, hn int
+	var earlyMS, lateMS, hMS, hMax float64
+	for _, j := range w.Generate(1) {
+		ms := float64(j.Duration) / 1e6
+		switch {
+		case j.Type == 1:
+			hn++
+			hMS += ms
+			hMax = max(hMax, ms)
+		case j.Arrival < 1000*time.Second:
+			early++
+			earlyMS += ms
+			if ms > 300 {
+				high++
+			}
+		default:
+			late++
+			lateMS += ms
+		}
+	}
+	within := func(name string, got, want, tol float64) {
+		t.Helper()
+		if math.Abs(got-want) > tol*want {
+			t.Errorf("%s = %.3f, want %.3f ±%.0f%%", name, got, want, tol*100)
+		}
+	}
+	within("bimodal mean before the cost event", earlyMS/float64(early), 0.9*10+0.1*1000, 0.1)
+	within("bimodal high share", float64(high)/float64(early), 0.1, 0.1)
+	within("bimodal mean after doubling", lateMS/float64(late), 2*(0.9*10+0.1*1000), 0.1)
+	within("pareto mean", hMS/float64(hn), 50, 0.1)
+	if hMax < 10*50 {
+		t.Errorf("pareto max %.0f ms over %d jobs: no heavy tail", hMax, hn)
+	}
+	if l := w.OfferedLoad(); math.Abs(l-(10*0.5*(0.109+0.218)+10*0.05)) > 0.05 {
+		t.Errorf("offered load %.3f counts the bimodal mean wrong", l)
+	}
+}
+
+func TestParseDistributionFields(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ dur, want string }{
+		{"{dist: bimodal, mean_ms: 5, sigma: 0.1, high_share: 0.1}", "high_ms: missing required field"},
+		{"{dist: bimodal, mean_ms: 5, sigma: 0.1, high_ms: 50, high_share: 2}", "high_share: must be between 0 and 1"},
+		{"{dist: pareto, mean_ms: 5, alpha: 1}", "alpha: must be between 1.05"},
+		{"{dist: lognormal, mean_ms: 5, sigma: 0.1, alpha: 2}", "alpha: only allowed with dist pareto"},
+		{"{dist: fixed, mean_ms: 5, high_ms: 9}", "high_ms: only allowed with dist bimodal"},
+	} {
+		_, err := Parse([]byte("name: m\narrivals_s: 10\nworkers: 1\njob_types:\n  - {name: a, producer: p, rate_per_s: 1, duration: " + c.dur + ", static_tier: 0, class: short}\n"))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.dur, err, c.want)
+		}
+	}
+}
+
+// Rate events that never overlap do not multiply into each other when the
+// file's size is checked.
+func TestSeparateBurstsWithinLimits(t *testing.T) {
+	t.Parallel()
+	doc := "name: m\narrivals_s: 300\nworkers: 1\njob_types:\n  - {name: a, producer: p, rate_per_s: 100, duration: {dist: fixed, mean_ms: 1}, static_tier: 0, class: short}\nevents:\n"
+	for i := range 6 {
+		doc += fmt.Sprintf("  - {kind: rate, job_type: a, start_s: %d, end_s: %d, multiplier: 20}\n", 10+40*i, 15+40*i)
+	}
+	if _, err := Parse([]byte(doc)); err != nil {
+		t.Errorf("six separate bursts: %v", err)
+	}
+	doc += "  - {kind: rate, job_type: a, start_s: 0, end_s: 300, multiplier: 1000}\n"
+	if _, err := Parse([]byte(doc)); err == nil || !strings.Contains(err.Error(), "would generate up to") {
+		t.Errorf("overlapping multipliers: error %v, want the message limit", err)
+	}
 }
