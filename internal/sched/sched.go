@@ -53,34 +53,33 @@ type Config struct {
 // longest work, which it would otherwise starve, and (with Guard) toward
 // every message.
 //
-// Long messages: bound keeps shortest-first scheduling honest toward the longest work,
-// which it would otherwise starve. Each message gets a position: the
-// predicted work enqueued before it, which is where FIFO would have started
-// it. The scheduler counts the predicted work it dispatches; once that count
-// passes a bounded message's position plus its slack, the message is overdue
-// and goes next, earliest deadline first, ahead of any level.
+// Long messages. Each message gets a position: the predicted work enqueued
+// before it, which is where FIFO would have started it. The scheduler counts
+// the predicted work it dispatches; once that count passes a bounded
+// message's position plus its slack, the message is overdue and goes next,
+// earliest deadline first, ahead of any level. Items marked Long (the
+// predictor marks the most expensive recent work and the messages it cannot
+// predict) get a slack of Stretch times the predicted work waiting ahead of
+// them when they arrived, plus MinSlack: Stretch -0.05 starts a long message
+// once 95% of the work ahead of it has been dispatched, 0 at about FIFO's
+// start. Other items get such a deadline only when Others is set, with that
+// stretch instead.
 //
-// Items marked Long (the predictor marks the few messages predicted far
-// longer than the typical one) get a slack of Stretch times the predicted
-// work waiting ahead of them when they arrived, plus MinSlack: Stretch -0.25
-// starts a long message after about three quarters of the wait FIFO would
-// have given it, 0 at about FIFO's start. Other items are bounded only when
-// Others is set, with that stretch instead: a cap on how far shortest-first
-// may push back the middle of the cost range while the queue is overloaded.
-//
-// Guard, when set, bounds every message by the latency FIFO would have given
-// it. A message's FIFO moment is when the predicted work dispatched reaches
-// its FIFO position (all the work pushed before it): from then on FIFO
-// would have started it at the next free worker, and the wait FIFO would
-// have given it is known: the time from its push to that moment. From its
-// FIFO moment on, a message may be overtaken only by messages predicted at
-// most Overtake times its own cost, and only until its deadline: its FIFO
-// moment plus Guard times (that wait plus its predicted cost). Past the
-// deadline it goes next, earliest deadline first, ahead even of an overdue
-// long message. So no message finishes much later than (1 + Guard) times the
-// latency FIFO would have given it, and once FIFO would have started a
-// message, only much shorter work may still go ahead of it. Overtake <= 0
-// lets any message overtake until the deadline. See docs/policy.md.
+// Every message (Guard). A message's FIFO moment is when the predicted work
+// dispatched reaches its position: from then on FIFO would have started it
+// at the next free worker, and the wait FIFO would have given it is known,
+// the time from its push to that moment. From its FIFO moment on, a message
+// may be overtaken only by messages predicted at most Overtake times its own
+// cost, and only until its deadline: its FIFO moment plus Guard times (that
+// wait plus its predicted cost). Past the deadline it goes next, earliest
+// deadline first, ahead even of an overdue long message. So no message
+// should finish much later than (1 + Guard) times the latency FIFO would
+// have given it, and once FIFO would have started a message, only much
+// shorter work may still go ahead of it. The promise holds in the
+// scheduler's own accounting (predicted work, its own FIFO moments); in
+// real time prediction errors and non-preemptive dispatch loosen it
+// (docs/policy.md measures by how much). Overtake <= 0 lets any message
+// overtake until the deadline; nil Guard leaves the guard off.
 type Bound struct {
 	Stretch  float64
 	MinSlack time.Duration
