@@ -14,18 +14,18 @@ import (
 func TestWaitingJobsInDeliveryOrder(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, Config{})
-	// Teach the queue that "short" is short and "long" is long, so the
-	// predictive policy reorders what is published next.
+	// Teach the queue how long "short", "medium" and "long" take, so the
+	// default policy reorders what is published next. Its guard keeps
+	// long jobs near their FIFO place, so the reordering shows between
+	// medium and short jobs: a short job, a small share of a medium one's
+	// cost, may overtake it.
 	c := tb.sub(t, "q", 1)
+	took := map[string]time.Duration{"short": time.Millisecond, "medium": 200 * time.Millisecond, "long": 5 * time.Second}
 	for range 40 {
-		for _, jt := range []string{"short", "long"} {
+		for _, jt := range []string{"short", "medium", "long"} {
 			tb.publish(t, msg("q", jt))
 			d := next(t, c)
-			dur := time.Millisecond
-			if jt == "long" {
-				dur = 5 * time.Second
-			}
-			if err := c.Ack(d.ID, dur); err != nil {
+			if err := c.Ack(d.ID, took[jt]); err != nil {
 				t.Fatal(err)
 			}
 			c.AddCredit(1)
@@ -34,7 +34,7 @@ func TestWaitingJobsInDeliveryOrder(t *testing.T) {
 	c.Close()
 	var published []string
 	for i := range 20 {
-		published = append(published, tb.publish(t, msg("q", []string{"long", "short"}[i%2]))...)
+		published = append(published, tb.publish(t, msg("q", []string{"medium", "short"}[i%2]))...)
 	}
 	jobs, err := tb.b.WaitingJobs("q", 0)
 	if err != nil {

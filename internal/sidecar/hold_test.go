@@ -51,8 +51,10 @@ func TestRemoteHoldsThroughSidecar(t *testing.T) {
 			}
 			continue
 		}
-		// 0, then 100 ms and 200 ms of work ahead over 2 handlers, held 3/4.
-		want := []time.Duration{0, 37500 * time.Microsecond, 75 * time.Millisecond}
+		// 0, then 100 ms and 200 ms of work ahead over 2 handlers, held
+		// DefaultHold of that wait.
+		held := func(wait time.Duration) time.Duration { return time.Duration(rabbitmq.DefaultHold * float64(wait)) }
+		want := []time.Duration{0, held(50 * time.Millisecond), held(100 * time.Millisecond)}
 		for i := range want {
 			if holds[i] != want[i] {
 				t.Errorf("holds %v, want %v", holds, want)
@@ -71,8 +73,8 @@ func TestRemoteHoldsThroughSidecar(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if pr, _ := r.Predict(ctx, cold); pr.Hold != 37500*time.Microsecond {
-			t.Errorf("hold after two completions = %v, want 37.5ms", pr.Hold)
+		if pr, _ := r.Predict(ctx, cold); pr.Hold != held(50*time.Millisecond) {
+			t.Errorf("hold after two completions = %v, want %v", pr.Hold, held(50*time.Millisecond))
 		}
 		r.Attach(ctx, "jobs", -2)
 		if pr, _ := r.Predict(ctx, cold); pr.Hold != 0 {

@@ -259,27 +259,30 @@ func TestActionsRefuseOtherSites(t *testing.T) {
 func TestReadAPI(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, nil)
-	tb.teach(t, "q", 30, map[string]time.Duration{"short": 2 * time.Millisecond, "long": 3 * time.Second})
-	tb.publish(t, &broker.Message{Queue: "q", Producer: "p", JobType: "long"}, &broker.Message{Queue: "q", Producer: "p", JobType: "short"})
-	tb.clk.Advance(5 * time.Second)
+	tb.teach(t, "q", 30, map[string]time.Duration{"short": 2 * time.Millisecond, "medium": 300 * time.Millisecond, "long": 3 * time.Second})
+	// The default policy lets a short job overtake a medium one (its guard
+	// keeps long jobs near their FIFO place), until the medium one has
+	// waited half its cost.
+	tb.publish(t, &broker.Message{Queue: "q", Producer: "p", JobType: "medium"}, &broker.Message{Queue: "q", Producer: "p", JobType: "short"})
+	tb.clk.Advance(100 * time.Millisecond)
 
 	var qv QueueView
 	getJSON(t, tb, "/api/v1/queues/q", &qv)
-	if qv.Ready != 2 || qv.OldestWaitMS != 5000 || qv.Acked != 60 || qv.Predictor.Keys != 2 || qv.DurationP50MS == nil {
+	if qv.Ready != 2 || qv.OldestWaitMS != 100 || qv.Acked != 90 || qv.Predictor.Keys != 3 || qv.DurationP50MS == nil {
 		t.Errorf("queue view %+v", qv)
 	}
 	var kv KeysView
 	getJSON(t, tb, "/api/v1/queues/q/keys?sort=ewma", &kv)
-	if len(kv.Keys) != 2 || kv.Keys[0].JobType != "short" || kv.Keys[1].JobType != "long" {
+	if len(kv.Keys) != 3 || kv.Keys[0].JobType != "short" || kv.Keys[1].JobType != "medium" || kv.Keys[2].JobType != "long" {
 		t.Errorf("keys by EWMA: %+v", kv.Keys)
 	}
 	getJSON(t, tb, "/api/v1/queues/q/keys?q=LON", &kv)
-	if len(kv.Keys) != 1 || kv.Keys[0].JobType != "long" || kv.Total != 2 {
+	if len(kv.Keys) != 1 || kv.Keys[0].JobType != "long" || kv.Total != 3 {
 		t.Errorf("keys searched for LON: %+v", kv)
 	}
 	var jv JobsView
 	getJSON(t, tb, "/api/v1/queues/q/jobs", &jv)
-	if len(jv.Waiting) != 2 || jv.Waiting[0].JobType != "short" || jv.Waiting[0].Position != 1 || jv.Waiting[1].WaitedMS != 5000 {
+	if len(jv.Waiting) != 2 || jv.Waiting[0].JobType != "short" || jv.Waiting[0].Position != 1 || jv.Waiting[1].WaitedMS != 100 {
 		t.Errorf("waiting: %+v", jv.Waiting)
 	}
 	if code, body, _ := tb.do(t, "GET", "/api/v1/queues/nope", "", "", ""); code != 404 || !strings.Contains(body, "nope") {
