@@ -340,7 +340,7 @@ func (b *Broker) reserve(m *Message) error {
 			return &OverBudgetError{Size: size, Held: held, Limit: limit}
 		}
 		if b.bytes.CompareAndSwap(held, held+size) {
-			m.size = size
+			m.size = int32(size) // a message is far below 2 GiB (MaxPayloadLimit)
 			return nil
 		}
 	}
@@ -348,7 +348,7 @@ func (b *Broker) reserve(m *Message) error {
 
 // release gives m's bytes back to the budget once the broker lets go of it.
 func (b *Broker) release(m *Message) {
-	b.bytes.Add(-m.size)
+	b.bytes.Add(-int64(m.size))
 	m.size = 0
 }
 

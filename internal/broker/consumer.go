@@ -210,7 +210,7 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 	switch {
 	case action == NackDeadLetter:
 		q.deadLetterLocked(m, now, reason)
-	case action == NackRequeueAfter && delay > 0 && m.attempt < m.MaxAttempts && !q.b.draining.Load():
+	case action == NackRequeueAfter && delay > 0 && int(m.attempt) < m.MaxAttempts && !q.b.draining.Load():
 		q.requeueAfterLocked(m, delay, now)
 	default:
 		q.retryLocked(m, now, reason)
@@ -285,7 +285,7 @@ func (c *Consumer) Extend(id string, lease time.Duration) error {
 	}
 	now := q.b.clk.Now()
 	m.deadline = now.Add(lease)
-	q.leases.fix(m.heapIdx)
+	q.leases.fix(int(m.heapIdx))
 	q.armLocked(now)
 	return adjusted
 }

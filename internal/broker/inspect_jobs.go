@@ -50,7 +50,7 @@ func (b *Broker) WaitingJobs(name string, limit int) ([]WaitingJob, error) {
 		out[i] = WaitingJob{
 			ID: m.ID, Producer: m.Producer, JobType: m.JobType,
 			Tier: it.Tier, Level: it.Level(), Cost: it.Cost, Long: it.Long, Cold: m.pred.Cold,
-			Attempts: m.attempt, Enqueued: it.Enqueued, Expires: it.Expires,
+			Attempts: int(m.attempt), Enqueued: it.Enqueued, Expires: it.Expires,
 		}
 	}
 	return out, nil
@@ -83,7 +83,7 @@ func (b *Broker) InFlightJobs(name string, limit int) ([]InFlightJob, error) {
 	for _, m := range q.leases {
 		j := InFlightJob{
 			ID: m.ID, Producer: m.Producer, JobType: m.JobType,
-			Attempt: m.attempt, Cost: m.item.Cost, Leased: m.leased, Deadline: m.deadline,
+			Attempt: int(m.attempt), Cost: m.item.Cost, Leased: time.Unix(0, m.leased), Deadline: m.deadline,
 		}
 		if m.owner != nil {
 			j.Consumer = m.owner.name

@@ -43,19 +43,22 @@ type Message struct {
 	ID          string
 	PublishedAt time.Time
 
-	attempt int   // deliveries so far; guarded by the queue's mutex
-	size    int64 // bytes charged to the broker's budget
-	item    sched.Item
-	gen     uint64 // scheduler generation item was last pushed to
-	pred    predict.Prediction
+	item sched.Item
+	gen  uint64 // scheduler generation item was last pushed to
+	pred predict.Prediction
 
-	// While in flight or delayed (guarded by the queue's mutex).
-	owner     *Consumer
-	deadline  time.Time // in flight: the lease's end; delayed: when it is due
-	heapIdx   int       // in q.leases or q.delayed
-	leased    time.Time // when the current delivery started
-	scheduled bool      // published to run later and not yet due: not yet in line
-	cancelled bool      // cancelled while running: dropped when it settles
+	// Guarded by the queue's mutex. A waiting job is held by the million,
+	// so its fields are packed: small ones together, times as integers
+	// where only the queue reads them.
+	attempt   int32 // deliveries so far
+	size      int32 // bytes charged to the broker's budget (below MaxRequestBytes)
+	heapIdx   int32 // in q.leases or q.delayed
+	scheduled bool  // published to run later and not yet due: not yet in line
+	cancelled bool  // cancelled while running: dropped when it settles
+	// While in flight or delayed.
+	owner    *Consumer
+	deadline time.Time // in flight: the lease's end; delayed: when it is due
+	leased   int64     // when the current delivery started (Unix nanoseconds)
 }
 
 // Delivery is a job handed to a consumer under a lease. It is a copy, safe
@@ -83,7 +86,7 @@ func (m *Message) delivery(lease time.Duration) Delivery {
 	return Delivery{
 		ID: m.ID, Queue: m.Queue, Producer: m.Producer, JobType: m.JobType,
 		SizeHint: m.SizeHint, Payload: m.Payload, Headers: m.Headers,
-		Attempt: m.attempt, PublishedAt: m.PublishedAt, Lease: lease,
+		Attempt: int(m.attempt), PublishedAt: m.PublishedAt, Lease: lease,
 		Tier: m.item.Tier, Predicted: m.pred.Cost,
 	}
 }
@@ -113,7 +116,7 @@ func (d deadLetter) public() DeadLetter {
 	m := d.m
 	return DeadLetter{
 		ID: m.ID, Queue: m.Queue, Producer: m.Producer, JobType: m.JobType,
-		Payload: m.Payload, Headers: m.Headers, Attempts: m.attempt,
+		Payload: m.Payload, Headers: m.Headers, Attempts: int(m.attempt),
 		Reason: d.reason, PublishedAt: m.PublishedAt, DeadAt: d.at,
 	}
 }
@@ -152,9 +155,9 @@ func (g *idGen) next() string {
 type timeHeap []*Message
 
 func (h *timeHeap) push(m *Message) {
-	m.heapIdx = len(*h)
+	m.heapIdx = int32(len(*h))
 	*h = append(*h, m)
-	h.up(m.heapIdx)
+	h.up(int(m.heapIdx))
 }
 
 func (h *timeHeap) min() *Message {
@@ -166,7 +169,7 @@ func (h *timeHeap) min() *Message {
 
 func (h *timeHeap) remove(m *Message) {
 	s := *h
-	i := m.heapIdx
+	i := int(m.heapIdx)
 	if i < 0 || i >= len(s) || s[i] != m {
 		return
 	}
@@ -190,8 +193,8 @@ func (h *timeHeap) fix(i int) {
 
 func (h timeHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx = i
-	h[j].heapIdx = j
+	h[i].heapIdx = int32(i)
+	h[j].heapIdx = int32(j)
 }
 
 func (h timeHeap) up(j int) {

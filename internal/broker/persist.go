@@ -64,7 +64,7 @@ func (q *queue) jobRecord(m *Message, state store.State, reason string, deadAt t
 		Payload: m.Payload, Headers: m.Headers, TTL: m.TTL, MaxAttempts: m.MaxAttempts,
 		PublishedAt: m.PublishedAt, RetryBase: m.RetryBase, RetryMax: m.RetryMax, Seq: m.item.ID, Tier: m.item.Tier, Cost: m.item.Cost,
 		Long: m.item.Long, Reset: m.gen != q.gen, Enqueued: m.item.Enqueued, Expires: m.item.Expires,
-		Attempts: m.attempt, State: state, Reason: reason, DeadAt: deadAt, Scheduled: m.scheduled,
+		Attempts: int(m.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: m.scheduled,
 	}
 	if state == store.Delayed {
 		j.Until = m.deadline
@@ -321,7 +321,7 @@ func (b *Broker) restoreMessage(q *queue, rj *recovered) *Message {
 	m := &Message{
 		Queue: q.name, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
 		Payload: j.Payload, Headers: j.Headers, TTL: j.TTL, MaxAttempts: j.MaxAttempts,
-		RetryBase: j.RetryBase, RetryMax: j.RetryMax, ID: j.ID, PublishedAt: j.PublishedAt, attempt: j.Attempts, heapIdx: -1, scheduled: j.Scheduled,
+		RetryBase: j.RetryBase, RetryMax: j.RetryMax, ID: j.ID, PublishedAt: j.PublishedAt, attempt: int32(j.Attempts), heapIdx: -1, scheduled: j.Scheduled,
 	}
 	m.item = sched.Item{ID: j.Seq, Tier: min(j.Tier, q.sq.Config().Levels-1), Cost: j.Cost, Long: j.Long,
 		Enqueued: j.Enqueued, Expires: j.Expires, Data: m}
@@ -342,7 +342,7 @@ func (b *Broker) forceReserve(m *Message) {
 	for k, v := range m.Headers {
 		size += int64(len(k) + len(v))
 	}
-	m.size = size
+	m.size = int32(size)
 	b.bytes.Add(size)
 }
 

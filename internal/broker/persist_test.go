@@ -65,7 +65,7 @@ func view(b *Broker) []jobView {
 		}
 		slices.Sort(hs)
 		v := jobView{ID: m.ID, Queue: q.name, Producer: m.Producer, JobType: m.JobType, Payload: string(m.Payload),
-			Headers: strings.Join(hs, ","), Attempt: m.attempt, State: state, Tier: m.item.Tier, Long: m.item.Long, Seq: m.item.ID}
+			Headers: strings.Join(hs, ","), Attempt: int(m.attempt), State: state, Tier: m.item.Tier, Long: m.item.Long, Seq: m.item.ID}
 		if m.gen != q.gen {
 			v.Tier, v.Long = -1, false // classified afresh when it is next in line
 		}

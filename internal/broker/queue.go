@@ -182,7 +182,7 @@ func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
 	q.logID(store.KindDeliver, m)
 	m.attempt++
 	m.owner = c
-	m.leased = now
+	m.leased = now.UnixNano()
 	m.deadline = now.Add(q.cfg.Lease)
 	q.leases.push(m)
 	q.armLocked(now)
@@ -216,7 +216,7 @@ func (q *queue) retryLocked(m *Message, now time.Time, reason string) {
 		q.dropLocked(m)
 		return
 	}
-	if m.attempt >= m.MaxAttempts {
+	if int(m.attempt) >= m.MaxAttempts {
 		q.deadLetterLocked(m, now, fmt.Sprintf("%s (attempt %d of %d)", reason, m.attempt, m.MaxAttempts))
 		return
 	}

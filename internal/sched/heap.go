@@ -7,7 +7,7 @@ package sched
 type itemHeap struct {
 	items []*Item
 	less  func(a, b *Item) bool
-	idx   func(*Item) *int
+	idx   func(*Item) *int32
 }
 
 func (h *itemHeap) len() int { return len(h.items) }
@@ -20,13 +20,13 @@ func (h *itemHeap) min() *Item {
 }
 
 func (h *itemHeap) push(it *Item) {
-	*h.idx(it) = len(h.items)
+	*h.idx(it) = int32(len(h.items))
 	h.items = append(h.items, it)
 	h.up(len(h.items) - 1)
 }
 
 func (h *itemHeap) remove(it *Item) {
-	i := *h.idx(it)
+	i := int(*h.idx(it))
 	if i < 0 || i >= len(h.items) || h.items[i] != it {
 		return
 	}
@@ -46,8 +46,8 @@ func (h *itemHeap) remove(it *Item) {
 
 func (h *itemHeap) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	*h.idx(h.items[i]) = i
-	*h.idx(h.items[j]) = j
+	*h.idx(h.items[i]) = int32(i)
+	*h.idx(h.items[j]) = int32(j)
 }
 
 func (h *itemHeap) up(j int) {

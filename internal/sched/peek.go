@@ -71,7 +71,7 @@ type peeker struct {
 	ageNext []*Item        // each level's age list, as far as aging has read it
 	due     heapWalk
 	// deadline holds the deadlines this Peek gave.
-	deadline map[*Item]time.Time
+	deadline map[*Item]int64
 	// The guard: items past their FIFO moment as they stand, and those
 	// this Peek has moved there, in deadline order, and the items still
 	// waiting for it.
@@ -84,7 +84,7 @@ func (p *peeker) level(it *Item) int {
 	if lv, ok := p.moved[it]; ok {
 		return lv
 	}
-	return it.level
+	return int(it.level)
 }
 
 func (p *peeker) promoted(it *Item) bool {
@@ -137,7 +137,7 @@ func (p *peeker) age() {
 				it = it.ageNext
 			}
 			p.ageNext[i] = it
-			if it == nil || p.now.Sub(it.levelAt) < s.cfg.AgeAfter[i] {
+			if it == nil || p.now.UnixNano()-it.levelAt < int64(s.cfg.AgeAfter[i]) {
 				break
 			}
 			if s.cfg.Aging == AgingPausing && p.prom[i-1] > 0 {
@@ -177,7 +177,7 @@ func (p *peeker) pop() *Item {
 		p.due.next()
 	}
 	l := p.lateHead()
-	if l != nil && !p.guardAt(l).After(p.now) {
+	if l != nil && p.guardAt(l) <= p.now.UnixNano() {
 		p.take(l)
 		return l
 	}
@@ -208,7 +208,7 @@ func (p *peeker) promoteGuard() {
 			continue
 		}
 		if p.deadline == nil {
-			p.deadline = map[*Item]time.Time{}
+			p.deadline = map[*Item]int64{}
 		}
 		at := guardDeadline(it, p.now, *b.Guard)
 		p.deadline[it] = at
@@ -223,7 +223,7 @@ func (p *peeker) promoteGuard() {
 }
 
 // guardAt is the deadline of it as it would be.
-func (p *peeker) guardAt(it *Item) time.Time {
+func (p *peeker) guardAt(it *Item) int64 {
 	if at, ok := p.deadline[it]; ok {
 		return at
 	}
@@ -231,8 +231,8 @@ func (p *peeker) guardAt(it *Item) time.Time {
 }
 
 func (p *peeker) lateLess(a, b *Item) bool {
-	if at, bt := p.guardAt(a), p.guardAt(b); !at.Equal(bt) {
-		return at.Before(bt)
+	if at, bt := p.guardAt(a), p.guardAt(b); at != bt {
+		return at < bt
 	}
 	return a.seq < b.seq
 }

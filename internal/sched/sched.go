@@ -147,30 +147,32 @@ type Item struct {
 	ID       uint64
 	Tier     int           // the level it was assigned; kept across retries
 	Cost     time.Duration // predicted duration, used by Bound and ShortestFirst
-	Long     bool          // predicted far longer than typical: Bound applies
 	Enqueued time.Time     // first enqueue, for the caller's waits; aging counts from entry to the current level
 	Expires  time.Time     // zero means never
 	Data     any           // the caller's message
+	Long     bool          // predicted far longer than typical: Bound applies
 
-	queued   bool
-	level    int
-	levelAt  time.Time
-	seq      uint64
-	due      float64
-	promoted bool
-	levelIdx int
-	dueIdx   int
-	ttlIdx   int
-	agePrev  *Item
-	ageNext  *Item
-	// The guard's view: when it was pushed, its FIFO position, its deadline
-	// once it passed its FIFO moment, its index in the guard heap it is in
-	// and which one that is.
-	pushedAt time.Time
-	fifoPos  float64
-	guardAt  time.Time
-	guardIdx int
+	// The small fields first, so that they share a word with Long.
 	guardIn  int8 // guardNone, guardFIFO or guardLate
+	queued   bool
+	promoted bool
+	level    int32
+	// Its index in each heap it is in (-1 when not).
+	levelIdx int32
+	dueIdx   int32
+	ttlIdx   int32
+	guardIdx int32
+
+	seq     uint64
+	due     float64
+	agePrev *Item
+	ageNext *Item
+	// The guard's view: its FIFO position, when it was pushed and its
+	// deadline once it passed its FIFO moment (Unix nanoseconds).
+	fifoPos  float64
+	pushedAt int64
+	guardAt  int64
+	levelAt  int64 // when it entered its current level (Unix nanoseconds)
 }
 
 // Which guard heap an item is in.
@@ -181,7 +183,7 @@ const (
 )
 
 // Level is the level the item sits at now (after any aging).
-func (it *Item) Level() int { return it.level }
+func (it *Item) Level() int { return int(it.level) }
 
 // Queued reports whether the item is waiting in a scheduler.
 func (it *Item) Queued() bool { return it.queued }
@@ -240,7 +242,7 @@ func New(cfg Config) (*Scheduler, error) {
 				return a.seq < b.seq
 			}
 		}
-		s.levels[i].heap = itemHeap{less: less, idx: func(it *Item) *int { return &it.levelIdx }}
+		s.levels[i].heap = itemHeap{less: less, idx: func(it *Item) *int32 { return &it.levelIdx }}
 	}
 	s.due = itemHeap{
 		less: func(a, b *Item) bool {
@@ -249,7 +251,7 @@ func New(cfg Config) (*Scheduler, error) {
 			}
 			return a.seq < b.seq
 		},
-		idx: func(it *Item) *int { return &it.dueIdx },
+		idx: func(it *Item) *int32 { return &it.dueIdx },
 	}
 	s.fifoWait = itemHeap{
 		less: func(a, b *Item) bool {
@@ -258,20 +260,20 @@ func New(cfg Config) (*Scheduler, error) {
 			}
 			return a.seq < b.seq
 		},
-		idx: func(it *Item) *int { return &it.guardIdx },
+		idx: func(it *Item) *int32 { return &it.guardIdx },
 	}
 	s.late = itemHeap{
 		less: func(a, b *Item) bool {
-			if !a.guardAt.Equal(b.guardAt) {
-				return a.guardAt.Before(b.guardAt)
+			if a.guardAt != b.guardAt {
+				return a.guardAt < b.guardAt
 			}
 			return a.seq < b.seq
 		},
-		idx: func(it *Item) *int { return &it.guardIdx },
+		idx: func(it *Item) *int32 { return &it.guardIdx },
 	}
 	s.ttl = itemHeap{
 		less: func(a, b *Item) bool { return a.Expires.Before(b.Expires) },
-		idx:  func(it *Item) *int { return &it.ttlIdx },
+		idx:  func(it *Item) *int32 { return &it.ttlIdx },
 	}
 	return s, nil
 }
@@ -318,7 +320,7 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 	if s.guarded() {
 		// A retry counts from its latest push, as the bound above does.
 		s.promote(now)
-		it.pushedAt, it.fifoPos = now, s.enqWork
+		it.pushedAt, it.fifoPos = now.UnixNano(), s.enqWork
 		if ahead <= 0 {
 			s.setDeadline(it, now)
 		} else {
@@ -332,8 +334,8 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 }
 
 func (s *Scheduler) place(it *Item, lv int, now time.Time) {
-	it.level = lv
-	it.levelAt = now
+	it.level = int32(lv)
+	it.levelAt = now.UnixNano()
 	l := &s.levels[lv]
 	l.heap.push(it)
 	l.age.pushBack(it)
@@ -401,7 +403,7 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 	// overdue long one: the guard is the promise made to every message,
 	// the long bound an extra one for the longest.
 	l := s.late.min()
-	if l != nil && !l.guardAt.After(now) {
+	if l != nil && l.guardAt <= now.UnixNano() {
 		it = l
 		s.Guarded++
 	} else if d := s.due.min(); d != nil && d.due <= s.deqWork {
@@ -451,10 +453,10 @@ func (s *Scheduler) setDeadline(it *Item, now time.Time) {
 
 // guardDeadline is the deadline of an item whose FIFO moment is at: guard
 // times the latency FIFO would have given it (its wait until at, plus its
-// predicted cost) after at.
-func guardDeadline(it *Item, at time.Time, guard float64) time.Time {
-	fifoLatency := at.Sub(it.pushedAt) + it.Cost
-	return at.Add(time.Duration(guard * float64(fifoLatency)))
+// predicted cost) after at, in Unix nanoseconds.
+func guardDeadline(it *Item, at time.Time, guard float64) int64 {
+	fifoLatency := at.UnixNano() - it.pushedAt + int64(it.Cost)
+	return at.UnixNano() + int64(guard*float64(fifoLatency))
 }
 
 // choose picks the head of a non-empty level by the discipline.
@@ -491,7 +493,7 @@ func (s *Scheduler) age(now time.Time) {
 	for i := 1; i < len(s.levels); i++ {
 		l := &s.levels[i]
 		for it := l.age.head; it != nil; it = l.age.head {
-			if now.Sub(it.levelAt) < s.cfg.AgeAfter[i] {
+			if now.UnixNano()-it.levelAt < int64(s.cfg.AgeAfter[i]) {
 				break
 			}
 			if s.cfg.Aging == AgingPausing && s.levels[i-1].promoted > 0 {
