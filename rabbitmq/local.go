@@ -110,6 +110,7 @@ type Local struct {
 	mu          sync.Mutex
 	p           *predict.Predictor
 	backlog     backlog
+	long        longKeys
 	predictions []uint64 // by tier
 	cold, held  uint64
 }
@@ -124,7 +125,7 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w", err)
 	}
-	return &Local{cfg: cfg, p: p, backlog: newBacklog(), predictions: make([]uint64, cfg.Tiers)}, nil
+	return &Local{cfg: cfg, p: p, backlog: newBacklog(), long: newLongKeys(p.Config().Window, p.Config().RecomputeEvery, p.Config().LongShare), predictions: make([]uint64, cfg.Tiers)}, nil
 }
 
 // Config returns the configuration in force.
@@ -137,7 +138,11 @@ func (l *Local) Config() LocalConfig { return l.cfg }
 // backlog.
 func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	l.mu.Lock()
-	pr := l.p.Predict(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size))
+	pk := l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size)
+	pr := l.p.Predict(pk)
+	if pr.Routed() {
+		pr.Long = l.long.mark(pk, pr.Cost, pr.Long)
+	}
 	l.predictions[pr.Tier]++
 	if !pr.Routed() {
 		l.cold++

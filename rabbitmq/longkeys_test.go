@@ -1,0 +1,107 @@
+package rabbitmq
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+)
+
+// A warm predictor keeps the bound on a key that carries most of a queue's
+// work. Reports do 90% of the work here; the predictor's long cut, a fifth
+// of the recent work, falls among the reports' own predicted costs, and
+// before the fix most reports were not Long: AMQP priority 0 with no hold,
+// served after every short job. Now every report of the second run (the
+// predictor warm from the first) is Long, at the top priority, and held
+// behind a backlog; the short jobs stay in the tiers.
+func TestWarmDominantKeyStaysLong(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := NewLocal(LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(15, 1))
+	jitter := func(d time.Duration) time.Duration { return time.Duration(float64(d) * (0.7 + 0.6*rng.Float64())) }
+	email := Key{Queue: "jobs", Producer: "app", JobType: "email"}
+	report := Key{Queue: "jobs", Producer: "app", JobType: "report"}
+	// One run: a report after every nine emails, 900 ms against 10 ms.
+	run := func() (reports, long, held, emailsLong int) {
+		for i := range 2000 {
+			k, d := email, jitter(10*time.Millisecond)
+			if i%10 == 0 {
+				k, d = report, jitter(900*time.Millisecond)
+			}
+			pr, err := l.Predict(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case k == report:
+				reports++
+				if pr.Long && pr.AMQP == DefaultMaxPriority {
+					long++
+				}
+				if pr.Hold > 0 {
+					held++
+				}
+			case pr.Long:
+				emailsLong++
+			}
+			if err := l.Observe(ctx, k, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return
+	}
+	run() // the first run warms the predictor
+	l.Attach(ctx, "jobs", 2)
+	reports, long, held, emailsLong := run()
+	if long != reports {
+		t.Errorf("warm run: %d of %d reports long at priority %d, want all", long, reports, DefaultMaxPriority)
+	}
+	// Nothing completes through Consume here, so the backlog only grows:
+	// every report after the first (published to an empty queue) finds
+	// work ahead of it.
+	if held != reports-1 {
+		t.Errorf("warm run: %d of %d reports held, want all but the first", held, reports)
+	}
+	if emailsLong != 0 {
+		t.Errorf("warm run: %d emails long, want none", emailsLong)
+	}
+}
+
+// The most expensive key of the window is long whatever its share of the
+// work, others only by the predictor's verdict, and the rule follows the
+// window.
+func TestLongKeysTop(t *testing.T) {
+	t.Parallel()
+	key := func(s string) predict.Key { return predict.Key{JobType: s} }
+	lk := newLongKeys(10, 1, 0.2)
+	for range 8 {
+		lk.mark(key("a"), 1, false)
+	}
+	lk.mark(key("c"), 3, false)
+	if !lk.mark(key("b"), 5, false) {
+		t.Error("the most expensive key is not long")
+	}
+	if lk.mark(key("c"), 3, false) || lk.mark(key("a"), 1, false) {
+		t.Error("a key other than the most expensive one is long without the predictor's verdict")
+	}
+	if !lk.mark(key("c"), 3, true) {
+		t.Error("the predictor's Long verdict was overruled")
+	}
+	// Ten more of "a": b and c leave the window and a, all its work, is long.
+	for range 10 {
+		lk.mark(key("a"), 1, false)
+	}
+	if !lk.mark(key("a"), 1, false) {
+		t.Error("the only key of the window is not long")
+	}
+	off := newLongKeys(10, 1, -1)
+	if off.mark(key("a"), 1, false) || !off.mark(key("a"), 1, true) {
+		t.Error("with the long share off, the predictor's verdict must stand")
+	}
+}
