@@ -84,25 +84,44 @@ func expiration(d time.Duration) string {
 // process consume it. Only queues with handlers are tracked, so that its
 // size is bounded by the queues this process consumes (and by a cap, for a
 // sidecar whose clients name the queues), not by the queue names it is
-// asked to predict for. It is not safe for concurrent use.
+// asked to predict for. With peers (Local.SetPeers) it also keeps, for up
+// to the cap of queues whether or not they have handlers here, the signed
+// net work: predicted work published through this predictor minus the
+// predicted work of the completions reported to it, which is negative
+// where this predictor's consumers complete what others published; only
+// the sum over every predictor of a queue means anything. It is not safe
+// for concurrent use.
 type backlog struct {
 	work      map[string]time.Duration
 	consumers map[string]int
+	net       map[string]time.Duration // nil without peers
+	maxQueues int
 }
 
-func newBacklog() backlog {
-	return backlog{work: make(map[string]time.Duration), consumers: make(map[string]int)}
+func newBacklog(maxQueues int) backlog {
+	return backlog{work: make(map[string]time.Duration), consumers: make(map[string]int), maxQueues: maxQueues}
 }
 
 func (b backlog) published(queue string, cost time.Duration) {
 	if b.consumers[queue] > 0 {
 		b.work[queue] += max(0, cost)
 	}
+	b.addNet(queue, max(0, cost))
 }
 
 func (b backlog) completed(queue string, cost time.Duration) {
 	if w, ok := b.work[queue]; ok {
 		b.work[queue] = max(0, w-max(0, cost))
+	}
+	b.addNet(queue, -max(0, cost))
+}
+
+func (b backlog) addNet(queue string, d time.Duration) {
+	if b.net == nil {
+		return
+	}
+	if _, ok := b.net[queue]; ok || len(b.net) < b.maxQueues {
+		b.net[queue] += d
 	}
 }
 
@@ -123,14 +142,22 @@ func (b backlog) attach(queue string, n, maxQueues int) bool {
 }
 
 // hold returns share of the FIFO wait of a message published to queue now,
-// capped at maxHold; zero when no consumer in this process drains the queue,
-// since then its backlog cannot be known.
-func (b backlog) hold(queue string, share float64, maxHold time.Duration) time.Duration {
-	c := b.consumers[queue]
-	if c <= 0 || share <= 0 {
+// capped at maxHold; zero when no consumer drains the queue, since then its
+// backlog cannot be known. Without peers that is this process's own count;
+// with them, the net work and handlers of every predictor of the queue.
+func (b backlog) hold(queue string, share float64, maxHold time.Duration, peers Peers) time.Duration {
+	if share <= 0 {
 		return 0
 	}
-	h := time.Duration(share * float64(b.work[queue]) / float64(c))
+	c, work := b.consumers[queue], b.work[queue]
+	if peers != nil {
+		pw, pc := peers.Backlog(queue)
+		c, work = c+pc, max(0, b.net[queue]+pw)
+	}
+	if c <= 0 {
+		return 0
+	}
+	h := time.Duration(share * float64(work) / float64(c))
 	if h < minHold {
 		return 0
 	}

@@ -111,6 +111,7 @@ type Local struct {
 	p           *predict.Predictor
 	backlog     backlog
 	long        longKeys
+	peers       Peers    // nil: holds from this process's own counts
 	predictions []uint64 // by tier
 	cold, held  uint64
 }
@@ -125,11 +126,67 @@ func NewLocal(cfg LocalConfig) (*Local, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: %w", err)
 	}
-	return &Local{cfg: cfg, p: p, backlog: newBacklog(), long: newLongKeys(p.Config().Window, p.Config().RecomputeEvery, p.Config().LongShare), predictions: make([]uint64, cfg.Tiers)}, nil
+	return &Local{cfg: cfg, p: p, backlog: newBacklog(cfg.MaxQueues), long: newLongKeys(p.Config().Window, p.Config().RecomputeEvery, p.Config().LongShare), predictions: make([]uint64, cfg.Tiers)}, nil
 }
 
 // Config returns the configuration in force.
 func (l *Local) Config() LocalConfig { return l.cfg }
+
+// Peers is what the other predictors of a fleet (sidecars that each see
+// part of a queue's publishes and completions) report of a queue: the sum
+// of their net work (predicted work published through them minus that of
+// the completions reported to them; negative where they complete what
+// others published) and of their handlers. The sidecar implements it from
+// the totals the fleet exchanges. Backlog is called with Local's lock
+// held, so it must not call back into Local.
+type Peers interface {
+	Backlog(queue string) (net time.Duration, consumers int)
+}
+
+// QueueTotals is one queue's share of a fleet's backlog as one predictor
+// counts it: Net is the predicted work published through it minus the
+// predicted work of the completions reported to it, Consumers its attached
+// handlers.
+type QueueTotals struct {
+	Net       time.Duration
+	Consumers int
+}
+
+// SetPeers makes holds count the whole fleet: a long message's hold is
+// then share of (this predictor's net work plus the peers', floored at
+// zero) over (this predictor's handlers plus the peers'). From then on
+// Local counts the net work of every queue it predicts or completes for
+// (up to LocalConfig.MaxQueues), whether or not handlers are attached
+// here, since publishers and consumers may use different predictors. Set
+// it before the first prediction: net work counted before is lost, and
+// setting it again keeps the counts. nil goes back to this process's own
+// counts.
+func (l *Local) SetPeers(p Peers) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.peers = p
+	if p != nil && l.backlog.net == nil {
+		l.backlog.net = make(map[string]time.Duration)
+	}
+}
+
+// Totals returns this predictor's share of each queue's backlog, for the
+// fleet: every queue with handlers attached, and with peers set every
+// queue whose net work is counted.
+func (l *Local) Totals() map[string]QueueTotals {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]QueueTotals, len(l.backlog.consumers)+len(l.backlog.net))
+	for q, n := range l.backlog.net {
+		out[q] = QueueTotals{Net: n, Consumers: l.backlog.consumers[q]}
+	}
+	for q, c := range l.backlog.consumers {
+		if _, ok := out[q]; !ok {
+			out[q] = QueueTotals{Net: l.backlog.work[q], Consumers: c}
+		}
+	}
+	return out
+}
 
 // Predict implements Predictor. It never fails. The message counts in its
 // queue's backlog until Consume reports it completed. It keeps nothing for
@@ -149,7 +206,7 @@ func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	}
 	var hold time.Duration
 	if pr.Long {
-		hold = l.backlog.hold(k.Queue, l.cfg.Hold, l.cfg.MaxHold)
+		hold = l.backlog.hold(k.Queue, l.cfg.Hold, l.cfg.MaxHold, l.peers)
 		if hold > 0 {
 			l.held++
 		}

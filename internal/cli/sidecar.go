@@ -26,7 +26,7 @@ func init() {
 const amqpURLEnv = "HARBINGER_AMQP_URL"
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sidecar", "sidecar [-config FILE] [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-log-level L] [-log-format F]", stderr)
+	fs := newFlags("sidecar", "sidecar [-config FILE] [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-report-every D] [-backlog-expiry D] [-log-level L] [-log-format F]", stderr)
 	defURL := os.Getenv(amqpURLEnv)
 	if defURL == "" {
 		defURL = sidecar.DefaultAMQPURL
@@ -42,7 +42,9 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	maxPriority := fs.Uint("max-priority", rabbitmq.DefaultMaxPriority, "x-max-priority of the queues; long messages get this AMQP priority, the tiers share those below it")
 	tiers := fs.Int("tiers", rabbitmq.DefaultTiers, "number of tiers")
 	snapshotEvery := fs.Duration("snapshot-every", sidecar.DefaultSnapshotEvery, "interval between snapshots for late-starting sidecars")
-	hold := fs.Bool("hold", false, "track queue backlogs and hold long messages (right only when every publisher and consumer of a queue uses this sidecar)")
+	hold := fs.Bool("hold", false, "track queue backlogs and hold long messages; with sharing on, the fleet's sidecars combine their per-queue totals")
+	reportEvery := fs.Duration("report-every", sidecar.DefaultReportEvery, "with -hold: interval between this sidecar's backlog reports to the fleet")
+	backlogExpiry := fs.Duration("backlog-expiry", sidecar.DefaultBacklogExpiry, "with -hold: how long a peer's backlog totals count after its latest report")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate the gRPC port serves TLS with (with -tls-key), as serve's")
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA whose client certificates are required (mutual TLS)")
@@ -87,6 +89,9 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *snapshotEvery <= 0 {
 		return fmt.Errorf("--snapshot-every must be positive, got %v", *snapshotEvery)
 	}
+	if *reportEvery <= 0 || *backlogExpiry < 2**reportEvery {
+		return fmt.Errorf("--report-every must be positive and --backlog-expiry at least twice it, got %v and %v", *reportEvery, *backlogExpiry)
+	}
 	if *httpAddr == "off" {
 		*httpAddr = "-"
 	}
@@ -117,6 +122,8 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg.Hold = *hold
 	cfg.Share.Exchange = *exchange
 	cfg.Share.SnapshotEvery = *snapshotEvery
+	cfg.Share.ReportEvery = *reportEvery
+	cfg.Share.BacklogExpiry = *backlogExpiry
 	s, err := sidecar.Start(cfg)
 	if err != nil {
 		return err

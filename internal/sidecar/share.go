@@ -23,7 +23,17 @@ const (
 	DefaultSnapshotEvery       = 10 * time.Second
 	DefaultSnapshotKeys        = 10_000
 	DefaultCatchUpObservations = 32
-	snapshotSuffix             = ".snapshots"
+	// DefaultReportEvery is how often a holding sidecar reports its
+	// per-queue totals to the fleet: often enough that a peer's share of a
+	// backlog is at most a fifth of a second old, for one small message
+	// per sidecar.
+	DefaultReportEvery = 200 * time.Millisecond
+	// DefaultBacklogExpiry is how long a peer's totals count after its
+	// latest report: ten missed reports, so that a slow broker does not
+	// make a live peer look dead.
+	DefaultBacklogExpiry = 2 * time.Second
+	snapshotSuffix       = ".snapshots"
+	backlogSuffix        = ".backlog"
 )
 
 // HeaderSidecarID marks what a sidecar published, so that it skips its own
@@ -43,6 +53,15 @@ type ShareConfig struct {
 	CatchUpObservations int
 	ID                  string      // this sidecar's id, default random
 	Clock               clock.Clock // default the wall clock
+	// Fleet, when set, makes the share exchange per-queue backlog totals
+	// on BacklogExchange (default Exchange + ".backlog"): it reports the
+	// predictor's totals every ReportEvery (default 200 ms) and folds the
+	// peers' into Fleet, where a peer counts until BacklogExpiry (default
+	// 2 s) after its latest report. The sidecar sets it with Config.Hold.
+	Fleet           *Fleet
+	BacklogExchange string
+	ReportEvery     time.Duration
+	BacklogExpiry   time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -52,6 +71,15 @@ func (c ShareConfig) WithDefaults() ShareConfig {
 	}
 	if c.SnapshotExchange == "" {
 		c.SnapshotExchange = c.Exchange + snapshotSuffix
+	}
+	if c.BacklogExchange == "" {
+		c.BacklogExchange = c.Exchange + backlogSuffix
+	}
+	if c.ReportEvery == 0 {
+		c.ReportEvery = DefaultReportEvery
+	}
+	if c.BacklogExpiry == 0 {
+		c.BacklogExpiry = DefaultBacklogExpiry
 	}
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = DefaultSnapshotEvery
@@ -77,6 +105,12 @@ func (c ShareConfig) validate() error {
 	switch {
 	case c.Exchange == c.SnapshotExchange:
 		return fmt.Errorf("sidecar: the observation and snapshot exchanges must differ, both are %q", c.Exchange)
+	case c.BacklogExchange == c.Exchange || c.BacklogExchange == c.SnapshotExchange:
+		return fmt.Errorf("sidecar: the backlog exchange must differ from the observation and snapshot exchanges, got %q", c.BacklogExchange)
+	case c.ReportEvery < 0 || c.BacklogExpiry < 0:
+		return fmt.Errorf("sidecar: the backlog report interval and expiry must be positive, got %v and %v", c.ReportEvery, c.BacklogExpiry)
+	case c.BacklogExpiry > 0 && c.BacklogExpiry < 2*c.ReportEvery:
+		return fmt.Errorf("sidecar: the backlog expiry (%v) must be at least two report intervals (%v), or every late report would expire a live peer", c.BacklogExpiry, c.ReportEvery)
 	case c.SnapshotEvery < 0:
 		return fmt.Errorf("sidecar: snapshot interval must be positive, got %v", c.SnapshotEvery)
 	case c.SnapshotKeys < 1 || c.CatchUpObservations < 1:
@@ -109,6 +143,7 @@ type ShareStats struct {
 	Sent, Received, SendErrors   uint64 // observations
 	SnapshotsSent, SnapshotsRead uint64
 	CaughtUp                     uint64 // keys replayed from snapshots
+	ReportsSent, ReportsRead     uint64 // backlog totals (with Fleet)
 }
 
 // Share shares one Local predictor's learning with every other sidecar on
@@ -122,15 +157,17 @@ type Share struct {
 	pubMu sync.Mutex
 	pub   *amqp.Channel
 
-	mu       sync.Mutex
-	caughtUp map[rabbitmq.Key]bool // keys already replayed from a snapshot
-	peers    map[string]bool       // sidecar ids seen
-	timer    clock.Timer
-	stopped  bool
+	mu          sync.Mutex
+	caughtUp    map[rabbitmq.Key]bool // keys already replayed from a snapshot
+	peers       map[string]bool       // sidecar ids seen
+	timer       clock.Timer
+	reportTimer clock.Timer
+	stopped     bool
 
 	done  chan struct{}
 	stats struct {
 		sent, received, sendErrors, snapsSent, snapsRead, caughtUp atomic.Uint64
+		reportsSent, reportsRead                                   atomic.Uint64
 	}
 }
 
@@ -151,7 +188,11 @@ func StartShare(ctx context.Context, conn *amqp.Connection, local *rabbitmq.Loca
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: open channel: %w", err)
 	}
-	for _, ex := range []string{cfg.Exchange, cfg.SnapshotExchange} {
+	exchanges := []string{cfg.Exchange, cfg.SnapshotExchange}
+	if cfg.Fleet != nil {
+		exchanges = append(exchanges, cfg.BacklogExchange)
+	}
+	for _, ex := range exchanges {
 		if err := pub.ExchangeDeclare(ex, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 			return nil, fmt.Errorf("sidecar: declare exchange %q: %w", ex, err)
 		}
@@ -160,7 +201,7 @@ func StartShare(ctx context.Context, conn *amqp.Connection, local *rabbitmq.Loca
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: declare queue: %w", err)
 	}
-	for _, ex := range []string{cfg.Exchange, cfg.SnapshotExchange} {
+	for _, ex := range exchanges {
 		if err := sub.QueueBind(q.Name, "", ex, false, nil); err != nil {
 			return nil, fmt.Errorf("sidecar: bind to %q: %w", ex, err)
 		}
@@ -179,6 +220,9 @@ func StartShare(ctx context.Context, conn *amqp.Connection, local *rabbitmq.Loca
 		return nil, err
 	}
 	s.arm()
+	if cfg.Fleet != nil {
+		s.report()
+	}
 	return s, nil
 }
 
@@ -193,7 +237,30 @@ func (s *Share) Stats() ShareStats {
 	return ShareStats{
 		Sent: s.stats.sent.Load(), Received: s.stats.received.Load(), SendErrors: s.stats.sendErrors.Load(),
 		SnapshotsSent: s.stats.snapsSent.Load(), SnapshotsRead: s.stats.snapsRead.Load(),
-		CaughtUp: s.stats.caughtUp.Load(),
+		CaughtUp:    s.stats.caughtUp.Load(),
+		ReportsSent: s.stats.reportsSent.Load(), ReportsRead: s.stats.reportsRead.Load(),
+	}
+}
+
+// reportSeq numbers a process's backlog reports across its shares (one per
+// connection), so that a peer never takes a report sent before a
+// reconnection for a newer one.
+var reportSeq atomic.Uint64
+
+// report expires dead peers, publishes this sidecar's totals and arms the
+// next report.
+func (s *Share) report() {
+	f := s.cfg.Fleet
+	f.Expire(s.cfg.Clock.Now())
+	r := f.Report(reportSeq.Add(1), s.local.Totals())
+	body, _ := json.Marshal(r)
+	if s.publish(context.Background(), s.cfg.BacklogExchange, body) == nil {
+		s.stats.reportsSent.Add(1)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopped {
+		s.reportTimer = s.cfg.Clock.AfterFunc(s.cfg.ReportEvery, s.report)
 	}
 }
 
@@ -262,6 +329,9 @@ func (s *Share) consume(ctx context.Context, sub *amqp.Channel, ds <-chan amqp.D
 		if s.timer != nil {
 			s.timer.Stop()
 		}
+		if s.reportTimer != nil {
+			s.reportTimer.Stop()
+		}
 		s.mu.Unlock()
 		_ = sub.Close()
 		s.pubMu.Lock()
@@ -285,6 +355,8 @@ func (s *Share) consume(ctx context.Context, sub *amqp.Channel, ds <-chan amqp.D
 				s.foldObservation(ctx, d.Body)
 			case s.cfg.SnapshotExchange:
 				s.foldSnapshot(ctx, from, d.Body)
+			case s.cfg.BacklogExchange:
+				s.foldReport(from, d.Body)
 			}
 		}
 	}
@@ -345,4 +417,17 @@ func (s *Share) foldSnapshot(ctx context.Context, from string, body []byte) {
 	if newPeer {
 		_ = s.PublishSnapshot(ctx)
 	}
+}
+
+// foldReport takes a peer's backlog totals into the fleet.
+func (s *Share) foldReport(from string, body []byte) {
+	if s.cfg.Fleet == nil {
+		return
+	}
+	var r backlogReport
+	if json.Unmarshal(body, &r) != nil {
+		return
+	}
+	s.stats.reportsRead.Add(1)
+	s.cfg.Fleet.Update(from, s.cfg.Clock.Now(), r)
 }

@@ -43,9 +43,11 @@ type Config struct {
 	Predict rabbitmq.LocalConfig
 	// Hold makes the sidecar track each queue's backlog from its clients'
 	// predictions, completions and handlers, and hold long messages (see
-	// rabbitmq.HoldQueueArgs). The estimate is right only when every
-	// publisher and consumer of a queue uses this one sidecar; otherwise
-	// leave it off and long messages take the top priority at once.
+	// rabbitmq.HoldQueueArgs). With sharing on (AMQPURL not "-") the
+	// sidecars of a fleet exchange their per-queue totals (see Fleet), so
+	// each queue's publishers and consumers may use any sidecar of the
+	// fleet; without sharing the estimate is right only when every
+	// publisher and consumer of a queue uses this one sidecar.
 	Hold   bool
 	Share  ShareConfig
 	Logger *slog.Logger // default discards
@@ -126,6 +128,10 @@ func Start(cfg Config) (*Sidecar, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Hold && cfg.AMQPURL != "-" {
+		cfg.Share.Fleet = NewFleet(cfg.Share.ID, cfg.Share.BacklogExpiry)
+		local.SetPeers(cfg.Share.Fleet)
+	}
 	s := &Sidecar{cfg: cfg, local: local, svc: predictsvc.New(local, predictsvc.Config{Hold: cfg.Hold}), connected: make(chan struct{})}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("sidecar: listen %s: %w", cfg.Listen, err)
@@ -170,6 +176,10 @@ func (s *Sidecar) HTTPAddr() string {
 // Local returns the sidecar's predictor.
 func (s *Sidecar) Local() *rabbitmq.Local { return s.local }
 
+// Fleet returns the sidecar's view of its fleet's backlogs, nil unless it
+// holds and shares.
+func (s *Sidecar) Fleet() *Fleet { return s.cfg.Share.Fleet }
+
 // ID returns the id the sidecar shares under.
 func (s *Sidecar) ID() string { return s.cfg.Share.ID }
 
@@ -193,7 +203,8 @@ func addShareStats(a, b ShareStats) ShareStats {
 	return ShareStats{
 		Sent: a.Sent + b.Sent, Received: a.Received + b.Received, SendErrors: a.SendErrors + b.SendErrors,
 		SnapshotsSent: a.SnapshotsSent + b.SnapshotsSent, SnapshotsRead: a.SnapshotsRead + b.SnapshotsRead,
-		CaughtUp: a.CaughtUp + b.CaughtUp,
+		CaughtUp:    a.CaughtUp + b.CaughtUp,
+		ReportsSent: a.ReportsSent + b.ReportsSent, ReportsRead: a.ReportsRead + b.ReportsRead,
 	}
 }
 

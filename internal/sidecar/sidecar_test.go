@@ -53,6 +53,7 @@ func testExchange(t *testing.T) string {
 		}
 		_ = ch.ExchangeDelete(ex, false, false)
 		_ = ch.ExchangeDelete(ex+snapshotSuffix, false, false)
+		_ = ch.ExchangeDelete(ex+backlogSuffix, false, false)
 	})
 	return ex
 }

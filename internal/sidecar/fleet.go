@@ -1,0 +1,182 @@
+package sidecar
+
+import (
+	"sync"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/rabbitmq"
+)
+
+// Fleet combines the per-queue backlog totals of every sidecar of a fleet,
+// so that holding works when each sidecar sees only part of a queue's
+// publishes and completions. Each sidecar reports its own totals (for every
+// queue: net predicted work, published through it minus completed through
+// it, and attached handlers) every ReportEvery; Fleet keeps the latest
+// report of each peer and sums those still live. A queue's backlog is then
+// the sidecar's own net work plus the peers' (floored at zero), over its
+// handlers plus theirs.
+//
+// A peer whose report is older than Expiry is dead: its handlers stop
+// counting at once. Its net work does not vanish with it: the messages it
+// published stay in RabbitMQ and the survivors' consumers will complete
+// them, taking their cost off their own nets; dropping the dead peer's
+// positive net would leave those completions subtracting forever. So one
+// live sidecar, the one with the smallest id among those it knows to be
+// live, adopts the dead peer's last net and reports it with its own from
+// then on. If two sidecars disagree on who is live, the net is adopted
+// twice or not at all until their views agree; a report carries the ids a
+// sidecar has adopted, and a sidecar drops its adoption of an id another
+// live sidecar with a smaller id has adopted too.
+//
+// Fleet is pure: every method takes now, it starts nothing and does no
+// I/O. It is safe for concurrent use (the share's consumer updates it while
+// predictions read it).
+type Fleet struct {
+	self   string
+	expiry time.Duration
+
+	mu      sync.Mutex
+	peers   map[string]*peerReport
+	adopted map[string]map[string]time.Duration // dead peer id -> its last nets, by queue
+}
+
+// peerReport is the latest report of one peer.
+type peerReport struct {
+	at      time.Time // when it arrived
+	seq     uint64
+	queues  map[string]rabbitmq.QueueTotals
+	adopted map[string]bool // dead ids it adopted
+}
+
+// backlogReport is a sidecar's totals on the wire.
+type backlogReport struct {
+	Seq     uint64                 `json:"seq"`
+	Queues  map[string]queueTotals `json:"q"`
+	Adopted []string               `json:"adopted,omitempty"`
+}
+
+type queueTotals struct {
+	Net       int64 `json:"w"` // nanoseconds, signed
+	Consumers int   `json:"c"`
+}
+
+// NewFleet returns the fleet view of the sidecar self; a peer is dead once
+// its latest report is older than expiry.
+func NewFleet(self string, expiry time.Duration) *Fleet {
+	return &Fleet{self: self, expiry: expiry, peers: make(map[string]*peerReport), adopted: make(map[string]map[string]time.Duration)}
+}
+
+// Update folds in a report from peer from that arrived at now. Reports
+// older (by sequence) than the one kept are ignored; a report from a peer
+// this sidecar had declared dead and adopted revives it: the adoption ends.
+func (f *Fleet) Update(from string, now time.Time, r backlogReport) {
+	if from == "" || from == f.self {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.peers[from]; p != nil && r.Seq <= p.seq {
+		return
+	}
+	qs := make(map[string]rabbitmq.QueueTotals, len(r.Queues))
+	for q, t := range r.Queues {
+		qs[q] = rabbitmq.QueueTotals{Net: time.Duration(t.Net), Consumers: max(t.Consumers, 0)}
+	}
+	ad := make(map[string]bool, len(r.Adopted))
+	for _, id := range r.Adopted {
+		ad[id] = true
+		// Another sidecar adopted it too: the smaller id keeps it.
+		if from < f.self {
+			delete(f.adopted, id)
+		}
+	}
+	delete(f.adopted, from)
+	f.peers[from] = &peerReport{at: now, seq: r.Seq, queues: qs, adopted: ad}
+}
+
+// Expire declares dead every peer whose latest report is older than the
+// expiry at now. This sidecar adopts a dead peer's nets when its own id is
+// the smallest among the live sidecars it knows; it returns the ids that
+// died.
+func (f *Fleet) Expire(now time.Time) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var dead []string
+	for id, p := range f.peers {
+		if now.Sub(p.at) > f.expiry {
+			dead = append(dead, id)
+		}
+	}
+	for _, id := range dead {
+		p := f.peers[id]
+		delete(f.peers, id)
+		if f.smallestLive() {
+			nets := make(map[string]time.Duration, len(p.queues))
+			for q, t := range p.queues {
+				if t.Net != 0 {
+					nets[q] = t.Net
+				}
+			}
+			f.adopted[id] = nets
+		}
+	}
+	return dead
+}
+
+// smallestLive reports whether self has the smallest id of the live
+// sidecars. f.mu is held.
+func (f *Fleet) smallestLive() bool {
+	for id := range f.peers {
+		if id < f.self {
+			return false
+		}
+	}
+	return true
+}
+
+// Backlog implements rabbitmq.Peers: the live peers' net work and
+// handlers for queue, plus the nets this sidecar adopted. A peer that has
+// not been expired yet counts even if its report is stale; the sidecar
+// calls Expire on every report tick.
+func (f *Fleet) Backlog(queue string) (time.Duration, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var net time.Duration
+	consumers := 0
+	for _, p := range f.peers {
+		t := p.queues[queue]
+		net += t.Net
+		consumers += t.Consumers
+	}
+	for _, nets := range f.adopted {
+		net += nets[queue]
+	}
+	return net, consumers
+}
+
+// Report builds this sidecar's report from its own totals and seq: the
+// nets it adopted are added to its own, so the peers count them too.
+func (f *Fleet) Report(seq uint64, own map[string]rabbitmq.QueueTotals) backlogReport {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := backlogReport{Seq: seq, Queues: make(map[string]queueTotals, len(own))}
+	for q, t := range own {
+		r.Queues[q] = queueTotals{Net: int64(t.Net), Consumers: t.Consumers}
+	}
+	for id, nets := range f.adopted {
+		r.Adopted = append(r.Adopted, id)
+		for q, n := range nets {
+			t := r.Queues[q]
+			t.Net += int64(n)
+			r.Queues[q] = t
+		}
+	}
+	return r
+}
+
+// Peers returns the ids of the live peers and of the dead ones adopted.
+func (f *Fleet) Peers() (live, adopted int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.peers), len(f.adopted)
+}

@@ -1,0 +1,253 @@
+package sidecar
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/rabbitmq"
+)
+
+// member is one sidecar of a fleet without RabbitMQ: its predictor and its
+// fleet view, exchanging reports by hand.
+type member struct {
+	id    string
+	local *rabbitmq.Local
+	fleet *Fleet
+	seq   uint64
+}
+
+func newMember(t *testing.T, id string) *member {
+	t.Helper()
+	l, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One observation sets the typical duration cold keys are predicted
+	// at, and cold keys are long: 100 ms each.
+	if err := l.Observe(context.Background(), rabbitmq.Key{Queue: "other"}, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	f := NewFleet(id, DefaultBacklogExpiry)
+	l.SetPeers(f)
+	return &member{id: id, local: l, fleet: f}
+}
+
+// send delivers m's report to every other member at now.
+func (m *member) send(now time.Time, to ...*member) {
+	m.fleet.Expire(now)
+	m.seq++
+	r := m.fleet.Report(m.seq, m.local.Totals())
+	for _, o := range to {
+		if o != m {
+			o.fleet.Update(m.id, now, r)
+		}
+	}
+}
+
+func (m *member) predict(t *testing.T) rabbitmq.Priority {
+	t.Helper()
+	pr, err := m.local.Predict(context.Background(), rabbitmq.Key{Queue: "jobs", JobType: "new"})
+	if err != nil || !pr.Long || pr.Predicted != 100*time.Millisecond {
+		t.Fatalf("Predict = %+v, %v; want long at 100 ms", pr, err)
+	}
+	return pr
+}
+
+// complete reports a completion of pr's message to m. It goes under
+// another key than the one predicted, which must stay cold (so long) for
+// the test's arithmetic; the backlog is per queue.
+func (m *member) complete(t *testing.T, pr rabbitmq.Priority) {
+	t.Helper()
+	err := m.local.ObserveStamped(context.Background(), rabbitmq.Key{Queue: "jobs", JobType: "done"},
+		rabbitmq.Stamp{Predicted: pr.Predicted, Tier: pr.Tier, Cold: true}, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func held(wait time.Duration) time.Duration {
+	return time.Duration(rabbitmq.DefaultHold * float64(wait))
+}
+
+// Publishes through one sidecar and completions through another add up:
+// the publisher's sidecar holds by the fleet's backlog and handlers, not
+// by its own (it has no handlers, so alone it would hold nothing), and a
+// completion through the other sidecar shortens the next hold once its
+// report arrives.
+func TestFleetCombinesBacklogs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(time.Unix(1000, 0))
+	pubSide, workSide := newMember(t, "a"), newMember(t, "b")
+	all := []*member{pubSide, workSide}
+	workSide.local.Attach(ctx, "jobs", 2)
+	workSide.send(clk.Now(), all...)
+	var prs []rabbitmq.Priority
+	for range 4 {
+		prs = append(prs, pubSide.predict(t))
+	}
+	// 0, 100, 200, 300 ms ahead over the two handlers of b.
+	for i, want := range []time.Duration{0, held(50 * time.Millisecond), held(100 * time.Millisecond), held(150 * time.Millisecond)} {
+		if prs[i].Hold != want {
+			t.Errorf("hold %d = %v, want %v", i, prs[i].Hold, want)
+		}
+	}
+	// b completes three; until its report arrives a still counts 400 ms.
+	for _, pr := range prs[:3] {
+		workSide.complete(t, pr)
+	}
+	if h := pubSide.predict(t).Hold; h != held(200*time.Millisecond) {
+		t.Errorf("hold before b's report = %v, want %v (400 ms ahead, b's completions not yet known)", h, held(200*time.Millisecond))
+	}
+	clk.Advance(DefaultReportEvery)
+	workSide.send(clk.Now(), all...)
+	// a published five (500 ms), b completed three (300 ms): 200 ms.
+	if h := pubSide.predict(t).Hold; h != held(100*time.Millisecond) {
+		t.Errorf("hold after b's report = %v, want %v", h, held(100*time.Millisecond))
+	}
+	// b sees a's publishes once a reports.
+	pubSide.send(clk.Now(), all...)
+	if h := workSide.predict(t).Hold; h != held(150*time.Millisecond) {
+		t.Errorf("hold through b = %v, want %v (300 ms ahead over 2 handlers)", h, held(150*time.Millisecond))
+	}
+}
+
+// A sidecar that stops reporting stops counting: its handlers at once
+// after the expiry, while its net work is adopted by the live sidecar with
+// the smallest id, who reports it on, so the survivors' completions of its
+// messages do not drive the backlog below the truth.
+func TestFleetExpiresAndAdopts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clk := clock.NewFake(time.Unix(1000, 0))
+	a, b, c := newMember(t, "a"), newMember(t, "b"), newMember(t, "c")
+	all := []*member{a, b, c}
+	// c publishes 300 ms and has one handler; b has one handler.
+	c.local.Attach(ctx, "jobs", 1)
+	b.local.Attach(ctx, "jobs", 1)
+	var prs []rabbitmq.Priority
+	for range 3 {
+		prs = append(prs, c.predict(t))
+	}
+	for _, m := range all {
+		m.send(clk.Now(), all...)
+	}
+	if h := a.predict(t).Hold; h != held(150*time.Millisecond) {
+		t.Fatalf("hold with c alive = %v, want %v", h, held(150*time.Millisecond))
+	}
+	// a's own prediction added 100 ms. c dies; a and b keep reporting.
+	for clk.Now().Sub(time.Unix(1000, 0)) <= DefaultBacklogExpiry {
+		clk.Advance(DefaultReportEvery)
+		a.send(clk.Now(), a, b)
+		b.send(clk.Now(), a, b)
+	}
+	if live, adopted := a.fleet.Peers(); live != 1 || adopted != 1 {
+		t.Fatalf("a knows %d live peers and adopted %d; want b live and c adopted", live, adopted)
+	}
+	if _, adopted := b.fleet.Peers(); adopted != 0 {
+		t.Errorf("b adopted %d, want none: a has the smaller id", adopted)
+	}
+	// 400 ms ahead (c's 300, a's 100), b's one handler: c's no longer counts.
+	if h := a.predict(t).Hold; h != held(400*time.Millisecond) {
+		t.Errorf("hold after c expired = %v, want %v", h, held(400*time.Millisecond))
+	}
+	b.send(clk.Now(), a, b)
+	a.send(clk.Now(), a, b)
+	// b completes c's three messages: 500 - 300 = 200 ms left (a's two).
+	for _, pr := range prs {
+		b.complete(t, pr)
+	}
+	b.send(clk.Now(), a, b)
+	a.send(clk.Now(), a, b)
+	for _, m := range []*member{a, b} {
+		if h := m.predict(t).Hold; h != held(200*time.Millisecond) {
+			t.Errorf("%s: hold after c's messages completed = %v, want %v", m.id, h, held(200*time.Millisecond))
+		}
+	}
+	// A report from c (it was only cut off) ends the adoption.
+	c.send(clk.Now(), a, b)
+	if _, adopted := a.fleet.Peers(); adopted != 0 {
+		t.Errorf("a still adopts c after c reported again")
+	}
+}
+
+// Two sidecars that both adopted a dead peer (each thought itself the
+// smallest live id) settle on the smaller one once they hear each other.
+func TestFleetDoubleAdoption(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	a, b := NewFleet("a", time.Second), NewFleet("b", time.Second)
+	dead := backlogReport{Seq: 1, Queues: map[string]queueTotals{"jobs": {Net: int64(time.Second)}}}
+	a.Update("x", now, dead)
+	b.Update("x", now, dead)
+	a.Expire(now.Add(2 * time.Second))
+	b.Expire(now.Add(2 * time.Second))
+	if _, n := b.Peers(); n != 1 {
+		t.Fatalf("b adopted %d, want 1 (it heard of no smaller live id)", n)
+	}
+	b.Update("a", now.Add(2*time.Second), a.Report(1, nil))
+	a.Update("b", now.Add(2*time.Second), b.Report(1, nil))
+	if _, n := b.Peers(); n != 0 {
+		t.Errorf("b still adopts after a reported the same adoption")
+	}
+	if _, n := a.Peers(); n != 1 {
+		t.Errorf("a dropped its adoption")
+	}
+	if w, _ := b.Backlog("jobs"); w != time.Second {
+		t.Errorf("b counts %v of the dead peer's work, want it once (1s, through a's report)", w)
+	}
+}
+
+// Stale and foreign reports are ignored.
+func TestFleetIgnoresOldReports(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	f := NewFleet("self", time.Second)
+	f.Update("p", now, backlogReport{Seq: 2, Queues: map[string]queueTotals{"jobs": {Net: 5, Consumers: 2}}})
+	f.Update("p", now, backlogReport{Seq: 1, Queues: map[string]queueTotals{"jobs": {Net: 9, Consumers: 9}}})
+	f.Update("self", now, backlogReport{Seq: 3, Queues: map[string]queueTotals{"jobs": {Net: 9, Consumers: 9}}})
+	if w, c := f.Backlog("jobs"); w != 5 || c != 2 {
+		t.Errorf("backlog %v, %d; want the newest report of p only (5ns, 2)", w, c)
+	}
+}
+
+// Two holding sidecars on the real RabbitMQ exchange their totals: the
+// handlers attached through one make the other hold, and a stopped
+// sidecar's handlers stop counting after the expiry.
+func TestFleetThroughRabbitMQ(t *testing.T) {
+	t.Parallel()
+	requireRabbit(t)
+	ex := testExchange(t)
+	cfg := Config{Hold: true, Share: ShareConfig{Exchange: ex, ReportEvery: 20 * time.Millisecond, BacklogExpiry: 200 * time.Millisecond}}
+	pubSide, workSide := startWith(t, cfg), startWith(t, cfg)
+	ctx := context.Background()
+	rp, rw := dialRemote(t, pubSide), dialRemote(t, workSide)
+	if err := rp.Observe(ctx, rabbitmq.Key{Queue: "other"}, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	rw.Attach(ctx, "jobs", 2)
+	eventually(t, 10*time.Second, "the publishing sidecar to hear of the other's handlers", func() bool {
+		_, c := pubSide.Fleet().Backlog("jobs")
+		return c == 2
+	})
+	k := rabbitmq.Key{Queue: "jobs", JobType: "new"}
+	if _, err := rp.Predict(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if pr, _ := rp.Predict(ctx, k); pr.Hold <= 0 {
+		t.Errorf("second long message through the publishing sidecar: hold %v, want one (the other sidecar's handlers drain the queue)", pr.Hold)
+	}
+	_ = workSide.Close()
+	eventually(t, 10*time.Second, "the stopped sidecar's handlers to expire", func() bool {
+		_, c := pubSide.Fleet().Backlog("jobs")
+		return c == 0
+	})
+	if pr, _ := rp.Predict(ctx, k); pr.Hold != 0 {
+		t.Errorf("hold with no live handlers = %v, want 0", pr.Hold)
+	}
+	if st := pubSide.Stats().Share; st.ReportsSent == 0 || st.ReportsRead == 0 {
+		t.Errorf("share stats %+v, want reports both ways", st)
+	}
+}
