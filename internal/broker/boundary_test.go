@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 )
 
 // train teaches queue q that job type "short" takes 1 ms and "long" 10 s,
@@ -36,7 +36,7 @@ func train(t *testing.T, tb *testBundle, q string) {
 }
 
 // waiting returns the queue's waiting message with id.
-func waiting(t *testing.T, tb *testBundle, queue, id string) *Message {
+func waiting(t *testing.T, tb *testBundle, queue, id string) *delivery.Job {
 	t.Helper()
 	q, err := tb.b.lookup(queue, false)
 	if err != nil {
@@ -44,12 +44,12 @@ func waiting(t *testing.T, tb *testBundle, queue, id string) *Message {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var found *Message
-	q.sq.Each(func(it *sched.Item) {
-		if m := it.Data.(*Message); m.ID == id {
-			found = m
+	var found *delivery.Job
+	q.line.Each(func(j *delivery.Job) {
+		if j.ID == id {
+			found = j
 		}
-	})
+	}, nil, nil, nil)
 	if found == nil {
 		t.Fatalf("%s is not waiting in %s", id, queue)
 	}
@@ -64,10 +64,10 @@ func TestResetKeepsLongAndTier(t *testing.T) {
 	tb := setup(t, Config{})
 	train(t, tb, "q")
 	fresh := waiting(t, tb, "q", tb.publish(t, msg("q", "long"))[0])
-	if !fresh.item.Long {
+	if !fresh.Long() {
 		t.Fatal("training did not make the long job Long; the test needs a different workload")
 	}
-	wantTier := fresh.item.Tier
+	wantTier := fresh.Tier()
 	if _, err := tb.b.Purge("q"); err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +83,8 @@ func TestResetKeepsLongAndTier(t *testing.T) {
 			t.Fatalf("requeued %d, %v", n, err)
 		}
 		m := waiting(t, tb, "q", id)
-		if !m.item.Long || m.item.Tier != wantTier {
-			t.Fatalf("requeued job: long %v tier %d, want long tier %d", m.item.Long, m.item.Tier, wantTier)
+		if !m.Long() || m.Tier() != wantTier {
+			t.Fatalf("requeued job: long %v tier %d, want long tier %d", m.Long(), m.Tier(), wantTier)
 		}
 		c.Close()
 		_, _ = tb.b.Purge("q")
@@ -102,8 +102,8 @@ func TestResetKeepsLongAndTier(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := waiting(t, tb, "q", id)
-		if !m.item.Long || m.item.Tier != wantTier {
-			t.Fatalf("retried job: long %v tier %d, want long tier %d", m.item.Long, m.item.Tier, wantTier)
+		if !m.Long() || m.Tier() != wantTier {
+			t.Fatalf("retried job: long %v tier %d, want long tier %d", m.Long(), m.Tier(), wantTier)
 		}
 		c.Close()
 	})

@@ -21,8 +21,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/predict"
-	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
@@ -233,6 +233,7 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 		}
 		if q == nil || q.name != m.Queue {
 			if q != nil {
+				q.applyLocked(now)
 				q.unlockChanged()
 				q = nil
 			}
@@ -256,17 +257,21 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 				continue
 			}
 		}
-		if err := b.reserve(m); err != nil {
+		j := &delivery.Job{
+			Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint, Payload: m.Payload, Headers: m.Headers,
+			TTL: m.TTL, RetryBase: m.RetryBase, RetryMax: m.RetryMax, MaxAttempts: int32(m.MaxAttempts),
+		}
+		if err := b.reserve(j, q.name); err != nil {
 			out = append(out, Result{Err: err})
 			continue
 		}
-		m.ID = b.ids.next()
-		if err := q.publishLocked(m, now); err != nil {
-			b.release(m)
-			m.ID = ""
+		j.ID = b.ids.next()
+		if err := q.publishLocked(j, m.RunAt, now); err != nil {
+			b.release(j)
 			out = append(out, Result{Err: err})
 			continue
 		}
+		m.ID, m.PublishedAt = j.ID, j.PublishedAt
 		if m.UniqueKey != "" {
 			q.claimLocked(m.UniqueKey, m.ID, now.Add(m.UniqueFor))
 		}
@@ -276,6 +281,7 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 		}
 	}
 	if q != nil {
+		q.applyLocked(now)
 		q.unlockChanged()
 	}
 	if st := b.cfg.Store; st != nil && wait > 0 {
@@ -323,16 +329,22 @@ func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
 }
 
 // msgOverhead is the broker's estimate of a job's memory beyond its
-// payload, headers and names: the Message, its scheduler item and index
+// payload, headers and names: the job, its scheduler item and index
 // entries.
 const msgOverhead = 256
 
-// reserve charges m's bytes to the broker's budget, or refuses it.
-func (b *Broker) reserve(m *Message) error {
-	size := int64(msgOverhead + len(m.Payload) + len(m.Queue) + len(m.Producer) + len(m.JobType))
-	for k, v := range m.Headers {
+// jobSize is the bytes a job is charged to the broker's budget.
+func jobSize(j *delivery.Job, queueName string) int64 {
+	size := int64(msgOverhead + len(j.Payload) + len(queueName) + len(j.Producer) + len(j.JobType))
+	for k, v := range j.Headers {
 		size += int64(len(k) + len(v))
 	}
+	return size
+}
+
+// reserve charges j's bytes to the broker's budget, or refuses it.
+func (b *Broker) reserve(j *delivery.Job, queueName string) error {
+	size := jobSize(j, queueName)
 	limit := b.cfg.MaxBytes
 	for {
 		held := b.bytes.Load()
@@ -340,16 +352,16 @@ func (b *Broker) reserve(m *Message) error {
 			return &OverBudgetError{Size: size, Held: held, Limit: limit}
 		}
 		if b.bytes.CompareAndSwap(held, held+size) {
-			m.size = int32(size) // a message is far below 2 GiB (MaxPayloadLimit)
+			j.Size = int32(size) // a job is far below 2 GiB (MaxPayloadLimit)
 			return nil
 		}
 	}
 }
 
-// release gives m's bytes back to the budget once the broker lets go of it.
-func (b *Broker) release(m *Message) {
-	b.bytes.Add(-int64(m.size))
-	m.size = 0
+// release gives j's bytes back to the budget once the broker lets go of it.
+func (b *Broker) release(j *delivery.Job) {
+	b.bytes.Add(-int64(j.Size))
+	j.Size = 0
 }
 
 // Subscribe opens a consumer on a queue (created if needed) with prefetch
@@ -372,9 +384,10 @@ func (b *Broker) Subscribe(queueName, consumerName string, prefetch int) (*Consu
 		b.consumers.Add(-1)
 		return nil, fmt.Errorf("%w: the limit is %d", ErrTooManyConsumers, b.cfg.MaxConsumers)
 	}
-	c := &Consumer{q: q, name: consumerName, credit: prefetch, inflight: map[string]*Message{}, ready: make(chan struct{}, 1)}
+	c := &Consumer{q: q, name: consumerName, credit: prefetch, ready: make(chan struct{}, 1)}
 	q.mu.Lock()
-	q.cons[c] = struct{}{}
+	c.holder = q.line.Attach()
+	q.cons[c.holder] = c
 	q.unlockChanged()
 	return c, nil
 }
@@ -419,14 +432,9 @@ func (b *Broker) Purge(name string) (int, error) {
 	}
 	q.mu.Lock()
 	defer q.unlockChanged()
-	var all []*Message
-	q.sq.Each(func(it *sched.Item) { all = append(all, it.Data.(*Message)) })
-	for _, m := range all {
-		q.sq.Remove(&m.item)
-		q.logID(store.KindRemove, m)
-		b.release(m)
-	}
-	return len(all), nil
+	n := q.line.Purge()
+	q.applyLocked(b.clk.Now())
+	return n, nil
 }
 
 // JobState says where a job stood when it was cancelled.
@@ -434,9 +442,9 @@ type JobState string
 
 // Job states reported by Cancel.
 const (
-	JobWaiting JobState = "waiting" // in line: removed
-	JobDelayed JobState = "delayed" // scheduled or nacked with a delay: removed
-	JobRunning JobState = "running" // delivered: its worker is told, and the job ends when it settles
+	JobWaiting = JobState(delivery.Waiting) // in line: removed
+	JobDelayed = JobState(delivery.Delayed) // scheduled or nacked with a delay: removed
+	JobRunning = JobState(delivery.Running) // delivered: its worker is told, and the job ends when it settles
 )
 
 // Cancel ends a job by id: a waiting or delayed job is removed at once; a
@@ -450,39 +458,12 @@ func (b *Broker) Cancel(queueName, id string) (JobState, error) {
 	}
 	q.mu.Lock()
 	defer q.unlockChanged()
-	for c := range q.cons {
-		if m := c.inflight[id]; m != nil {
-			if !m.cancelled {
-				m.cancelled = true
-				q.cancelled++
-				q.logID(store.KindRemove, m) // a restart must not bring it back
-				c.cancels = append(c.cancels, id)
-				c.signal()
-			}
-			return JobRunning, nil
-		}
-	}
-	for _, m := range q.delayed {
-		if m.ID == id {
-			q.delayed.remove(m)
-			q.dropLocked(m)
-			q.cancelled++
-			return JobDelayed, nil
-		}
-	}
-	var found *Message
-	q.sq.Each(func(it *sched.Item) {
-		if m := it.Data.(*Message); m.ID == id {
-			found = m
-		}
-	})
-	if found == nil {
+	st, err := q.line.Cancel(id)
+	q.applyLocked(b.clk.Now())
+	if err != nil {
 		return "", fmt.Errorf("%w: %q is not waiting, delayed or running in queue %q (finished, dead-lettered or never published)", ErrUnknownMessage, id, queueName)
 	}
-	q.sq.Remove(&found.item)
-	q.dropLocked(found)
-	q.cancelled++
-	return JobWaiting, nil
+	return JobState(st), nil
 }
 
 // Pause stops deliveries from a queue (paused true) or starts them again.
@@ -501,7 +482,7 @@ func (b *Broker) Pause(name string, paused bool) error {
 	q.paused = paused
 	q.logLocked(q.pauseRecord())
 	if !paused {
-		for c := range q.cons {
+		for _, c := range q.cons {
 			if c.waiting {
 				c.signal()
 			}
@@ -514,35 +495,19 @@ func (b *Broker) Pause(name string, paused bool) error {
 // empty) back to the queue with fresh attempts and no TTL. It reports how
 // many moved.
 func (b *Broker) RequeueDeadLetters(name string, ids []string) (int, error) {
-	return b.takeDeadLetters(name, ids, func(q *queue, m *Message, now time.Time) {
-		q.logLocked(&store.Record{Kind: store.KindRequeue, Queue: q.name, ID: m.ID, At: now})
-		m.attempt = 0
-		m.item.Expires = time.Time{}
-		m.item.Enqueued = now // it joins the line as a new job would
-		m.gen = 0             // reclassified against what the queue knows now
-		q.pushLocked(m, now)
-	})
+	return b.takeDeadLetters(name, ids, true)
 }
 
 // DeleteDeadLetters drops dead letters (all of the queue's when ids is
 // empty) for good, and reports how many it dropped.
 func (b *Broker) DeleteDeadLetters(name string, ids []string) (int, error) {
-	return b.takeDeadLetters(name, ids, func(q *queue, m *Message, _ time.Time) {
-		q.logID(store.KindRemove, m)
-		b.release(m)
-	})
+	return b.takeDeadLetters(name, ids, false)
 }
 
-// takeDeadLetters removes the named dead letters (all when ids is empty)
-// from the queue's list and hands each to f, under the queue's lock.
-func (b *Broker) takeDeadLetters(name string, ids []string, f func(q *queue, m *Message, now time.Time)) (int, error) {
+func (b *Broker) takeDeadLetters(name string, ids []string, requeue bool) (int, error) {
 	q, err := b.lookup(name, false)
 	if err != nil {
 		return 0, err
-	}
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
 	}
 	q.mu.Lock()
 	defer q.unlockChanged()
@@ -550,18 +515,8 @@ func (b *Broker) takeDeadLetters(name string, ids []string, f func(q *queue, m *
 		return 0, ErrShuttingDown
 	}
 	now := b.clk.Now()
-	kept := q.dead[:0]
-	n := 0
-	for _, d := range q.dead {
-		if len(want) > 0 && !want[d.m.ID] {
-			kept = append(kept, d)
-			continue
-		}
-		f(q, d.m, now)
-		n++
-	}
-	clear(q.dead[len(kept):])
-	q.dead = kept
+	n := q.line.TakeDead(ids, requeue, now)
+	q.applyLocked(now)
 	return n, nil
 }
 
@@ -611,23 +566,12 @@ wait:
 	for _, q := range *b.queues.Load() {
 		q.mu.Lock()
 		now := b.clk.Now()
+		returned += q.line.Shutdown(now)
+		q.applyLocked(now)
 		q.closed = true
-		for c := range q.cons {
-			for _, m := range c.inflight {
-				q.settleLocked(m)
-				if m.cancelled {
-					q.dropLocked(m)
-					continue
-				}
-				q.logID(store.KindReturn, m)
-				m.attempt--
-				q.pushLocked(m, now)
-				returned++
-			}
-		}
-		delayed += len(q.delayed) // stay delayed: a durable broker finds them so
+		delayed += q.line.DelayedLen() // stay delayed: a durable broker finds them so
 		q.timer.stop()
-		ready += q.sq.Len()
+		ready += q.line.Len()
 		q.unlockChanged()
 	}
 	b.bg.Wait() // a checkpoint in progress

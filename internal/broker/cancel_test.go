@@ -136,33 +136,7 @@ func TestRetryPolicy(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, Config{Queue: QueueConfig{RetryBase: 10 * time.Second, RetryMax: 40 * time.Second, RetryJitter: 0.2}})
 	tb.publish(t, msg("q", "a"))
-	q, _ := tb.b.lookup("q", false)
-	// The curve: base doubled per attempt, capped, within ±jitter.
-	for _, c := range []struct {
-		m    *Message
-		want time.Duration
-	}{
-		{&Message{attempt: 1}, 10 * time.Second},
-		{&Message{attempt: 2}, 20 * time.Second},
-		{&Message{attempt: 3}, 40 * time.Second},
-		{&Message{attempt: 9}, 40 * time.Second},
-		{&Message{attempt: 200}, 40 * time.Second}, // no overflow
-		{&Message{attempt: 2, RetryBase: time.Second, RetryMax: time.Hour}, 2 * time.Second},
-		{&Message{attempt: 5, RetryBase: time.Second, RetryMax: 3 * time.Second}, 3 * time.Second},
-	} {
-		lo, hi := time.Duration(float64(c.want)*0.8), time.Duration(float64(c.want)*1.2)
-		seen := map[time.Duration]bool{}
-		for range 200 {
-			d := q.backoff(c.m)
-			if d < lo || d > hi {
-				t.Fatalf("attempt %d: backoff %v outside [%v, %v]", c.m.attempt, d, lo, hi)
-			}
-			seen[d] = true
-		}
-		if len(seen) < 10 {
-			t.Fatalf("attempt %d: %d distinct delays in 200: no jitter", c.m.attempt, len(seen))
-		}
-	}
+	// The curve itself is delivery's TestBackoff.
 	// Through a nack: held back, then delivered again.
 	c := tb.sub(t, "q", 1)
 	d := next(t, c)

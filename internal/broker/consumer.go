@@ -2,13 +2,13 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/harbinger-mq/harbinger/internal/store"
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 )
 
 // NackAction says what happens to a nacked job.
@@ -37,9 +37,10 @@ type Consumer struct {
 	q    *queue
 	name string
 
+	holder delivery.Holder // what the queue's line knows it as
+
 	// Guarded by q.mu.
 	credit    int
-	inflight  map[string]*Message
 	waiting   bool // blocked in Next
 	inWaiters bool // in q.waiters: has credit and waits for a message
 	closed    bool
@@ -88,7 +89,8 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 			return Delivery{}, ErrShuttingDown
 		}
 		if c.credit > 0 && !q.paused {
-			if d, ok := q.deliverLocked(c, b.clk.Now()); ok {
+			d, ok := q.deliverLocked(c, b.clk.Now())
+			if ok {
 				q.unlockChanged()
 				return d, nil
 			}
@@ -106,7 +108,7 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 			c.waiting = false
 			q.waiters.remove(c)
 			// We may have been woken for a message we will not take.
-			if q.sq.Len() > 0 {
+			if q.line.Len() > 0 {
 				q.wakeOneLocked()
 			}
 			q.mu.Unlock()
@@ -143,30 +145,19 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged()
-	m := c.inflight[id]
-	if m == nil {
+	j, err := q.line.Ack(c.holder, id, d)
+	q.applyLocked(q.b.clk.Now())
+	switch {
+	case errors.Is(err, delivery.ErrNotHeld):
 		return unknown(id)
-	}
-	q.settleLocked(m)
-	q.b.release(m)
-	q.acked++
-	if m.cancelled {
-		q.logID(store.KindRemove, m) // it ran anyway; nothing to learn from a cut-short run
-		return nil
-	}
-	if d <= 0 || d > q.b.cfg.MaxDuration {
-		q.logID(store.KindAck, m)
-		q.badDurations++
+	case errors.Is(err, delivery.ErrBadDuration):
 		return &BadDurationError{ID: id, Duration: d, Max: q.b.cfg.MaxDuration}
+	case err != nil:
+		return err
 	}
-	if q.b.cfg.Store != nil {
-		q.logLocked(&store.Record{Kind: store.KindAck, Queue: q.name, ID: m.ID, Duration: d})
+	if !j.Cancelled() {
+		q.hist.observe(j.Prediction(), d)
 	}
-	if err := q.sq.Learn(q.keyOf(m), m.pred, d); err != nil {
-		q.badDurations++
-		return &BadDurationError{ID: id, Duration: d, Max: q.b.cfg.MaxDuration}
-	}
-	q.hist.observe(m.pred, d)
 	return nil
 }
 
@@ -188,53 +179,13 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged()
-	m := c.inflight[id]
-	if m == nil {
+	now := q.b.clk.Now()
+	err := q.line.Nack(c.holder, id, delivery.NackAction(action), delay, reason, q.b.draining.Load(), now)
+	q.applyLocked(now)
+	if err != nil {
 		return unknown(id)
 	}
-	now := q.b.clk.Now()
-	q.settleLocked(m)
-	q.nacked++
-	if m.cancelled {
-		q.dropLocked(m)
-		return adjusted
-	}
-	if reason == "" {
-		reason = "nacked"
-	} else {
-		reason = "nacked: " + reason
-	}
-	if action == NackRetry {
-		action, delay = NackRequeueAfter, q.backoff(m)
-	}
-	switch {
-	case action == NackDeadLetter:
-		q.deadLetterLocked(m, now, reason)
-	case action == NackRequeueAfter && delay > 0 && int(m.attempt) < m.MaxAttempts && !q.b.draining.Load():
-		q.requeueAfterLocked(m, delay, now)
-	default:
-		q.retryLocked(m, now, reason)
-	}
 	return adjusted
-}
-
-// backoff is the delay before m's next try under its retry policy.
-func (q *queue) backoff(m *Message) time.Duration {
-	base, most := q.cfg.RetryBase, q.cfg.RetryMax
-	if m.RetryBase > 0 {
-		base = m.RetryBase
-	}
-	if m.RetryMax > 0 {
-		most = m.RetryMax
-	}
-	d := base << min(max(m.attempt-1, 0), 30)
-	if d <= 0 || d > most {
-		d = most
-	}
-	if j := q.cfg.RetryJitter; j > 0 {
-		d = time.Duration(float64(d) * (1 - j + 2*j*rand.Float64()))
-	}
-	return min(d, MaxNackDelay)
 }
 
 // MaxNackDelay bounds the delay of a NackRequeueAfter.
@@ -267,10 +218,6 @@ func (c *Consumer) Extend(id string, lease time.Duration) error {
 	q := c.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	m := c.inflight[id]
-	if m == nil {
-		return unknown(id)
-	}
 	var adjusted error
 	if lease < 0 || lease > MaxLease {
 		capped := MaxLease
@@ -280,12 +227,10 @@ func (c *Consumer) Extend(id string, lease time.Duration) error {
 		adjusted = &AdjustedError{ID: id, Field: "lease", Got: lease, Capped: capped}
 		lease = capped
 	}
-	if lease == 0 {
-		lease = q.cfg.Lease
-	}
 	now := q.b.clk.Now()
-	m.deadline = now.Add(lease)
-	q.leases.fix(int(m.heapIdx))
+	if err := q.line.Extend(c.holder, id, lease, now); err != nil {
+		return unknown(id)
+	}
 	q.armLocked(now)
 	return adjusted
 }
@@ -296,25 +241,16 @@ func (c *Consumer) Return(id string) {
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged()
-	m := c.inflight[id]
-	if m == nil {
-		return
-	}
-	q.settleLocked(m)
-	q.logID(store.KindReturn, m)
-	m.attempt--
-	q.delivered--
-	if m.attempt > 0 {
-		q.redelivered--
-	}
-	q.pushLocked(m, q.b.clk.Now())
+	now := q.b.clk.Now()
+	q.line.Return(c.holder, id, now)
+	q.applyLocked(now)
 }
 
 // InFlight is how many deliveries the consumer holds unsettled.
 func (c *Consumer) InFlight() int {
 	c.q.mu.Lock()
 	defer c.q.mu.Unlock()
-	return len(c.inflight)
+	return c.q.line.Held(c.holder)
 }
 
 // Close ends the subscription. Jobs the consumer still holds go back to the
@@ -329,12 +265,10 @@ func (c *Consumer) Close() {
 	}
 	c.closed = true
 	q.waiters.remove(c)
-	delete(q.cons, c)
+	delete(q.cons, c.holder)
 	now := q.b.clk.Now()
-	for _, m := range c.inflight {
-		q.settleLocked(m)
-		q.retryLocked(m, now, "consumer disconnected")
-	}
+	q.line.Detach(c.holder, now)
+	q.applyLocked(now)
 	q.mu.Unlock()
 	c.signal()
 	q.b.consumers.Add(-1)

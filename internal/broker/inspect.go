@@ -47,22 +47,23 @@ type DurationHistogram struct {
 func (q *queue) info() QueueInfo {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	l, st := q.line, q.line.Stats
 	in := QueueInfo{
-		Name: q.name, Config: q.cfg, Ready: q.sq.Len(), Delayed: len(q.delayed),
-		DeadLetters: len(q.dead), Consumers: len(q.cons), InFlight: len(q.leases), Paused: q.paused,
-		Published: q.published, Delivered: q.delivered, Acked: q.acked, Nacked: q.nacked,
-		Redelivered: q.redelivered, DeadLettered: q.deadLettered, Expired: q.expired,
-		BadDurations: q.badDurations, DeadDropped: q.deadDropped, Cancelled: q.cancelled,
-		Predictor: q.sq.Predictor.Summary(),
+		Name: q.name, Config: q.cfg, Ready: l.Len(), Delayed: l.DelayedLen(),
+		DeadLetters: len(l.Dead()), Consumers: len(q.cons), InFlight: l.InFlight(), Paused: q.paused,
+		Published: st.Published, Delivered: st.Delivered, Acked: st.Acked, Nacked: st.Nacked,
+		Redelivered: st.Redelivered, DeadLettered: st.DeadLettered, Expired: st.Expired,
+		BadDurations: st.BadDurations, DeadDropped: st.DeadDropped, Cancelled: st.Cancelled,
+		Predictor: l.Sched().Predictor.Summary(),
 		Durations: DurationHistogram{
 			Count:     q.hist.count,
 			Predicted: slices.Clone(q.hist.predicted[:]), Actual: slices.Clone(q.hist.actual[:]),
 			PredictedSum: q.hist.predictedSum, ActualSum: q.hist.actualSum,
 		},
 	}
-	in.DepthPerTier = make([]int, q.sq.Config().Levels)
+	in.DepthPerTier = make([]int, l.Sched().Config().Levels)
 	for i := range in.DepthPerTier {
-		in.DepthPerTier[i] = q.sq.LevelLen(i)
+		in.DepthPerTier[i] = l.Sched().LevelLen(i)
 	}
 	return in
 }
@@ -108,7 +109,7 @@ func (b *Broker) Keys(name string, limit int) ([]predict.KeyStats, error) {
 func (q *queue) keys(limit int) []predict.KeyStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.sq.Predictor.SelectKeys(nil, limit)
+	return q.sq().Predictor.SelectKeys(nil, limit)
 }
 
 // DeadLetters reports up to limit of a queue's dead letters (all when
@@ -120,13 +121,20 @@ func (b *Broker) DeadLetters(name string, limit int) ([]DeadLetter, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := len(q.dead)
+	dead := q.line.Dead()
+	n := len(dead)
 	if limit > 0 {
 		n = min(n, limit)
 	}
 	out := make([]DeadLetter, n)
 	for i := range out {
-		out[i] = q.dead[i].public()
+		d := dead[i]
+		j := d.Job
+		out[i] = DeadLetter{
+			ID: j.ID, Queue: q.name, Producer: j.Producer, JobType: j.JobType,
+			Payload: j.Payload, Headers: j.Headers, Attempts: j.Attempt(),
+			Reason: d.Reason, PublishedAt: j.PublishedAt, DeadAt: d.At,
+		}
 	}
 	return out, nil
 }

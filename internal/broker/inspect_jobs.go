@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 )
 
 // MaxJobsListed bounds WaitingJobs and InFlightJobs: they are for a person
@@ -43,14 +43,13 @@ func (b *Broker) WaitingJobs(name string, limit int) ([]WaitingJob, error) {
 	now := b.clk.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	items := q.sq.Peek(now, limit, make([]*sched.Item, 0, min(limit, q.sq.Len())))
-	out := make([]WaitingJob, len(items))
-	for i, it := range items {
-		m := it.Data.(*Message)
+	jobs := q.line.Peek(now, limit)
+	out := make([]WaitingJob, len(jobs))
+	for i, j := range jobs {
 		out[i] = WaitingJob{
-			ID: m.ID, Producer: m.Producer, JobType: m.JobType,
-			Tier: it.Tier, Level: it.Level(), Cost: it.Cost, Long: it.Long, Cold: m.pred.Cold,
-			Attempts: int(m.attempt), Enqueued: it.Enqueued, Expires: it.Expires,
+			ID: j.ID, Producer: j.Producer, JobType: j.JobType,
+			Tier: j.Tier(), Level: j.Level(), Cost: j.Cost(), Long: j.Long(), Cold: j.Prediction().Cold,
+			Attempts: j.Attempt(), Enqueued: j.Enqueued(), Expires: j.Expires(),
 		}
 	}
 	return out, nil
@@ -79,17 +78,17 @@ func (b *Broker) InFlightJobs(name string, limit int) ([]InFlightJob, error) {
 		limit = MaxJobsListed
 	}
 	q.mu.Lock()
-	out := make([]InFlightJob, 0, len(q.leases))
-	for _, m := range q.leases {
-		j := InFlightJob{
-			ID: m.ID, Producer: m.Producer, JobType: m.JobType,
-			Attempt: int(m.attempt), Cost: m.item.Cost, Leased: time.Unix(0, m.leased), Deadline: m.deadline,
+	out := make([]InFlightJob, 0, q.line.InFlight())
+	q.line.Each(nil, func(j *delivery.Job) {
+		f := InFlightJob{
+			ID: j.ID, Producer: j.Producer, JobType: j.JobType,
+			Attempt: j.Attempt(), Cost: j.Cost(), Leased: j.Leased(), Deadline: j.Deadline(),
 		}
-		if m.owner != nil {
-			j.Consumer = m.owner.name
+		if c := q.cons[j.Holder()]; c != nil {
+			f.Consumer = c.name
 		}
-		out = append(out, j)
-	}
+		out = append(out, f)
+	}, nil, nil)
 	q.mu.Unlock()
 	// A queue may have many thousands in flight: sorted outside the lock.
 	slices.SortFunc(out, func(a, b InFlightJob) int {
@@ -119,8 +118,8 @@ func (b *Broker) Waits(name string) (Waits, error) {
 	}
 	now := b.clk.Now()
 	q.mu.Lock()
-	at := make([]int64, 0, q.sq.Len())
-	q.sq.Each(func(it *sched.Item) { at = append(at, it.Enqueued.UnixNano()) })
+	at := make([]int64, 0, q.line.Len())
+	q.line.Each(func(j *delivery.Job) { at = append(at, j.Enqueued().UnixNano()) }, nil, nil, nil)
 	q.mu.Unlock()
 	w := Waits{Waiting: len(at)}
 	if len(at) == 0 {

@@ -86,7 +86,7 @@ func BenchmarkKeys(b *testing.B) {
 		b.Fatal(err)
 	}
 	q.mu.Lock()
-	p := q.sq.Predictor
+	p := q.sq().Predictor
 	for i := range nKeys {
 		// Counts of 1 to 20, so most keys tie with many others.
 		k := p.KeyFor("q", "producer-"+strconv.Itoa(i%1000), "job-"+strconv.Itoa(i/1000), uint64(1+i%3))

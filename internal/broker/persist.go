@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/predict"
-	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
@@ -49,27 +49,6 @@ func (q *queue) logLocked(recs ...*store.Record) store.Pos {
 		q.b.log.Error("broker: the log refuses records; publishes are refused until the broker restarts", "err", err)
 	}
 	return pos
-}
-
-func (q *queue) logID(kind store.Kind, m *Message) {
-	if q.b.cfg.Store != nil {
-		q.logLocked(&store.Record{Kind: kind, Queue: q.name, ID: m.ID})
-	}
-}
-
-// jobRecord is m's full state.
-func (q *queue) jobRecord(m *Message, state store.State, reason string, deadAt time.Time) *store.Record {
-	j := &store.Job{
-		ID: m.ID, Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint,
-		Payload: m.Payload, Headers: m.Headers, TTL: m.TTL, MaxAttempts: m.MaxAttempts,
-		PublishedAt: m.PublishedAt, RetryBase: m.RetryBase, RetryMax: m.RetryMax, Seq: m.item.ID, Tier: m.item.Tier, Cost: m.item.Cost,
-		Long: m.item.Long, Reset: m.gen != q.gen, Enqueued: m.item.Enqueued, Expires: m.item.Expires,
-		Attempts: int(m.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: m.scheduled,
-	}
-	if state == store.Delayed {
-		j.Until = m.deadline
-	}
-	return &store.Record{Kind: store.KindJob, Queue: q.name, ID: m.ID, Job: j}
 }
 
 // pauseRecord is q's paused state.
@@ -210,31 +189,24 @@ func (b *Broker) recover() error {
 			all = append(all, rj)
 		}
 		slices.SortFunc(all, func(a, b *recovered) int { return cmp.Compare(a.job.Seq, b.job.Seq) })
-		var deadList []deadLetter
 		q.mu.Lock()
 		learned += q.restoreLearning(preds[name], obs[name])
 		delete(preds, name)
 		delete(obs, name)
 		for _, rj := range all {
-			m := b.restoreMessage(q, rj)
+			j := q.line.Restore(rj.job, rj.reset, now)
+			b.forceReserve(j, q.name)
 			switch {
 			case rj.job.State == store.Ready, rj.job.State == store.Delayed && !rj.job.Until.After(now):
-				if m.scheduled {
-					q.enterLocked(m, rj.job.Until) // it came due while the broker was down
-				}
-				q.pushLocked(m, now)
 				ready++
 			case rj.job.State == store.Delayed:
-				m.deadline = rj.job.Until
-				q.delayLocked(m, now)
 				delayed++
 			case rj.job.State == store.Dead:
-				deadList = append(deadList, deadLetter{m: m, reason: rj.job.Reason, at: rj.job.DeadAt})
 				dead++
 			}
 		}
-		slices.SortStableFunc(deadList, func(a, b deadLetter) int { return a.at.Compare(b.at) })
-		q.dead = append(q.dead, deadList...)
+		q.line.SortDead()
+		q.applyLocked(now)
 		q.unlockChanged()
 	}
 	keys := 0
@@ -290,14 +262,14 @@ func (b *Broker) recover() error {
 // durations acked after it; it returns how many.
 func (q *queue) restoreLearning(snap []byte, obs []observation) int {
 	if snap != nil {
-		if err := q.sq.Predictor.Restore(q.name, snap); err != nil {
+		if err := q.sq().Predictor.Restore(q.name, snap); err != nil {
 			q.b.log.Warn("broker: predictor state not restored", "queue", q.name, "err", err)
 		}
 	}
 	n := 0
 	for _, o := range obs {
-		k := q.sq.Predictor.KeyFor(q.name, o.producer, o.jobType, o.size)
-		if q.sq.Learn(k, predict.Prediction{}, o.d) == nil {
+		k := q.sq().Predictor.KeyFor(q.name, o.producer, o.jobType, o.size)
+		if q.sq().Learn(k, predict.Prediction{}, o.d) == nil {
 			n++
 		}
 	}
@@ -315,34 +287,11 @@ func mapsKeys[V1, V2 any](a map[string]V1, b map[string]V2) map[string]bool {
 	return out
 }
 
-// restoreMessage rebuilds a job's Message in q from its recovered state.
-func (b *Broker) restoreMessage(q *queue, rj *recovered) *Message {
-	j := rj.job
-	m := &Message{
-		Queue: q.name, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
-		Payload: j.Payload, Headers: j.Headers, TTL: j.TTL, MaxAttempts: j.MaxAttempts,
-		RetryBase: j.RetryBase, RetryMax: j.RetryMax, ID: j.ID, PublishedAt: j.PublishedAt, attempt: int32(j.Attempts), heapIdx: -1, scheduled: j.Scheduled,
-	}
-	m.item = sched.Item{ID: j.Seq, Tier: min(j.Tier, q.sq.Config().Levels-1), Cost: j.Cost, Long: j.Long,
-		Enqueued: j.Enqueued, Expires: j.Expires, Data: m}
-	m.pred.Cost, m.pred.Tier, m.pred.Long = j.Cost, j.Tier, j.Long
-	m.gen = q.gen
-	if rj.reset {
-		m.gen = 0 // classified afresh at its push
-	}
-	q.nextID = max(q.nextID, j.Seq)
-	b.forceReserve(m)
-	return m
-}
-
 // forceReserve charges a recovered job to the budget; recovery never
 // refuses what the broker had accepted.
-func (b *Broker) forceReserve(m *Message) {
-	size := int64(msgOverhead + len(m.Payload) + len(m.Queue) + len(m.Producer) + len(m.JobType))
-	for k, v := range m.Headers {
-		size += int64(len(k) + len(v))
-	}
-	m.size = int32(size)
+func (b *Broker) forceReserve(j *delivery.Job, queueName string) {
+	size := jobSize(j, queueName)
+	j.Size = int32(size)
 	b.bytes.Add(size)
 }
 
@@ -413,24 +362,9 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 // stateRecords is q's config, every job it holds (n of them), its unique
 // keys and its predictor, as records.
 func (q *queue) stateRecords() (recs []*store.Record, n int) {
-	recs = []*store.Record{q.declareRecord(), q.pauseRecord()}
-	q.sq.Each(func(it *sched.Item) {
-		recs = append(recs, q.jobRecord(it.Data.(*Message), store.Ready, "", time.Time{}))
-	})
-	for c := range q.cons {
-		for _, m := range c.inflight {
-			recs = append(recs, q.jobRecord(m, store.Ready, "", time.Time{}))
-		}
-	}
-	for _, m := range q.delayed {
-		recs = append(recs, q.jobRecord(m, store.Delayed, "", time.Time{}))
-	}
-	for _, d := range q.dead {
-		recs = append(recs, q.jobRecord(d.m, store.Dead, d.reason, d.at))
-	}
-	n = len(recs) - 2
+	recs, n = q.line.StateRecords([]*store.Record{q.declareRecord(), q.pauseRecord()})
 	recs = q.uniqueRecords(q.b.clk.Now(), recs)
-	return append(recs, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq.Predictor.Snapshot()}), n
+	return append(recs, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()}), n
 }
 
 // saveLearning writes every queue's predictor to the log and waits for it.
@@ -442,7 +376,7 @@ func (b *Broker) saveLearning() error {
 	var pos store.Pos
 	for _, q := range *b.queues.Load() {
 		q.mu.Lock()
-		p, err := st.Append(&store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq.Predictor.Snapshot()})
+		p, err := st.Append(&store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()})
 		q.mu.Unlock()
 		if err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
@@ -58,37 +59,32 @@ type jobView struct {
 // FIFO position.
 func view(b *Broker) []jobView {
 	var out []jobView
-	add := func(q *queue, m *Message, state string) {
+	add := func(q *queue, m *delivery.Job, state string) {
 		var hs []string
 		for k, v := range m.Headers {
 			hs = append(hs, k+"="+v)
 		}
 		slices.Sort(hs)
 		v := jobView{ID: m.ID, Queue: q.name, Producer: m.Producer, JobType: m.JobType, Payload: string(m.Payload),
-			Headers: strings.Join(hs, ","), Attempt: int(m.attempt), State: state, Tier: m.item.Tier, Long: m.item.Long, Seq: m.item.ID}
-		if m.gen != q.gen {
+			Headers: strings.Join(hs, ","), Attempt: m.Attempt(), State: state, Tier: m.Tier(), Long: m.Long(), Seq: m.Seq()}
+		if q.line.Stale(m) {
 			v.Tier, v.Long = -1, false // classified afresh when it is next in line
 		}
 		out = append(out, v)
 	}
 	for _, q := range *b.queues.Load() {
 		q.mu.Lock()
-		q.sq.Each(func(it *sched.Item) { add(q, it.Data.(*Message), "ready") })
-		for c := range q.cons {
-			for _, m := range c.inflight {
-				add(q, m, "ready")
-			}
-		}
-		for _, m := range q.delayed {
-			state := "delayed until " + m.deadline.String()
-			if m.scheduled {
-				state = "scheduled for " + m.deadline.String()
-			}
-			add(q, m, state)
-		}
-		for _, d := range q.dead {
-			add(q, d.m, "dead: "+d.reason)
-		}
+		q.line.Each(
+			func(m *delivery.Job) { add(q, m, "ready") },
+			func(m *delivery.Job) { add(q, m, "ready") },
+			func(m *delivery.Job) {
+				state := "delayed until " + m.Deadline().String()
+				if m.Scheduled() {
+					state = "scheduled for " + m.Deadline().String()
+				}
+				add(q, m, state)
+			},
+			func(d delivery.DeadLetterEntry) { add(q, d.Job, "dead: "+d.Reason) })
 		q.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b jobView) int {

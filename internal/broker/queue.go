@@ -1,51 +1,42 @@
 package broker
 
 import (
-	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
-// queue is one named queue: the pure scheduler plus everything that needs a
-// lock or a timer. Every field below mu is guarded by it. Lock order: a
-// queue's mu may be taken while holding Broker.mu, never the reverse, and no
-// two queue locks are ever held together.
+// queue is one named queue: the pure delivery line (internal/delivery) plus
+// everything that needs a lock, a timer or the store. Every field below mu
+// is guarded by it. Lock order: a queue's mu may be taken while holding
+// Broker.mu, never the reverse, and no two queue locks are ever held
+// together.
 type queue struct {
 	b    *Broker
 	name string
 
 	mu      sync.Mutex
 	cfg     QueueConfig
-	sq      *sched.Queue
-	gen     uint64 // bumped when sq is replaced; items pushed under an older one are reset
-	nextID  uint64 // sched.Item.ID
-	closed  bool   // the broker finished shutting down
-	paused  bool   // publishes are taken, nothing is delivered
-	cons    map[*Consumer]struct{}
+	line    *delivery.Line
+	closed  bool // the broker finished shutting down
+	paused  bool // publishes are taken, nothing is delivered
+	cons    map[delivery.Holder]*Consumer
 	waiters waitList
-	leases  timeHeap // in flight, by lease deadline
-	delayed timeHeap // not yet due (scheduled, or nacked with a delay), by due time
-	dead    []deadLetter
-	expBuf  []*sched.Item
 	lastPos store.Pos // the log position of the queue's last publish
 	unique  uniqueIndex
-	names   map[string]string // interned producers and job types
 
-	// One timer for the queue's next deadline: the earliest lease end, TTL
+	// One timer for the line's next deadline: the earliest lease end, TTL
 	// or due time.
 	timer wake
-
-	published, delivered, acked, nacked, redelivered uint64
-	deadLettered, expired, badDurations, deadDropped uint64
-	cancelled                                        uint64
-	hist                                             durationHist
+	hist  durationHist
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue, error) {
@@ -53,201 +44,102 @@ func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue
 	if err != nil {
 		return nil, invalid("policy", err.Error())
 	}
-	return &queue{b: b, name: name, cfg: cfg, sq: sq, gen: 1, cons: map[*Consumer]struct{}{}}, nil
+	q := &queue{b: b, name: name, cfg: cfg, cons: map[delivery.Holder]*Consumer{}}
+	q.line = delivery.New(name, q.lineConfig(cfg), sq)
+	return q, nil
 }
 
-// publishLocked classifies and enqueues a new message.
-func (q *queue) publishLocked(m *Message, now time.Time) error {
-	if q.closed {
-		return ErrShuttingDown
+// lineConfig is what the delivery line needs of the queue's and broker's
+// settings.
+func (q *queue) lineConfig(cfg QueueConfig) delivery.Config {
+	bc := q.b.cfg
+	return delivery.Config{
+		MaxDepth: cfg.MaxDepth, MaxAttempts: cfg.MaxAttempts, Lease: cfg.Lease, DefaultTTL: cfg.DefaultTTL,
+		RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax, RetryJitter: cfg.RetryJitter, MaxDelay: MaxNackDelay,
+		MaxDuration: bc.MaxDuration, MaxDead: bc.MaxDeadLetters, MaxNames: 2 * bc.MaxKeysPerQueue,
+		Durable: bc.Store != nil,
 	}
-	if q.sq.Len() >= q.cfg.MaxDepth {
-		return &QueueFullError{Queue: q.name, MaxDepth: q.cfg.MaxDepth}
-	}
-	m.PublishedAt = now
-	m.Queue, m.Producer, m.JobType = q.name, q.intern(m.Producer), q.intern(m.JobType)
-	if m.MaxAttempts == 0 {
-		m.MaxAttempts = q.cfg.MaxAttempts
-	}
-	if m.TTL == 0 {
-		m.TTL = q.cfg.DefaultTTL
-	}
-	q.nextID++
-	m.heapIdx = -1
-	m.item = sched.Item{ID: q.nextID, Data: m}
-	state := store.Ready
-	if m.RunAt.After(now) {
-		// Invisible until due; it is classified and takes its place in
-		// line then, as if published at that moment.
-		m.scheduled, m.deadline = true, m.RunAt
-		state = store.Delayed
-	} else {
-		q.enterLocked(m, now)
-	}
-	if st := q.b.cfg.Store; st != nil {
-		pos, err := st.Append(q.jobRecord(m, state, "", time.Time{}))
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrNotDurable, err)
-		}
-		q.lastPos = pos
-	}
-	q.published++
-	if m.scheduled {
-		q.delayLocked(m, now)
-	} else {
-		q.pushLocked(m, now)
-	}
-	return nil
 }
 
-// enterLocked gives a job its place in line: its FIFO position and expiry
-// count from now, and its tier and cost are predicted now.
-func (q *queue) enterLocked(m *Message, now time.Time) {
-	m.item.Enqueued = now
-	if m.TTL > 0 {
-		m.item.Expires = now.Add(m.TTL)
-	}
-	m.pred = q.sq.Classify(&m.item, q.keyOf(m))
-	m.gen = q.gen
-	m.scheduled = false
-}
+// sq is the line's scheduler and predictor.
+func (q *queue) sq() *sched.Queue { return q.line.Sched() }
 
-// intern returns the queue's copy of s, so that the thousands of jobs of
-// one producer or job type share one string rather than hold a copy each.
-// The table is bounded like the predictor's keys; past it s is kept as is.
-func (q *queue) intern(s string) string {
-	if s == "" {
-		return ""
+// applyLocked carries out what the line's calls since the last one did:
+// their records go to the log, the jobs it let go of give their bytes
+// back, consumers are woken for the jobs that joined the line, holders
+// are told of cancels, and the timer is armed for the next deadline.
+func (q *queue) applyLocked(now time.Time) {
+	fx := &q.line.Fx
+	if len(fx.Records) > 0 {
+		q.logLocked(fx.Records...)
 	}
-	if v, ok := q.names[s]; ok {
-		return v
+	for _, j := range fx.Released {
+		q.b.release(j)
 	}
-	if q.names == nil {
-		q.names = map[string]string{}
-	}
-	if len(q.names) < 2*q.b.cfg.MaxKeysPerQueue {
-		q.names[s] = s
-	}
-	return s
-}
-
-// keyOf is m's predictor key. It is rebuilt when needed rather than kept
-// on every waiting job: it repeats the job's strings.
-func (q *queue) keyOf(m *Message) predict.Key {
-	return q.sq.Predictor.KeyFor(q.name, m.Producer, m.JobType, m.SizeHint)
-}
-
-// pushLocked puts a message (new or retried) in line and wakes a consumer.
-func (q *queue) pushLocked(m *Message, now time.Time) {
-	if m.gen != q.gen {
-		// Last pushed to another scheduler (the queue was redeclared while
-		// the job was out, or a dead letter is requeued): start afresh in
-		// this one, classified against what the queue knows now as the
-		// waiting jobs were, keeping its id, FIFO position and expiry.
-		q.resetLocked(m)
-		if q.b.cfg.Store != nil && !q.b.recovering.Load() {
-			q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{}))
+	for range fx.Ready {
+		if !q.wakeOneLocked() {
+			break
 		}
 	}
-	if err := q.sq.Push(&m.item, now); err != nil {
-		panic(fmt.Sprintf("broker: message %s pushed twice: %v", m.ID, err)) // a broker bug, not bad input
+	for _, cn := range fx.Cancels {
+		if c := q.cons[cn.Holder]; c != nil {
+			c.cancels = append(c.cancels, cn.ID)
+			c.signal()
+		}
 	}
-	if !m.item.Expires.IsZero() {
-		q.armLocked(now)
-	}
-	q.wakeOneLocked()
-}
-
-// resetLocked gives m a fresh item in the current scheduler.
-func (q *queue) resetLocked(m *Message) {
-	it := m.item
-	m.item = sched.Item{ID: it.ID, Enqueued: it.Enqueued, Expires: it.Expires, Data: m}
-	m.pred = q.sq.Classify(&m.item, q.keyOf(m))
-	m.gen = q.gen
-}
-
-// deliverLocked pops the next message for c, if one is ready.
-func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
-	if q.sq.Len() == 0 {
-		return Delivery{}, false
-	}
-	if at, ok := q.sq.NextExpiry(); ok && !at.After(now) {
-		q.expireLocked(now)
-	}
-	it := q.sq.Pop(now)
-	if it == nil {
-		return Delivery{}, false
-	}
-	m := it.Data.(*Message)
-	q.logID(store.KindDeliver, m)
-	m.attempt++
-	m.owner = c
-	m.leased = now.UnixNano()
-	m.deadline = now.Add(q.cfg.Lease)
-	q.leases.push(m)
-	q.armLocked(now)
-	c.inflight[m.ID] = m
-	c.credit--
-	q.delivered++
-	if m.attempt > 1 {
-		q.redelivered++
-	}
-	q.b.inflight.Add(1)
-	return m.delivery(q.cfg.Lease), true
-}
-
-// settleLocked takes an in-flight message away from its consumer.
-func (q *queue) settleLocked(m *Message) {
-	q.leases.remove(m)
-	delete(m.owner.inflight, m.ID)
-	m.owner = nil
-	if q.b.inflight.Add(-1) == 0 && q.b.draining.Load() {
+	if fx.Settled > 0 && q.b.inflight.Add(-int64(fx.Settled)) == 0 && q.b.draining.Load() {
 		select {
 		case q.b.drained <- struct{}{}:
 		default:
 		}
 	}
+	fx.Clear()
+	q.armLocked(now)
 }
 
-// retryLocked requeues a settled message whose delivery failed, or
-// dead-letters it once it has had its attempts. A cancelled job is dropped.
-func (q *queue) retryLocked(m *Message, now time.Time, reason string) {
-	if m.cancelled {
-		q.dropLocked(m)
-		return
+// publishLocked admits a new job to the line: its record is on its way to
+// the log before the job is in line.
+func (q *queue) publishLocked(j *delivery.Job, runAt, now time.Time) error {
+	if q.closed {
+		return ErrShuttingDown
 	}
-	if int(m.attempt) >= m.MaxAttempts {
-		q.deadLetterLocked(m, now, fmt.Sprintf("%s (attempt %d of %d)", reason, m.attempt, m.MaxAttempts))
-		return
+	rec, err := q.line.Admit(j, runAt, now)
+	if errors.Is(err, delivery.ErrFull) {
+		return &QueueFullError{Queue: q.name, MaxDepth: q.cfg.MaxDepth}
 	}
-	q.pushLocked(m, now)
-}
-
-// dropLocked ends a job the broker no longer holds anywhere.
-func (q *queue) dropLocked(m *Message) {
-	q.logID(store.KindRemove, m)
-	q.b.release(m)
-}
-
-func (q *queue) deadLetterLocked(m *Message, now time.Time, reason string) {
-	q.deadLettered++
-	q.logLocked(&store.Record{Kind: store.KindDead, Queue: q.name, ID: m.ID, Reason: reason, At: now})
-	if len(q.dead) >= q.b.cfg.MaxDeadLetters {
-		q.logID(store.KindRemove, q.dead[0].m)
-		q.b.release(q.dead[0].m)
-		q.dead[0] = deadLetter{}
-		q.dead = q.dead[1:]
-		q.deadDropped++
+	if err != nil {
+		return err
 	}
-	q.dead = append(q.dead, deadLetter{m: m, reason: reason, at: now})
+	if rec != nil {
+		pos, err := q.b.cfg.Store.Append(rec)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrNotDurable, err)
+		}
+		q.lastPos = pos
+	}
+	q.line.Commit(j, now)
+	return nil
 }
 
-func (q *queue) expireLocked(now time.Time) {
-	q.expBuf = q.sq.Expire(now, q.expBuf[:0])
-	for i, it := range q.expBuf {
-		q.expired++
-		q.deadLetterLocked(it.Data.(*Message), now, "expired")
-		q.expBuf[i] = nil
+// deliverLocked pops the next job for c, if one is ready.
+func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
+	j := q.line.Deliver(c.holder, now)
+	if j == nil {
+		q.applyLocked(now) // it may have expired jobs
+		return Delivery{}, false
+	}
+	c.credit--
+	q.b.inflight.Add(1)
+	q.applyLocked(now)
+	return q.delivery(j), true
+}
+
+func (q *queue) delivery(j *delivery.Job) Delivery {
+	return Delivery{
+		ID: j.ID, Queue: q.name, Producer: j.Producer, JobType: j.JobType,
+		SizeHint: j.SizeHint, Payload: j.Payload, Headers: j.Headers,
+		Attempt: j.Attempt(), PublishedAt: j.PublishedAt, Lease: q.cfg.Lease,
+		Tier: j.Tier(), Predicted: j.Prediction().Cost,
 	}
 }
 
@@ -290,37 +182,14 @@ func (w *wake) stop() {
 	}
 }
 
-// nextDeadlineLocked is the earliest moment the queue has work to do by
-// itself: a lease ending, a TTL passing, a delayed job coming due.
-func (q *queue) nextDeadlineLocked() (time.Time, bool) {
-	var at time.Time
-	earliest := func(t time.Time) {
-		if at.IsZero() || t.Before(at) {
-			at = t
-		}
-	}
-	if m := q.leases.min(); m != nil {
-		earliest(m.deadline)
-	}
-	if t, ok := q.sq.NextExpiry(); ok {
-		earliest(t)
-	}
-	if m := q.delayed.min(); m != nil {
-		earliest(m.deadline)
-	}
-	return at, !at.IsZero()
-}
-
-// armLocked makes sure the queue's timer fires by its next deadline.
+// armLocked makes sure the queue's timer fires by the line's next deadline.
 func (q *queue) armLocked(now time.Time) {
-	if at, ok := q.nextDeadlineLocked(); ok && !q.closed {
+	if at, ok := q.line.NextDeadline(); ok && !q.closed {
 		q.timer.arm(q.b.clk, at, now, q.onTimer)
 	}
 }
 
-// onTimer does what has come due: leases that ended go back in line (or
-// to the dead letters), jobs whose TTL passed expire, delayed jobs join
-// the line.
+// onTimer has the line do what has come due.
 func (q *queue) onTimer(g uint64) {
 	q.mu.Lock()
 	defer q.unlockChanged()
@@ -328,88 +197,40 @@ func (q *queue) onTimer(g uint64) {
 		return
 	}
 	now := q.b.clk.Now()
-	for m := q.leases.min(); m != nil && !m.deadline.After(now); m = q.leases.min() {
-		q.settleLocked(m)
-		q.retryLocked(m, now, "lease expired")
-	}
-	if at, ok := q.sq.NextExpiry(); ok && !at.After(now) {
-		q.expireLocked(now)
-	}
-	q.releaseDueLocked(now)
-	q.armLocked(now)
+	q.line.Tick(now)
+	q.applyLocked(now)
 }
 
-// requeueAfterLocked holds a settled message back for d, then requeues it
-// at its old place (a retry keeps its priority).
-func (q *queue) requeueAfterLocked(m *Message, d time.Duration, now time.Time) {
-	m.deadline = now.Add(d)
-	q.logLocked(&store.Record{Kind: store.KindDelay, Queue: q.name, ID: m.ID, At: m.deadline})
-	q.delayLocked(m, now)
-}
-
-// delayLocked holds m until m.deadline.
-func (q *queue) delayLocked(m *Message, now time.Time) {
-	q.delayed.push(m)
-	q.armLocked(now)
-}
-
-// releaseDueLocked puts every job that has come due in line: a scheduled
-// job enters as if published now, a delayed retry at its old place.
-func (q *queue) releaseDueLocked(now time.Time) {
-	for m := q.delayed.min(); m != nil && !m.deadline.After(now); m = q.delayed.min() {
-		q.delayed.remove(m)
-		m.deadline = time.Time{}
-		if m.scheduled {
-			q.enterLocked(m, now)
-			if q.b.cfg.Store != nil {
-				q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{})) // its place in line, as it got it
-			}
-		}
-		q.pushLocked(m, now)
-	}
-}
-
-func (q *queue) wakeOneLocked() {
-	if c := q.waiters.popFront(); c != nil {
+// wakeOneLocked wakes the consumer that has waited longest, and reports
+// whether there was one.
+func (q *queue) wakeOneLocked() bool {
+	c := q.waiters.popFront()
+	if c != nil {
 		c.signal()
 	}
+	return c != nil
 }
 
 // reconfigureLocked swaps in a scheduler for a new config and moves the
-// waiting messages over in their original order.
+// waiting jobs over in their original order.
 func (q *queue) reconfigureLocked(cfg QueueConfig, pol sched.Policy, now time.Time) error {
 	nsq, err := sched.NewQueue(pol, q.b.predictConfig())
 	if err != nil {
 		return invalid("policy", err.Error())
 	}
-	if nsq.Predictor.Config().Tiers == q.sq.Predictor.Config().Tiers {
-		nsq.Predictor = q.sq.Predictor // keep what was learned
+	if nsq.Predictor.Config().Tiers == q.sq().Predictor.Config().Tiers {
+		nsq.Predictor = q.sq().Predictor // keep what was learned
 	}
-	var waiting []*Message
-	q.sq.Each(func(it *sched.Item) { waiting = append(waiting, it.Data.(*Message)) })
-	slices.SortFunc(waiting, func(a, b *Message) int { return cmp.Compare(a.item.ID, b.item.ID) })
-	for _, m := range waiting {
-		q.sq.Remove(&m.item)
-	}
-	q.sq = nsq
 	q.cfg = cfg
-	q.gen++
-	logged := q.b.cfg.Store != nil
-	if logged {
+	if q.b.cfg.Store != nil {
 		// Jobs the declare finds out of line are reclassified when they
-		// come back (see pushLocked); the waiting ones are now, and their
-		// records after the declare say how.
+		// come back; the waiting ones are now, and their records after
+		// the declare say how.
 		q.logLocked(q.declareRecord())
 	}
-	for _, m := range waiting {
-		q.resetLocked(m)
-		q.pushLocked(m, now)
-		if logged {
-			q.logLocked(q.jobRecord(m, store.Ready, "", time.Time{}))
-		}
-	}
+	q.line.Reconfigure(q.lineConfig(cfg), nsq, now)
 	q.timer.stop() // the new scheduler's expiries may be later
-	q.armLocked(now)
+	q.applyLocked(now)
 	return nil
 }
 

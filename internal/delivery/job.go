@@ -1,0 +1,174 @@
+package delivery
+
+import (
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/sched"
+)
+
+// Job is one job a Line holds, from its publish until it is acked, dropped
+// or its dead letter is deleted. The exported fields are the job as it was
+// published and are set before Admit; the Line does not change them, except
+// that Admit fills in the queue's defaults. Everything else is the Line's.
+//
+// A waiting job is held by the million, so the Job is packed: small fields
+// together, and only what a stored job needs (a publish's delay, unique key
+// and queue name live elsewhere).
+type Job struct {
+	ID          string
+	Producer    string
+	JobType     string
+	SizeHint    uint64
+	Payload     []byte
+	Headers     map[string]string
+	TTL         time.Duration // 0 takes the queue's default
+	RetryBase   time.Duration // 0 takes the queue's
+	RetryMax    time.Duration
+	PublishedAt time.Time
+	MaxAttempts int32 // 0 takes the queue's default
+
+	// Size is what the caller charged the job to its memory budget; the
+	// Line only carries it, and hands the job back in Effects.Released
+	// when it lets go of it.
+	Size int32
+
+	attempt   int32 // deliveries so far
+	heapIdx   int32 // in the leases or delayed heap, -1 when in neither
+	scheduled bool  // published to run later and not yet due: not yet in line
+	cancelled bool  // cancelled while running: dropped when it settles
+	holder    Holder
+
+	item     sched.Item
+	gen      uint64 // the scheduler generation the item was last pushed to
+	pred     predict.Prediction
+	deadline time.Time // in flight: the lease's end; delayed: when it is due
+	leased   int64     // when the current delivery started (Unix nanoseconds)
+}
+
+// Holder names who holds a delivered job: a consumer, as the caller
+// attached it. The zero Holder holds nothing.
+type Holder uint64
+
+// Attempt is the number of deliveries so far (1 during the first).
+func (j *Job) Attempt() int { return int(j.attempt) }
+
+// Seq is the job's place in the queue's publish order.
+func (j *Job) Seq() uint64 { return j.item.ID }
+
+// Tier is the tier the job was given.
+func (j *Job) Tier() int { return j.item.Tier }
+
+// Level is the level the job waits at now, after any aging.
+func (j *Job) Level() int { return j.item.Level() }
+
+// Cost is the job's predicted duration.
+func (j *Job) Cost() time.Duration { return j.item.Cost }
+
+// Long reports whether the job was predicted far longer than typical.
+func (j *Job) Long() bool { return j.item.Long }
+
+// Prediction is what the predictor said of the job when it took its place.
+func (j *Job) Prediction() predict.Prediction { return j.pred }
+
+// Enqueued is when the job took its place in line.
+func (j *Job) Enqueued() time.Time { return j.item.Enqueued }
+
+// Expires is when the job's TTL runs out; zero is never.
+func (j *Job) Expires() time.Time { return j.item.Expires }
+
+// Deadline is, for a job in flight, when its lease ends, and for a delayed
+// one, when it is due.
+func (j *Job) Deadline() time.Time { return j.deadline }
+
+// Leased is when the current delivery started.
+func (j *Job) Leased() time.Time { return time.Unix(0, j.leased) }
+
+// Holder is who holds the job; zero unless it is in flight.
+func (j *Job) Holder() Holder { return j.holder }
+
+// Scheduled reports whether the job waits for its run-at time and has not
+// yet been in line.
+func (j *Job) Scheduled() bool { return j.scheduled }
+
+// Cancelled reports whether the job was cancelled while it ran.
+func (j *Job) Cancelled() bool { return j.cancelled }
+
+// timeHeap orders jobs by deadline: in-flight ones by lease end, delayed
+// ones by due time. A job is in at most one at a time, so both share its
+// deadline and heapIdx.
+type timeHeap []*Job
+
+func (h *timeHeap) push(j *Job) {
+	j.heapIdx = int32(len(*h))
+	*h = append(*h, j)
+	h.up(len(*h) - 1)
+}
+
+func (h *timeHeap) min() *Job {
+	if len(*h) == 0 {
+		return nil
+	}
+	return (*h)[0]
+}
+
+func (h *timeHeap) remove(j *Job) {
+	s := *h
+	i := int(j.heapIdx)
+	if i < 0 || i >= len(s) || s[i] != j {
+		return
+	}
+	last := len(s) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	s[last] = nil
+	*h = s[:last]
+	j.heapIdx = -1
+	if i != last {
+		h.fix(i)
+	}
+}
+
+func (h *timeHeap) fix(i int) {
+	if !h.down(i) {
+		h.up(i)
+	}
+}
+
+func (h timeHeap) swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx = int32(i)
+	h[j].heapIdx = int32(j)
+}
+
+func (h timeHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h[j].deadline.Before(h[i].deadline) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h timeHeap) down(i0 int) bool {
+	i, n := i0, len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && h[r].deadline.Before(h[l].deadline) {
+			j = r
+		}
+		if !h[j].deadline.Before(h[i].deadline) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}

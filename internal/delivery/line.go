@@ -1,0 +1,822 @@
+// Package delivery is one queue's job lifecycle as a pure state machine:
+// publish, delivery under a lease, ack, nack, retry with backoff, lease
+// expiry, TTL, delays, cancel, dead letters, requeue and redeclare.
+//
+// A Line takes the time as an argument, does no I/O, starts no goroutines
+// and takes no locks. Each call leaves what it did for the world in
+// Effects (records for the log, jobs it let go of, consumers to wake,
+// holders to tell of a cancel), which the caller carries out under the
+// same lock before the next call; NextDeadline says when the Line next
+// has work of its own (a lease ending, a TTL passing, a job coming due),
+// for the caller's one timer to call Tick then. The records are exactly
+// what a durable broker writes and what its recovery replays (see
+// Restore). The broker is the shell: a mutex, the timer, consumer credit
+// and wake-ups, the byte budget and the store.
+package delivery
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/store"
+)
+
+// Errors a Line returns; the broker wraps them in its own.
+var (
+	ErrFull        = errors.New("delivery: queue full")
+	ErrNotHeld     = errors.New("delivery: job not held by this holder")
+	ErrNotFound    = errors.New("delivery: job not waiting, delayed or running")
+	ErrBadDuration = errors.New("delivery: bad duration")
+)
+
+// Config is what a Line needs of its queue's settings.
+type Config struct {
+	MaxDepth    int           // waiting jobs at most
+	MaxAttempts int           // deliveries before a job is dead-lettered, unless the job sets its own
+	Lease       time.Duration // a delivery's lease
+	DefaultTTL  time.Duration // 0 is none
+	RetryBase   time.Duration // NackRetry: the first retry's delay
+	RetryMax    time.Duration // NackRetry: the longest delay
+	RetryJitter float64       // NackRetry: +- this share of the delay, at random
+	MaxDelay    time.Duration // bounds a retry's delay
+	MaxDuration time.Duration // the longest duration an ack may teach the predictor
+	MaxDead     int           // dead letters kept; the oldest is dropped past it
+	MaxNames    int           // distinct producers and job types interned
+	// Durable makes the Line write records to Effects.Records; without it
+	// none are built.
+	Durable bool
+	// Rand returns a number in [0, 1) for the retry jitter; nil is
+	// math/rand/v2's Float64.
+	Rand func() float64
+}
+
+// NackAction says what a nack does with its job.
+type NackAction int
+
+// Nack actions.
+const (
+	// Requeue puts the job back in line at once, at its place, or
+	// dead-letters it once it has had its attempts.
+	Requeue NackAction = iota
+	// RequeueAfter holds the job back for the nack's delay first.
+	RequeueAfter
+	// DeadLetter moves the job to the dead letters at once.
+	DeadLetter
+	// Retry holds the job back for its retry policy's delay (exponential
+	// with jitter), then requeues it.
+	Retry
+)
+
+// State says where a job stood when it was cancelled.
+type State string
+
+// Job states, as Cancel reports them.
+const (
+	Waiting State = "waiting" // in line: removed
+	Delayed State = "delayed" // scheduled or nacked with a delay: removed
+	Running State = "running" // delivered: its holder is told, and it ends when it settles
+)
+
+// Effects is what a Line's calls did that the world must hear of, in the
+// order they happened. The caller carries them out and calls Clear.
+type Effects struct {
+	// Records to append to the log, in order (only when Config.Durable).
+	Records []*store.Record
+	// Released jobs the Line no longer holds anywhere (acked, dropped,
+	// cancelled, their dead letter gone): their bytes can be given back.
+	Released []*Job
+	// Ready counts jobs that joined the line: as many consumers may be
+	// woken.
+	Ready int
+	// Settled counts deliveries that ended (acked, nacked, lease expired,
+	// holder gone, returned).
+	Settled int
+	// Cancels are running jobs cancelled: tell their holders to stop them.
+	Cancels []Cancel
+}
+
+// Cancel is a cancelled running job and who holds it.
+type Cancel struct {
+	Holder Holder
+	ID     string
+}
+
+// Clear empties e, keeping its storage.
+func (e *Effects) Clear() {
+	clear(e.Records)
+	clear(e.Released)
+	e.Records, e.Released, e.Cancels = e.Records[:0], e.Released[:0], e.Cancels[:0]
+	e.Ready, e.Settled = 0, 0
+}
+
+// Stats counts what a Line has done since it was made.
+type Stats struct {
+	Published, Delivered, Acked, Nacked, Redelivered uint64
+	DeadLettered, Expired, BadDurations, DeadDropped uint64
+	Cancelled                                        uint64
+}
+
+// DeadLetterEntry is a job on the dead-letter list.
+type DeadLetterEntry struct {
+	Job    *Job
+	Reason string
+	At     time.Time
+}
+
+// Line is one queue's jobs: waiting (in the scheduler), delayed, in flight
+// under leases, and dead. Not safe for concurrent use.
+type Line struct {
+	name    string
+	cfg     Config
+	sq      *sched.Queue
+	gen     uint64 // bumped when sq is replaced; jobs pushed under an older one start afresh
+	nextSeq uint64
+	leases  timeHeap // in flight, by lease end
+	delayed timeHeap // not yet due, by due time
+	dead    []DeadLetterEntry
+	held    map[Holder]map[string]*Job
+	holders Holder // the last Holder handed out
+	names   map[string]string
+	expBuf  []*sched.Item
+
+	// Quiet stops records from being written (while the caller replays
+	// the log into the Line).
+	Quiet bool
+	Stats Stats
+	Fx    Effects
+}
+
+// New returns an empty Line for the queue name, scheduling with sq.
+func New(name string, cfg Config, sq *sched.Queue) *Line {
+	return &Line{name: name, cfg: cfg, sq: sq, gen: 1, held: map[Holder]map[string]*Job{}}
+}
+
+// Name is the queue's name.
+func (l *Line) Name() string { return l.name }
+
+// Config returns the settings in force.
+func (l *Line) Config() Config { return l.cfg }
+
+// Sched is the Line's scheduler and predictor, for reading.
+func (l *Line) Sched() *sched.Queue { return l.sq }
+
+// Len is the number of jobs waiting in line.
+func (l *Line) Len() int { return l.sq.Len() }
+
+// InFlight is the number of jobs delivered and not settled.
+func (l *Line) InFlight() int { return len(l.leases) }
+
+// DelayedLen is the number of jobs waiting for a due time.
+func (l *Line) DelayedLen() int { return len(l.delayed) }
+
+// Dead is the dead-letter list, oldest first. The caller must not change it.
+func (l *Line) Dead() []DeadLetterEntry { return l.dead }
+
+// Attach makes a new Holder, for a consumer that will take deliveries.
+func (l *Line) Attach() Holder {
+	l.holders++
+	return l.holders
+}
+
+// Stale reports whether j will be classified afresh at its next push: it
+// was last in line under a scheduler the Line has since replaced, or is a
+// requeued dead letter.
+func (l *Line) Stale(j *Job) bool { return j.gen != l.gen }
+
+// Held is how many jobs h holds.
+func (l *Line) Held(h Holder) int { return len(l.held[h]) }
+
+// Admit readies j, a new job, for the line at now: it fills in the
+// queue's defaults, gives it its place in the publish order and, unless
+// runAt is after now, classifies it. It returns the job's record (nil
+// unless Config.Durable), which the caller must have stored before it
+// calls Commit; if storing fails it drops j and nothing else changes.
+func (l *Line) Admit(j *Job, runAt, now time.Time) (*store.Record, error) {
+	if l.sq.Len() >= l.cfg.MaxDepth {
+		return nil, ErrFull
+	}
+	j.PublishedAt = now
+	j.Producer, j.JobType = l.intern(j.Producer), l.intern(j.JobType)
+	if j.MaxAttempts == 0 {
+		j.MaxAttempts = int32(l.cfg.MaxAttempts)
+	}
+	if j.TTL == 0 {
+		j.TTL = l.cfg.DefaultTTL
+	}
+	l.nextSeq++
+	j.heapIdx = -1
+	j.item = sched.Item{ID: l.nextSeq, Data: j}
+	state := store.Ready
+	if runAt.After(now) {
+		// Invisible until due; it is classified and takes its place in
+		// line then, as if published at that moment.
+		j.scheduled, j.deadline = true, runAt
+		state = store.Delayed
+	} else {
+		l.enter(j, now)
+	}
+	if !l.cfg.Durable {
+		return nil, nil
+	}
+	return l.record(j, state, "", time.Time{}), nil
+}
+
+// Commit puts an admitted job in line, or holds it until it is due.
+func (l *Line) Commit(j *Job, now time.Time) {
+	l.Stats.Published++
+	if j.scheduled {
+		l.delayed.push(j)
+		return
+	}
+	l.push(j, now)
+}
+
+// enter gives j its place in line: its FIFO position and expiry count from
+// now, and its tier and cost are predicted now.
+func (l *Line) enter(j *Job, now time.Time) {
+	j.item.Enqueued = now
+	if j.TTL > 0 {
+		j.item.Expires = now.Add(j.TTL)
+	}
+	j.pred = l.sq.Classify(&j.item, l.keyOf(j))
+	j.gen = l.gen
+	j.scheduled = false
+}
+
+// intern returns the Line's copy of s, so that the thousands of jobs of one
+// producer or job type share one string. The table is bounded; past it s
+// is kept as is.
+func (l *Line) intern(s string) string {
+	if s == "" {
+		return ""
+	}
+	if v, ok := l.names[s]; ok {
+		return v
+	}
+	if l.names == nil {
+		l.names = map[string]string{}
+	}
+	if len(l.names) < l.cfg.MaxNames {
+		l.names[s] = s
+	}
+	return s
+}
+
+// keyOf is j's predictor key, rebuilt when needed rather than kept on every
+// waiting job.
+func (l *Line) keyOf(j *Job) predict.Key {
+	return l.sq.Predictor.KeyFor(l.name, j.Producer, j.JobType, j.SizeHint)
+}
+
+// push puts j (new or retried) in line.
+func (l *Line) push(j *Job, now time.Time) {
+	if j.gen != l.gen {
+		// Last pushed to another scheduler (the queue was redeclared while
+		// the job was out, or a dead letter is requeued): start afresh in
+		// this one, classified against what the queue knows now, keeping
+		// its id, FIFO position and expiry.
+		l.reset(j)
+		l.log(func() *store.Record { return l.record(j, store.Ready, "", time.Time{}) })
+	}
+	if err := l.sq.Push(&j.item, now); err != nil {
+		panic(fmt.Sprintf("delivery: job %s pushed twice: %v", j.ID, err)) // a bug here, not bad input
+	}
+	l.Fx.Ready++
+}
+
+// reset gives j a fresh item in the current scheduler.
+func (l *Line) reset(j *Job) {
+	it := j.item
+	j.item = sched.Item{ID: it.ID, Enqueued: it.Enqueued, Expires: it.Expires, Data: j}
+	j.pred = l.sq.Classify(&j.item, l.keyOf(j))
+	j.gen = l.gen
+}
+
+// Deliver pops the next job for h, if one is ready, and leases it.
+func (l *Line) Deliver(h Holder, now time.Time) *Job {
+	if l.sq.Len() == 0 {
+		return nil
+	}
+	if at, ok := l.sq.NextExpiry(); ok && !at.After(now) {
+		l.expire(now)
+	}
+	it := l.sq.Pop(now)
+	if it == nil {
+		return nil
+	}
+	j := it.Data.(*Job)
+	l.logID(store.KindDeliver, j)
+	j.attempt++
+	j.holder = h
+	j.leased = now.UnixNano()
+	j.deadline = now.Add(l.cfg.Lease)
+	l.leases.push(j)
+	hs := l.held[h]
+	if hs == nil {
+		hs = map[string]*Job{}
+		l.held[h] = hs
+	}
+	hs[j.ID] = j
+	l.Stats.Delivered++
+	if j.attempt > 1 {
+		l.Stats.Redelivered++
+	}
+	return j
+}
+
+// heldBy is the job id that h holds, or nil.
+func (l *Line) heldBy(h Holder, id string) *Job { return l.held[h][id] }
+
+// settle takes an in-flight job away from its holder.
+func (l *Line) settle(j *Job) {
+	l.leases.remove(j)
+	if hs := l.held[j.holder]; hs != nil {
+		delete(hs, j.ID)
+		if len(hs) == 0 {
+			delete(l.held, j.holder)
+		}
+	}
+	j.holder = 0
+	l.Fx.Settled++
+}
+
+// Ack settles a delivery as done and teaches the predictor that it took
+// d. It returns the job. A duration of zero, negative or over
+// Config.MaxDuration acks the job all the same and returns
+// ErrBadDuration: a job is never lost or redelivered for a clock glitch.
+func (l *Line) Ack(h Holder, id string, d time.Duration) (*Job, error) {
+	j := l.heldBy(h, id)
+	if j == nil {
+		return nil, ErrNotHeld
+	}
+	l.settle(j)
+	l.Fx.Released = append(l.Fx.Released, j)
+	l.Stats.Acked++
+	if j.cancelled {
+		l.logID(store.KindRemove, j) // it ran anyway; nothing to learn from a cut-short run
+		return j, nil
+	}
+	if d <= 0 || d > l.cfg.MaxDuration {
+		l.logID(store.KindAck, j)
+		l.Stats.BadDurations++
+		return j, ErrBadDuration
+	}
+	l.log(func() *store.Record { return &store.Record{Kind: store.KindAck, Queue: l.name, ID: j.ID, Duration: d} })
+	if err := l.sq.Learn(l.keyOf(j), j.pred, d); err != nil {
+		l.Stats.BadDurations++
+		return j, ErrBadDuration
+	}
+	return j, nil
+}
+
+// Nack settles a delivery as failed. reason is kept on a dead letter;
+// delay is used with RequeueAfter. When draining, a delayed requeue is
+// requeued at once instead.
+func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration, reason string, draining bool, now time.Time) error {
+	j := l.heldBy(h, id)
+	if j == nil {
+		return ErrNotHeld
+	}
+	l.settle(j)
+	l.Stats.Nacked++
+	if j.cancelled {
+		l.drop(j)
+		return nil
+	}
+	if reason == "" {
+		reason = "nacked"
+	} else {
+		reason = "nacked: " + reason
+	}
+	if action == Retry {
+		action, delay = RequeueAfter, l.backoff(j)
+	}
+	switch {
+	case action == DeadLetter:
+		l.deadLetter(j, now, reason)
+	case action == RequeueAfter && delay > 0 && j.attempt < j.MaxAttempts && !draining:
+		j.deadline = now.Add(delay)
+		l.log(func() *store.Record {
+			return &store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID, At: j.deadline}
+		})
+		l.delayed.push(j)
+	default:
+		l.retry(j, now, reason)
+	}
+	return nil
+}
+
+// backoff is the delay before j's next try under its retry policy.
+func (l *Line) backoff(j *Job) time.Duration {
+	base, most := l.cfg.RetryBase, l.cfg.RetryMax
+	if j.RetryBase > 0 {
+		base = j.RetryBase
+	}
+	if j.RetryMax > 0 {
+		most = j.RetryMax
+	}
+	d := base << min(max(j.attempt-1, 0), 30)
+	if d <= 0 || d > most {
+		d = most
+	}
+	if jit := l.cfg.RetryJitter; jit > 0 {
+		r := rand.Float64
+		if l.cfg.Rand != nil {
+			r = l.cfg.Rand
+		}
+		d = time.Duration(float64(d) * (1 - jit + 2*jit*r()))
+	}
+	return min(d, l.cfg.MaxDelay)
+}
+
+// Extend renews the lease of a job h holds to lease from now (0 is the
+// queue's lease).
+func (l *Line) Extend(h Holder, id string, lease time.Duration, now time.Time) error {
+	j := l.heldBy(h, id)
+	if j == nil {
+		return ErrNotHeld
+	}
+	if lease <= 0 {
+		lease = l.cfg.Lease
+	}
+	j.deadline = now.Add(lease)
+	l.leases.fix(int(j.heapIdx))
+	return nil
+}
+
+// Return gives back a delivery that never reached its holder: the job goes
+// back in line at its place, its attempt not counted.
+func (l *Line) Return(h Holder, id string, now time.Time) {
+	j := l.heldBy(h, id)
+	if j == nil {
+		return
+	}
+	l.settle(j)
+	l.logID(store.KindReturn, j)
+	j.attempt--
+	l.Stats.Delivered--
+	if j.attempt > 0 {
+		l.Stats.Redelivered--
+	}
+	l.push(j, now)
+}
+
+// Detach ends h: the jobs it holds go back in line with their attempt
+// counted (or to the dead letters once they have had their attempts), as
+// a crashed consumer's would.
+func (l *Line) Detach(h Holder, now time.Time) {
+	for _, j := range sortedBySeq(l.held[h]) {
+		l.settle(j)
+		l.retry(j, now, "consumer disconnected")
+	}
+}
+
+// sortedBySeq is a holder's jobs in publish order, so that what a Detach
+// does does not depend on map order.
+func sortedBySeq(m map[string]*Job) []*Job {
+	js := make([]*Job, 0, len(m))
+	for _, j := range m {
+		js = append(js, j)
+	}
+	slices.SortFunc(js, func(a, b *Job) int { return cmp.Compare(a.item.ID, b.item.ID) })
+	return js
+}
+
+// retry requeues a settled job whose delivery failed, or dead-letters it
+// once it has had its attempts. A cancelled job is dropped.
+func (l *Line) retry(j *Job, now time.Time, reason string) {
+	if j.cancelled {
+		l.drop(j)
+		return
+	}
+	if j.attempt >= j.MaxAttempts {
+		l.deadLetter(j, now, fmt.Sprintf("%s (attempt %d of %d)", reason, j.attempt, j.MaxAttempts))
+		return
+	}
+	l.push(j, now)
+}
+
+// drop ends a job the Line no longer holds anywhere.
+func (l *Line) drop(j *Job) {
+	l.logID(store.KindRemove, j)
+	l.Fx.Released = append(l.Fx.Released, j)
+}
+
+func (l *Line) deadLetter(j *Job, now time.Time, reason string) {
+	l.Stats.DeadLettered++
+	l.log(func() *store.Record {
+		return &store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID, Reason: reason, At: now}
+	})
+	if len(l.dead) >= l.cfg.MaxDead {
+		l.drop(l.dead[0].Job)
+		l.dead[0] = DeadLetterEntry{}
+		l.dead = l.dead[1:]
+		l.Stats.DeadDropped++
+	}
+	l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: reason, At: now})
+}
+
+func (l *Line) expire(now time.Time) {
+	l.expBuf = l.sq.Expire(now, l.expBuf[:0])
+	for i, it := range l.expBuf {
+		l.Stats.Expired++
+		l.deadLetter(it.Data.(*Job), now, "expired")
+		l.expBuf[i] = nil
+	}
+}
+
+// NextDeadline is the earliest moment the Line has work of its own: a lease
+// ending, a TTL passing, a delayed job coming due.
+func (l *Line) NextDeadline() (time.Time, bool) {
+	var at time.Time
+	earliest := func(t time.Time) {
+		if at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	if j := l.leases.min(); j != nil {
+		earliest(j.deadline)
+	}
+	if t, ok := l.sq.NextExpiry(); ok {
+		earliest(t)
+	}
+	if j := l.delayed.min(); j != nil {
+		earliest(j.deadline)
+	}
+	return at, !at.IsZero()
+}
+
+// Tick does what has come due by now: leases that ended go back in line
+// (or to the dead letters), jobs whose TTL passed expire, delayed jobs
+// join the line.
+func (l *Line) Tick(now time.Time) {
+	for j := l.leases.min(); j != nil && !j.deadline.After(now); j = l.leases.min() {
+		l.settle(j)
+		l.retry(j, now, "lease expired")
+	}
+	if at, ok := l.sq.NextExpiry(); ok && !at.After(now) {
+		l.expire(now)
+	}
+	for j := l.delayed.min(); j != nil && !j.deadline.After(now); j = l.delayed.min() {
+		l.delayed.remove(j)
+		j.deadline = time.Time{}
+		if j.scheduled {
+			// A scheduled job enters as if published now; its record
+			// says the place in line it got.
+			l.enter(j, now)
+			l.log(func() *store.Record { return l.record(j, store.Ready, "", time.Time{}) })
+		}
+		l.push(j, now)
+	}
+}
+
+// Cancel ends a job by id: a waiting or delayed job is removed at once; a
+// running one stays with its holder, who is told (Effects.Cancels), and is
+// dropped, not retried, when it settles or its lease ends. It finds the
+// job by scanning: O(jobs held).
+func (l *Line) Cancel(id string) (State, error) {
+	for _, j := range l.leases {
+		if j.ID != id {
+			continue
+		}
+		if !j.cancelled {
+			j.cancelled = true
+			l.Stats.Cancelled++
+			l.logID(store.KindRemove, j) // a restart must not bring it back
+			l.Fx.Cancels = append(l.Fx.Cancels, Cancel{Holder: j.holder, ID: id})
+		}
+		return Running, nil
+	}
+	for _, j := range l.delayed {
+		if j.ID == id {
+			l.delayed.remove(j)
+			l.drop(j)
+			l.Stats.Cancelled++
+			return Delayed, nil
+		}
+	}
+	var found *Job
+	l.sq.Each(func(it *sched.Item) {
+		if j := it.Data.(*Job); j.ID == id {
+			found = j
+		}
+	})
+	if found == nil {
+		return "", ErrNotFound
+	}
+	l.sq.Remove(&found.item)
+	l.drop(found)
+	l.Stats.Cancelled++
+	return Waiting, nil
+}
+
+// Purge drops every waiting job and says how many; jobs in flight and
+// delayed are kept.
+func (l *Line) Purge() int {
+	var all []*Job
+	l.sq.Each(func(it *sched.Item) { all = append(all, it.Data.(*Job)) })
+	for _, j := range all {
+		l.sq.Remove(&j.item)
+		l.drop(j)
+	}
+	return len(all)
+}
+
+// TakeDead removes the dead letters named in ids (all of them when ids is
+// empty): requeued with fresh attempts and no TTL, joining the line as new
+// jobs would, or dropped for good. It says how many.
+func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	kept := l.dead[:0]
+	n := 0
+	for _, d := range l.dead {
+		if len(want) > 0 && !want[d.Job.ID] {
+			kept = append(kept, d)
+			continue
+		}
+		n++
+		j := d.Job
+		if !requeue {
+			l.drop(j)
+			continue
+		}
+		l.log(func() *store.Record { return &store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID, At: now} })
+		j.attempt = 0
+		j.item.Expires = time.Time{}
+		j.item.Enqueued = now
+		j.gen = 0 // classified against what the queue knows now
+		l.push(j, now)
+	}
+	clear(l.dead[len(kept):])
+	l.dead = kept
+	return n
+}
+
+// Reconfigure swaps in sq, a scheduler for new settings, and moves the
+// waiting jobs over in their publish order, each classified afresh; jobs
+// out of line (in flight, delayed, dead) are when they come back. A
+// durable caller logs the queue's new declaration before it calls this.
+func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
+	var waiting []*Job
+	l.sq.Each(func(it *sched.Item) { waiting = append(waiting, it.Data.(*Job)) })
+	slices.SortFunc(waiting, func(a, b *Job) int { return cmp.Compare(a.item.ID, b.item.ID) })
+	for _, j := range waiting {
+		l.sq.Remove(&j.item)
+	}
+	l.sq, l.cfg = sq, cfg
+	l.gen++
+	for _, j := range waiting {
+		l.reset(j)
+		l.push(j, now)
+		l.log(func() *store.Record { return l.record(j, store.Ready, "", time.Time{}) })
+	}
+}
+
+// Shutdown returns every job in flight to the line, its attempt not
+// counted (the broker, not the job, cut it short; a cancelled one is
+// dropped), and says how many it returned.
+func (l *Line) Shutdown(now time.Time) int {
+	n := 0
+	for len(l.leases) > 0 {
+		j := l.leases[0]
+		l.settle(j)
+		if j.cancelled {
+			l.drop(j)
+			continue
+		}
+		l.logID(store.KindReturn, j)
+		j.attempt--
+		l.push(j, now)
+		n++
+	}
+	return n
+}
+
+// Each calls f for every job the Line holds and where it is: waiting,
+// running (held), delayed or dead (with its reason and time).
+func (l *Line) Each(waiting, running, delayed func(j *Job), dead func(d DeadLetterEntry)) {
+	if waiting != nil {
+		l.sq.Each(func(it *sched.Item) { waiting(it.Data.(*Job)) })
+	}
+	if running != nil {
+		for _, j := range l.leases {
+			running(j)
+		}
+	}
+	if delayed != nil {
+		for _, j := range l.delayed {
+			delayed(j)
+		}
+	}
+	if dead != nil {
+		for _, d := range l.dead {
+			dead(d)
+		}
+	}
+}
+
+// Peek lists up to n waiting jobs in the order they would be handed out
+// now (see sched.Scheduler.Peek).
+func (l *Line) Peek(now time.Time, n int) []*Job {
+	items := l.sq.Peek(now, n, make([]*sched.Item, 0, min(n, l.sq.Len())))
+	out := make([]*Job, len(items))
+	for i, it := range items {
+		out[i] = it.Data.(*Job)
+	}
+	return out
+}
+
+// StateRecords appends to recs a record of every job the Line holds, as a
+// checkpoint writes them (a job in flight as ready, as recovery brings it
+// back), and says how many.
+func (l *Line) StateRecords(recs []*store.Record) ([]*store.Record, int) {
+	n := len(recs)
+	l.Each(
+		func(j *Job) { recs = append(recs, l.record(j, store.Ready, "", time.Time{})) },
+		func(j *Job) { recs = append(recs, l.record(j, store.Ready, "", time.Time{})) },
+		func(j *Job) { recs = append(recs, l.record(j, store.Delayed, "", time.Time{})) },
+		func(d DeadLetterEntry) { recs = append(recs, l.record(d.Job, store.Dead, d.Reason, d.At)) },
+	)
+	return recs, len(recs) - n
+}
+
+// record is j's full state.
+func (l *Line) record(j *Job, state store.State, reason string, deadAt time.Time) *store.Record {
+	sj := &store.Job{
+		ID: j.ID, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
+		Payload: j.Payload, Headers: j.Headers, TTL: j.TTL, MaxAttempts: int(j.MaxAttempts),
+		PublishedAt: j.PublishedAt, RetryBase: j.RetryBase, RetryMax: j.RetryMax, Seq: j.item.ID, Tier: j.item.Tier, Cost: j.item.Cost,
+		Long: j.item.Long, Reset: j.gen != l.gen, Enqueued: j.item.Enqueued, Expires: j.item.Expires,
+		Attempts: int(j.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: j.scheduled,
+	}
+	if state == store.Delayed {
+		sj.Until = j.deadline
+	}
+	return &store.Record{Kind: store.KindJob, Queue: l.name, ID: j.ID, Job: sj}
+}
+
+// log writes the record rec makes, unless the Line is not durable or
+// quiet (rec is a func so that a memory broker builds none).
+func (l *Line) log(rec func() *store.Record) {
+	if l.cfg.Durable && !l.Quiet {
+		l.Fx.Records = append(l.Fx.Records, rec())
+	}
+}
+
+func (l *Line) logID(kind store.Kind, j *Job) {
+	if l.cfg.Durable && !l.Quiet {
+		l.Fx.Records = append(l.Fx.Records, &store.Record{Kind: kind, Queue: l.name, ID: j.ID})
+	}
+}
+
+// Restore puts a job the log recovered back where the log left it: in
+// line (ready, or delayed and due by now), delayed until its due time, or
+// dead. reset marks a job to classify afresh at its next push (a requeued
+// dead letter, or one out of line when its queue was redeclared). Restore
+// writes no records; jobs must come in publish order.
+func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
+	j := &Job{
+		ID: sj.ID, Producer: l.intern(sj.Producer), JobType: l.intern(sj.JobType), SizeHint: sj.SizeHint,
+		Payload: sj.Payload, Headers: sj.Headers, TTL: sj.TTL, MaxAttempts: int32(sj.MaxAttempts),
+		RetryBase: sj.RetryBase, RetryMax: sj.RetryMax, PublishedAt: sj.PublishedAt,
+		attempt: int32(sj.Attempts), heapIdx: -1, scheduled: sj.Scheduled,
+	}
+	j.item = sched.Item{ID: sj.Seq, Tier: min(sj.Tier, l.sq.Config().Levels-1), Cost: sj.Cost, Long: sj.Long,
+		Enqueued: sj.Enqueued, Expires: sj.Expires, Data: j}
+	j.pred.Cost, j.pred.Tier, j.pred.Long = sj.Cost, sj.Tier, sj.Long
+	j.gen = l.gen
+	if reset {
+		j.gen = 0 // classified afresh at its push
+	}
+	l.nextSeq = max(l.nextSeq, sj.Seq)
+	quiet := l.Quiet
+	l.Quiet = true
+	defer func() { l.Quiet = quiet }()
+	switch {
+	case sj.State == store.Ready, sj.State == store.Delayed && !sj.Until.After(now):
+		if j.scheduled {
+			l.enter(j, sj.Until) // it came due while the broker was down
+		}
+		l.push(j, now)
+	case sj.State == store.Delayed:
+		j.deadline = sj.Until
+		l.delayed.push(j)
+	case sj.State == store.Dead:
+		l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: sj.Reason, At: sj.DeadAt})
+	}
+	return j
+}
+
+// SortDead orders the dead letters by when they died, after Restore.
+func (l *Line) SortDead() {
+	slices.SortStableFunc(l.dead, func(a, b DeadLetterEntry) int { return a.At.Compare(b.At) })
+}
