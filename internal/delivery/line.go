@@ -458,6 +458,10 @@ func (l *Line) Return(h Holder, id string, now time.Time) {
 		return
 	}
 	l.settle(j)
+	if j.cancelled {
+		l.drop(j) // cancelled while on its way: it must not run again
+		return
+	}
 	l.logID(store.KindReturn, j)
 	j.attempt--
 	l.Stats.Delivered--

@@ -1,0 +1,190 @@
+package delivery
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/store"
+)
+
+func publish(t *testing.T, l *Line, now time.Time, ids ...string) []*Job {
+	t.Helper()
+	var js []*Job
+	for _, id := range ids {
+		j := &Job{ID: id, Producer: "p", JobType: "t", Payload: []byte("payload of " + id)}
+		if _, err := l.Admit(j, time.Time{}, now); err != nil {
+			t.Fatal(err)
+		}
+		l.Commit(j, now)
+		js = append(js, j)
+	}
+	return js
+}
+
+// The retry curve: the base doubled per attempt, capped at the max,
+// within the jitter; a job's own policy wins over the queue's.
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	cfg := modelConfig()
+	cfg.RetryBase, cfg.RetryMax, cfg.RetryJitter = 10*time.Second, 40*time.Second, 0.2
+	l := newLine(t, cfg)
+	for _, c := range []struct {
+		j    *Job
+		want time.Duration
+	}{
+		{&Job{attempt: 1}, 10 * time.Second},
+		{&Job{attempt: 2}, 20 * time.Second},
+		{&Job{attempt: 3}, 40 * time.Second},
+		{&Job{attempt: 9}, 40 * time.Second},
+		{&Job{attempt: 200}, 40 * time.Second}, // no overflow
+		{&Job{attempt: 2, RetryBase: time.Second, RetryMax: time.Hour}, 2 * time.Second},
+		{&Job{attempt: 5, RetryBase: time.Second, RetryMax: 3 * time.Second}, 3 * time.Second},
+	} {
+		lo, hi := time.Duration(float64(c.want)*0.8), time.Duration(float64(c.want)*1.2)
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := l.backoff(c.j)
+			if d < lo || d > hi {
+				t.Fatalf("attempt %d: backoff %v outside [%v, %v]", c.j.attempt, d, lo, hi)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 10 {
+			t.Fatalf("attempt %d: %d distinct delays in 200: no jitter", c.j.attempt, len(seen))
+		}
+	}
+	// An injected source makes it exact.
+	cfg.Rand = func() float64 { return 0.5 }
+	l = newLine(t, cfg)
+	if d := l.backoff(&Job{attempt: 2}); d != 20*time.Second {
+		t.Errorf("backoff with the jitter's midpoint = %v, want 20s", d)
+	}
+}
+
+// Past MaxDead the oldest dead letter is dropped and released.
+func TestDeadLettersBounded(t *testing.T) {
+	t.Parallel()
+	cfg := modelConfig()
+	cfg.MaxDead = 2
+	l := newLine(t, cfg)
+	publish(t, l, t0, "a", "b", "c")
+	h := l.Attach()
+	for range 3 {
+		j := l.Deliver(h, t0)
+		if err := l.Nack(h, j.ID, DeadLetter, 0, "bad", false, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var dead []string
+	for _, d := range l.Dead() {
+		dead = append(dead, d.Job.ID+": "+d.Reason)
+	}
+	if !slices.Equal(dead, []string{"b: nacked: bad", "c: nacked: bad"}) {
+		t.Errorf("dead letters %v", dead)
+	}
+	if len(l.Fx.Released) != 1 || l.Fx.Released[0].ID != "a" || l.Stats.DeadDropped != 1 {
+		t.Errorf("released %v, dropped %d; want a, 1", l.Fx.Released, l.Stats.DeadDropped)
+	}
+}
+
+// Shutdown returns what is in flight with its attempt not counted and
+// drops what was cancelled; nothing else moves.
+func TestShutdownReturnsInFlight(t *testing.T) {
+	t.Parallel()
+	l := newLine(t, modelConfig())
+	publish(t, l, t0, "a", "b", "c")
+	h := l.Attach()
+	a, b := l.Deliver(h, t0), l.Deliver(h, t0)
+	if _, err := l.Cancel(b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Shutdown(t0); n != 1 {
+		t.Errorf("Shutdown returned %d, want 1", n)
+	}
+	if a.Attempt() != 0 || l.Len() != 2 || l.InFlight() != 0 || l.Held(h) != 0 {
+		t.Errorf("after shutdown: attempt %d, %d waiting, %d in flight", a.Attempt(), l.Len(), l.InFlight())
+	}
+	if len(l.Fx.Released) != 1 || l.Fx.Released[0] != b || l.Fx.Settled != 2 {
+		t.Errorf("released %v, settled %d", l.Fx.Released, l.Fx.Settled)
+	}
+	// a keeps its place ahead of c.
+	if j := l.Deliver(h, t0); j != a {
+		t.Errorf("first after shutdown: %v, want a", idOf(j))
+	}
+}
+
+// What StateRecords writes, Restore brings back: every job where it was,
+// its attempts, its place in line, its dead letter's reason.
+func TestRestoreFromStateRecords(t *testing.T) {
+	t.Parallel()
+	cfg := modelConfig()
+	l := newLine(t, cfg)
+	now := t0
+	publish(t, l, now, "w1", "w2", "run", "late", "dead")
+	sched := &Job{ID: "sched", Payload: []byte("later")}
+	if _, err := l.Admit(sched, now.Add(time.Hour), now); err != nil {
+		t.Fatal(err)
+	}
+	l.Commit(sched, now)
+	h := l.Attach()
+	l.Deliver(h, now)         // w1, then nacked to wait 30 s
+	l.Deliver(h, now)         // w2, returned
+	run := l.Deliver(h, now)  // run, stays in flight
+	l.Deliver(h, now)         // late, stays in flight
+	dead := l.Deliver(h, now) // dead
+	_ = l.Nack(h, "w1", RequeueAfter, 30*time.Second, "", false, now)
+	l.Return(h, "w2", now)
+	_ = l.Nack(h, dead.ID, DeadLetter, 0, "poison \xff", false, now)
+	_ = run
+
+	recs, n := l.StateRecords(nil)
+	if n != 6 || len(recs) != 6 {
+		t.Fatalf("%d records for %d jobs, want 6", len(recs), n)
+	}
+	r := newLine(t, cfg)
+	for _, rec := range recs {
+		if rec.Kind != store.KindJob {
+			t.Fatalf("record kind %v", rec.Kind)
+		}
+		r.Restore(rec.Job, rec.Job.Reset, now)
+	}
+	r.SortDead()
+	if len(r.Fx.Records) != 0 {
+		t.Errorf("Restore wrote %d records", len(r.Fx.Records))
+	}
+	want, got := lineView(l, true), lineView(r, false)
+	if !slices.Equal(want, got) {
+		t.Errorf("restored\n%v\nwant\n%v", got, want)
+	}
+	// In line in the same order: the returned job, then the two that were
+	// in flight (a crash brings them back with their attempt counted).
+	var order []string
+	for j := r.Deliver(r.Attach(), now); j != nil; j = r.Deliver(r.Attach(), now) {
+		order = append(order, fmt.Sprint(j.ID, "#", j.Attempt()))
+	}
+	if !slices.Equal(order, []string{"w2#1", "run#2", "late#2"}) {
+		t.Errorf("restored line hands out %v", order)
+	}
+}
+
+// lineView lists where each job is; inFlightAsReady shows jobs in flight
+// as a crash leaves them.
+func lineView(l *Line, inFlightAsReady bool) []string {
+	var out []string
+	add := func(state string) func(j *Job) {
+		return func(j *Job) {
+			out = append(out, fmt.Sprint(j.ID, " ", state, " attempt ", j.Attempt(), " seq ", j.Seq()))
+		}
+	}
+	running := add("running")
+	if inFlightAsReady {
+		running = add("ready")
+	}
+	l.Each(add("ready"), running, add("delayed"), func(d DeadLetterEntry) {
+		out = append(out, fmt.Sprint(d.Job.ID, " dead ", d.Reason, " attempt ", d.Job.Attempt()))
+	})
+	slices.Sort(out)
+	return out
+}

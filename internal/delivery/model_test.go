@@ -1,0 +1,508 @@
+package delivery
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/store"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newLine is a FIFO line, so that the order jobs come out in is the order
+// they first joined the line (retries keep their place).
+func newLine(t testing.TB, cfg Config) *Line {
+	t.Helper()
+	pol, err := sched.NewPolicy(sched.FIFO, sched.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sq, err := sched.NewQueue(pol, predict.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New("q", cfg, sq)
+}
+
+func modelConfig() Config {
+	return Config{
+		MaxDepth: 40, MaxAttempts: 3, Lease: 10 * time.Second, RetryBase: time.Second, RetryMax: 4 * time.Second,
+		MaxDelay: time.Hour, MaxDuration: time.Hour, MaxDead: 1000, MaxNames: 100, Durable: true,
+	}
+}
+
+// Where the reference model has a job.
+type place int
+
+const (
+	pWaiting place = iota
+	pRunning
+	pDelayed
+	pDead
+	pGone
+)
+
+func (p place) String() string {
+	return [...]string{"waiting", "running", "delayed", "dead", "gone"}[p]
+}
+
+// refJob is the model's view of one job, written from Line's documentation
+// with plain fields and linear scans.
+type refJob struct {
+	id        string
+	place     place
+	order     uint64 // its place in line: set when it first joins one, kept across retries
+	attempt   int
+	max       int
+	holder    Holder
+	due       time.Time // running: lease end; delayed: when due
+	scheduled bool      // delayed for its first run: joins the line afresh when due
+	ttl       time.Duration
+	expires   time.Time // set when it joins the line; zero is never
+	cancelled bool
+	died      int // when it became a dead letter, in deaths
+}
+
+type refLine struct {
+	cfg    Config
+	jobs   []*refJob
+	order  uint64
+	deaths int
+}
+
+// kill makes j a dead letter, the newest.
+func (m *refLine) kill(j *refJob) {
+	m.deaths++
+	j.place, j.holder, j.died = pDead, 0, m.deaths
+}
+
+func (m *refLine) in(p place) []*refJob {
+	var out []*refJob
+	for _, j := range m.jobs {
+		if j.place == p {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+func (m *refLine) find(id string) *refJob {
+	for _, j := range m.jobs {
+		if j.id == id {
+			return j
+		}
+	}
+	return nil
+}
+
+// join puts j in line; fresh gives it a new place (a first entry, or a
+// requeued dead letter), else it keeps its old one.
+func (m *refLine) join(j *refJob, now time.Time, fresh bool) {
+	if fresh {
+		m.order++
+		j.order = m.order
+	}
+	j.place, j.holder = pWaiting, 0
+}
+
+// enter is a job's first entry: its TTL counts from now.
+func (m *refLine) enter(j *refJob, now time.Time) {
+	if j.ttl > 0 {
+		j.expires = now.Add(j.ttl)
+	}
+	j.scheduled = false
+	m.join(j, now, true)
+}
+
+// retry is what a failed delivery does: drop a cancelled job, dead-letter
+// one out of attempts, else back in line at its place.
+func (m *refLine) retry(j *refJob, now time.Time) {
+	switch {
+	case j.cancelled:
+		j.place = pGone
+	case j.attempt >= j.max:
+		m.kill(j)
+	default:
+		m.join(j, now, false)
+	}
+}
+
+// expire dead-letters every waiting job whose TTL has passed.
+func (m *refLine) expire(now time.Time) {
+	waiting := m.in(pWaiting)
+	slices.SortFunc(waiting, func(a, b *refJob) int { return a.expires.Compare(b.expires) })
+	for _, j := range waiting {
+		if !j.expires.IsZero() && !j.expires.After(now) {
+			m.kill(j)
+		}
+	}
+}
+
+func (m *refLine) tick(now time.Time) {
+	running := m.in(pRunning)
+	slices.SortFunc(running, func(a, b *refJob) int { return a.due.Compare(b.due) })
+	for _, j := range running {
+		if !j.due.After(now) {
+			m.retry(j, now)
+		}
+	}
+	m.expire(now)
+	delayed := m.in(pDelayed)
+	slices.SortFunc(delayed, func(a, b *refJob) int { return a.due.Compare(b.due) })
+	for _, j := range delayed {
+		if j.due.After(now) {
+			continue
+		}
+		if j.scheduled {
+			m.enter(j, now)
+		} else {
+			m.join(j, now, false)
+		}
+	}
+}
+
+func (m *refLine) deliver(h Holder, now time.Time) *refJob {
+	m.expire(now)
+	var next *refJob
+	for _, j := range m.in(pWaiting) {
+		if next == nil || j.order < next.order {
+			next = j
+		}
+	}
+	if next != nil {
+		next.place, next.holder, next.due = pRunning, h, now.Add(m.cfg.Lease)
+		next.attempt++
+	}
+	return next
+}
+
+func (m *refLine) nextDeadline() (time.Time, bool) {
+	var at time.Time
+	for _, j := range m.jobs {
+		t := j.due
+		if j.place == pWaiting {
+			t = j.expires
+		} else if j.place != pRunning && j.place != pDelayed {
+			continue
+		}
+		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// TestLineAgainstModel runs random operation sequences on a Line and on
+// the reference model and compares them after every step: where each job
+// is, its attempts, what a delivery hands out, what the Line let go of,
+// and the next deadline.
+func TestLineAgainstModel(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			runModel(t, seed, 400)
+		})
+	}
+}
+
+func runModel(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	cfg := modelConfig()
+	l := newLine(t, cfg)
+	m := &refLine{cfg: cfg}
+	now := t0
+	jobs := map[string]*Job{}
+	released := map[string]bool{}
+	settled, deliveries := 0, 0
+	holders := []Holder{l.Attach(), l.Attach(), l.Attach()}
+	n := 0
+	var log []string
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf("seed %d after %v: %s", seed, log[max(0, len(log)-400):], fmt.Sprintf(format, args...))
+	}
+	anyJob := func(p place) *refJob {
+		js := m.in(p)
+		if len(js) == 0 {
+			return nil
+		}
+		return js[rng.IntN(len(js))]
+	}
+	for step := range steps {
+		switch op := rng.IntN(100); {
+		case op < 25: // publish, some delayed, some with a TTL or their own attempts
+			n++
+			id := "j" + strconv.Itoa(n)
+			j := &Job{ID: id, Producer: "p", JobType: "t" + strconv.Itoa(n%3), Payload: []byte(id)}
+			r := &refJob{id: id, max: cfg.MaxAttempts}
+			if rng.IntN(4) == 0 {
+				r.ttl = time.Duration(1+rng.IntN(30))*time.Second + time.Duration(n) // distinct expiries
+				j.TTL = r.ttl
+			}
+			if rng.IntN(5) == 0 {
+				r.max = 1 + rng.IntN(4)
+				j.MaxAttempts = int32(r.max)
+			}
+			var runAt time.Time
+			if rng.IntN(5) == 0 {
+				runAt = now.Add(time.Duration(1+rng.IntN(20))*time.Second + time.Duration(n))
+			}
+			rec, err := l.Admit(j, runAt, now)
+			log = append(log, "publish "+id)
+			if len(m.in(pWaiting)) >= cfg.MaxDepth {
+				if err != ErrFull {
+					fail("publish to a full line: %v, want ErrFull", err)
+				}
+				continue
+			}
+			if err != nil || rec == nil || rec.Kind != store.KindJob || rec.Job.ID != id {
+				fail("Admit = %v, %v", rec, err)
+			}
+			l.Commit(j, now)
+			jobs[id] = j
+			m.jobs = append(m.jobs, r)
+			if runAt.IsZero() {
+				m.enter(r, now)
+			} else {
+				r.place, r.scheduled, r.due = pDelayed, true, runAt
+			}
+		case op < 45: // deliver
+			h := holders[rng.IntN(len(holders))]
+			got := l.Deliver(h, now)
+			want := m.deliver(h, now)
+			log = append(log, fmt.Sprintf("deliver to %d: %v", h, idOf(got)))
+			if got != nil {
+				deliveries++
+			}
+			if (got == nil) != (want == nil) || got != nil && got.ID != want.id {
+				var line []string
+				for _, j := range l.Peek(now, 100) {
+					line = append(line, j.ID)
+				}
+				var ref []string
+				ws := m.in(pWaiting)
+				slices.SortFunc(ws, func(a, b *refJob) int { return int(a.order) - int(b.order) })
+				for _, r := range ws {
+					ref = append(ref, fmt.Sprintf("%s@%d", r.id, r.order))
+				}
+				fail("Deliver = %v, model %v; line then %v, model %v", idOf(got), refID(want), line, ref)
+			}
+		case op < 60: // ack
+			r := anyJob(pRunning)
+			if r == nil {
+				continue
+			}
+			d := time.Duration(1+rng.IntN(1000)) * time.Millisecond
+			log = append(log, "ack "+r.id)
+			if _, err := l.Ack(r.holder, r.id, d); err != nil {
+				fail("Ack(%s): %v", r.id, err)
+			}
+			r.place = pGone
+		case op < 70: // nack, each action
+			r := anyJob(pRunning)
+			if r == nil {
+				continue
+			}
+			action := NackAction(rng.IntN(4))
+			delay := time.Duration(rng.IntN(3)) * time.Second
+			log = append(log, fmt.Sprintf("nack %s %d %v", r.id, action, delay))
+			if err := l.Nack(r.holder, r.id, action, delay, "boom", false, now); err != nil {
+				fail("Nack(%s): %v", r.id, err)
+			}
+			if action == Retry {
+				delay = min(cfg.RetryBase<<max(r.attempt-1, 0), cfg.RetryMax)
+				action = RequeueAfter
+			}
+			switch {
+			case r.cancelled:
+				r.place = pGone
+			case action == DeadLetter:
+				m.kill(r)
+			case action == RequeueAfter && delay > 0 && r.attempt < r.max:
+				r.place, r.holder, r.due = pDelayed, 0, now.Add(delay)
+			default:
+				m.retry(r, now)
+			}
+		case op < 73: // a send that failed
+			r := anyJob(pRunning)
+			if r == nil {
+				continue
+			}
+			log = append(log, "return "+r.id)
+			l.Return(r.holder, r.id, now)
+			if r.cancelled {
+				r.place = pGone
+			} else {
+				r.attempt--
+				m.join(r, now, false)
+			}
+		case op < 76: // extend
+			r := anyJob(pRunning)
+			if r == nil {
+				continue
+			}
+			lease := time.Duration(rng.IntN(30)) * time.Second
+			log = append(log, fmt.Sprintf("extend %s %v", r.id, lease))
+			if err := l.Extend(r.holder, r.id, lease, now); err != nil {
+				fail("Extend: %v", err)
+			}
+			if lease == 0 {
+				lease = cfg.Lease
+			}
+			r.due = now.Add(lease)
+		case op < 79: // a consumer goes away
+			h := holders[rng.IntN(len(holders))]
+			log = append(log, fmt.Sprintf("detach %d", h))
+			l.Detach(h, now)
+			for _, r := range m.in(pRunning) {
+				if r.holder == h {
+					m.retry(r, now)
+				}
+			}
+		case op < 84: // cancel anything, even a job that is gone
+			if len(m.jobs) == 0 {
+				continue
+			}
+			r := m.jobs[rng.IntN(len(m.jobs))]
+			log = append(log, "cancel "+r.id)
+			st, err := l.Cancel(r.id)
+			want := map[place]State{pWaiting: Waiting, pDelayed: Delayed, pRunning: Running}[r.place]
+			if want == "" {
+				if err != ErrNotFound {
+					fail("Cancel(%s) of a %v job = %v, %v; want ErrNotFound", r.id, r.place, st, err)
+				}
+				continue
+			}
+			if err != nil || st != want {
+				fail("Cancel(%s) = %v, %v; want %v", r.id, st, err, want)
+			}
+			if r.place == pRunning {
+				r.cancelled = true
+			} else {
+				r.place = pGone
+			}
+		case op < 86: // dead letters requeued or deleted
+			requeue := rng.IntN(2) == 0
+			var ids []string
+			for _, r := range m.in(pDead) {
+				if rng.IntN(2) == 0 {
+					ids = append(ids, r.id)
+				}
+			}
+			if len(ids) == 0 {
+				continue
+			}
+			log = append(log, fmt.Sprintf("take dead %v requeue %v", ids, requeue))
+			if got := l.TakeDead(ids, requeue, now); got != len(ids) {
+				fail("TakeDead moved %d, want %d", got, len(ids))
+			}
+			// The Line takes them oldest dead first.
+			slices.SortFunc(ids, func(a, b string) int { return m.find(a).died - m.find(b).died })
+			for _, id := range ids {
+				r := m.find(id)
+				if !requeue {
+					r.place = pGone
+					continue
+				}
+				r.attempt, r.expires = 0, time.Time{}
+				m.join(r, now, true)
+			}
+		case op < 87: // purge
+			log = append(log, "purge")
+			want := len(m.in(pWaiting))
+			if got := l.Purge(); got != want {
+				fail("Purge = %d, want %d", got, want)
+			}
+			for _, r := range m.in(pWaiting) {
+				r.place = pGone
+			}
+		default: // time passes; the timer fires at the next deadline or later
+			d := time.Duration(rng.IntN(8000)) * time.Millisecond
+			if at, ok := l.NextDeadline(); ok && rng.IntN(2) == 0 && at.After(now) {
+				d = at.Sub(now)
+			}
+			now = now.Add(d)
+			log = append(log, fmt.Sprintf("tick +%v", d))
+			l.Tick(now)
+			m.tick(now)
+		}
+		// The effects: what was let go of, and deliveries that ended.
+		for _, j := range l.Fx.Released {
+			if released[j.ID] {
+				fail("%s released twice", j.ID)
+			}
+			released[j.ID] = true
+		}
+		settled += l.Fx.Settled
+		for _, c := range l.Fx.Cancels {
+			if r := m.find(c.ID); r == nil || r.place != pRunning || r.holder != c.Holder {
+				fail("cancel notice %+v for a job not running with that holder", c)
+			}
+		}
+		l.Fx.Clear()
+		check(t, step, l, m, released, fail)
+	}
+	if settled+l.InFlight() != deliveries {
+		t.Errorf("%d deliveries, %d settled and %d in flight", deliveries, settled, l.InFlight())
+	}
+}
+
+// check compares the Line with the model.
+func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool, fail func(string, ...any)) {
+	t.Helper()
+	got := map[string]place{}
+	attempts := map[string]int{}
+	l.Each(
+		func(j *Job) { got[j.ID] = pWaiting; attempts[j.ID] = j.Attempt() },
+		func(j *Job) { got[j.ID] = pRunning; attempts[j.ID] = j.Attempt() },
+		func(j *Job) { got[j.ID] = pDelayed; attempts[j.ID] = j.Attempt() },
+		func(d DeadLetterEntry) { got[d.Job.ID] = pDead; attempts[d.Job.ID] = d.Job.Attempt() },
+	)
+	for _, r := range m.jobs {
+		p, ok := got[r.id]
+		if !ok {
+			p = pGone
+		}
+		if p != r.place {
+			fail("step %d: %s is %v, model %v", step, r.id, p, r.place)
+		}
+		if (p == pGone) != released[r.id] {
+			fail("step %d: %s is %v, released %v", step, r.id, p, released[r.id])
+		}
+		if p != pGone && attempts[r.id] != r.attempt {
+			fail("step %d: %s has %d attempts, model %d", step, r.id, attempts[r.id], r.attempt)
+		}
+	}
+	if len(got) != len(m.jobs)-len(m.in(pGone)) {
+		fail("step %d: the line holds %d jobs, the model %d", step, len(got), len(m.jobs)-len(m.in(pGone)))
+	}
+	if l.Len() != len(m.in(pWaiting)) || l.InFlight() != len(m.in(pRunning)) || l.DelayedLen() != len(m.in(pDelayed)) {
+		fail("step %d: counts %d/%d/%d", step, l.Len(), l.InFlight(), l.DelayedLen())
+	}
+	at, ok := l.NextDeadline()
+	wat, wok := m.nextDeadline()
+	if ok != wok || !at.Equal(wat) {
+		fail("step %d: next deadline %v %v, model %v %v", step, at, ok, wat, wok)
+	}
+}
+
+func idOf(j *Job) string {
+	if j == nil {
+		return "none"
+	}
+	return j.ID
+}
+
+func refID(j *refJob) string {
+	if j == nil {
+		return "none"
+	}
+	return j.id
+}
