@@ -34,19 +34,19 @@ func (f *FaultFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error
 	if err != nil {
 		return nil, err
 	}
-	return &faultFile{File: file, fs: f}, nil
+	return &faultFile{osFile: osFile{file}, fs: f}, nil
 }
 
 type faultFile struct {
-	*os.File
+	osFile
 	fs *FaultFS
 }
 
-func (f *faultFile) Write(b []byte) (int, error) {
+func (f *faultFile) WriteAt(b []byte, off int64) (int, error) {
 	if f.fs.failWrite.Load() {
 		return 0, fmt.Errorf("write %s: %w", f.Name(), syscall.ENOSPC)
 	}
-	return f.File.Write(b)
+	return f.osFile.WriteAt(b, off)
 }
 
 func (f *faultFile) Sync() error {
@@ -54,5 +54,5 @@ func (f *faultFile) Sync() error {
 	if f.fs.failSync.Load() {
 		return fmt.Errorf("fsync %s: %w", f.Name(), syscall.EIO)
 	}
-	return f.File.Sync()
+	return f.osFile.Sync()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,10 +79,17 @@ type FS interface {
 	MkdirAll(name string, perm fs.FileMode) error
 }
 
-// File is the part of a file the file store uses.
+// File is the part of a file the file store uses. Segments are written at
+// offsets into space allocated ahead (Preallocate), so that making a write
+// durable (Sync) need not also change the file's size on disk.
 type File interface {
-	io.Writer
+	io.WriterAt
+	// Sync makes what was written durable: its data and whatever reading
+	// it back needs (fdatasync where there is one).
 	Sync() error
+	// Preallocate reserves size bytes of zeros for the file, where the
+	// system can; elsewhere it does nothing.
+	Preallocate(size int64) error
 	Truncate(size int64) error
 	Close() error
 }
@@ -89,8 +97,17 @@ type File interface {
 type osFS struct{}
 
 func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	return os.OpenFile(name, flag, perm)
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
 }
+
+// osFile is an operating system file with the durability calls the store
+// uses (see sync_linux.go).
+type osFile struct{ *os.File }
+
 func (osFS) ReadFile(name string) ([]byte, error)         { return os.ReadFile(name) }
 func (osFS) ReadDir(name string) ([]fs.DirEntry, error)   { return os.ReadDir(name) }
 func (osFS) Remove(name string) error                     { return os.Remove(name) }
@@ -112,10 +129,10 @@ type FileStore struct {
 	buf      []byte     // frames appended and not yet written
 	marks    []pending  // checkpoints requested: rotate once buf reaches off
 	appended Pos
-	durable  Pos // what Wait reports as done: synced (always) or written (interval)
-	written  Pos // handed to the operating system
-	synced   Pos // fsynced
-	wanted   Pos // the highest position a Wait asked for
+	durable  Pos   // what Wait reports as done: synced (always) or written (interval)
+	written  Pos   // handed to the operating system
+	synced   Pos   // fsynced
+	wanted   Pos   // the highest position a Wait asked for
 	err      error // sticky: the store failed or closed
 	closing  bool
 	size     int64 // bytes in segment files, written or buffered
@@ -123,12 +140,14 @@ type FileStore struct {
 	tick     bool // interval mode: time to fsync what was written
 
 	// Owned by the flusher.
-	seg     File
-	segN    uint64
-	segSize int64
-	segs    []uint64 // segment numbers on disk, oldest first (guarded by mu)
-	spare   []byte
-	done    chan struct{}
+	seg      File
+	segN     uint64
+	segSize  int64            // bytes of records in the head segment: where the next write goes
+	segs     []uint64         // segment numbers on disk, oldest first (guarded by mu)
+	segBytes map[uint64]int64 // bytes of records in each segment but the head (guarded by mu)
+	headSize int64            // the head's records as Replay found them
+	spare    []byte
+	done     chan struct{}
 }
 
 type pending struct {
@@ -163,7 +182,7 @@ func OpenFile(dir string, opts FileOptions) (*FileStore, error) {
 		lock.Close()
 		return nil, fmt.Errorf("%w: %s is held by another broker (is one already running with this data directory?)", ErrLocked, dir)
 	}
-	s := &FileStore{dir: dir, opts: opts, fs: opts.FS, log: opts.Logger, lock: lock, done: make(chan struct{})}
+	s := &FileStore{dir: dir, opts: opts, fs: opts.FS, log: opts.Logger, lock: lock, done: make(chan struct{}), segBytes: map[uint64]int64{}}
 	s.cond = sync.NewCond(&s.mu)
 	if err := s.scan(); err != nil {
 		s.unlock()
@@ -236,11 +255,22 @@ func (s *FileStore) Replay(fn func(*Record) error) error {
 		}
 		off := 0
 		for off < len(data) {
-			r, fl, err := readFrame(data[off:])
+			end, err := endOfRecords(data, off)
+			if end && err == nil {
+				// The rest is the segment's space allocated ahead, never
+				// written.
+				data = data[:off]
+				break
+			}
+			var r *Record
+			fl := 0
+			if err == nil {
+				r, fl, err = readFrame(data[off:])
+			}
 			if err != nil {
 				var fe *frameError
 				last := i == len(segs)-1
-				if errors.As(err, &fe) && fe.torn && last {
+				if errors.As(err, &fe) && (fe.torn || zeroAfter(data, off+fe.end)) && last {
 					s.log.Warn("store: cutting off a torn final record (the broker died mid-write; it was never confirmed)",
 						"file", path, "offset", off, "bytes", len(data)-off)
 				} else if !s.opts.Salvage {
@@ -271,6 +301,10 @@ func (s *FileStore) Replay(fn func(*Record) error) error {
 			off += fl
 		}
 		s.size += int64(len(data))
+		s.mu.Lock()
+		s.segBytes[segs[i]] = int64(len(data))
+		s.mu.Unlock()
+		s.headSize = int64(len(data))
 	}
 	return s.openHead()
 }
@@ -295,15 +329,17 @@ func (s *FileStore) openHead() error {
 		s.segs = append(s.segs, 1)
 	}
 	n := s.segs[len(s.segs)-1]
+	delete(s.segBytes, n)
 	s.mu.Unlock()
-	f, err := s.fs.OpenFile(s.segPath(n), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := s.fs.OpenFile(s.segPath(n), os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("store: open segment: %w", err)
 	}
-	s.seg, s.segN = f, n
-	if st, err := os.Stat(s.segPath(n)); err == nil {
-		s.segSize = st.Size()
+	if err := f.Preallocate(s.opts.SegmentBytes); err != nil {
+		f.Close()
+		return fmt.Errorf("store: allocate segment: %w", err)
 	}
+	s.seg, s.segN, s.segSize = f, n, s.headSize
 	go s.flush()
 	if iv := s.opts.Sync.Interval; iv > 0 {
 		go s.ticker(iv)
@@ -402,15 +438,12 @@ func (s *FileStore) Compact(m Mark) error {
 	s.mu.Unlock()
 	for _, n := range drop {
 		p := s.segPath(n)
-		size := int64(0)
-		if st, err := os.Stat(p); err == nil {
-			size = st.Size()
-		}
 		if err := s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("store: remove %s: %w", p, err)
 		}
 		s.mu.Lock()
-		s.size -= size
+		s.size -= s.segBytes[n]
+		delete(s.segBytes, n)
 		s.mu.Unlock()
 	}
 	return nil
@@ -523,6 +556,12 @@ func (s *FileStore) flush() {
 		if err != nil {
 			return
 		}
+		if sync {
+			// Let the writers just released append their next records
+			// before the next round starts, so that it carries them all
+			// rather than the first alone.
+			runtime.Gosched()
+		}
 	}
 }
 
@@ -554,7 +593,7 @@ func (s *FileStore) writeSeg(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	n, err := s.seg.Write(b)
+	n, err := s.seg.WriteAt(b, s.segSize)
 	s.segSize += int64(n)
 	return err
 }
@@ -567,12 +606,18 @@ func (s *FileStore) rotate(n uint64) error {
 	if err := s.seg.Close(); err != nil {
 		return err
 	}
-	f, err := s.fs.OpenFile(s.segPath(n), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o644)
+	f, err := s.fs.OpenFile(s.segPath(n), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
 		s.seg = nil
 		return err
 	}
+	if err := f.Preallocate(s.opts.SegmentBytes); err != nil {
+		f.Close()
+		s.seg = nil
+		return err
+	}
 	s.mu.Lock()
+	s.segBytes[s.segN] = s.segSize
 	s.seg, s.segN, s.segSize = f, n, 0
 	s.segs = append(s.segs, n)
 	s.cond.Broadcast()

@@ -29,9 +29,12 @@ func appendFrame(b []byte, r *Record) []byte {
 }
 
 // frameError describes why a frame does not read; torn is true when the
-// frame runs past the end of the data, as a write cut short leaves it.
+// frame runs past the end of the data, as a write cut short leaves it, and
+// end is where the frame claims to end (for a torn write into space
+// allocated ahead, which reads as zeros after it).
 type frameError struct {
 	torn bool
+	end  int
 	err  error
 }
 
@@ -55,11 +58,11 @@ func readFrame(b []byte) (*Record, int, error) {
 	}
 	body := b[frameHeader:end]
 	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, 0, &frameError{torn: end == len(b), err: fmt.Errorf("%w: checksum mismatch", ErrCorrupt)}
+		return nil, 0, &frameError{torn: end == len(b), end: end, err: fmt.Errorf("%w: checksum mismatch", ErrCorrupt)}
 	}
 	r, err := decode(body)
 	if err != nil {
-		return nil, 0, &frameError{err: err}
+		return nil, 0, &frameError{end: end, err: err}
 	}
 	if r.Job != nil && r.Job.Payload != nil {
 		r.Job.Payload = append([]byte(nil), r.Job.Payload...)
@@ -68,4 +71,32 @@ func readFrame(b []byte) (*Record, int, error) {
 		r.Data = append([]byte(nil), r.Data...)
 	}
 	return r, end, nil
+}
+
+// endOfRecords reports whether the records of a segment end at off: no
+// record is empty, so a zero length there starts the space allocated ahead
+// and never written. That space must be zeros to its end; anything else
+// after it is an error (a zeroed stretch in the middle of the log).
+func endOfRecords(data []byte, off int) (bool, error) {
+	if len(data)-off < frameHeader || binary.LittleEndian.Uint32(data[off:]) != 0 {
+		return false, nil
+	}
+	if !zeroAfter(data, off) {
+		return true, fmt.Errorf("%w: records after a stretch of zeros", ErrCorrupt)
+	}
+	return true, nil
+}
+
+// zeroAfter reports whether data holds only zeros from from on: what a
+// write cut short leaves in space allocated ahead.
+func zeroAfter(data []byte, from int) bool {
+	if from > len(data) {
+		return true
+	}
+	for _, c := range data[from:] {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

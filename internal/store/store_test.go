@@ -196,35 +196,85 @@ func lastSegment(t *testing.T, dir string) string {
 	return m[len(m)-1]
 }
 
+// A record cut short by a death mid-write is cut off, whether the segment
+// was allocated ahead (the half record is followed by zeros) or grows as it
+// is written (a file system without fallocate: the half record ends it).
 func TestTornFinalRecordIsCut(t *testing.T) {
+	t.Parallel()
+	for _, allocated := range []bool{true, false} {
+		t.Run(fmt.Sprint("allocated ahead ", allocated), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			s := openFile(t, dir, FileOptions{})
+			replayAll(t, s)
+			want := writeSome(t, s, 3)
+			end := s.Size()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			seg := lastSegment(t, dir)
+			if st, _ := os.Stat(seg); allocated && st.Size() <= end {
+				t.Skip("this file system does not allocate ahead")
+			}
+			if !allocated {
+				if err := os.Truncate(seg, end); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The process died halfway through writing one more record.
+			frame := appendFrame(nil, sample(9)[1])
+			f, err := os.OpenFile(seg, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(frame[:len(frame)/2], end); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+
+			r := openFile(t, dir, FileOptions{})
+			if got := replayAll(t, r); len(got) != len(want) {
+				t.Fatalf("replayed %d records after a torn write, want %d", len(got), len(want))
+			}
+			// The log goes on cleanly after the cut.
+			more := sample(4)
+			pos, _ := r.Append(more...)
+			if err := r.Wait(pos); err != nil {
+				t.Fatal(err)
+			}
+			checkReplay(t, r, append(want, more...))
+		})
+	}
+}
+
+// In space allocated ahead, the records end at the first zero length; a
+// record after zeros means a stretch of the log was lost, and is refused.
+func TestRecordsAfterZerosAreRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := openFile(t, dir, FileOptions{})
 	replayAll(t, s)
-	want := writeSome(t, s, 3)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// The process died halfway through writing one more record.
-	frame := appendFrame(nil, sample(9)[1])
-	f, err := os.OpenFile(lastSegment(t, dir), os.O_APPEND|os.O_WRONLY, 0)
+	writeSome(t, s, 3)
+	end := s.Size()
+	s.Close()
+	seg := lastSegment(t, dir)
+	f, err := os.OpenFile(seg, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Write(frame[:len(frame)/2])
-	f.Close()
-
-	r := openFile(t, dir, FileOptions{})
-	if got := replayAll(t, r); len(got) != len(want) {
-		t.Fatalf("replayed %d records after a torn write, want %d", len(got), len(want))
-	}
-	// The log goes on cleanly after the cut.
-	more := sample(4)
-	pos, _ := r.Append(more...)
-	if err := r.Wait(pos); err != nil {
+	if _, err := f.WriteAt(appendFrame(nil, sample(9)[1]), end+4096); err != nil {
 		t.Fatal(err)
 	}
-	checkReplay(t, r, append(want, more...))
+	f.Close()
+	r, err := OpenFile(dir, FileOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var ce *CorruptError
+	if err := r.Replay(func(*Record) error { return nil }); !errors.As(err, &ce) || ce.Offset != end {
+		t.Fatalf("Replay = %v, want a CorruptError at offset %d", err, end)
+	}
 }
 
 func TestCorruptMiddleIsRefusedOrSalvaged(t *testing.T) {
