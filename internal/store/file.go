@@ -155,6 +155,11 @@ type pending struct {
 	seg uint64 // the segment the rotation starts
 }
 
+// maxSpare bounds the write buffer the flusher keeps for its next round:
+// a larger one, grown by a burst of appends, is given back to the garbage
+// collector rather than held for the life of the process.
+const maxSpare = 1 << 20
+
 // ErrLocked is returned by OpenFile when another process holds the
 // directory.
 var ErrLocked = errors.New("store: data directory in use")
@@ -537,7 +542,11 @@ func (s *FileStore) flush() {
 			dirty = false
 		}
 		s.mu.Lock()
-		s.spare = buf
+		if cap(buf) <= maxSpare {
+			s.spare = buf
+		} else {
+			s.spare = nil // a burst's buffer is not kept for good
+		}
 		if err != nil {
 			s.err = fmt.Errorf("store: log write failed, nothing more is accepted until restart: %w", err)
 			s.log.Error("store: log write failed", "err", err)
