@@ -33,6 +33,12 @@ type Client struct {
 	log    *slog.Logger
 }
 
+// Flow-control windows of a connection to the broker (see Dial).
+const (
+	streamWindow = 4 << 20
+	connWindow   = 16 << 20
+)
+
 // Option configures Dial.
 type Option func(*options)
 
@@ -110,6 +116,10 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if o.token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer{token: o.token, loopback: o.tls == nil && isLoopback(addr)}))
 	}
+	// Static windows, as the broker's: gRPC's bandwidth estimator would
+	// otherwise ping the broker for nearly every small message. The
+	// stream window holds a full-size delivery of the default limits.
+	dial = append(dial, grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow))
 	dial = append(dial, o.dial...)
 	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {

@@ -337,33 +337,58 @@ func (p *Producer) tryOpen() (*pstream, error) {
 	return ps, nil
 }
 
-// recv answers batches in order. After an error every later batch fails
-// with it too.
+// recv answers batches in order. It waits for the broker's next answer
+// before it takes the batch it belongs to (send hands a batch over right
+// after sending it), so that an answer wakes it once rather than the
+// batch and then its answer. After an error every later batch fails with
+// it too.
 func (ps *pstream) recv() {
 	defer close(ps.recvDone)
-	for b := range ps.inflight {
-		if ps.err == nil {
-			resp, err := ps.s.Recv()
-			if err == nil && len(resp.Results) != len(b.items) {
-				err = errMismatch
-			}
+	for {
+		resp, err := ps.s.Recv()
+		b, ok := <-ps.inflight
+		if !ok {
+			// Closed with nothing awaiting an answer: the stream ended
+			// (Close, or abandon after a failed send).
 			if err == nil {
-				for i, it := range b.items {
-					r := resp.Results[i]
-					it.done(r.Id, resultError(r))
-				}
-				<-ps.slots
-				continue
+				err = errMismatch // an answer to no batch
 			}
-			ps.err = err
-			close(ps.broken)
-			ps.cancel()
+			ps.fail(err)
+			return
 		}
+		if err == nil && len(resp.Results) != len(b.items) {
+			err = errMismatch
+		}
+		if err != nil {
+			ps.fail(err)
+			for _, it := range b.items {
+				it.done("", ps.err)
+			}
+			<-ps.slots
+			break
+		}
+		for i, it := range b.items {
+			r := resp.Results[i]
+			it.done(r.Id, resultError(r))
+		}
+		<-ps.slots
+	}
+	for b := range ps.inflight {
 		for _, it := range b.items {
 			it.done("", ps.err)
 		}
 		<-ps.slots
 	}
+}
+
+// fail records the stream's failure; only the first counts.
+func (ps *pstream) fail(err error) {
+	if ps.err != nil {
+		return
+	}
+	ps.err = err
+	close(ps.broken)
+	ps.cancel()
 }
 
 // isBroken reports whether recv has seen the stream fail.

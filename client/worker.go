@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -214,7 +215,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 		})
 	}
 	recvErr := make(chan error, 1)
-	var gotMu sync.Mutex
+	var gotAny atomic.Bool
 	go func() {
 		for {
 			resp, err := stream.Recv()
@@ -234,9 +235,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 			if pd == nil {
 				continue // a kind of response this SDK does not know
 			}
-			gotMu.Lock()
-			got = true
-			gotMu.Unlock()
+			gotAny.Store(true)
 			select {
 			case jobs <- fromProto(pd):
 			case <-stop:
@@ -265,9 +264,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 		}
 		t.Stop()
 	}
-	gotMu.Lock()
-	defer gotMu.Unlock()
-	return got, err
+	return gotAny.Load(), err
 }
 
 type session struct {
@@ -361,7 +358,7 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
 		// The broker drops it whatever we say; say why, and ask for more.
 		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: "cancelled", Credit: credit}}}
 	case err == nil:
-		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Ack{Ack: &pb.Ack{Id: d.ID, Duration: durationpb.New(took), Credit: credit}}}
+		req = ackRequest(d.ID, took, credit)
 	case errors.Is(err, ErrDeadLetter):
 		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: reason(err), Credit: credit}}}
 	case ctx.Err() != nil:
@@ -377,6 +374,28 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
 		}}}
 	}
 	_ = s.send(req) // if the stream is gone, the broker redelivers the job
+}
+
+// ack is an ack request and every message in it, so that one allocation
+// serves an ack instead of four. Each ack gets a fresh one: gRPC may still
+// read a message after Send returns.
+type ack struct {
+	req   pb.ConsumeRequest
+	oneof pb.ConsumeRequest_Ack
+	ack   pb.Ack
+	took  durationpb.Duration
+}
+
+// ackRequest is the request that acks job id after took, asking for
+// credit more deliveries.
+func ackRequest(id string, took time.Duration, credit uint32) *pb.ConsumeRequest {
+	a := new(ack)
+	// As durationpb.New computes it.
+	a.took.Seconds, a.took.Nanos = int64(took/time.Second), int32(took%time.Second)
+	a.ack.Id, a.ack.Duration, a.ack.Credit = id, &a.took, credit
+	a.oneof.Ack = &a.ack
+	a.req.Request = &a.oneof
+	return &a.req
 }
 
 func run(ctx context.Context, d *Delivery, h Handler) (err error) {

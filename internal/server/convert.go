@@ -64,16 +64,33 @@ func fromMessage(i int, m *pb.Message) (*broker.Message, error) {
 	return bm, nil
 }
 
-func toDelivery(d *broker.Delivery) *pb.Delivery {
-	return &pb.Delivery{
-		Id: d.ID, Queue: d.Queue, Producer: d.Producer, JobType: d.JobType,
-		SizeHint: d.SizeHint, Payload: d.Payload, Headers: d.Headers,
-		Attempt:     uint32(d.Attempt),
-		PublishedAt: timestamppb.New(d.PublishedAt),
-		Lease:       durationpb.New(d.Lease),
-		Tier:        uint32(d.Tier),
-		PredictedMs: float64(d.Predicted) / float64(time.Millisecond),
-	}
+// deliveryResponse holds a delivery's response and every message in it, so
+// that one allocation serves a delivery instead of five. Each delivery gets
+// a fresh one: gRPC may still read a message after Send returns (stats
+// handlers and tracing may use it lazily).
+type deliveryResponse struct {
+	resp     pb.ConsumeResponse
+	oneof    pb.ConsumeResponse_Delivery
+	delivery pb.Delivery
+	at       timestamppb.Timestamp
+	lease    durationpb.Duration
+}
+
+// toDeliveryResponse is d as the response that delivers it.
+func toDeliveryResponse(d *broker.Delivery) *pb.ConsumeResponse {
+	r := new(deliveryResponse)
+	pd := &r.delivery
+	pd.Id, pd.Queue, pd.Producer, pd.JobType = d.ID, d.Queue, d.Producer, d.JobType
+	pd.SizeHint, pd.Payload, pd.Headers = d.SizeHint, d.Payload, d.Headers
+	pd.Attempt, pd.Tier = uint32(d.Attempt), uint32(d.Tier)
+	pd.PredictedMs = float64(d.Predicted) / float64(time.Millisecond)
+	// As timestamppb.New and durationpb.New compute them.
+	r.at.Seconds, r.at.Nanos = d.PublishedAt.Unix(), int32(d.PublishedAt.Nanosecond())
+	r.lease.Seconds, r.lease.Nanos = int64(d.Lease/time.Second), int32(d.Lease%time.Second)
+	pd.PublishedAt, pd.Lease = &r.at, &r.lease
+	r.oneof.Delivery = pd
+	r.resp.Response = &r.oneof
+	return &r.resp
 }
 
 // Bounds on config fields before they are narrowed to int.

@@ -79,9 +79,26 @@ func Limits(cfg broker.Config) *pb.Limits {
 	}
 }
 
+// Flow-control windows of the broker's connections and the SDK's. A
+// static window turns off gRPC's bandwidth-delay estimator, which sends a
+// PING (and a connection window update) whenever data arrives and no ping
+// is outstanding: with small messages spaced wider than the round trip,
+// that is an extra frame each way, and an extra wake-up, for nearly every
+// message. The windows are at least the estimator's ceiling for a stream
+// of full-size requests, so large messages are not slowed on a network
+// with a long round trip.
+const (
+	// StreamWindow is a stream's window unless the request limit is
+	// larger (up to ConnWindow).
+	StreamWindow = 4 << 20
+	// ConnWindow is a connection's window: the estimator's own ceiling.
+	ConnWindow = 16 << 20
+)
+
 // ServerOptions are the gRPC options the broker's limits call for: a
-// receive limit large enough for a full-size payload and its envelope, and
-// a send limit that lets any delivery out.
+// receive limit large enough for a full-size payload and its envelope, a
+// send limit that lets any delivery out, and static flow-control windows
+// large enough for a full-size request.
 func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 	l := Limits(cfg)
 	return []grpc.ServerOption{
@@ -91,6 +108,8 @@ func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 		// fixed pool of stream handlers instead of a goroutine per stream.
 		grpc.SharedWriteBuffer(true),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.StaticStreamWindowSize(int32(min(max(l.MaxRequestBytes, StreamWindow), ConnWindow))),
+		grpc.StaticConnWindowSize(ConnWindow),
 	}
 }
 
@@ -247,8 +266,7 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.C
 			}
 			continue
 		}
-		// A fresh message each time: gRPC may still hold the last one.
-		if err := send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Delivery{Delivery: toDelivery(&d)}}); err != nil {
+		if err := send(toDeliveryResponse(&d)); err != nil {
 			c.Return(d.ID) // it never left: no attempt charged
 			return err
 		}

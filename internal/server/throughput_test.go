@@ -17,6 +17,7 @@ import (
 // payloads, all over loopback gRPC in this process. ns/op is per message
 // published, delivered and acked; msgs/s is the same figure inverted.
 func BenchmarkEndToEnd(b *testing.B) {
+	b.ReportAllocs()
 	for _, policy := range []string{"fifo", "bounded"} {
 		b.Run(policy, func(b *testing.B) {
 			tb := setup(b, broker.Config{Queue: broker.QueueConfig{Policy: policy}})

@@ -1,0 +1,80 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+)
+
+// simpleDeliveryResponse is the response built field by field with the
+// well-known types' own constructors: the reference toDeliveryResponse
+// must match.
+func simpleDeliveryResponse(d *broker.Delivery) *pb.ConsumeResponse {
+	return &pb.ConsumeResponse{Response: &pb.ConsumeResponse_Delivery{Delivery: &pb.Delivery{
+		Id: d.ID, Queue: d.Queue, Producer: d.Producer, JobType: d.JobType,
+		SizeHint: d.SizeHint, Payload: d.Payload, Headers: d.Headers,
+		Attempt:     uint32(d.Attempt),
+		PublishedAt: timestamppb.New(d.PublishedAt),
+		Lease:       durationpb.New(d.Lease),
+		Tier:        uint32(d.Tier),
+		PredictedMs: float64(d.Predicted) / float64(time.Millisecond),
+	}}}
+}
+
+func TestToDeliveryResponse(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 3, 4, 5, 6, 7, 891011121, time.UTC)
+	tests := []struct {
+		name string
+		d    broker.Delivery
+	}{
+		{"zero", broker.Delivery{}},
+		{"full", broker.Delivery{ID: "42", Queue: "q", Producer: "p", JobType: "j", SizeHint: 64,
+			Payload: []byte("body"), Headers: map[string]string{"k": "v"}, Attempt: 3,
+			PublishedAt: base, Lease: 30*time.Second + 5*time.Nanosecond, Tier: 2, Predicted: 1500 * time.Microsecond}},
+		{"before 1970", broker.Delivery{ID: "1", PublishedAt: time.Date(1969, 12, 31, 23, 59, 59, 5, time.UTC)}},
+		{"negative lease", broker.Delivery{ID: "1", Lease: -1500 * time.Millisecond}},
+		{"other zone", broker.Delivery{ID: "1", PublishedAt: base.In(time.FixedZone("x", 3600))}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, want := toDeliveryResponse(&tt.d), simpleDeliveryResponse(&tt.d)
+			if !proto.Equal(got, want) {
+				t.Fatalf("toDeliveryResponse = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// BenchmarkDeliveryResponse compares building and encoding a delivery's
+// response in one allocation with building it field by field.
+func BenchmarkDeliveryResponse(b *testing.B) {
+	d := broker.Delivery{ID: "123456", Queue: "cost", Producer: "cost", JobType: "noop", SizeHint: 64,
+		Payload: make([]byte, 64), Attempt: 1, PublishedAt: time.Now(), Lease: 30 * time.Second, Predicted: time.Millisecond}
+	for _, bb := range []struct {
+		name  string
+		build func(*broker.Delivery) *pb.ConsumeResponse
+	}{{"one-allocation", toDeliveryResponse}, {"field-by-field", simpleDeliveryResponse}} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var buf []byte
+			for b.Loop() {
+				var err error
+				if buf, err = marshal(buf[:0], bb.build(&d)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func marshal(buf []byte, m proto.Message) ([]byte, error) {
+	return proto.MarshalOptions{}.MarshalAppend(buf, m)
+}
