@@ -331,10 +331,9 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 			return err
 		}
 		q.mu.Lock()
-		recs, n := q.stateRecords()
-		jobs += n
-		p, err := st.Append(recs...)
+		p, n, err := q.appendState(st)
 		q.mu.Unlock()
+		jobs += n
 		if err != nil {
 			return err
 		}
@@ -359,13 +358,37 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// stateRecords is q's config, every job it holds (n of them), its unique
-// keys and its predictor, as records.
-func (q *queue) stateRecords() (recs []*store.Record, n int) {
-	recs, n = q.line.StateRecords([]*store.Record{q.declareRecord(), q.pauseRecord()})
-	recs = q.uniqueRecords(q.b.clk.Now(), recs)
-	return append(recs, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()}), n
+// appendState appends q's config, every job it holds (n of them), its
+// unique keys and its predictor to st, in batches of checkpointBatch
+// records, so that a checkpoint holds one batch of records at a time, not
+// one per job (the writer drains the log's buffer meanwhile). The caller
+// holds q.mu, so the records are one moment's state.
+func (q *queue) appendState(st store.Store) (pos store.Pos, n int, err error) {
+	batch := make([]*store.Record, 0, checkpointBatch)
+	flush := func() {
+		if err != nil || len(batch) == 0 {
+			return
+		}
+		pos, err = st.Append(batch...)
+		clear(batch)
+		batch = batch[:0]
+	}
+	add := func(r *store.Record) {
+		if batch = append(batch, r); len(batch) == cap(batch) {
+			flush()
+		}
+	}
+	add(q.declareRecord())
+	add(q.pauseRecord())
+	n = q.line.StateRecords(add)
+	q.uniqueRecords(q.b.clk.Now(), add)
+	add(&store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()})
+	flush()
+	return pos, n, err
 }
+
+// checkpointBatch is how many records a checkpoint appends at a time.
+const checkpointBatch = 1024
 
 // saveLearning writes every queue's predictor to the log and waits for it.
 func (b *Broker) saveLearning() error {

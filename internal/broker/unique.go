@@ -73,11 +73,10 @@ func (q *queue) claimLocked(key, id string, until time.Time) {
 	q.logLocked(&store.Record{Kind: store.KindUnique, Queue: q.name, ID: id, Reason: key, At: until})
 }
 
-// uniqueRecords is the index as records, for a checkpoint.
-func (q *queue) uniqueRecords(now time.Time, recs []*store.Record) []*store.Record {
+// uniqueRecords calls emit with the index as records, for a checkpoint.
+func (q *queue) uniqueRecords(now time.Time, emit func(*store.Record)) {
 	q.unique.prune(now)
 	for key, e := range q.unique.keys {
-		recs = append(recs, &store.Record{Kind: store.KindUnique, Queue: q.name, ID: e.id, Reason: key, At: e.until})
+		emit(&store.Record{Kind: store.KindUnique, Queue: q.name, ID: e.id, Reason: key, At: e.until})
 	}
-	return recs
 }

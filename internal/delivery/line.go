@@ -739,18 +739,23 @@ func (l *Line) Peek(now time.Time, n int) []*Job {
 	return out
 }
 
-// StateRecords appends to recs a record of every job the Line holds, as a
+// StateRecords calls emit with a record of every job the Line holds, as a
 // checkpoint writes them (a job in flight as ready, as recovery brings it
-// back), and says how many.
-func (l *Line) StateRecords(recs []*store.Record) ([]*store.Record, int) {
-	n := len(recs)
+// back), one at a time so that a checkpoint of a million jobs need not
+// hold a million records at once, and says how many.
+func (l *Line) StateRecords(emit func(*store.Record)) int {
+	n := 0
+	rec := func(j *Job, state store.State, reason string, at time.Time) {
+		emit(l.record(j, state, reason, at))
+		n++
+	}
 	l.Each(
-		func(j *Job) { recs = append(recs, l.record(j, store.Ready, "", time.Time{})) },
-		func(j *Job) { recs = append(recs, l.record(j, store.Ready, "", time.Time{})) },
-		func(j *Job) { recs = append(recs, l.record(j, store.Delayed, "", time.Time{})) },
-		func(d DeadLetterEntry) { recs = append(recs, l.record(d.Job, store.Dead, d.Reason, d.At)) },
+		func(j *Job) { rec(j, store.Ready, "", time.Time{}) },
+		func(j *Job) { rec(j, store.Ready, "", time.Time{}) },
+		func(j *Job) { rec(j, store.Delayed, "", time.Time{}) },
+		func(d DeadLetterEntry) { rec(d.Job, store.Dead, d.Reason, d.At) },
 	)
-	return recs, len(recs) - n
+	return n
 }
 
 // record is j's full state.

@@ -139,7 +139,8 @@ func TestRestoreFromStateRecords(t *testing.T) {
 	_ = l.Nack(h, dead.ID, DeadLetter, 0, "poison \xff", false, now)
 	_ = run
 
-	recs, n := l.StateRecords(nil)
+	var recs []*store.Record
+	n := l.StateRecords(func(r *store.Record) { recs = append(recs, r) })
 	if n != 6 || len(recs) != 6 {
 		t.Fatalf("%d records for %d jobs, want 6", len(recs), n)
 	}
