@@ -62,6 +62,41 @@ var DurableArms = []Arm{
 	{"nats-jetstream", NATS, PolicyFIFO},
 	{"rabbitmq-quorum", RabbitQuorum, PolicyFIFO},
 	{"redis-aof", RedisAOF, PolicyFIFO},
+	{BareUnaryArm, BareGRPC, PolicyFIFO},
+}
+
+// BareUnaryArm is the bare gRPC queue published to as the durable arms
+// publish: each producer waits for the answer to one publish before the
+// next. It stores nothing, so it is the ceiling of a confirmed publish
+// over Harbinger's transport and SDK on this machine.
+const BareUnaryArm = "bare-grpc-unary"
+
+// unaryArms publish each message with a call of its own that returns once
+// the broker has answered, on a driver that otherwise streams.
+var unaryArms = map[string]bool{BareUnaryArm: true}
+
+// unaryQueue is a queue that can also be published to one call per
+// message.
+type unaryQueue interface {
+	NewUnaryPublisher(context.Context) (Publisher, error)
+}
+
+// unaryVersioner describes its broker published to one call per message.
+type unaryVersioner interface {
+	UnaryVersion(context.Context) string
+}
+
+// newPublisher is the arm's publisher on q: one call per message for the
+// unary arms, the driver's own otherwise.
+func newPublisher(ctx context.Context, q Queue, a Arm) (Publisher, error) {
+	if !unaryArms[a.Name] {
+		return q.NewPublisher(ctx)
+	}
+	uq, ok := q.(unaryQueue)
+	if !ok {
+		return nil, fmt.Errorf("bench: arm %s needs a broker that can be published to one call per message", a.Name)
+	}
+	return uq.NewUnaryPublisher(ctx)
 }
 
 // AllCostArms is every arm `bench cost --arms` accepts.
@@ -235,6 +270,10 @@ var costRatios = []ratioSpec{
 		[]string{"nats-jetstream", "rabbitmq-quorum", "redis-aof"}},
 	{"durable_vs_memory_unary", "harbinger-durable / harbinger-memory-unary (durable over memory mode, same publishing)", "harbinger-durable",
 		[]string{"harbinger-memory-unary"}},
+	{"memory_unary_vs_bare_unary", "harbinger-memory-unary / bare-grpc-unary (how close confirmed publishing comes to its transport's limit)",
+		"harbinger-memory-unary", []string{BareUnaryArm}},
+	{"durable_vs_bare_unary", "harbinger-durable / bare-grpc-unary (durable over the transport's limit, same publishing)", "harbinger-durable",
+		[]string{BareUnaryArm}},
 }
 
 // Goal is one target of the durable-queues issue, checked against a run.
@@ -269,7 +308,11 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 		if drivers[a.Broker] == nil {
 			return nil, fmt.Errorf("bench: arm %s needs a %s driver", a.Name, a.Broker)
 		}
-		res.Arms[a.Name] = &CostArm{Broker: drivers[a.Broker].Version(ctx)}
+		version := drivers[a.Broker].Version(ctx)
+		if uv, ok := drivers[a.Broker].(unaryVersioner); ok && unaryArms[a.Name] {
+			version = uv.UnaryVersion(ctx)
+		}
+		res.Arms[a.Name] = &CostArm{Broker: version}
 		res.ArmOrder = append(res.ArmOrder, a.Name)
 	}
 	var peaksByRep []map[string]float64
@@ -574,7 +617,7 @@ func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (flo
 	pubErr := make(chan error, cfg.Producers)
 	var seq atomic.Uint64
 	for range cfg.Producers {
-		pub, err := r.q.NewPublisher(ctx)
+		pub, err := newPublisher(ctx, r.q, a)
 		if err != nil {
 			stopP()
 			pwg.Wait()
@@ -663,7 +706,7 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 	pubErr := make(chan error, cfg.Producers)
 	var seq atomic.Uint64
 	for p := range cfg.Producers {
-		pub, err := r.q.NewPublisher(ctx)
+		pub, err := newPublisher(ctx, r.q, a)
 		if err != nil {
 			stopP()
 			pwg.Wait()
@@ -753,9 +796,10 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 // CostMethod is the method paragraph of a cost report.
 func CostMethod(cfg CostConfig, env Environment) string {
 	cfg = cfg.WithDefaults()
-	has := map[string]bool{}
+	has, hasArm := map[string]bool{}, map[string]bool{}
 	for _, a := range cfg.Arms {
 		has[a.Broker] = true
+		hasArm[a.Name] = true
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Broker cost: empty handlers, %d-byte payloads, %d producers and %d consumers, each consumer with at most one unacknowledged message (prefetch 1). Arms: ",
@@ -786,6 +830,10 @@ func CostMethod(cfg CostConfig, env Environment) string {
 		b.WriteString("; ")
 		if has[Harbinger] {
 			b.WriteString("harbinger-inprocess instead serves the broker from inside the harness process, sharing its CPU and garbage collector, and has no broker CPU figure of its own; ")
+		}
+		if hasArm[BareUnaryArm] {
+			b.WriteString(BareUnaryArm + " is the bare gRPC queue published to as the durable arms are (one client.Publish call per message, waiting for its answer), " +
+				"so it marks the limit of a confirmed publish over the transport; ")
 		}
 		if has[BareGRPC] {
 			b.WriteString("bare-grpc is a server in this repository (internal/bench BareQueue, started as `harbinger bench " + BareQueueCommand + "`) that speaks the same gRPC API with the same server options " +

@@ -66,7 +66,7 @@ func TestCostDurableHarbinger(t *testing.T) {
 
 // TestCostDurableShort runs every durable arm side by side, briefly.
 func TestCostDurableShort(t *testing.T) {
-	drivers := harbingerProcessDrivers(t, HarbingerDurable, HarbingerMemoryUnary)
+	drivers := harbingerProcessDrivers(t, HarbingerDurable, HarbingerMemoryUnary, BareGRPC)
 	drivers[NATS] = natsForTest(t)
 	drivers[RabbitQuorum] = rabbitQuorumForTest(t)
 	drivers[RedisAOF] = redisAOFForTest(t)

@@ -229,7 +229,13 @@ func (s *harbingerServer) pid() int {
 func (d *HarbingerDriver) Broker() string { return d.o.Name }
 
 // Version implements Driver: the module version this binary was built from.
-func (d *HarbingerDriver) Version(context.Context) string {
+func (d *HarbingerDriver) Version(context.Context) string { return d.version(d.o.Unary) }
+
+// UnaryVersion is Version for an arm that publishes one client.Publish
+// call per message on this driver's brokers (NewUnaryPublisher).
+func (d *HarbingerDriver) UnaryVersion(context.Context) string { return d.version(true) }
+
+func (d *HarbingerDriver) version(unary bool) string {
 	v := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Version != "" {
@@ -248,7 +254,7 @@ func (d *HarbingerDriver) Version(context.Context) string {
 		BareServer:   "bare gRPC queue server from this build, its own process",
 	}[d.o.Mode]
 	pub := "a Producer stream per producer"
-	if d.o.Unary {
+	if unary {
 		pub = "one client.Publish call per message"
 	}
 	if d.o.Mode == BareServer {
@@ -380,6 +386,12 @@ func (q *harbingerQueue) NewPublisher(context.Context) (Publisher, error) {
 		return &unaryPublisher{c: q.s.c, queue: q.name}, nil
 	}
 	return &harbingerPublisher{p: q.s.c.NewProducer(client.ProducerConfig{}), queue: q.name}, nil
+}
+
+// NewUnaryPublisher is a publisher that makes one client.Publish call per
+// message, whatever the driver's own publishing.
+func (q *harbingerQueue) NewUnaryPublisher(context.Context) (Publisher, error) {
+	return &unaryPublisher{c: q.s.c, queue: q.name}, nil
 }
 
 // unaryPublisher publishes each message with one client.Publish call: the
