@@ -15,6 +15,7 @@ import (
 type FaultFS struct {
 	osFS
 	syncs     atomic.Int64
+	dirSyncs  atomic.Int64
 	failSync  atomic.Bool
 	failWrite atomic.Bool
 }
@@ -27,6 +28,18 @@ func (f *FaultFS) FailWrite(on bool) { f.failWrite.Store(on) }
 
 // Syncs is the number of fsyncs so far.
 func (f *FaultFS) Syncs() int64 { return f.syncs.Load() }
+
+// DirSyncs is the number of directory syncs so far.
+func (f *FaultFS) DirSyncs() int64 { return f.dirSyncs.Load() }
+
+// SyncDir implements FS, failing as fsyncs do.
+func (f *FaultFS) SyncDir(name string) error {
+	f.dirSyncs.Add(1)
+	if f.failSync.Load() {
+		return fmt.Errorf("fsync %s: %w", name, syscall.EIO)
+	}
+	return f.osFS.SyncDir(name)
+}
 
 // OpenFile implements FS.
 func (f *FaultFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {

@@ -77,6 +77,9 @@ type FS interface {
 	Remove(name string) error
 	Rename(from, to string) error
 	MkdirAll(name string, perm fs.FileMode) error
+	// SyncDir makes the directory's entries durable: a file created in it
+	// or removed from it.
+	SyncDir(name string) error
 }
 
 // File is the part of a file the file store uses. Segments are written at
@@ -113,6 +116,15 @@ func (osFS) ReadDir(name string) ([]fs.DirEntry, error)   { return os.ReadDir(na
 func (osFS) Remove(name string) error                     { return os.Remove(name) }
 func (osFS) Rename(from, to string) error                 { return os.Rename(from, to) }
 func (osFS) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(name, perm) }
+
+func (osFS) SyncDir(name string) error {
+	d, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
 
 // File is a Store on disk: a write-ahead log of segment files in one
 // directory, written by one goroutine that commits in groups: every record
@@ -344,6 +356,10 @@ func (s *FileStore) openHead() error {
 		f.Close()
 		return fmt.Errorf("store: allocate segment: %w", err)
 	}
+	if err := s.fs.SyncDir(s.dir); err != nil { // the segment may be new
+		f.Close()
+		return fmt.Errorf("store: sync data directory: %w", err)
+	}
 	s.seg, s.segN, s.segSize = f, n, s.headSize
 	go s.flush()
 	if iv := s.opts.Sync.Interval; iv > 0 {
@@ -451,7 +467,10 @@ func (s *FileStore) Compact(m Mark) error {
 		delete(s.segBytes, n)
 		s.mu.Unlock()
 	}
-	return nil
+	if len(drop) == 0 {
+		return nil
+	}
+	return s.fs.SyncDir(s.dir)
 }
 
 // Size implements Store.
@@ -621,6 +640,13 @@ func (s *FileStore) rotate(n uint64) error {
 		return err
 	}
 	if err := f.Preallocate(s.opts.SegmentBytes); err != nil {
+		f.Close()
+		s.seg = nil
+		return err
+	}
+	// Records confirmed in the new segment must not vanish with its
+	// directory entry.
+	if err := s.fs.SyncDir(s.dir); err != nil {
 		f.Close()
 		s.seg = nil
 		return err

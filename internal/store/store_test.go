@@ -334,6 +334,39 @@ func TestSecondOpenIsRefused(t *testing.T) {
 	}
 }
 
+// A segment's directory entry is made durable when the segment is made and
+// when compaction removes segments, or a power cut could take confirmed
+// records with it.
+func TestSegmentsSyncTheirDirectory(t *testing.T) {
+	t.Parallel()
+	ffs := &FaultFS{}
+	s := openFile(t, t.TempDir(), FileOptions{FS: ffs})
+	replayAll(t, s)
+	if n := ffs.DirSyncs(); n != 1 {
+		t.Fatalf("%d directory syncs after opening, want 1 (the first segment)", n)
+	}
+	if _, err := s.Append(sample(1)...); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Mark() // starts a new segment
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, _ := s.Append(sample(2)...)
+	if err := s.Wait(pos); err != nil {
+		t.Fatal(err)
+	}
+	if n := ffs.DirSyncs(); n != 2 {
+		t.Fatalf("%d directory syncs after a rotation, want 2", n)
+	}
+	if err := s.Compact(m); err != nil {
+		t.Fatal(err)
+	}
+	if n := ffs.DirSyncs(); n != 3 {
+		t.Fatalf("%d directory syncs after compaction, want 3", n)
+	}
+}
+
 func TestGroupCommit(t *testing.T) {
 	t.Parallel()
 	ffs := &FaultFS{}
