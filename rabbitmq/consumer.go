@@ -86,6 +86,8 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, o
 		defer bt.Attach(context.WithoutCancel(ctx), queue, -opts.Workers)
 	}
 	w := worker{queue: queue, p: p, h: h, onObserveError: opts.OnObserveError, now: time.Now}
+	w.reports = startReporter(p)
+	defer w.reports.stop()
 	var wg sync.WaitGroup
 	for range opts.Workers {
 		wg.Go(func() {
@@ -127,6 +129,7 @@ type worker struct {
 	h              func(ctx context.Context, d amqp.Delivery) error
 	onObserveError func(error)
 	now            func() time.Time
+	reports        *reporter // nil: report in the handler's goroutine
 }
 
 func (w worker) handle(ctx context.Context, d amqp.Delivery) {
@@ -142,9 +145,72 @@ func (w worker) handle(ctx context.Context, d amqp.Delivery) {
 	}
 	// The message is acked: report it even if ctx ended meanwhile (a
 	// Remote predictor bounds the call with its own timeout).
-	if err := w.observe(context.WithoutCancel(ctx), d, took); err != nil && w.onObserveError != nil {
-		w.onObserveError(err)
+	report := func() {
+		if err := w.observe(context.WithoutCancel(ctx), d, took); err != nil && w.onObserveError != nil {
+			w.onObserveError(err)
+		}
 	}
+	if !w.reports.send(report) {
+		report()
+	}
+}
+
+// remoteObserver is a predictor in another process (Remote): each report
+// is a round trip.
+type remoteObserver interface{ remote() }
+
+// reportBuffer is how many reports to a remote predictor may wait for the
+// reporter before a handler sends its own.
+const reportBuffer = 256
+
+// reporter sends a consumer's reports to a remote predictor from a
+// goroutine of its own, so that a handler takes its next message without
+// waiting for the round trip: with prefetch 1 the report would otherwise
+// sit between every two messages, and for jobs of a millisecond or two a
+// loopback call to a sidecar on a busy machine costs a good share of the
+// worker's capacity. Reports are never dropped: when the buffer is full the
+// handler sends its own (send returns false). A nil reporter (a predictor
+// in this process, whose reports are cheap) sends nothing.
+type reporter struct {
+	queue chan func()
+	done  chan struct{}
+}
+
+func startReporter(p Predictor) *reporter {
+	if _, ok := p.(remoteObserver); !ok {
+		return nil
+	}
+	r := &reporter{queue: make(chan func(), reportBuffer), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for f := range r.queue {
+			f()
+		}
+	}()
+	return r
+}
+
+// send queues f; false when f must run in the caller instead.
+func (r *reporter) send(f func()) bool {
+	if r == nil {
+		return false
+	}
+	select {
+	case r.queue <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop waits for the queued reports (each bounded by the predictor's own
+// timeout). Every send must have returned.
+func (r *reporter) stop() {
+	if r == nil {
+		return
+	}
+	close(r.queue)
+	<-r.done
 }
 
 // observe reports a success. A predictor in this process (Local) also gets

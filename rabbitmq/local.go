@@ -235,6 +235,31 @@ func (l *Local) Observe(_ context.Context, k Key, d time.Duration) error {
 	return nil
 }
 
+// ObservePeer is Observe for a completion another predictor of a fleet
+// reported (a sidecar folding in a peer's shared observation). Besides
+// learning the duration it counts the key's predicted cost in the recent
+// window that the tier boundaries and the long cut are drawn from, as
+// Predict does for the messages of this predictor's own clients. Without
+// that, each sidecar draws its boundaries from its own publishers' mix of
+// jobs alone, and sidecars whose publishers send different kinds of work
+// give the same cost different tiers, so RabbitMQ serves one sidecar's long
+// work ahead of another's short work. With it every sidecar's window holds
+// its own publishes and its peers' completions: in a fleet of n, the kinds
+// of job its own publishers send count up to twice as much as the others,
+// instead of the others not at all.
+func (l *Local) ObservePeer(_ context.Context, k Key, d time.Duration) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	pk := l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size)
+	if err := l.p.Observe(pk, predict.Prediction{}, d); err != nil {
+		return fmt.Errorf("rabbitmq: %w", err)
+	}
+	if pr := l.p.Predict(pk); pr.Routed() {
+		l.long.mark(pk, pr.Cost, pr.Long)
+	}
+	return nil
+}
+
 // Forget takes a message that never reached its queue (its publish
 // failed) out of the queue's backlog; predicted is what Predict said of it.
 func (l *Local) Forget(_ context.Context, queue string, predicted time.Duration) {

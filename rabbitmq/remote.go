@@ -128,6 +128,10 @@ func loopback(addr string) bool {
 	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
+// remote marks Remote as a predictor in another process, whose reports
+// Consume sends from a goroutine of its own.
+func (r *Remote) remote() {}
+
 // Close closes the connection to the sidecar.
 func (r *Remote) Close() error { return r.conn.Close() }
 

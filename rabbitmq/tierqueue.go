@@ -186,6 +186,8 @@ func ConsumeTiers(ctx context.Context, ch *amqp.Channel, tq TierQueues, p Predic
 		}()
 	}
 	w := worker{queue: tq.Name, p: p, h: h, onObserveError: opts.OnObserveError, now: time.Now}
+	w.reports = startReporter(p)
+	defer w.reports.stop()
 	pk := newPicker(opts.Weights, opts.AgeAfter)
 	held := make([][]amqp.Delivery, n)
 	heldN, open := 0, n

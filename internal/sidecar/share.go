@@ -368,7 +368,9 @@ func (s *Share) foldObservation(ctx context.Context, body []byte) {
 		return
 	}
 	k := rabbitmq.Key{Queue: o.Queue, Producer: o.Producer, JobType: o.JobType, Size: o.Size}
-	if s.local.Observe(ctx, k, time.Duration(o.NS)) == nil {
+	// As a peer's: the window the tiers are drawn from then holds the
+	// fleet's mix of work, not only this sidecar's clients'.
+	if s.local.ObservePeer(ctx, k, time.Duration(o.NS)) == nil {
 		s.stats.received.Add(1)
 	}
 }
