@@ -37,6 +37,10 @@ const (
 	// RabbitQuorum is the same RabbitMQ with quorum queues, persistent
 	// messages and publisher confirms.
 	RabbitQuorum = "rabbitmq-quorum"
+	// RabbitSidecars is the same RabbitMQ with the predictive layout run
+	// through `harbinger sidecar` processes the harness starts per run
+	// (SidecarDriver).
+	RabbitSidecars = "rabbitmq-sidecars"
 	// Redis is a Redis the user runs.
 	Redis = "redis"
 	// RedisAOF is a redis-server the harness starts per run with
@@ -132,6 +136,7 @@ var FlowArms = []Arm{
 	{"rabbitmq-fifo", RabbitMQ, PolicyFIFO},
 	{"rabbitmq-priority", RabbitMQ, PolicyStatic},
 	{"rabbitmq-predictive", RabbitMQ, PolicyPredictive},
+	{"rabbitmq-predictive-sidecars", RabbitSidecars, PolicyPredictive},
 	{"redis-fifo", Redis, PolicyFIFO},
 }
 
@@ -195,7 +200,7 @@ type ConnectOptions struct {
 }
 
 // Connect dials or prepares the brokers the arms need: RabbitMQ at
-// AMQPURL(), Redis at RedisAddr(), and the brokers the harness starts
+// AMQPURL() (with sidecar processes for rabbitmq-sidecars), Redis at RedisAddr(), and the brokers the harness starts
 // itself (Harbinger in or out of process, the bare queue, nats-server,
 // redis-server with AOF). The caller closes the drivers with CloseAll.
 func Connect(ctx context.Context, arms []Arm, o ConnectOptions) (map[string]Driver, error) {
@@ -245,6 +250,18 @@ func Connect(ctx context.Context, arms []Arm, o ConnectOptions) (map[string]Driv
 				return nil, fmt.Errorf("RabbitMQ at %s is unreachable (set HARBINGER_AMQP_URL, or leave the rabbitmq arms out with --arms): %w", redactURL(AMQPURL()), err)
 			}
 			drivers[a.Broker] = d
+		case RabbitSidecars:
+			bin, err := binary()
+			if err != nil {
+				CloseAll(drivers)
+				return nil, err
+			}
+			d, err := DialRabbitSidecars(AMQPURL(), bin)
+			if err != nil {
+				CloseAll(drivers)
+				return nil, fmt.Errorf("RabbitMQ at %s is unreachable (set HARBINGER_AMQP_URL, or leave the rabbitmq arms out with --arms): %w", redactURL(AMQPURL()), err)
+			}
+			drivers[RabbitSidecars] = d
 		case RedisAOF:
 			d, err := StartRedisAOF(ctx, RedisAOFOptions{DataDir: o.DataDir})
 			if err != nil {

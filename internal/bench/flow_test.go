@@ -11,7 +11,8 @@ import (
 // TestFlowEveryArm runs every flow arm briefly against the real brokers and
 // checks that every message completed.
 func TestFlowEveryArm(t *testing.T) {
-	drivers := map[string]Driver{RabbitMQ: rabbitForTest(t), Redis: redisForTest(t), Harbinger: harbingerForTest(t)}
+	drivers := map[string]Driver{RabbitMQ: rabbitForTest(t), Redis: redisForTest(t), Harbinger: harbingerForTest(t),
+		RabbitSidecars: sidecarsForTest(t)}
 	src := productionFlow(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
@@ -31,8 +32,8 @@ func TestFlowEveryArm(t *testing.T) {
 			run.Arm, run.Sent, run.Duplicates, run.Wall.Seconds(), run.OverrunUS, run.MAEms, run.TierAccuracy)
 		// The arms that predict report how well: Harbinger's broker predicts
 		// on every queue, whatever its policy; RabbitMQ only with the
-		// rabbitmq package; Redis never.
-		predicts := strings.HasPrefix(run.Arm, "harbinger-") || run.Arm == "rabbitmq-predictive"
+		// rabbitmq package (in process or through sidecars); Redis never.
+		predicts := strings.HasPrefix(run.Arm, "harbinger-") || strings.HasPrefix(run.Arm, "rabbitmq-predictive")
 		if got := !math.IsNaN(run.MAEms) && !math.IsNaN(run.TierAccuracy); got != predicts {
 			t.Errorf("%s: MAE %v, tier accuracy %v; want figures: %v", run.Arm, run.MAEms, run.TierAccuracy, predicts)
 		}
