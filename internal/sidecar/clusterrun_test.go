@@ -198,6 +198,26 @@ func TestClusterFleet(t *testing.T) {
 	for e := range events {
 		t.Log(e)
 	}
+	t.Logf("predictions that fell back to the middle tier, per sidecar's clients: %d, %d, %d",
+		remotes[0].Fallbacks(), remotes[1].Fallbacks(), remotes[2].Fallbacks())
+	// The restarted sidecar serves its old clients again, without their
+	// reconnecting by hand.
+	back := time.NewTimer(10 * time.Second)
+	defer back.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		before := remotes[deadSidecar].Fallbacks()
+		_, _ = remotes[deadSidecar].Predict(ctx, rabbitmq.Key{Queue: tq.Name, JobType: "email"})
+		if remotes[deadSidecar].Fallbacks() == before {
+			break
+		}
+		select {
+		case <-tick.C:
+		case <-back.C:
+			t.Fatalf("the restarted sidecar on %s did not answer its old clients within 10 s: %v", sidecars[deadSidecar].addr, remotes[deadSidecar].Stats().LastError)
+		}
+	}
 
 	for _, r := range []*clusterRun{fifo, tiered} {
 		confirmed, missing := r.missing()
