@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -17,6 +18,10 @@ func TestCostBareUnary(t *testing.T) {
 	}
 	if res.Arms[BareUnaryArm].PeakCPU.BrokerUS == nil {
 		t.Errorf("%s: no broker CPU figure", BareUnaryArm)
+	}
+	env := Describe(context.Background(), drivers)
+	if m := CostMethod(CostConfig{Arms: arms}, env); !strings.Contains(m, BareUnaryArm+" = bare-grpc (bare gRPC queue server from this build, its own process; one client.Publish call per message)") {
+		t.Errorf("method does not say how %s publishes: %s", BareUnaryArm, m)
 	}
 	if res.ratio("memory_unary_vs_bare_unary") == nil {
 		t.Error("memory-unary / bare-unary ratio missing")

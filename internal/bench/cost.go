@@ -808,7 +808,12 @@ func CostMethod(cfg CostConfig, env Environment) string {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		fmt.Fprintf(&b, "%s = %s", a.Name, env.Brokers[a.Broker])
+		broker := env.Brokers[a.Broker]
+		if unaryArms[a.Name] {
+			// The driver describes how it publishes for its own arms.
+			broker = strings.Replace(broker, "a Producer stream per producer", "one client.Publish call per message", 1)
+		}
+		fmt.Fprintf(&b, "%s = %s", a.Name, broker)
 	}
 	b.WriteString(". ")
 	if has[HarbingerServe] || has[HarbingerDurable] || has[HarbingerMemoryUnary] || has[BareGRPC] || has[Harbinger] {
