@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/harbinger-mq/harbinger/internal/stats"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
@@ -164,18 +164,7 @@ func (q *sidecarQueue) PredictorStats() (maeMS, tierAccuracy float64) {
 			acc = append(acc, v)
 		}
 	}
-	return meanOf(mae), meanOf(acc)
-}
-
-func meanOf(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
+	return stats.Mean(mae), stats.Mean(acc)
 }
 
 // rabbitRemotes publishes and consumes through the rabbitmq package with
