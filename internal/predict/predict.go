@@ -438,6 +438,20 @@ func (p *Predictor) unlink(e *entry) {
 
 func nan() float64 { return math.NaN() }
 
+// Record counts cost in the window of recent predicted costs that the tier
+// boundaries and the long cut are drawn from, exactly as a warm Predict of
+// that cost would, without predicting for any key: no key is touched and
+// nothing is scored. A predictor of a fleet records the predictions its
+// peers made, so that every member draws its tiers from the same mix of
+// work. A cost that is not positive is ignored, as a warm prediction never
+// has one.
+func (p *Predictor) Record(cost time.Duration) {
+	if cost <= 0 {
+		return
+	}
+	p.record(float64(cost) / float64(time.Millisecond))
+}
+
 // Place tiers a message whose cost is known exactly (the simulator's oracle):
 // the cost feeds the boundaries as a warm prediction would.
 func (p *Predictor) Place(cost time.Duration) Prediction {

@@ -552,3 +552,66 @@ func TestLongCut(t *testing.T) {
 		t.Fatalf("long %+v mid %+v short %+v", p.Predict(long), p.Predict(mid), p.Predict(short))
 	}
 }
+
+// Record puts a cost in the window as a warm prediction of that cost
+// would: a predictor that predicts half the messages and records the
+// other half's costs, as a fleet member records its peers' predictions,
+// draws the same boundaries and long cut as one that predicts them all.
+func TestRecordFeedsTheWindow(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Tiers: 3, Window: 64, RecomputeEvery: 8, MinObservations: 1, SpreadGate: -1}
+	all, half := mustNew(t, cfg), mustNew(t, cfg)
+	costs := map[string]time.Duration{"email": ms(5), "thumb": ms(40), "pdf": ms(300), "export": ms(4000)}
+	names := []string{"email", "email", "thumb", "email", "pdf", "thumb", "email", "export"}
+	for _, p := range []*Predictor{all, half} {
+		for _, n := range names {
+			observe(t, p, p.KeyFor("q", "p", n, 0), Prediction{}, costs[n])
+		}
+	}
+	for i := range 200 {
+		n := names[i%len(names)]
+		want := all.Predict(all.KeyFor("q", "p", n, 0))
+		if i%2 == 0 {
+			got := half.Predict(half.KeyFor("q", "p", n, 0))
+			if got.Tier != want.Tier || got.Long != want.Long {
+				t.Fatalf("message %d (%s): tier %d long %v, want tier %d long %v", i, n, got.Tier, got.Long, want.Tier, want.Long)
+			}
+		} else {
+			half.Record(costs[n])
+		}
+	}
+	a, h := all.Summary(), half.Summary()
+	if !slices.Equal(a.Boundaries, h.Boundaries) {
+		t.Fatalf("boundaries %v with recorded costs, want %v", h.Boundaries, a.Boundaries)
+	}
+	if len(h.Boundaries) != 2 || h.Boundaries[1] <= h.Boundaries[0] {
+		t.Fatalf("boundaries %v, want two distinct ones", h.Boundaries)
+	}
+	// Nothing but the window: no key, observation or score changes.
+	before := half.Summary()
+	half.Record(ms(10))
+	half.Record(0)
+	half.Record(-ms(1))
+	after := half.Summary()
+	if after.Keys != before.Keys || after.Observations != before.Observations || after.TierSamples != before.TierSamples {
+		t.Fatalf("Record changed the keys or scores: before %+v after %+v", before, after)
+	}
+	if half.Predict(half.KeyFor("q", "p", "export", 0)).Long != all.Predict(all.KeyFor("q", "p", "export", 0)).Long {
+		t.Fatal("the long cut differs")
+	}
+}
+
+// A cost that is not positive never enters the window.
+func TestRecordIgnoresNonPositive(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{Tiers: 2, RecomputeEvery: 1})
+	p.Record(0)
+	p.Record(-ms(5))
+	if b := p.Summary().Boundaries; len(b) != 0 {
+		t.Fatalf("boundaries %v from non-positive costs, want none", b)
+	}
+	p.Record(ms(7))
+	if b := p.Summary().Boundaries; len(b) != 1 || b[0] != ms(7) {
+		t.Fatalf("boundaries %v, want [7ms]", b)
+	}
+}
