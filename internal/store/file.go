@@ -137,7 +137,8 @@ type FileStore struct {
 	lock *os.File // flock held while open
 
 	mu       sync.Mutex
-	cond     *sync.Cond // broadcast when durable moves, err is set or the flusher has work
+	work     *sync.Cond // the flusher waits on it for records, waiters, checkpoints, ticks or Close
+	progress *sync.Cond // broadcast when durable or the head segment moves, or err is set
 	buf      []byte     // frames appended and not yet written
 	marks    []pending  // checkpoints requested: rotate once buf reaches off
 	appended Pos
@@ -145,11 +146,14 @@ type FileStore struct {
 	written  Pos   // handed to the operating system
 	synced   Pos   // fsynced
 	wanted   Pos   // the highest position a Wait asked for
+	waits    []Pos // positions blocked Waits wait for and the flusher has not released
 	err      error // sticky: the store failed or closed
 	closing  bool
 	size     int64 // bytes in segment files, written or buffered
 	replayed bool
 	tick     bool // interval mode: time to fsync what was written
+	gathered bool // the flusher's wait for the last round's waiters is over
+	gatherN  uint64
 
 	// Owned by the flusher.
 	seg      File
@@ -200,7 +204,8 @@ func OpenFile(dir string, opts FileOptions) (*FileStore, error) {
 		return nil, fmt.Errorf("%w: %s is held by another broker (is one already running with this data directory?)", ErrLocked, dir)
 	}
 	s := &FileStore{dir: dir, opts: opts, fs: opts.FS, log: opts.Logger, lock: lock, done: make(chan struct{}), segBytes: map[uint64]int64{}}
-	s.cond = sync.NewCond(&s.mu)
+	s.work = sync.NewCond(&s.mu)
+	s.progress = sync.NewCond(&s.mu)
 	if err := s.scan(); err != nil {
 		s.unlock()
 		return nil, err
@@ -380,7 +385,7 @@ func (s *FileStore) ticker(iv time.Duration) {
 		case <-t.C:
 			s.mu.Lock()
 			s.tick = true
-			s.cond.Broadcast()
+			s.work.Signal()
 			s.mu.Unlock()
 		}
 	}
@@ -402,7 +407,7 @@ func (s *FileStore) Append(recs ...*Record) (Pos, error) {
 	}
 	s.size += int64(len(s.buf) - before)
 	s.appended += Pos(len(recs))
-	s.cond.Broadcast()
+	s.work.Signal()
 	return s.appended, nil
 }
 
@@ -410,12 +415,17 @@ func (s *FileStore) Append(recs ...*Record) (Pos, error) {
 func (s *FileStore) Wait(pos Pos) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if pos > s.wanted {
-		s.wanted = pos
-		s.cond.Broadcast() // the flusher may owe an fsync for it
+	if s.durable >= pos {
+		return nil
 	}
+	if s.err != nil {
+		return s.err
+	}
+	s.wanted = max(s.wanted, pos)
+	s.waits = append(s.waits, pos)
+	s.work.Signal() // it may owe an fsync for pos, or be gathering waiters
 	for s.durable < pos && s.err == nil {
-		s.cond.Wait()
+		s.progress.Wait()
 	}
 	if s.durable >= pos {
 		return nil
@@ -435,7 +445,7 @@ func (s *FileStore) Mark() (Mark, error) {
 		next = s.marks[len(s.marks)-1].seg + 1
 	}
 	s.marks = append(s.marks, pending{off: len(s.buf), seg: next})
-	s.cond.Broadcast()
+	s.work.Signal()
 	return Mark{seg: next}, nil
 }
 
@@ -444,7 +454,7 @@ func (s *FileStore) Mark() (Mark, error) {
 func (s *FileStore) Compact(m Mark) error {
 	s.mu.Lock()
 	for s.err == nil && s.segN < m.seg {
-		s.cond.Wait()
+		s.progress.Wait()
 	}
 	if s.err != nil {
 		err := s.err
@@ -491,7 +501,7 @@ func (s *FileStore) Close() error {
 	}
 	s.closing = true
 	started := s.seg != nil
-	s.cond.Broadcast()
+	s.work.Signal()
 	s.mu.Unlock()
 	var err error
 	if started {
@@ -510,6 +520,17 @@ func (s *FileStore) Close() error {
 
 // flush is the one writer: it takes everything appended since its last
 // round, writes it, syncs (per the sync mode) and tells the waiters.
+//
+// With fsync always it also gathers: when the last fsync released several
+// waiters (publishers each waiting for their record), the next round
+// waits for as many to be waiting again, or for at most as long as that
+// fsync took, before it starts. Publishers that wait for each answer
+// before their next publish come back one round trip after their release;
+// without the wait, the first of them to come back starts an fsync alone
+// and the rest wait through it for the one after, so the publishers split
+// into cohorts that take turns and each fsync carries a fraction of them.
+// A lone publisher is never delayed, and the wait costs at most one fsync
+// time, once, when the number of publishers falls.
 func (s *FileStore) flush() {
 	defer close(s.done)
 	defer func() {
@@ -518,14 +539,19 @@ func (s *FileStore) flush() {
 		}
 	}()
 	var lastSync time.Time
-	dirty := false // written since the last fsync
+	var syncTook time.Duration // how long the last fsync took
+	cohort := 0                // waiters the last fsync released
+	dirty := false             // written since the last fsync
 	always := s.opts.Sync.Interval == 0
 	// owed: someone waits for a record that is written but not fsynced.
 	owed := func() bool { return always && s.wanted > s.synced && s.written > s.synced }
 	for {
 		s.mu.Lock()
 		for len(s.buf) == 0 && len(s.marks) == 0 && !s.closing && s.err == nil && !(dirty && s.tick) && !owed() {
-			s.cond.Wait()
+			s.work.Wait()
+		}
+		if always && cohort > 1 && len(s.waits) < cohort && s.wanted > s.synced && !s.closing && s.err == nil {
+			s.gather(syncTook, cohort)
 		}
 		s.tick = false
 		if s.err != nil {
@@ -538,7 +564,8 @@ func (s *FileStore) flush() {
 				err = ErrClosed
 			}
 			s.err = err
-			s.cond.Broadcast()
+			s.waits = nil
+			s.progress.Broadcast()
 			s.mu.Unlock()
 			return
 		}
@@ -556,8 +583,10 @@ func (s *FileStore) flush() {
 		sync := dirty && (always && s.wanted > s.synced || !always && time.Since(lastSync) >= s.opts.Sync.Interval)
 		s.mu.Unlock()
 		if err == nil && sync {
+			start := time.Now()
 			err = s.seg.Sync()
 			lastSync = time.Now()
+			syncTook = lastSync.Sub(start)
 			dirty = false
 		}
 		s.mu.Lock()
@@ -569,6 +598,7 @@ func (s *FileStore) flush() {
 		if err != nil {
 			s.err = fmt.Errorf("store: log write failed, nothing more is accepted until restart: %w", err)
 			s.log.Error("store: log write failed", "err", err)
+			s.waits = nil
 		} else {
 			if sync {
 				s.synced = upto
@@ -578,23 +608,47 @@ func (s *FileStore) flush() {
 			} else {
 				s.durable = upto
 			}
+			n := len(s.waits)
+			s.waits = slices.DeleteFunc(s.waits, func(p Pos) bool { return p <= s.durable })
+			if sync {
+				// The largest recent cohort: one round that missed a
+				// waiter lowers the target by one, not to what it got.
+				cohort = max(n-len(s.waits), cohort-1)
+			}
 		}
-		s.cond.Broadcast()
+		s.progress.Broadcast()
 		s.mu.Unlock()
 		if err != nil {
 			return
 		}
 		if sync {
-			// Let the writers just released append their next records
-			// before the next round starts, so that it carries them all
-			// rather than the first alone.
+			// Let the writers just released run before the next round:
+			// in this process they append their next records at once.
 			runtime.Gosched()
 		}
 	}
 }
 
-// write puts buf on disk, rotating at each mark and when the segment is
-// full.
+// gather waits, with mu held, until n waiters wait, for at most d, or
+// until the store closes or fails. Appends and Waits wake it.
+func (s *FileStore) gather(d time.Duration, n int) {
+	s.gatherN++
+	round := s.gatherN
+	s.gathered = false
+	t := time.AfterFunc(d, func() {
+		s.mu.Lock()
+		if s.gatherN == round {
+			s.gathered = true
+			s.work.Signal()
+		}
+		s.mu.Unlock()
+	})
+	for len(s.waits) < n && !s.gathered && !s.closing && s.err == nil {
+		s.work.Wait()
+	}
+	t.Stop()
+}
+
 func (s *FileStore) write(buf []byte, marks []pending) error {
 	off := 0
 	for _, m := range marks {
@@ -655,7 +709,7 @@ func (s *FileStore) rotate(n uint64) error {
 	s.segBytes[s.segN] = s.segSize
 	s.seg, s.segN, s.segSize = f, n, 0
 	s.segs = append(s.segs, n)
-	s.cond.Broadcast()
+	s.progress.Broadcast()
 	s.mu.Unlock()
 	return nil
 }

@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -492,4 +494,63 @@ func ackRecords(n int) []*Record {
 		out[i] = &Record{Kind: KindAck, Queue: "q", ID: fmt.Sprint(i)}
 	}
 	return out
+}
+
+// TestGatheringNeverStrands checks the writer's wait for the last fsync's
+// cohort of waiters: writers that stop one after another, a store that
+// closes and one whose fsync fails while writers wait must each leave no
+// Wait blocked and no waiter registered.
+func TestGatheringNeverStrands(t *testing.T) {
+	t.Parallel()
+	for _, end := range []string{"leave", "close", "fail"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			ffs := &FaultFS{}
+			s := openFile(t, t.TempDir(), FileOptions{FS: ffs})
+			replayAll(t, s)
+			const writers = 6
+			var confirmed atomic.Int64
+			var wg sync.WaitGroup
+			for w := range writers {
+				wg.Go(func() {
+					// In "leave", writer w stops after 50*(w+1) records, so
+					// the cohort shrinks round after round.
+					for i := 0; end != "leave" || i < 50*(w+1); i++ {
+						pos, err := s.Append(&Record{Kind: KindAck, Queue: "q", ID: fmt.Sprintf("%d-%d", w, i)})
+						if err == nil {
+							err = s.Wait(pos)
+						}
+						if err != nil {
+							if end == "leave" {
+								t.Error(err)
+							}
+							return
+						}
+						confirmed.Add(1)
+					}
+				})
+			}
+			for end != "leave" && confirmed.Load() < 500 {
+				runtime.Gosched()
+			}
+			switch end {
+			case "close":
+				if err := s.Close(); err != nil {
+					t.Error(err)
+				}
+			case "fail":
+				ffs.FailSync(true)
+			}
+			wg.Wait() // hangs if a Wait is stranded
+			s.mu.Lock()
+			left := len(s.waits)
+			s.mu.Unlock()
+			if left != 0 {
+				t.Errorf("%d waiters still registered", left)
+			}
+			if end == "leave" && confirmed.Load() != 50*writers*(writers+1)/2 {
+				t.Errorf("%d confirmed, want %d", confirmed.Load(), 50*writers*(writers+1)/2)
+			}
+		})
+	}
 }
