@@ -25,11 +25,8 @@ const (
 	// HarbingerServe is `harbinger serve --memory`, a process of its own.
 	HarbingerServe = "harbinger-serve"
 	// HarbingerDurable is `harbinger serve --fsync always`, a process of
-	// its own, each publish a client.Publish call.
+	// its own on a fresh data directory.
 	HarbingerDurable = "harbinger-durable"
-	// HarbingerMemoryUnary is `harbinger serve --memory` published to as
-	// HarbingerDurable is: the durable arm's own memory-mode baseline.
-	HarbingerMemoryUnary = "harbinger-memory-unary"
 	// BareGRPC is the bare gRPC queue (BareQueue), a process of its own.
 	BareGRPC = "bare-grpc"
 	// RabbitMQ is a RabbitMQ the user runs: classic queues, no confirms.
@@ -221,7 +218,7 @@ func Connect(ctx context.Context, arms []Arm, o ConnectOptions) (map[string]Driv
 		switch a.Broker {
 		case Harbinger:
 			drivers[Harbinger] = NewHarbinger(o.Harbinger)
-		case HarbingerServe, HarbingerDurable, HarbingerMemoryUnary, BareGRPC:
+		case HarbingerServe, HarbingerDurable, BareGRPC:
 			bin, err := binary()
 			if err != nil {
 				CloseAll(drivers)
@@ -232,9 +229,7 @@ func Connect(ctx context.Context, arms []Arm, o ConnectOptions) (map[string]Driv
 			case HarbingerServe:
 				h.Mode = ServeMemory
 			case HarbingerDurable:
-				h.Mode, h.Unary = ServeDurable, true
-			case HarbingerMemoryUnary:
-				h.Mode, h.Unary = ServeMemory, true
+				h.Mode = ServeDurable
 			case BareGRPC:
 				h.Mode = BareServer
 			}

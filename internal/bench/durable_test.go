@@ -50,9 +50,9 @@ func rabbitQuorumForTest(t *testing.T) Driver {
 // TestCostDurableHarbinger runs Harbinger's two durable-comparison arms,
 // which need no other service.
 func TestCostDurableHarbinger(t *testing.T) {
-	drivers := harbingerProcessDrivers(t, HarbingerDurable, HarbingerMemoryUnary)
+	drivers := harbingerProcessDrivers(t, HarbingerDurable, HarbingerServe)
 	res := shortCost(t, DurableArms[:2], drivers)
-	if res.ratio("durable_vs_memory_unary") == nil {
+	if res.ratio("durable_vs_memory") == nil {
 		t.Error("durable / memory ratio missing")
 	}
 	var ids []string
@@ -66,7 +66,7 @@ func TestCostDurableHarbinger(t *testing.T) {
 
 // TestCostDurableShort runs every durable arm side by side, briefly.
 func TestCostDurableShort(t *testing.T) {
-	drivers := harbingerProcessDrivers(t, HarbingerDurable, HarbingerMemoryUnary, BareGRPC)
+	drivers := harbingerProcessDrivers(t, HarbingerDurable, HarbingerServe, BareGRPC)
 	drivers[NATS] = natsForTest(t)
 	drivers[RabbitQuorum] = rabbitQuorumForTest(t)
 	drivers[RedisAOF] = redisAOFForTest(t)

@@ -70,10 +70,6 @@ type HarbingerOptions struct {
 	// Binary is the harbinger executable the other modes start (see
 	// HarbingerBinary).
 	Binary string
-	// Unary publishes each message with its own client.Publish call, which
-	// returns once the broker has stored it, instead of through a Producer
-	// stream.
-	Unary bool
 	// DataDir is where ServeDurable brokers get their fresh data
 	// directories; default os.TempDir(). It must be on the disk under
 	// test: on tmpfs an fsync costs nothing.
@@ -229,7 +225,7 @@ func (s *harbingerServer) pid() int {
 func (d *HarbingerDriver) Broker() string { return d.o.Name }
 
 // Version implements Driver: the module version this binary was built from.
-func (d *HarbingerDriver) Version(context.Context) string { return d.version(d.o.Unary) }
+func (d *HarbingerDriver) Version(context.Context) string { return d.version(false) }
 
 // UnaryVersion is Version for an arm that publishes one client.Publish
 // call per message on this driver's brokers (NewUnaryPublisher).
@@ -318,7 +314,7 @@ func (d *HarbingerDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, err
 		s = d.shared
 		d.mu.Unlock()
 	}
-	q := &harbingerQueue{s: s, name: spec.Name, own: d.fresh, unary: d.o.Unary}
+	q := &harbingerQueue{s: s, name: spec.Name, own: d.fresh}
 	if _, err := s.c.DeclareQueue(ctx, spec.Name, cfg); err != nil {
 		q.Teardown(ctx)
 		return nil, fmt.Errorf("bench: harbinger declare %s: %w", spec.Name, err)
@@ -331,10 +327,9 @@ func (d *HarbingerDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, err
 }
 
 type harbingerQueue struct {
-	s     *harbingerServer
-	name  string
-	own   bool // the broker is this queue's alone
-	unary bool
+	s    *harbingerServer
+	name string
+	own  bool // the broker is this queue's alone
 }
 
 // BrokerPID implements brokerPID.
@@ -380,11 +375,9 @@ func summaryStats(s predict.Summary) (maeMS, tierAccuracy float64) {
 }
 
 // NewPublisher implements Queue: a client Producer, which publishes over
-// one gRPC stream.
+// one gRPC stream; each Publish waits for the broker's answer (on a
+// durable broker, for its record to be on disk).
 func (q *harbingerQueue) NewPublisher(context.Context) (Publisher, error) {
-	if q.unary {
-		return &unaryPublisher{c: q.s.c, queue: q.name}, nil
-	}
 	return &harbingerPublisher{p: q.s.c.NewProducer(client.ProducerConfig{}), queue: q.name}, nil
 }
 
