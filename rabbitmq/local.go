@@ -194,6 +194,23 @@ func (l *Local) Totals() map[string]QueueTotals {
 // and is not remembered, and only queues with handlers attached have a
 // backlog.
 func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
+	return l.predict(k, -1), nil
+}
+
+// PredictCounted is Predict for a message its publisher already sent with
+// an earlier answer for its key (Remote's cache, RemoteOptions.CacheFor),
+// whose predicted duration, stamped on the message, was counted: that is
+// what its queue's backlog counts, so that the stamp its consumer reports
+// takes out exactly what went in. The answer, fresh, is for the publisher's
+// next message of the key; the fresh prediction is what enters the tier
+// window.
+func (l *Local) PredictCounted(_ context.Context, k Key, counted time.Duration) (Priority, error) {
+	return l.predict(k, max(counted, 0)), nil
+}
+
+// predict predicts for k and counts the message in its queue's backlog at
+// counted, or at the prediction when counted is negative.
+func (l *Local) predict(k Key, counted time.Duration) Priority {
 	l.mu.Lock()
 	pk := l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size)
 	pr := l.p.Predict(pk)
@@ -207,11 +224,14 @@ func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 	var hold time.Duration
 	if pr.Long {
 		hold = l.backlog.hold(k.Queue, l.cfg.Hold, l.cfg.MaxHold, l.peers)
-		if hold > 0 {
+		if hold > 0 && counted < 0 {
 			l.held++
 		}
 	}
-	l.backlog.published(k.Queue, pr.Cost)
+	if counted < 0 {
+		counted = pr.Cost
+	}
+	l.backlog.published(k.Queue, counted)
 	l.mu.Unlock()
 	return Priority{
 		Tier:        pr.Tier,
@@ -221,7 +241,7 @@ func (l *Local) Predict(_ context.Context, k Key) (Priority, error) {
 		SpreadGated: pr.SpreadGated,
 		Long:        pr.Long,
 		Hold:        hold,
-	}, nil
+	}
 }
 
 // Observe implements Predictor. It fails only for a duration that is not
@@ -258,6 +278,28 @@ func (l *Local) ObservePeer(_ context.Context, k Key, d time.Duration) error {
 		l.long.mark(pk, pr.Cost, pr.Long)
 	}
 	return nil
+}
+
+// RecordPeer counts a prediction another predictor of a fleet made for its
+// own clients (a sidecar folding in a peer's shared prediction) in the
+// recent window that the tier boundaries and the long cut are drawn from,
+// as Predict does for this predictor's own clients; cost is what that
+// predictor predicted for k. Nothing is learned about k's duration and no
+// backlog changes: a peer counts its own publishes in its own backlog
+// totals. When every member of a fleet records the others' predictions,
+// every member draws its tiers from the same window, the fleet's own mix
+// of published work, up to the time the predictions take to arrive. A peer
+// that shares its predictions must not also have its completions counted
+// in the window (ObservePeer), or they would count twice: fold those with
+// Observe.
+func (l *Local) RecordPeer(k Key, cost time.Duration) {
+	if cost <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.p.Record(cost)
+	l.long.mark(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size), cost, false)
 }
 
 // Forget takes a message that never reached its queue (its publish

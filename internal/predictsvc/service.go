@@ -15,11 +15,13 @@ package predictsvc
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -57,6 +59,16 @@ type Sharer interface {
 	Publish(ctx context.Context, k rabbitmq.Key, d time.Duration) error
 }
 
+// PredictionSharer is a Sharer that also passes on the predictions the
+// service makes, so that every predictor of a fleet draws its tier
+// boundaries from the same window of predicted costs (see
+// rabbitmq.Local.RecordPeer). The sidecar's Share is one. Predict calls
+// SharePrediction on the publish path, so it must not block.
+type PredictionSharer interface {
+	Sharer
+	SharePrediction(k rabbitmq.Key, cost time.Duration)
+}
+
 // Service implements harbingerv1.PredictorServer over a rabbitmq.Local. It
 // is safe for concurrent use.
 type Service struct {
@@ -83,6 +95,14 @@ func (s *Service) SetSharer(sh Sharer) {
 	s.share.Store(&sharer{sh})
 }
 
+// sharer returns where to share, nil if nowhere.
+func (s *Service) sharer() Sharer {
+	if sh := s.share.Load(); sh != nil {
+		return sh.Sharer
+	}
+	return nil
+}
+
 // Predict implements harbingerv1.PredictorServer. A key never observed
 // gets the cold default and is not remembered.
 func (s *Service) Predict(ctx context.Context, req *harbingerv1.PredictRequest) (*harbingerv1.PredictResponse, error) {
@@ -90,9 +110,25 @@ func (s *Service) Predict(ctx context.Context, req *harbingerv1.PredictRequest) 
 	if err != nil {
 		return nil, err
 	}
-	pr, err := s.local.Predict(ctx, k)
+	counted, isCounted, err := countedOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var pr rabbitmq.Priority
+	if isCounted {
+		pr, err = s.local.PredictCounted(ctx, k, counted)
+	} else {
+		pr, err = s.local.Predict(ctx, k)
+	}
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	// Only a warm prediction enters a predictor's window; a cold one is
+	// the default, not the key's cost.
+	if !pr.Cold {
+		if sh, ok := s.sharer().(PredictionSharer); ok {
+			sh.SharePrediction(k, pr.Predicted)
+		}
 	}
 	resp := &harbingerv1.PredictResponse{
 		Tier:         uint32(pr.Tier),
@@ -138,7 +174,7 @@ func (s *Service) Observe(ctx context.Context, req *harbingerv1.ObserveRequest) 
 		}
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	if sh := s.share.Load(); sh != nil {
+	if sh := s.sharer(); sh != nil {
 		_ = sh.Publish(ctx, k, d)
 	}
 	return &harbingerv1.ObserveResponse{}, nil
@@ -163,6 +199,24 @@ func (s *Service) Attach(ctx context.Context, req *harbingerv1.AttachRequest) (*
 		}
 	}
 	return &harbingerv1.AttachResponse{}, nil
+}
+
+// countedOf reads rabbitmq.CountedMetadata: the predicted duration a
+// caching client already stamped on the message it asks about.
+func countedOf(ctx context.Context) (time.Duration, bool, error) {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return 0, false, nil
+	}
+	vs := md.Get(rabbitmq.CountedMetadata)
+	if len(vs) == 0 {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseInt(vs[0], 10, 64)
+	if err != nil || n < 0 {
+		return 0, false, status.Errorf(codes.InvalidArgument, "predictsvc: %s must be a non-negative number of nanoseconds, got %q", rabbitmq.CountedMetadata, vs[0])
+	}
+	return time.Duration(n), true, nil
 }
 
 // stampOf decodes a stamp, refusing one no publisher could have made.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -265,5 +266,67 @@ func checkCode(t *testing.T, err error) {
 	case codes.OK, codes.InvalidArgument, codes.ResourceExhausted:
 	default:
 		t.Fatalf("unexpected code %v: %v", c, err)
+	}
+}
+
+type predictionSharer struct {
+	recordingSharer
+	mu    sync.Mutex
+	costs []time.Duration
+}
+
+func (p *predictionSharer) SharePrediction(_ rabbitmq.Key, cost time.Duration) {
+	p.mu.Lock()
+	p.costs = append(p.costs, cost)
+	p.mu.Unlock()
+}
+
+// A caching client's call about a message it already published counts the
+// duration stamped on that message in the backlog, not the fresh
+// prediction, so that the consumer's stamp takes out what went in; warm
+// predictions, and only those, are shared for the fleet's tier windows.
+func TestServiceCountsStampedPublishes(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, rabbitmq.LocalConfig{}, Config{Hold: true})
+	sh := &predictionSharer{}
+	tb.svc.SetSharer(sh)
+	if _, err := tb.svc.Attach(tb.ctx, &harbingerv1.AttachRequest{Queue: "q", Handlers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	predict := func(ctx context.Context) (*harbingerv1.PredictResponse, error) {
+		return tb.svc.Predict(ctx, &harbingerv1.PredictRequest{Queue: "q", JobType: "a"})
+	}
+	if _, err := predict(tb.ctx); err != nil { // cold: counted at the typical cost (none yet)
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := tb.observe("q", "a", 10*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := predict(tb.ctx)
+	if err != nil || resp.GetCold() {
+		t.Fatalf("warm predict = %+v, %v", resp, err)
+	}
+	fresh := time.Duration(resp.GetPredictedMs() * float64(time.Millisecond))
+	before := tb.local.Stats().Backlog["q"]
+	counted := metadata.NewIncomingContext(tb.ctx, metadata.Pairs(rabbitmq.CountedMetadata, "7000000"))
+	if _, err := predict(counted); err != nil {
+		t.Fatal(err)
+	}
+	if got := tb.local.Stats().Backlog["q"] - before; got != 7*time.Millisecond {
+		t.Errorf("a counted publish added %v to the backlog, want the stamped 7ms (fresh prediction %v)", got, fresh)
+	}
+	sh.mu.Lock()
+	shared := len(sh.costs)
+	sh.mu.Unlock()
+	if shared != 2 {
+		t.Errorf("shared %d predictions, want the 2 warm ones", shared)
+	}
+	for _, bad := range []string{"-1", "soon"} {
+		ctx := metadata.NewIncomingContext(tb.ctx, metadata.Pairs(rabbitmq.CountedMetadata, bad))
+		if _, err := predict(ctx); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("counted %q: %v, want InvalidArgument", bad, err)
+		}
 	}
 }

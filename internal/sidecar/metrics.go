@@ -13,7 +13,7 @@ type collector struct {
 	stats func() Stats
 
 	keys, observations, rejected, evicted, mae, accuracy, boundary, predictions, cold *prometheus.Desc
-	shared, snapshots, caughtUp, connected, held, backlog                             *prometheus.Desc
+	shared, sharedPredictions, batches, snapshots, caughtUp, connected, held, backlog *prometheus.Desc
 }
 
 func newCollector(stats func() Stats) *collector {
@@ -21,22 +21,24 @@ func newCollector(stats func() Stats) *collector {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &collector{
-		stats:        stats,
-		keys:         d("harbinger_predictor_keys", "Keys the predictor tracks."),
-		observations: d("harbinger_predictor_observations_total", "Durations folded into the predictor (local and shared)."),
-		rejected:     d("harbinger_predictor_rejected_total", "Durations the predictor refused."),
-		evicted:      d("harbinger_predictor_evicted_total", "Keys evicted to stay under the key limit."),
-		mae:          d("harbinger_predictor_mae_seconds", "Mean absolute error of routed predictions."),
-		accuracy:     d("harbinger_predictor_tier_accuracy", "Fraction of observed messages predicted into the right tier."),
-		boundary:     d("harbinger_predictor_tier_boundary_seconds", "Upper duration bound of each tier but the last.", "tier"),
-		predictions:  d("harbinger_predictor_predictions_total", "Predictions made, by tier.", "tier"),
-		cold:         d("harbinger_predictor_cold_predictions_total", "Predictions that took the middle tier because the key was cold or too spread."),
-		shared:       d("harbinger_sidecar_shared_observations_total", "Observations shared through RabbitMQ.", "direction"),
-		snapshots:    d("harbinger_sidecar_snapshots_total", "Snapshots shared through RabbitMQ.", "direction"),
-		caughtUp:     d("harbinger_sidecar_caught_up_keys_total", "Keys replayed from another sidecar's snapshot."),
-		connected:    d("harbinger_sidecar_amqp_connected", "1 while the sidecar shares learning through RabbitMQ."),
-		held:         d("harbinger_sidecar_held_total", "Long messages given a hold (--hold)."),
-		backlog:      d("harbinger_sidecar_backlog_seconds", "Predicted work published and not yet completed, for queues with attached handlers (--hold).", "queue"),
+		stats:             stats,
+		keys:              d("harbinger_predictor_keys", "Keys the predictor tracks."),
+		observations:      d("harbinger_predictor_observations_total", "Durations folded into the predictor (local and shared)."),
+		rejected:          d("harbinger_predictor_rejected_total", "Durations the predictor refused."),
+		evicted:           d("harbinger_predictor_evicted_total", "Keys evicted to stay under the key limit."),
+		mae:               d("harbinger_predictor_mae_seconds", "Mean absolute error of routed predictions."),
+		accuracy:          d("harbinger_predictor_tier_accuracy", "Fraction of observed messages predicted into the right tier."),
+		boundary:          d("harbinger_predictor_tier_boundary_seconds", "Upper duration bound of each tier but the last.", "tier"),
+		predictions:       d("harbinger_predictor_predictions_total", "Predictions made, by tier.", "tier"),
+		cold:              d("harbinger_predictor_cold_predictions_total", "Predictions that took the middle tier because the key was cold or too spread."),
+		shared:            d("harbinger_sidecar_shared_observations_total", "Observations shared through RabbitMQ.", "direction"),
+		sharedPredictions: d("harbinger_sidecar_shared_predictions_total", "Warm predictions shared through RabbitMQ for the fleet's tier windows.", "direction"),
+		batches:           d("harbinger_sidecar_shared_batches_total", "Messages of observations and predictions sent through RabbitMQ."),
+		snapshots:         d("harbinger_sidecar_snapshots_total", "Snapshots shared through RabbitMQ.", "direction"),
+		caughtUp:          d("harbinger_sidecar_caught_up_keys_total", "Keys replayed from another sidecar's snapshot."),
+		connected:         d("harbinger_sidecar_amqp_connected", "1 while the sidecar shares learning through RabbitMQ."),
+		held:              d("harbinger_sidecar_held_total", "Long messages given a hold (--hold)."),
+		backlog:           d("harbinger_sidecar_backlog_seconds", "Predicted work published and not yet completed, for queues with attached handlers (--hold).", "queue"),
 	}
 }
 
@@ -71,6 +73,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.shared, s.Share.Sent, "sent")
 	counter(c.shared, s.Share.Received, "received")
 	counter(c.shared, s.Share.SendErrors, "send_error")
+	counter(c.sharedPredictions, s.Share.PredictionsSent, "sent")
+	counter(c.sharedPredictions, s.Share.PredictionsRead, "received")
+	counter(c.batches, s.Share.Batches)
 	counter(c.snapshots, s.Share.SnapshotsSent, "sent")
 	counter(c.snapshots, s.Share.SnapshotsRead, "received")
 	counter(c.caughtUp, s.Share.CaughtUp)

@@ -32,8 +32,16 @@ const (
 	// latest report: ten missed reports, so that a slow broker does not
 	// make a live peer look dead.
 	DefaultBacklogExpiry = 2 * time.Second
-	snapshotSuffix       = ".snapshots"
-	backlogSuffix        = ".backlog"
+	// DefaultBatchEvery and DefaultBatchMax bound how long an observation
+	// or a prediction waits to be shared: a sidecar sends what its clients
+	// told it in one message per DefaultBatchMax of them, or
+	// DefaultBatchEvery after the first one waiting, whichever comes first.
+	// One message per observation cost RabbitMQ a publish and a delivery
+	// to every sidecar per job, about as much again as the job itself.
+	DefaultBatchEvery = 50 * time.Millisecond
+	DefaultBatchMax   = 256
+	snapshotSuffix    = ".snapshots"
+	backlogSuffix     = ".backlog"
 )
 
 // HeaderSidecarID marks what a sidecar published, so that it skips its own
@@ -62,6 +70,11 @@ type ShareConfig struct {
 	BacklogExchange string
 	ReportEvery     time.Duration
 	BacklogExpiry   time.Duration
+	// BatchEvery and BatchMax: observations and predictions are shared in
+	// batches of at most BatchMax (default 256), each sent at most
+	// BatchEvery (default 50 ms) after its first entry was made.
+	BatchEvery time.Duration
+	BatchMax   int
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -83,6 +96,12 @@ func (c ShareConfig) WithDefaults() ShareConfig {
 	}
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if c.BatchEvery == 0 {
+		c.BatchEvery = DefaultBatchEvery
+	}
+	if c.BatchMax == 0 {
+		c.BatchMax = DefaultBatchMax
 	}
 	if c.SnapshotKeys == 0 {
 		c.SnapshotKeys = DefaultSnapshotKeys
@@ -111,6 +130,8 @@ func (c ShareConfig) validate() error {
 		return fmt.Errorf("sidecar: the backlog report interval and expiry must be positive, got %v and %v", c.ReportEvery, c.BacklogExpiry)
 	case c.BacklogExpiry > 0 && c.BacklogExpiry < 2*c.ReportEvery:
 		return fmt.Errorf("sidecar: the backlog expiry (%v) must be at least two report intervals (%v), or every late report would expire a live peer", c.BacklogExpiry, c.ReportEvery)
+	case c.BatchEvery < 0 || c.BatchMax < 1:
+		return fmt.Errorf("sidecar: the batch interval must be positive and the batch size at least 1, got %v and %d", c.BatchEvery, c.BatchMax)
 	case c.SnapshotEvery < 0:
 		return fmt.Errorf("sidecar: snapshot interval must be positive, got %v", c.SnapshotEvery)
 	case c.SnapshotKeys < 1 || c.CatchUpObservations < 1:
@@ -128,6 +149,22 @@ type observation struct {
 	NS       int64  `json:"d"`
 }
 
+// batch is what a sidecar shares in one message on the observation
+// exchange: its clients' observations and its warm predictions since the
+// previous batch. A sidecar that sends batches shares its predictions, so
+// a receiver records those in its tier window (rabbitmq.Local.RecordPeer)
+// and learns from the observations without counting them in the window
+// again. Its field names differ from an observation's, so that a batch
+// never reads as one of the single observations that sidecars without
+// batches send (one per message, their completions counted in the window
+// instead: rabbitmq.Local.ObservePeer); those sidecars ignore a batch.
+type batch struct {
+	Observations []observation `json:"obs,omitempty"`
+	Predictions  []observation `json:"pred,omitempty"` // NS is the predicted cost
+}
+
+func (b *batch) len() int { return len(b.Observations) + len(b.Predictions) }
+
 // snapshot is a sidecar's per-key state on the wire.
 type snapshot struct {
 	Keys []snapshotKey `json:"keys"`
@@ -141,6 +178,9 @@ type snapshotKey struct {
 // ShareStats counts shared-learning traffic.
 type ShareStats struct {
 	Sent, Received, SendErrors   uint64 // observations
+	PredictionsSent              uint64 // warm predictions shared
+	PredictionsRead              uint64 // peers' predictions recorded
+	Batches                      uint64 // batch messages sent
 	SnapshotsSent, SnapshotsRead uint64
 	CaughtUp                     uint64 // keys replayed from snapshots
 	ReportsSent, ReportsRead     uint64 // backlog totals (with Fleet)
@@ -156,6 +196,11 @@ type Share struct {
 
 	pubMu sync.Mutex
 	pub   *amqp.Channel
+	send  func(ctx context.Context, exchange string, body []byte) error // publish; tests replace it
+
+	batchMu    sync.Mutex
+	pending    batch
+	batchTimer clock.Timer // nil while no batch timer is armed
 
 	mu          sync.Mutex
 	caughtUp    map[rabbitmq.Key]bool // keys already replayed from a snapshot
@@ -168,6 +213,7 @@ type Share struct {
 	stats struct {
 		sent, received, sendErrors, snapsSent, snapsRead, caughtUp atomic.Uint64
 		reportsSent, reportsRead                                   atomic.Uint64
+		predsSent, predsRead, batches                              atomic.Uint64
 	}
 }
 
@@ -210,11 +256,8 @@ func StartShare(ctx context.Context, conn *amqp.Connection, local *rabbitmq.Loca
 	if err != nil {
 		return nil, fmt.Errorf("sidecar: consume: %w", err)
 	}
-	s := &Share{
-		cfg: cfg, local: local, pub: pub,
-		caughtUp: make(map[rabbitmq.Key]bool), peers: make(map[string]bool),
-		done: make(chan struct{}),
-	}
+	s := newShare(cfg, local)
+	s.pub = pub
 	go s.consume(ctx, sub, ds)
 	if err := s.PublishSnapshot(ctx); err != nil {
 		return nil, err
@@ -224,6 +267,17 @@ func StartShare(ctx context.Context, conn *amqp.Connection, local *rabbitmq.Loca
 		s.report()
 	}
 	return s, nil
+}
+
+// newShare returns a Share that is not connected yet; cfg has its defaults.
+func newShare(cfg ShareConfig, local *rabbitmq.Local) *Share {
+	s := &Share{
+		cfg: cfg, local: local,
+		caughtUp: make(map[rabbitmq.Key]bool), peers: make(map[string]bool),
+		done: make(chan struct{}),
+	}
+	s.send = s.publish
+	return s
 }
 
 // ID returns this sidecar's id.
@@ -239,6 +293,8 @@ func (s *Share) Stats() ShareStats {
 		SnapshotsSent: s.stats.snapsSent.Load(), SnapshotsRead: s.stats.snapsRead.Load(),
 		CaughtUp:    s.stats.caughtUp.Load(),
 		ReportsSent: s.stats.reportsSent.Load(), ReportsRead: s.stats.reportsRead.Load(),
+		PredictionsSent: s.stats.predsSent.Load(), PredictionsRead: s.stats.predsRead.Load(),
+		Batches: s.stats.batches.Load(),
 	}
 }
 
@@ -254,7 +310,7 @@ func (s *Share) report() {
 	f.Expire(s.cfg.Clock.Now())
 	r := f.Report(reportSeq.Add(1), s.local.Totals())
 	body, _ := json.Marshal(r)
-	if s.publish(context.Background(), s.cfg.BacklogExchange, body) == nil {
+	if s.send(context.Background(), s.cfg.BacklogExchange, body) == nil {
 		s.stats.reportsSent.Add(1)
 	}
 	s.mu.Lock()
@@ -264,16 +320,81 @@ func (s *Share) report() {
 	}
 }
 
-// Publish sends one local observation to the other sidecars. It does not
-// wait for RabbitMQ to confirm: shared learning is best effort.
-func (s *Share) Publish(ctx context.Context, k rabbitmq.Key, d time.Duration) error {
-	body, _ := json.Marshal(observation{Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, Size: k.Size, NS: int64(d)})
-	if err := s.publish(ctx, s.cfg.Exchange, body); err != nil {
-		s.stats.sendErrors.Add(1)
-		return err
-	}
-	s.stats.sent.Add(1)
+// Publish queues one local observation for the other sidecars; it goes
+// out with the next batch (ShareConfig.BatchEvery, BatchMax). It never
+// waits for RabbitMQ, and a batch RabbitMQ refuses is counted
+// (ShareStats.SendErrors), not returned: shared learning is best effort.
+func (s *Share) Publish(_ context.Context, k rabbitmq.Key, d time.Duration) error {
+	s.enqueue(func(b *batch) {
+		b.Observations = append(b.Observations, observation{Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, Size: k.Size, NS: int64(d)})
+	})
 	return nil
+}
+
+// SharePrediction queues the cost of a warm prediction this sidecar made
+// for one of its clients, for the other sidecars' tier windows; it goes out
+// with the next batch. It implements predictsvc.PredictionSharer.
+func (s *Share) SharePrediction(k rabbitmq.Key, cost time.Duration) {
+	if cost <= 0 {
+		return
+	}
+	s.enqueue(func(b *batch) {
+		b.Predictions = append(b.Predictions, observation{Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, Size: k.Size, NS: int64(cost)})
+	})
+}
+
+// enqueue adds to the waiting batch. The first entry arms the batch timer;
+// the entry that fills the batch sends it from a goroutine of its own, so
+// that a client's call never waits for RabbitMQ.
+func (s *Share) enqueue(add func(*batch)) {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
+	add(&s.pending)
+	switch {
+	case s.pending.len() >= s.cfg.BatchMax:
+		b := s.take()
+		go s.sendBatch(b)
+	case s.batchTimer == nil:
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if !stopped {
+			s.batchTimer = s.cfg.Clock.AfterFunc(s.cfg.BatchEvery, s.flush)
+		}
+	}
+}
+
+// take empties the waiting batch and disarms its timer. s.batchMu is held.
+func (s *Share) take() batch {
+	b := s.pending
+	s.pending = batch{}
+	if s.batchTimer != nil {
+		s.batchTimer.Stop()
+		s.batchTimer = nil
+	}
+	return b
+}
+
+// flush sends the waiting batch, if any.
+func (s *Share) flush() {
+	s.batchMu.Lock()
+	b := s.take()
+	s.batchMu.Unlock()
+	s.sendBatch(b)
+}
+
+func (s *Share) sendBatch(b batch) {
+	if b.len() == 0 {
+		return
+	}
+	body, _ := json.Marshal(b)
+	if err := s.send(context.Background(), s.cfg.Exchange, body); err != nil {
+		s.stats.sendErrors.Add(uint64(len(b.Observations)))
+		return
+	}
+	s.stats.batches.Add(1)
+	s.stats.sent.Add(uint64(len(b.Observations)))
+	s.stats.predsSent.Add(uint64(len(b.Predictions)))
 }
 
 // PublishSnapshot sends the busiest keys' counts and EWMAs.
@@ -287,7 +408,7 @@ func (s *Share) PublishSnapshot(ctx context.Context) error {
 		}
 	}
 	body, _ := json.Marshal(snap)
-	if err := s.publish(ctx, s.cfg.SnapshotExchange, body); err != nil {
+	if err := s.send(ctx, s.cfg.SnapshotExchange, body); err != nil {
 		return err
 	}
 	s.stats.snapsSent.Add(1)
@@ -333,6 +454,9 @@ func (s *Share) consume(ctx context.Context, sub *amqp.Channel, ds <-chan amqp.D
 			s.reportTimer.Stop()
 		}
 		s.mu.Unlock()
+		s.batchMu.Lock()
+		s.take() // RabbitMQ is gone: what waits is lost, as best effort allows
+		s.batchMu.Unlock()
 		_ = sub.Close()
 		s.pubMu.Lock()
 		_ = s.pub.Close()
@@ -352,7 +476,7 @@ func (s *Share) consume(ctx context.Context, sub *amqp.Channel, ds <-chan amqp.D
 			}
 			switch d.Exchange {
 			case s.cfg.Exchange:
-				s.foldObservation(ctx, d.Body)
+				s.foldShared(ctx, d.Body)
 			case s.cfg.SnapshotExchange:
 				s.foldSnapshot(ctx, from, d.Body)
 			case s.cfg.BacklogExchange:
@@ -362,16 +486,43 @@ func (s *Share) consume(ctx context.Context, sub *amqp.Channel, ds <-chan amqp.D
 	}
 }
 
-func (s *Share) foldObservation(ctx context.Context, body []byte) {
-	var o observation
-	if json.Unmarshal(body, &o) != nil || o.NS <= 0 {
+// foldShared folds in what a peer shared on the observation exchange: a
+// batch (its predictions into the tier window, its observations learned),
+// or a single observation from a sidecar that does not batch, whose
+// completions stand in for its predictions in the window.
+func (s *Share) foldShared(ctx context.Context, body []byte) {
+	var m struct {
+		observation
+		batch
+	}
+	if json.Unmarshal(body, &m) != nil {
 		return
 	}
-	k := rabbitmq.Key{Queue: o.Queue, Producer: o.Producer, JobType: o.JobType, Size: o.Size}
-	// As a peer's: the window the tiers are drawn from then holds the
-	// fleet's mix of work, not only this sidecar's clients'.
-	if s.local.ObservePeer(ctx, k, time.Duration(o.NS)) == nil {
-		s.stats.received.Add(1)
+	if m.Queue != "" {
+		if m.NS <= 0 {
+			return
+		}
+		o := m.observation
+		k := rabbitmq.Key{Queue: o.Queue, Producer: o.Producer, JobType: o.JobType, Size: o.Size}
+		if s.local.ObservePeer(ctx, k, time.Duration(o.NS)) == nil {
+			s.stats.received.Add(1)
+		}
+		return
+	}
+	for _, p := range m.Predictions {
+		if p.NS > 0 {
+			s.local.RecordPeer(rabbitmq.Key{Queue: p.Queue, Producer: p.Producer, JobType: p.JobType, Size: p.Size}, time.Duration(p.NS))
+			s.stats.predsRead.Add(1)
+		}
+	}
+	for _, o := range m.Observations {
+		if o.NS <= 0 {
+			continue
+		}
+		k := rabbitmq.Key{Queue: o.Queue, Producer: o.Producer, JobType: o.JobType, Size: o.Size}
+		if s.local.Observe(ctx, k, time.Duration(o.NS)) == nil {
+			s.stats.received.Add(1)
+		}
 	}
 }
 

@@ -205,6 +205,8 @@ func addShareStats(a, b ShareStats) ShareStats {
 		SnapshotsSent: a.SnapshotsSent + b.SnapshotsSent, SnapshotsRead: a.SnapshotsRead + b.SnapshotsRead,
 		CaughtUp:    a.CaughtUp + b.CaughtUp,
 		ReportsSent: a.ReportsSent + b.ReportsSent, ReportsRead: a.ReportsRead + b.ReportsRead,
+		PredictionsSent: a.PredictionsSent + b.PredictionsSent, PredictionsRead: a.PredictionsRead + b.PredictionsRead,
+		Batches: a.Batches + b.Batches,
 	}
 }
 

@@ -134,6 +134,12 @@ func TestTwoSidecarsConverge(t *testing.T) {
 	ex := testExchange(t)
 	a, b := start(t, ex), start(t, ex)
 	ra, rb := dialRemote(t, a), dialRemote(t, b)
+	// Let the two introduce themselves first (b's snapshot, a's answer,
+	// b's answer to that), so that what follows is learned through the
+	// shared batches, not replayed from a snapshot.
+	eventually(t, 5*time.Second, "the sidecars to exchange snapshots", func() bool {
+		return a.Stats().Share.SnapshotsRead >= 2
+	})
 	for range 10 {
 		if err := ra.Observe(ctx, shortKey, 5*time.Millisecond); err != nil {
 			t.Fatal(err)
@@ -153,16 +159,20 @@ func TestTwoSidecarsConverge(t *testing.T) {
 		}
 	}
 	// Each sidecar's publishers send one kind of job: a's the short one,
-	// b's the long one. Tier boundaries are drawn from a sidecar's own
-	// predictions and its peers' completions, so each still sees both
-	// kinds and tiers the long job below the short one; drawn from its own
-	// predictions alone, b would see only long jobs and give them its
-	// shortest tier.
-	var ps, pl rabbitmq.Priority
+	// b's the long one. Tier boundaries are drawn from the fleet's
+	// predictions, each sidecar's own and those its peers share, so each
+	// sees both kinds and tiers the long job below the short one; drawn
+	// from its own predictions alone, b would see only long jobs and give
+	// them its shortest tier.
 	for range 40 {
-		ps, _ = ra.Predict(ctx, shortKey)
-		pl, _ = rb.Predict(ctx, longKey)
+		_, _ = ra.Predict(ctx, shortKey)
+		_, _ = rb.Predict(ctx, longKey)
 	}
+	eventually(t, 5*time.Second, "each sidecar to record the other's predictions", func() bool {
+		return a.Stats().Share.PredictionsRead == 40 && b.Stats().Share.PredictionsRead == 40
+	})
+	ps, _ := ra.Predict(ctx, shortKey)
+	pl, _ := rb.Predict(ctx, longKey)
 	if ps.Tier != 0 || pl.Tier == 0 || ps.Cold || pl.Cold {
 		t.Errorf("short on a %+v, long on b %+v: want short in tier 0, long below it", ps, pl)
 	}
@@ -183,6 +193,10 @@ func TestLateSidecarCatchesUp(t *testing.T) {
 	for range 50 {
 		_ = ra.Observe(ctx, longKey, 300*time.Millisecond)
 	}
+	// Shared before the late one is listening: it learns only from snapshots.
+	eventually(t, 5*time.Second, "the observations to be shared", func() bool {
+		return a.Stats().Share.Sent == 50
+	})
 	late := start(t, ex)
 	eventually(t, 5*time.Second, "the late sidecar to catch up", func() bool {
 		return count(late, longKey) >= 3
