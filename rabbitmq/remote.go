@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
@@ -20,6 +23,23 @@ import (
 // DefaultRemoteTimeout bounds every call to the sidecar: a publisher waits
 // no longer than this for a priority before taking the default one.
 const DefaultRemoteTimeout = 50 * time.Millisecond
+
+// CountedMetadata is the gRPC metadata key with which a caching Remote
+// (RemoteOptions.CacheFor) tells the sidecar about a message it already
+// published with an earlier answer: the value is the predicted duration
+// stamped on it, in nanoseconds, which the sidecar counts in the queue's
+// backlog instead of its own fresh prediction (Local.PredictCounted). A
+// sidecar that does not know the key counts its fresh prediction, and the
+// backlog is off by the difference until the consumer's stamp takes it out.
+const CountedMetadata = "x-harbinger-counted-ns"
+
+// maxCounting bounds a Remote's calls that tell the sidecar of publishes
+// answered from its cache; past it, Predict makes the call itself.
+const maxCounting = 64
+
+// maxCached bounds the keys a Remote caches; past it the cache starts
+// again empty.
+const maxCached = 10_000
 
 // RemoteOptions configures a sidecar client. The zero value of a field
 // means its default.
@@ -34,6 +54,19 @@ type RemoteOptions struct {
 	// Token is sent with every call, for a sidecar started with -tokens.
 	// Without TLS it is sent only to a sidecar on this machine's loopback.
 	Token string
+	// CacheFor, when positive, lets Predict answer from the sidecar's
+	// latest answer for the same key if that answer's request went out
+	// less than CacheFor ago, instead of waiting for a round trip. The
+	// sidecar still hears of every message: a cached answer is followed
+	// by a call of its own, off the publisher's path, that carries the
+	// predicted duration stamped on the message (CountedMetadata), and
+	// whose answer replaces the cached one. So under steady traffic a
+	// message gets the answer the key's previous message got, and never
+	// one older than CacheFor; its tier, long mark and hold are that much
+	// staler (see docs/sidecar.md). 0, the default, asks for every message.
+	CacheFor time.Duration
+	// Now is the clock the cache ages by, default time.Now.
+	Now func() time.Time
 }
 
 // WithDefaults returns o with every zero field set to its default.
@@ -47,6 +80,9 @@ func (o RemoteOptions) WithDefaults() RemoteOptions {
 	if o.MaxPriority == 0 {
 		o.MaxPriority = DefaultMaxPriority
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	return o
 }
 
@@ -56,6 +92,8 @@ func (o RemoteOptions) validate() error {
 		return fmt.Errorf("rabbitmq: remote timeout must be positive, got %v", o.Timeout)
 	case o.Tiers < 1:
 		return fmt.Errorf("rabbitmq: tiers must be at least 1, got %d", o.Tiers)
+	case o.CacheFor < 0:
+		return fmt.Errorf("rabbitmq: cache time must not be negative, got %v", o.CacheFor)
 	}
 	return nil
 }
@@ -76,6 +114,23 @@ type Remote struct {
 	observeErrors atomic.Uint64
 	attachErrors  atomic.Uint64
 	lastErr       atomic.Pointer[error]
+
+	// The cache (RemoteOptions.CacheFor).
+	cacheMu     sync.Mutex
+	cache       map[Key]cachedAnswer
+	counting    sync.WaitGroup
+	countSlots  chan struct{}
+	hits        atomic.Uint64
+	countErrors atomic.Uint64
+	asked       atomic.Uint64 // requests sent, numbering them for the cache
+}
+
+// cachedAnswer is the sidecar's latest answer for a key, and when the
+// request it answered went out.
+type cachedAnswer struct {
+	pr  Priority
+	at  time.Time
+	seq uint64 // of the request: a later request's answer replaces an earlier's
 }
 
 // DialSidecar returns a client of the sidecar at addr (host:port) with the
@@ -104,7 +159,12 @@ func DialSidecarOptions(_ context.Context, addr string, opts RemoteOptions) (*Re
 		return nil, fmt.Errorf("rabbitmq: sidecar address %q: %w", addr, err)
 	}
 	conn.Connect()
-	return &Remote{opts: opts, conn: conn, client: harbingerv1.NewPredictorClient(conn)}, nil
+	r := &Remote{opts: opts, conn: conn, client: harbingerv1.NewPredictorClient(conn)}
+	if opts.CacheFor > 0 {
+		r.cache = make(map[Key]cachedAnswer)
+		r.countSlots = make(chan struct{}, maxCounting)
+	}
+	return r, nil
 }
 
 // bearer sends a token with every call.
@@ -132,20 +192,77 @@ func loopback(addr string) bool {
 // Consume sends from a goroutine of its own.
 func (r *Remote) remote() {}
 
-// Close closes the connection to the sidecar.
-func (r *Remote) Close() error { return r.conn.Close() }
+// Close waits for the calls that tell the sidecar of cached answers
+// (each bounded by the timeout), then closes the connection. Call it after
+// the last Predict.
+func (r *Remote) Close() error {
+	r.counting.Wait()
+	return r.conn.Close()
+}
 
-// Predict implements Predictor; see Remote for the fallback.
+// Predict implements Predictor; see Remote for the fallback and
+// RemoteOptions.CacheFor for the cache.
 func (r *Remote) Predict(ctx context.Context, k Key) (Priority, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	resp, err := r.client.Predict(ctx, &harbingerv1.PredictRequest{
-		Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, SizeHint: k.Size,
-	})
+	now := r.opts.Now()
+	if r.cache != nil {
+		r.cacheMu.Lock()
+		c, ok := r.cache[k]
+		r.cacheMu.Unlock()
+		if ok && now.Sub(c.at) < r.opts.CacheFor {
+			r.hits.Add(1)
+			r.count(ctx, k, c.pr.Predicted)
+			return c.pr, nil
+		}
+	}
+	pr, err := r.ask(ctx, k, now, -1)
 	if err != nil {
 		r.fallbacks.Add(1)
 		r.lastErr.Store(&err)
 		return middle(r.opts.Tiers, r.opts.MaxPriority), nil
+	}
+	return pr, nil
+}
+
+// count tells the sidecar of a message published with a cached answer
+// whose predicted duration was stamped, from a goroutine of its own while
+// fewer than maxCounting are out, else from the caller's: a publish the
+// sidecar never hears of would leave its completion subtracting from the
+// backlog what was never added.
+func (r *Remote) count(ctx context.Context, k Key, stamped time.Duration) {
+	call := func(ctx context.Context) {
+		if _, err := r.ask(ctx, k, r.opts.Now(), stamped); err != nil {
+			r.countErrors.Add(1)
+			r.lastErr.Store(&err)
+		}
+	}
+	select {
+	case r.countSlots <- struct{}{}:
+		r.counting.Add(1)
+		go func() {
+			defer r.counting.Done()
+			defer func() { <-r.countSlots }()
+			call(context.WithoutCancel(ctx))
+		}()
+	default:
+		call(ctx)
+	}
+}
+
+// ask asks the sidecar for k's priority, telling it the duration already
+// stamped on the message when counted is not negative, and caches the
+// answer as of sent, when the request went out.
+func (r *Remote) ask(ctx context.Context, k Key, sent time.Time, counted time.Duration) (Priority, error) {
+	seq := r.asked.Add(1)
+	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
+	defer cancel()
+	if counted >= 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, CountedMetadata, strconv.FormatInt(int64(counted), 10))
+	}
+	resp, err := r.client.Predict(ctx, &harbingerv1.PredictRequest{
+		Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, SizeHint: k.Size,
+	})
+	if err != nil {
+		return Priority{}, err
 	}
 	pr := Priority{
 		Tier: int(resp.GetTier()),
@@ -159,6 +276,16 @@ func (r *Remote) Predict(ctx context.Context, k Key) (Priority, error) {
 	}
 	if h := resp.GetHold(); h != nil && h.CheckValid() == nil && h.AsDuration() > 0 {
 		pr.Hold = h.AsDuration()
+	}
+	if r.cache != nil {
+		r.cacheMu.Lock()
+		if c, ok := r.cache[k]; !ok || seq > c.seq {
+			if !ok && len(r.cache) >= maxCached {
+				clear(r.cache)
+			}
+			r.cache[k] = cachedAnswer{pr: pr, at: sent, seq: seq}
+		}
+		r.cacheMu.Unlock()
 	}
 	return pr, nil
 }
@@ -221,6 +348,8 @@ func (r *Remote) Forget(context.Context, string, time.Duration) {}
 // RemoteStats counts what went wrong talking to the sidecar.
 type RemoteStats struct {
 	Fallbacks     uint64 // predictions answered with the default priority
+	CacheHits     uint64 // predictions answered from the cache (RemoteOptions.CacheFor)
+	CountErrors   uint64 // cached answers' messages the sidecar was not told of
 	ObserveErrors uint64 // observations the sidecar did not take
 	AttachErrors  uint64 // handler counts the sidecar did not take
 	LastError     error  // the most recent error, nil if none
@@ -228,7 +357,10 @@ type RemoteStats struct {
 
 // Stats returns the counts so far.
 func (r *Remote) Stats() RemoteStats {
-	s := RemoteStats{Fallbacks: r.fallbacks.Load(), ObserveErrors: r.observeErrors.Load(), AttachErrors: r.attachErrors.Load()}
+	s := RemoteStats{
+		Fallbacks: r.fallbacks.Load(), CacheHits: r.hits.Load(), CountErrors: r.countErrors.Load(),
+		ObserveErrors: r.observeErrors.Load(), AttachErrors: r.attachErrors.Load(),
+	}
 	if e := r.lastErr.Load(); e != nil {
 		s.LastError = *e
 	}
