@@ -216,6 +216,8 @@ func (l *Local) predict(k Key, counted time.Duration) Priority {
 	pr := l.p.Predict(pk)
 	if pr.Routed() {
 		pr.Long = l.long.mark(pk, pr.Cost, pr.Long)
+	} else if pr.SpreadGated && pr.Long {
+		pr.Long = !l.gatedShort(pk)
 	}
 	l.predictions[pr.Tier]++
 	if !pr.Routed() {
@@ -244,6 +246,19 @@ func (l *Local) predict(k Key, counted time.Duration) Priority {
 	}
 }
 
+// gatedShort reports whether a spread-gated key is known not to be long:
+// even its p99 is below the cut at and above which a warm prediction is
+// long. The predictor marks every gated message long, since its tier is a
+// guess; but a key whose durations are too spread to tier can still be
+// known to be short throughout (jobs of half a millisecond that now and
+// then take ten while their worker waits for a core), and holding those
+// for most of their FIFO wait, as long messages are, delays the shortest
+// work of all. l.mu is held.
+func (l *Local) gatedShort(pk predict.Key) bool {
+	ks, ok := l.p.Lookup(pk)
+	return ok && ks.P99 > 0 && ks.P99 < l.p.LongCut()
+}
+
 // Observe implements Predictor. It fails only for a duration that is not
 // positive or is absurdly long.
 func (l *Local) Observe(_ context.Context, k Key, d time.Duration) error {
@@ -255,18 +270,17 @@ func (l *Local) Observe(_ context.Context, k Key, d time.Duration) error {
 	return nil
 }
 
-// ObservePeer is Observe for a completion another predictor of a fleet
-// reported (a sidecar folding in a peer's shared observation). Besides
-// learning the duration it counts the key's predicted cost in the recent
-// window that the tier boundaries and the long cut are drawn from, as
-// Predict does for the messages of this predictor's own clients. Without
-// that, each sidecar draws its boundaries from its own publishers' mix of
-// jobs alone, and sidecars whose publishers send different kinds of work
-// give the same cost different tiers, so RabbitMQ serves one sidecar's long
-// work ahead of another's short work. With it every sidecar's window holds
-// its own publishes and its peers' completions: in a fleet of n, the kinds
-// of job its own publishers send count up to twice as much as the others,
-// instead of the others not at all.
+// ObservePeer is Observe for a completion reported to another predictor
+// of a fleet that does not share its predictions (a sidecar without
+// batches; see RecordPeer for one that does). Besides learning the
+// duration it counts the key's predicted cost in the recent window that
+// the tier boundaries and the long cut are drawn from, standing in for the
+// prediction that peer made: without that, each sidecar would draw its
+// boundaries from its own publishers' mix of jobs alone, and sidecars whose
+// publishers send different kinds of work would give the same cost
+// different tiers. It is an approximation: in a fleet of n, the kinds of
+// job this predictor's own publishers send count up to twice as much as
+// the others.
 func (l *Local) ObservePeer(_ context.Context, k Key, d time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -198,3 +198,52 @@ var (
 	_ backlogTracker = (*Local)(nil)
 	_ backlogTracker = (*Remote)(nil)
 )
+
+// A key too spread to tier is long only when it may be: one whose p99 is
+// below the long cut (half-millisecond jobs that now and then take a few
+// milliseconds) takes the middle tier without the long mark, and so is not
+// held; one whose p99 reaches the long work stays long.
+func TestGatedShortKeyIsNotLong(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := NewLocal(LocalConfig{RecomputeEvery: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := func(jt string) Key { return Key{Queue: "q", Producer: "p", JobType: jt} }
+	for range 20 {
+		_ = l.Observe(ctx, k("email"), 2*time.Millisecond)
+		_ = l.Observe(ctx, k("pdf"), 300*time.Millisecond)
+		_ = l.Observe(ctx, k("export"), 5*time.Second)
+	}
+	// push: 0.5 ms, one in ten 20 ms; backup: 50 ms, one in ten 20 s.
+	for i := range 100 {
+		push, backup := 500*time.Microsecond, 50*time.Millisecond
+		if i%10 == 0 {
+			push, backup = 20*time.Millisecond, 20*time.Second
+		}
+		_ = l.Observe(ctx, k("push"), push)
+		_ = l.Observe(ctx, k("backup"), backup)
+	}
+	for i := range 300 {
+		switch {
+		case i%50 == 0:
+			_, _ = l.Predict(ctx, k("export"))
+		case i%5 == 0:
+			_, _ = l.Predict(ctx, k("pdf"))
+		default:
+			_, _ = l.Predict(ctx, k("email"))
+		}
+	}
+	push, _ := l.Predict(ctx, k("push"))
+	if !push.SpreadGated || push.Long || push.Tier != DefaultTiers/2 {
+		t.Errorf("gated short key %+v, want spread-gated, middle tier, not long", push)
+	}
+	backup, _ := l.Predict(ctx, k("backup"))
+	if !backup.SpreadGated || !backup.Long {
+		t.Errorf("gated key reaching long work %+v, want spread-gated and long", backup)
+	}
+	if pr, _ := l.Predict(ctx, k("never seen")); !pr.Cold || !pr.Long {
+		t.Errorf("cold key %+v, want cold and long", pr)
+	}
+}
