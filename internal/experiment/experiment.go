@@ -89,10 +89,11 @@ func (c Config) validate() error {
 }
 
 // Arm names. The default arm is the shipped configuration: the bounded
-// policy with the predictor's default long share (the most expensive recent
-// messages making up a fifth of the recent predicted work are bounded),
-// three tiers, the EWMA estimator, the spread gate, size buckets and a
-// cold-start threshold of three observations. ArmShare40 and ArmShare60
+// policy with its long share (sched.DefaultLongShare: in practice the
+// costliest cluster of recent messages is bounded), three tiers, the EWMA
+// estimator, the spread gate, size buckets and a cold-start threshold of
+// three observations. ArmShare20 is the default before this share, which
+// bounded the most expensive fifth of the recent work. ArmShare40 and ArmShare60
 // bound the most expensive 40% and 60% of the recent work instead; their
 // names must match shareWide and shareWider. ArmOthers1 and ArmOthers3 also
 // bound every message that is not long, at twice and four times the wait
@@ -104,6 +105,7 @@ const (
 	ArmAgingOff     = "bound-off"
 	ArmStrictAging  = "strict+step"
 	ArmWeighted     = "weighted+pausing"
+	ArmShare20      = "bound 20% of work"
 	ArmShare40      = "bound 40% of work"
 	ArmShare60      = "bound 60% of work"
 	ArmOthers1      = "bound all, 2x FIFO"
@@ -130,8 +132,9 @@ const (
 	othersLoose = 3.0
 )
 
-// The long shares of ArmShare40 and ArmShare60.
+// The long shares of ArmShare20, ArmShare40 and ArmShare60.
 const (
+	shareFifth = 0.2
 	shareWide  = 0.4
 	shareWider = 0.6
 )
@@ -170,6 +173,7 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		add(def(ArmAgingOff, func(a *sim.Arm) { a.Options.AgingOff = true })),
 		add(by(ArmStrictAging, "strict-aging", nil)),
 		add(by(ArmWeighted, "weighted", nil)),
+		add(def(ArmShare20, func(a *sim.Arm) { a.Predictor.LongShare = shareFifth })),
 		add(def(ArmShare40, func(a *sim.Arm) { a.Predictor.LongShare = shareWide })),
 		add(def(ArmShare60, func(a *sim.Arm) { a.Predictor.LongShare = shareWider })),
 		add(def(ArmOthers1, func(a *sim.Arm) { a.Options.OthersStretch = new(othersTight) })),

@@ -5,7 +5,6 @@ import (
 	"math"
 	"strings"
 
-	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/stats"
@@ -317,7 +316,7 @@ func (r *Results) holdsBoth(si int, load float64, arms []string) []string {
 // longRule describes the default policy's bound on long messages in words.
 func longRule() string {
 	return fmt.Sprintf("a message is long when it is among the most expensive recent messages that together make up %s of the recent predicted work (the cut moved to the widest relative gap between neighbouring costs nearby), or when its key is cold or spread-gated; a long message gets a deadline at about %.2g of the wait FIFO would give it, counted in predicted work, and overdue messages go first",
-		sharePct(predict.DefaultLongShare), 1+sched.DefaultStretch)
+		sharePct(sched.DefaultLongShare), 1+sched.DefaultStretch)
 }
 
 // guardRule describes the default policy's guard on every message in words.
@@ -344,13 +343,13 @@ func studies() []study {
 			title: "1. What aging costs and what it protects",
 			question: "The default policy is shortest predicted first with a FIFO-position bound on long messages: " + longRule() + "; and " + guardRule() + ". " +
 				"It runs here with its bounds on and off (bound-off: neither), against the policy as it was before the guard (previous: long messages bounded at 0.75 of their FIFO wait plus a second of predicted work, nothing else bounded) and the older alternatives: strict priority with step aging, and level weights with pausing aging. " +
-				fmt.Sprintf("Two wider bounds, which mark the most expensive %s or %s of the recent predicted work long instead of %s, show what bounding more of the queue would cost.",
-					sharePct(shareWide), sharePct(shareWider), sharePct(predict.DefaultLongShare)),
-			arms: []string{ArmFIFO, ArmDefault, ArmPrevious, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
+				fmt.Sprintf("Three wider bounds, which mark the most expensive %s (the default before this share), %s or %s of the recent predicted work long instead of %s, show what bounding more of the queue would cost.",
+					sharePct(shareFifth), sharePct(shareWide), sharePct(shareWider), sharePct(sched.DefaultLongShare)),
+			arms: []string{ArmFIFO, ArmDefault, ArmPrevious, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare20, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
 			columns: []column{{mMean, ""}, {mMean, ArmFIFO}, {mP99, ""}, {mP99, ArmFIFO},
 				{mExport, ""}, {mExport, ArmFIFO}},
 			panels:   []panelSpec{{column{mMean, ArmFIFO}, true}, {column{mExport, ArmFIFO}, true}},
-			chartArm: []string{ArmDefault, ArmPrevious, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
+			chartArm: []string{ArmDefault, ArmPrevious, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare20, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
 			findings: findingsAging,
 		},
 		{

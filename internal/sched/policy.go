@@ -49,6 +49,16 @@ var (
 	// and the figures at 0.1 and 0.25, which hold the tail closer to FIFO
 	// and give up most of the gain in mean latency.
 	DefaultGuard = 0.5
+	// DefaultLongShare is the share of the recent predicted work whose
+	// messages the bounded policy's predictor marks long (predict.Config's
+	// LongShare): a hundredth, so that in practice only the costliest
+	// cluster of recent messages (the predictor moves the cut to the widest
+	// gap between neighbouring costs among the costliest sixteenth) and the
+	// messages it cannot predict are long. The guard covers every other
+	// message. It was a fifth before the guard existed, which put so much
+	// work on the long bound's near-FIFO order that it cost the mean and
+	// the longest class's wait (docs/policy.md).
+	DefaultLongShare = 0.01
 	// DefaultOvertake is the guard's overtaking ratio (Bound.Overtake):
 	// once FIFO would have started a message, only messages predicted at
 	// most a quarter of its cost may still go ahead of it.
@@ -68,7 +78,11 @@ type Policy struct {
 	Tiers        int
 	StaticTiers  map[string]int // Static: job type -> tier; unknown types take the middle tier
 	UsePredictor bool           // tiers come from the predictor
-	Shadow       bool           // predict and record, but route everything to level 0
+	// LongShare is the predictor's long share for this policy (see
+	// DefaultLongShare); zero leaves the predictor's own default. A share
+	// set in the predictor's configuration wins.
+	LongShare float64
+	Shadow    bool // predict and record, but route everything to level 0
 }
 
 // PolicyOptions carries the settings a queue may override; zero fields take
@@ -173,6 +187,7 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 			bound.Guard, bound.Overtake = &g, r
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Strict, ShortestFirst: true, Bound: bound}
+		p.LongShare = DefaultLongShare
 		if o.AgingOff {
 			p.Sched.Bound = nil
 		}

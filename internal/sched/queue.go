@@ -18,8 +18,12 @@ type Queue struct {
 // NewQueue builds a queue for pol with a predictor configured by pcfg. The
 // predictor's tier count is the policy's levels when its tiers route
 // messages, else pol.Tiers (when set): a shadow queue routes on one level
-// but predicts as many tiers as the queue is configured for.
+// but predicts as many tiers as the queue is configured for. The policy's
+// long share applies unless pcfg sets one.
 func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
+	if pcfg.LongShare == 0 {
+		pcfg.LongShare = pol.LongShare
+	}
 	switch {
 	case pol.UsePredictor && !pol.Shadow:
 		pcfg.Tiers = pol.Sched.Levels // a predicted tier is a level

@@ -150,3 +150,37 @@ func TestShadowPredictsTiers(t *testing.T) {
 		t.Errorf("MAE %v over %d, want %v over 16", s.MAE, s.MAESamples, want)
 	}
 }
+
+// The bounded policy asks its predictor for its own long share; a share set
+// in the predictor's configuration wins, and other policies keep the
+// predictor's default.
+func TestQueueLongShare(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		policy string
+		pcfg   predict.Config
+		want   float64
+	}{
+		{"bounded", Bounded, predict.Config{}, DefaultLongShare},
+		{"bounded, share configured", Bounded, predict.Config{LongShare: 0.3}, 0.3},
+		{"fifo", FIFO, predict.Config{}, predict.DefaultLongShare},
+		{"predictive", Predictive, predict.Config{}, predict.DefaultLongShare},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pol, err := NewPolicy(tt.policy, PolicyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := NewQueue(pol, tt.pcfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := q.Predictor.Config().LongShare; got != tt.want {
+				t.Errorf("long share %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -73,7 +73,8 @@ var StandardArms = []string{"fifo", "static", "predictive", "weighted", "oracle"
 // one level, no bound and no aging: a fixed reference for the mean that does
 // not move when the default policy changes), "previous" (the bounded policy
 // as it was before its guard on every message: only long messages bounded,
-// at three quarters of their FIFO wait plus a second of predicted work) and
+// at three quarters of their FIFO wait plus a second of predicted work, the
+// most expensive fifth of the recent work long) and
 // "shadow"; any sched policy name also works as an arm.
 func ArmByName(name string, types []workload.JobType) (Arm, error) {
 	a := Arm{Name: name}
@@ -109,6 +110,7 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 		a.Options.GuardOff = true
 		a.Options.Stretch = new(PreviousStretch)
 		a.Options.MinSlack = PreviousMinSlack
+		a.Predictor.LongShare = PreviousLongShare
 	default:
 		if _, err := sched.NewPolicy(name, sched.PolicyOptions{StaticTiers: StaticMap(types)}); err != nil {
 			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, oracle-sjf, previous or a policy name)", name, strings.Join(StandardArms, ", "))
@@ -122,8 +124,9 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 // The long-message bound of the "previous" arm: the bounded policy's
 // defaults before the guard.
 const (
-	PreviousStretch  = -0.25
-	PreviousMinSlack = time.Second
+	PreviousStretch   = -0.25
+	PreviousMinSlack  = time.Second
+	PreviousLongShare = 0.2 // the most expensive fifth of the recent work
 )
 
 // StaticMap is the job type -> tier map of the static arms.
