@@ -216,8 +216,6 @@ func (l *Local) predict(k Key, counted time.Duration) Priority {
 	pr := l.p.Predict(pk)
 	if pr.Routed() {
 		pr.Long = l.long.mark(pk, pr.Cost, pr.Long)
-	} else if pr.SpreadGated && pr.Long {
-		pr.Long = !l.gatedShort(pk)
 	}
 	l.predictions[pr.Tier]++
 	if !pr.Routed() {
@@ -244,19 +242,6 @@ func (l *Local) predict(k Key, counted time.Duration) Priority {
 		Long:        pr.Long,
 		Hold:        hold,
 	}
-}
-
-// gatedShort reports whether a spread-gated key is known not to be long:
-// even its p99 is below the cut at and above which a warm prediction is
-// long. The predictor marks every gated message long, since its tier is a
-// guess; but a key whose durations are too spread to tier can still be
-// known to be short throughout (jobs of half a millisecond that now and
-// then take ten while their worker waits for a core), and holding those
-// for most of their FIFO wait, as long messages are, delays the shortest
-// work of all. l.mu is held.
-func (l *Local) gatedShort(pk predict.Key) bool {
-	ks, ok := l.p.Lookup(pk)
-	return ok && ks.P99 > 0 && ks.P99 < l.p.LongCut()
 }
 
 // Observe implements Predictor. It fails only for a duration that is not

@@ -438,16 +438,6 @@ func (p *Predictor) unlink(e *entry) {
 
 func nan() float64 { return math.NaN() }
 
-// LongCut returns the predicted cost at and above which a warm prediction
-// is Long under the current window; the longest duration there is when
-// nothing is (LongShare disabled, or no window yet).
-func (p *Predictor) LongCut() time.Duration {
-	if p.cfg.LongShare <= 0 || math.IsInf(p.longMS, 1) || p.longMS*float64(time.Millisecond) >= math.MaxInt64 {
-		return time.Duration(math.MaxInt64)
-	}
-	return msToDuration(p.longMS)
-}
-
 // Record counts cost in the window of recent predicted costs that the tier
 // boundaries and the long cut are drawn from, exactly as a warm Predict of
 // that cost would, without predicting for any key: no key is touched and

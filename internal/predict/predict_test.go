@@ -551,13 +551,6 @@ func TestLongCut(t *testing.T) {
 	if !p.Predict(long).Long || p.Predict(mid).Long || p.Predict(short).Long {
 		t.Fatalf("long %+v mid %+v short %+v", p.Predict(long), p.Predict(mid), p.Predict(short))
 	}
-	// LongCut is the cut Predict applies: between the 350 ms and 5 s keys.
-	if c := p.LongCut(); c <= ms(350) || c > ms(5000) {
-		t.Fatalf("LongCut = %v, want it above 350ms and at most 5s", c)
-	}
-	if c := mustNew(t, Config{}).LongCut(); c != time.Duration(math.MaxInt64) {
-		t.Fatalf("LongCut without a window = %v, want the longest duration", c)
-	}
 }
 
 // Record puts a cost in the window as a warm prediction of that cost
