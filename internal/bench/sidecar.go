@@ -26,6 +26,11 @@ import (
 // and holds only through the fleet's combined backlog.
 const SidecarsPerRun = 2
 
+// SidecarCacheFor is how long the arm's clients answer a key from the
+// sidecar's latest answer for it (rabbitmq.RemoteOptions.CacheFor): three
+// of the sidecars' backlog report intervals.
+const SidecarCacheFor = 600 * time.Millisecond
+
 // SidecarDriver runs rabbitmq-predictive through sidecar processes instead
 // of an in-process predictor: per run, SidecarsPerRun fresh `harbinger
 // sidecar --hold` processes sharing through the driver's RabbitMQ on an
@@ -80,7 +85,7 @@ func (d *SidecarDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error
 		grpcAddr, httpAddr, _ := strings.Cut(p.addr, " ")
 		q.procs = append(q.procs, p)
 		q.metrics = append(q.metrics, "http://"+httpAddr+"/metrics")
-		r, err := rabbitmq.DialSidecar(ctx, grpcAddr)
+		r, err := rabbitmq.DialSidecarOptions(ctx, grpcAddr, rabbitmq.RemoteOptions{CacheFor: SidecarCacheFor})
 		if err != nil {
 			q.stopSidecars()
 			return nil, err
