@@ -58,7 +58,7 @@ func (d *SidecarDriver) Broker() string { return RabbitSidecars }
 
 // Version implements Driver.
 func (d *SidecarDriver) Version(ctx context.Context) string {
-	return d.rabbit.Version(ctx) + fmt.Sprintf(" through %d harbinger sidecar --hold processes", SidecarsPerRun)
+	return d.rabbit.Version(ctx) + fmt.Sprintf(" through %d harbinger sidecar --hold processes (clients caching each key's answer for %v)", SidecarsPerRun, SidecarCacheFor)
 }
 
 // Close implements Driver.
