@@ -21,7 +21,7 @@ type LocalConfig struct {
 	MinObservations int     // a key with fewer observations is cold, default 3
 	SpreadGate      float64 // p99/p50 above this takes the middle tier, default 16; negative disables
 	Window          int     // recent predicted costs the tier boundaries are quantiles of, default 1024
-	RecomputeEvery  int     // predictions between boundary recomputations, default 64
+	RecomputeEvery  int     // predictions between boundary recomputations, default 256 (predict.DefaultRecomputeEvery)
 	MaxKeys         int     // tracked keys, least recently used evicted, default 100000
 	NoSizeBucket    bool    // leave the size out of keys
 	// LongShare: the most expensive recent messages that together make up
