@@ -45,6 +45,7 @@ type Broker struct {
 	published      atomic.Uint64 // publishes since the last checkpoint check
 	nextCheckpoint atomic.Int64  // log size that triggers the next checkpoint
 	checkpointing  atomic.Bool
+	batchJobs      int            // jobs a checkpoint writes per hold of a queue's lock; 0 is checkpointBatch
 	bg             sync.WaitGroup // checkpoints in the background
 	recovering     atomic.Bool    // New is replaying the store: declares write nothing
 	sched          schedules

@@ -312,8 +312,15 @@ func (b *Broker) maybeCheckpoint() {
 
 // Checkpoint writes the full state of every live job, queue and predictor
 // to the log and drops the records before it, so the log's size follows
-// the live jobs, not their history. It holds one queue's lock at a time.
+// the live jobs, not their history. It holds one queue's lock at a time,
+// for one batch of records at a time (see appendState).
 func (b *Broker) Checkpoint(ctx context.Context) error {
+	return b.checkpoint(ctx, nil)
+}
+
+// checkpoint is Checkpoint; between, when set, runs after each batch of
+// records with no lock held (tests interleave operations there).
+func (b *Broker) checkpoint(ctx context.Context, between func()) error {
 	st := b.cfg.Store
 	if st == nil {
 		return nil
@@ -330,14 +337,12 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		q.mu.Lock()
-		p, n, err := q.appendState(st)
-		q.mu.Unlock()
+		p, n, err := q.appendState(st, between)
 		jobs += n
 		if err != nil {
 			return err
 		}
-		pos = p
+		pos = max(pos, p)
 	}
 	if recs := b.scheduleRecords(); len(recs) > 0 {
 		p, err := st.Append(recs...)
@@ -358,36 +363,61 @@ func (b *Broker) Checkpoint(ctx context.Context) error {
 	return nil
 }
 
-// appendState appends q's config, every job it holds (n of them), its
-// unique keys and its predictor to st, in batches of checkpointBatch
-// records, so that a checkpoint holds one batch of records at a time, not
-// one per job (the writer drains the log's buffer meanwhile). The caller
-// holds q.mu, so the records are one moment's state.
-func (q *queue) appendState(st store.Store) (pos store.Pos, n int, err error) {
-	batch := make([]*store.Record, 0, checkpointBatch)
-	flush := func() {
-		if err != nil || len(batch) == 0 {
-			return
+// appendState appends q's config, pause state, unique keys and predictor,
+// then the state of every job it held at that moment (n of them), to st.
+// The jobs go in batches of checkpointBatch records, each under q's lock
+// and each job's record as it is at its batch: a job that changed between
+// the snapshot and its batch has its change records before its state
+// record, which replaces them at recovery; one that ended has no record;
+// one published after the snapshot has all its records after the
+// checkpoint's mark. So publishes to q wait for one batch at most, not for
+// the whole queue to be written, and the batches hold one batch of
+// records in memory, not one per job.
+func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n int, err error) {
+	q.mu.Lock()
+	head := []*store.Record{q.declareRecord(), q.pauseRecord()}
+	q.uniqueRecords(q.b.clk.Now(), func(r *store.Record) { head = append(head, r) })
+	head = append(head, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()})
+	pos, err = st.Append(head...)
+	snap := q.line.Snapshot()
+	q.mu.Unlock()
+	if err != nil {
+		return pos, 0, err
+	}
+	size := checkpointBatch
+	if q.b.batchJobs > 0 {
+		size = q.b.batchJobs
+	}
+	batch := make([]*store.Record, 0, size)
+	for len(snap) > 0 {
+		if between != nil {
+			between()
 		}
-		pos, err = st.Append(batch...)
+		k := min(len(snap), size)
+		q.mu.Lock()
+		for _, h := range snap[:k] {
+			if r := q.line.StateRecord(h); r != nil {
+				batch = append(batch, r)
+			}
+		}
+		if len(batch) > 0 {
+			pos, err = st.Append(batch...)
+		}
+		q.mu.Unlock()
+		n += len(batch)
 		clear(batch)
 		batch = batch[:0]
-	}
-	add := func(r *store.Record) {
-		if batch = append(batch, r); len(batch) == cap(batch) {
-			flush()
+		clear(snap[:k])
+		snap = snap[k:]
+		if err != nil {
+			return pos, n, err
 		}
 	}
-	add(q.declareRecord())
-	add(q.pauseRecord())
-	n = q.line.StateRecords(add)
-	q.uniqueRecords(q.b.clk.Now(), add)
-	add(&store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()})
-	flush()
-	return pos, n, err
+	return pos, n, nil
 }
 
-// checkpointBatch is how many records a checkpoint appends at a time.
+// checkpointBatch is how many jobs a checkpoint writes under one hold of
+// a queue's lock.
 const checkpointBatch = 1024
 
 // saveLearning writes every queue's predictor to the log and waits for it.

@@ -74,3 +74,62 @@ func BenchmarkRecover(b *testing.B) {
 	}
 	b.ReportMetric(float64(size)/jobs, "log-bytes/job")
 }
+
+// BenchmarkCheckpointStall checkpoints a queue of 1,000,000 waiting 64-byte
+// jobs while a producer keeps publishing to it, one confirmed message at a
+// time, and reports the checkpoint's time and the longest publish: how
+// long the checkpoint kept the queue from taking work.
+func BenchmarkCheckpointStall(b *testing.B) {
+	const jobs = 1_000_000
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := store.OpenFile(b.TempDir(), store.FileOptions{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	br, err := New(Config{Store: st, Logger: quiet, CheckpointBytes: 1 << 40, Queue: QueueConfig{MaxDepth: 2 * jobs}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.Shutdown(context.Background())
+	payload := make([]byte, 64)
+	batch := make([]*Message, 0, 1000)
+	for i := range jobs {
+		batch = append(batch, &Message{Queue: "q", Producer: "web", JobType: fmt.Sprint("type-", i%8), Payload: payload})
+		if len(batch) == cap(batch) {
+			if _, err := br.Publish(batch...); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	var worst time.Duration
+	b.ResetTimer()
+	for b.Loop() {
+		stop, done := make(chan struct{}), make(chan struct{})
+		var longest time.Duration
+		go func() {
+			defer close(done)
+			for {
+				start := time.Now()
+				if _, err := br.Publish(&Message{Queue: "q", Producer: "web", JobType: "live", Payload: payload}); err != nil {
+					b.Error(err)
+					return
+				}
+				longest = max(longest, time.Since(start))
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+		if err := br.Checkpoint(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		close(stop)
+		<-done
+		worst = max(worst, longest)
+	}
+	b.ReportMetric(float64(worst)/float64(time.Millisecond), "max-publish-ms")
+}

@@ -275,9 +275,11 @@ func TestRecoveryMatchesBrokerOverRandomOps(t *testing.T) {
 			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			cfg := Config{MaxDeadLetters: 5, Queue: QueueConfig{MaxAttempts: 3, Lease: 10 * time.Second}}
 			b := durable(t, st, clk, cfg)
+			b.batchJobs = 1 + rng.IntN(3) // checkpoints of several batches
 			var cons []*Consumer
 			held := map[*Consumer][]string{}
-			for range 400 {
+			var step func(depth int)
+			step = func(depth int) {
 				switch op := rng.IntN(12); {
 				case op < 4:
 					q := []string{"a", "b"}[rng.IntN(2)]
@@ -296,7 +298,7 @@ func TestRecoveryMatchesBrokerOverRandomOps(t *testing.T) {
 				case op < 10 && len(cons) > 0:
 					c := cons[rng.IntN(len(cons))]
 					if len(held[c]) == 0 {
-						continue
+						return
 					}
 					id := held[c][0]
 					held[c] = held[c][1:]
@@ -322,11 +324,23 @@ func TestRecoveryMatchesBrokerOverRandomOps(t *testing.T) {
 					case 1:
 						_, _ = b.Purge("b")
 					case 2:
-						_ = b.Checkpoint(context.Background())
+						// Operations of every kind between the checkpoint's
+						// batches, with no lock held, as in a live broker.
+						if depth > 0 {
+							return // one checkpoint at a time, as the broker runs them
+						}
+						_ = b.checkpoint(context.Background(), func() {
+							for range rng.IntN(4) {
+								step(depth + 1)
+							}
+						})
 					case 3:
 						_, _ = b.Declare("a", QueueConfig{MaxAttempts: 2 + rng.IntN(3)})
 					}
 				}
+			}
+			for range 400 {
+				step(0)
 			}
 			want := view(b)
 			sameView(t, view(durable(t, st, clk, cfg)), want)

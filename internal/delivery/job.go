@@ -33,16 +33,19 @@ type Job struct {
 	// when it lets go of it.
 	Size int32
 
-	attempt   int32 // deliveries so far
-	heapIdx   int32 // in the leases or delayed heap, -1 when in neither
-	scheduled bool  // published to run later and not yet due: not yet in line
-	cancelled bool  // cancelled while running: dropped when it settles
+	attempt   int32  // deliveries so far
+	heapIdx   int32  // in the leases or delayed heap, -1 when in neither
+	scheduled bool   // published to run later and not yet due: not yet in line
+	cancelled bool   // cancelled while running: dropped when it settles
+	dead      bool   // a dead letter; deadline is when it died
+	gone      bool   // released: the Line holds it no more
+	deaths    uint32 // times dead-lettered
 	holder    Holder
 
 	item     sched.Item
 	gen      uint64 // the scheduler generation the item was last pushed to
 	pred     predict.Prediction
-	deadline time.Time // in flight: the lease's end; delayed: when it is due
+	deadline time.Time // in flight: the lease's end; delayed: when it is due; dead: when it died
 	leased   int64     // when the current delivery started (Unix nanoseconds)
 }
 

@@ -356,6 +356,7 @@ func (l *Line) Ack(h Holder, id string, d time.Duration) (*Job, error) {
 		return nil, ErrNotHeld
 	}
 	l.settle(j)
+	j.gone = true
 	l.Fx.Released = append(l.Fx.Released, j)
 	l.Stats.Acked++
 	if j.cancelled {
@@ -509,6 +510,7 @@ func (l *Line) retry(j *Job, now time.Time, reason string) {
 // drop ends a job the Line no longer holds anywhere.
 func (l *Line) drop(j *Job) {
 	l.logID(store.KindRemove, j)
+	j.gone, j.dead = true, false
 	l.Fx.Released = append(l.Fx.Released, j)
 }
 
@@ -523,6 +525,8 @@ func (l *Line) deadLetter(j *Job, now time.Time, reason string) {
 		l.dead = l.dead[1:]
 		l.Stats.DeadDropped++
 	}
+	j.dead, j.deadline = true, now
+	j.deaths++
 	l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: reason, At: now})
 }
 
@@ -654,6 +658,7 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 			continue
 		}
 		l.log(func() *store.Record { return &store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID, At: now} })
+		j.dead, j.deadline = false, time.Time{}
 		j.attempt = 0
 		j.item.Expires = time.Time{}
 		j.item.Enqueued = now
@@ -758,6 +763,51 @@ func (l *Line) StateRecords(emit func(*store.Record)) int {
 	return n
 }
 
+// Snapshot lists every job the Line holds now (waiting, running, delayed
+// and dead), for a checkpoint that writes their state a batch at a time
+// with StateRecord and lets go of the caller's lock between batches.
+func (l *Line) Snapshot() []Held {
+	out := make([]Held, 0, l.sq.Len()+len(l.leases)+len(l.delayed)+len(l.dead))
+	add := func(j *Job) { out = append(out, Held{Job: j}) }
+	l.Each(add, add, add, func(d DeadLetterEntry) { out = append(out, Held{Job: d.Job, reason: d.Reason, deaths: d.Job.deaths}) })
+	return out
+}
+
+// Held is a job as Snapshot found it.
+type Held struct {
+	Job    *Job
+	reason string // a dead letter's
+	deaths uint32 // the job's deaths then
+}
+
+// StateRecord is h's job's full state now, as StateRecords writes it, or
+// nil once the Line no longer holds it. Between Snapshot and this call
+// the job may have moved anywhere.
+func (l *Line) StateRecord(h Held) *store.Record {
+	j := h.Job
+	switch {
+	case j.gone:
+		return nil
+	case j.dead:
+		reason := h.reason
+		if j.deaths != h.deaths {
+			// Dead-lettered since the snapshot: its entry is among the
+			// newest.
+			for i := len(l.dead) - 1; i >= 0; i-- {
+				if l.dead[i].Job == j {
+					reason = l.dead[i].Reason
+					break
+				}
+			}
+		}
+		return l.record(j, store.Dead, reason, j.deadline)
+	case j.heapIdx >= 0 && j.holder == 0:
+		return l.record(j, store.Delayed, "", time.Time{})
+	default: // waiting, or running and written as ready
+		return l.record(j, store.Ready, "", time.Time{})
+	}
+}
+
 // record is j's full state.
 func (l *Line) record(j *Job, state store.State, reason string, deadAt time.Time) *store.Record {
 	sj := &store.Job{
@@ -820,6 +870,7 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		j.deadline = sj.Until
 		l.delayed.push(j)
 	case sj.State == store.Dead:
+		j.dead, j.deadline = true, sj.DeadAt
 		l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: sj.Reason, At: sj.DeadAt})
 	}
 	return j

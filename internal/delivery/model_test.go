@@ -3,6 +3,7 @@ package delivery
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"testing"
@@ -224,6 +225,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	holders := []Holder{l.Attach(), l.Attach(), l.Attach()}
 	n := 0
 	var log []string
+	var snap []Held
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf("seed %d after %v: %s", seed, log[max(0, len(log)-400):], fmt.Sprintf(format, args...))
@@ -448,6 +450,13 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		}
 		l.Fx.Clear()
 		check(t, step, l, m, released, fail)
+		// A checkpoint written a batch at a time: every job of a snapshot
+		// taken some steps ago must come out as the whole-Line dump has it
+		// now, or not at all once it is gone.
+		if step%29 == 0 {
+			snap = l.Snapshot()
+		}
+		checkSnapshot(step, l, snap, fail)
 	}
 	if settled+l.InFlight() != deliveries {
 		t.Errorf("%d deliveries, %d settled and %d in flight", deliveries, settled, l.InFlight())
@@ -491,6 +500,27 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 	if ok != wok || !at.Equal(wat) {
 		fail("step %d: next deadline %v %v, model %v %v", step, at, ok, wat, wok)
 	}
+}
+
+// checkSnapshot compares StateRecord for each job of snap with the record
+// StateRecords writes for it now.
+func checkSnapshot(step int, l *Line, snap []Held, fail func(string, ...any)) {
+	want := map[string]*store.Record{}
+	l.StateRecords(func(r *store.Record) { want[r.ID] = r })
+	for _, h := range snap {
+		got := l.StateRecord(h)
+		w := want[h.Job.ID]
+		if (got == nil) != (w == nil) || got != nil && !reflect.DeepEqual(*got.Job, *w.Job) {
+			fail("step %d: %s: checkpoint record %+v, the whole dump has %+v", step, h.Job.ID, jobOf(got), jobOf(w))
+		}
+	}
+}
+
+func jobOf(r *store.Record) any {
+	if r == nil {
+		return nil
+	}
+	return *r.Job
 }
 
 func idOf(j *Job) string {
