@@ -259,9 +259,9 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 			}
 		}
 		j := &delivery.Job{
-			Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint, Payload: m.Payload, Headers: m.Headers,
-			TTL: m.TTL, RetryBase: m.RetryBase, RetryMax: m.RetryMax, MaxAttempts: int32(m.MaxAttempts),
+			Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint, Payload: m.Payload, MaxAttempts: int32(m.MaxAttempts),
 		}
+		j.SetOptions(m.Headers, m.TTL, m.RetryBase, m.RetryMax)
 		if err := b.reserve(j, q.name); err != nil {
 			out = append(out, Result{Err: err})
 			continue
@@ -272,7 +272,7 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 			out = append(out, Result{Err: err})
 			continue
 		}
-		m.ID, m.PublishedAt = j.ID, j.PublishedAt
+		m.ID, m.PublishedAt = j.ID, j.PublishedAt()
 		if m.UniqueKey != "" {
 			q.claimLocked(m.UniqueKey, m.ID, now.Add(m.UniqueFor))
 		}
@@ -337,7 +337,7 @@ const msgOverhead = 256
 // jobSize is the bytes a job is charged to the broker's budget.
 func jobSize(j *delivery.Job, queueName string) int64 {
 	size := int64(msgOverhead + len(j.Payload) + len(queueName) + len(j.Producer) + len(j.JobType))
-	for k, v := range j.Headers {
+	for k, v := range j.Headers() {
 		size += int64(len(k) + len(v))
 	}
 	return size

@@ -61,7 +61,7 @@ func view(b *Broker) []jobView {
 	var out []jobView
 	add := func(q *queue, m *delivery.Job, state string) {
 		var hs []string
-		for k, v := range m.Headers {
+		for k, v := range m.Headers() {
 			hs = append(hs, k+"="+v)
 		}
 		slices.Sort(hs)

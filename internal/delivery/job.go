@@ -21,12 +21,8 @@ type Job struct {
 	JobType     string
 	SizeHint    uint64
 	Payload     []byte
-	Headers     map[string]string
-	TTL         time.Duration // 0 takes the queue's default
-	RetryBase   time.Duration // 0 takes the queue's
-	RetryMax    time.Duration
-	PublishedAt time.Time
-	MaxAttempts int32 // 0 takes the queue's default
+	opts        *options // nil for a job with none (most): see SetOptions
+	MaxAttempts int32    // 0 takes the queue's default
 
 	// Size is what the caller charged the job to its memory budget; the
 	// Line only carries it, and hands the job back in Effects.Released
@@ -45,8 +41,60 @@ type Job struct {
 	item     sched.Item
 	gen      uint64 // the scheduler generation the item was last pushed to
 	pred     predict.Prediction
-	deadline time.Time // in flight: the lease's end; delayed: when it is due; dead: when it died
+	published int64 // PublishedAt as Unix nanoseconds
+	deadline  int64 // in flight: the lease's end; delayed: when it is due; dead: when it died (nanos)
 	leased   int64     // when the current delivery started (Unix nanoseconds)
+}
+
+// options are the settings a job may carry of its own. Most jobs carry
+// none, so they live apart and such a job pays one pointer for them.
+type options struct {
+	headers             map[string]string
+	ttl                 time.Duration
+	retryBase, retryMax time.Duration
+}
+
+// SetOptions sets the job's headers, TTL (0 takes the queue's default)
+// and retry backoff (0 takes the queue's).
+func (j *Job) SetOptions(headers map[string]string, ttl, retryBase, retryMax time.Duration) {
+	if len(headers) == 0 && ttl == 0 && retryBase == 0 && retryMax == 0 {
+		j.opts = nil
+		return
+	}
+	j.opts = &options{headers: headers, ttl: ttl, retryBase: retryBase, retryMax: retryMax}
+}
+
+// Headers are the job's headers; the caller must not change them.
+func (j *Job) Headers() map[string]string {
+	if j.opts == nil {
+		return nil
+	}
+	return j.opts.headers
+}
+
+// TTL is the job's time to live once due; 0 is none.
+func (j *Job) TTL() time.Duration {
+	if j.opts == nil {
+		return 0
+	}
+	return j.opts.ttl
+}
+
+// RetryBase and RetryMax are the job's own retry backoff; 0 takes the
+// queue's.
+func (j *Job) RetryBase() time.Duration {
+	if j.opts == nil {
+		return 0
+	}
+	return j.opts.retryBase
+}
+
+// RetryMax: see RetryBase.
+func (j *Job) RetryMax() time.Duration {
+	if j.opts == nil {
+		return 0
+	}
+	return j.opts.retryMax
 }
 
 // Holder names who holds a delivered job: a consumer, as the caller
@@ -82,7 +130,31 @@ func (j *Job) Expires() time.Time { return j.item.Expires }
 
 // Deadline is, for a job in flight, when its lease ends, and for a delayed
 // one, when it is due.
-func (j *Job) Deadline() time.Time { return j.deadline }
+func (j *Job) Deadline() time.Time { return fromNanos(j.deadline) }
+
+// PublishedAt is when the job was published.
+func (j *Job) PublishedAt() time.Time { return fromNanos(j.published) }
+
+// SetPublishedAt sets when the job was published, for a job the caller
+// builds before Admit sets it.
+func (j *Job) SetPublishedAt(t time.Time) { j.published = nanos(t) }
+
+// nanos is t as Unix nanoseconds, 0 for the zero time: a third of a
+// time.Time's size, for fields every job carries.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// fromNanos is nanos's time, in UTC (as the log decodes times).
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
 
 // Leased is when the current delivery started.
 func (j *Job) Leased() time.Time { return time.Unix(0, j.leased) }
@@ -148,7 +220,7 @@ func (h timeHeap) swap(i, j int) {
 func (h timeHeap) up(j int) {
 	for j > 0 {
 		i := (j - 1) / 2
-		if !h[j].deadline.Before(h[i].deadline) {
+		if h[j].deadline >= h[i].deadline {
 			break
 		}
 		h.swap(i, j)
@@ -164,10 +236,10 @@ func (h timeHeap) down(i0 int) bool {
 			break
 		}
 		j := l
-		if r := l + 1; r < n && h[r].deadline.Before(h[l].deadline) {
+		if r := l + 1; r < n && h[r].deadline < h[l].deadline {
 			j = r
 		}
-		if !h[j].deadline.Before(h[i].deadline) {
+		if h[j].deadline >= h[i].deadline {
 			break
 		}
 		h.swap(i, j)

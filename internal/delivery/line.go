@@ -201,13 +201,13 @@ func (l *Line) Admit(j *Job, runAt, now time.Time) (*store.Record, error) {
 	if l.sq.Len() >= l.cfg.MaxDepth {
 		return nil, ErrFull
 	}
-	j.PublishedAt = now
+	j.published = nanos(now)
 	j.Producer, j.JobType = l.intern(j.Producer), l.intern(j.JobType)
 	if j.MaxAttempts == 0 {
 		j.MaxAttempts = int32(l.cfg.MaxAttempts)
 	}
-	if j.TTL == 0 {
-		j.TTL = l.cfg.DefaultTTL
+	if j.TTL() == 0 && l.cfg.DefaultTTL != 0 {
+		j.SetOptions(j.Headers(), l.cfg.DefaultTTL, j.RetryBase(), j.RetryMax())
 	}
 	l.nextSeq++
 	j.heapIdx = -1
@@ -216,7 +216,7 @@ func (l *Line) Admit(j *Job, runAt, now time.Time) (*store.Record, error) {
 	if runAt.After(now) {
 		// Invisible until due; it is classified and takes its place in
 		// line then, as if published at that moment.
-		j.scheduled, j.deadline = true, runAt
+		j.scheduled, j.deadline = true, nanos(runAt)
 		state = store.Delayed
 	} else {
 		l.enter(j, now)
@@ -241,8 +241,8 @@ func (l *Line) Commit(j *Job, now time.Time) {
 // now, and its tier and cost are predicted now.
 func (l *Line) enter(j *Job, now time.Time) {
 	j.item.Enqueued = now
-	if j.TTL > 0 {
-		j.item.Expires = now.Add(j.TTL)
+	if ttl := j.TTL(); ttl > 0 {
+		j.item.Expires = now.Add(ttl)
 	}
 	j.pred = l.sq.Classify(&j.item, l.keyOf(j))
 	j.gen = l.gen
@@ -315,7 +315,7 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 	j.attempt++
 	j.holder = h
 	j.leased = now.UnixNano()
-	j.deadline = now.Add(l.cfg.Lease)
+	j.deadline = nanos(now.Add(l.cfg.Lease))
 	l.leases.push(j)
 	hs := l.held[h]
 	if hs == nil {
@@ -402,9 +402,9 @@ func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration,
 	case action == DeadLetter:
 		l.deadLetter(j, now, reason)
 	case action == RequeueAfter && delay > 0 && j.attempt < j.MaxAttempts && !draining:
-		j.deadline = now.Add(delay)
+		j.deadline = nanos(now.Add(delay))
 		l.log(func() *store.Record {
-			return &store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID, At: j.deadline}
+			return &store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID, At: fromNanos(j.deadline)}
 		})
 		l.delayed.push(j)
 	default:
@@ -416,11 +416,11 @@ func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration,
 // backoff is the delay before j's next try under its retry policy.
 func (l *Line) backoff(j *Job) time.Duration {
 	base, most := l.cfg.RetryBase, l.cfg.RetryMax
-	if j.RetryBase > 0 {
-		base = j.RetryBase
+	if b := j.RetryBase(); b > 0 {
+		base = b
 	}
-	if j.RetryMax > 0 {
-		most = j.RetryMax
+	if m := j.RetryMax(); m > 0 {
+		most = m
 	}
 	d := base << min(max(j.attempt-1, 0), 30)
 	if d <= 0 || d > most {
@@ -446,7 +446,7 @@ func (l *Line) Extend(h Holder, id string, lease time.Duration, now time.Time) e
 	if lease <= 0 {
 		lease = l.cfg.Lease
 	}
-	j.deadline = now.Add(lease)
+	j.deadline = nanos(now.Add(lease))
 	l.leases.fix(int(j.heapIdx))
 	return nil
 }
@@ -525,7 +525,7 @@ func (l *Line) deadLetter(j *Job, now time.Time, reason string) {
 		l.dead = l.dead[1:]
 		l.Stats.DeadDropped++
 	}
-	j.dead, j.deadline = true, now
+	j.dead, j.deadline = true, nanos(now)
 	j.deaths++
 	l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: reason, At: now})
 }
@@ -549,13 +549,13 @@ func (l *Line) NextDeadline() (time.Time, bool) {
 		}
 	}
 	if j := l.leases.min(); j != nil {
-		earliest(j.deadline)
+		earliest(fromNanos(j.deadline))
 	}
 	if t, ok := l.sq.NextExpiry(); ok {
 		earliest(t)
 	}
 	if j := l.delayed.min(); j != nil {
-		earliest(j.deadline)
+		earliest(fromNanos(j.deadline))
 	}
 	return at, !at.IsZero()
 }
@@ -564,16 +564,16 @@ func (l *Line) NextDeadline() (time.Time, bool) {
 // (or to the dead letters), jobs whose TTL passed expire, delayed jobs
 // join the line.
 func (l *Line) Tick(now time.Time) {
-	for j := l.leases.min(); j != nil && !j.deadline.After(now); j = l.leases.min() {
+	for j := l.leases.min(); j != nil && j.deadline <= nanos(now); j = l.leases.min() {
 		l.settle(j)
 		l.retry(j, now, "lease expired")
 	}
 	if at, ok := l.sq.NextExpiry(); ok && !at.After(now) {
 		l.expire(now)
 	}
-	for j := l.delayed.min(); j != nil && !j.deadline.After(now); j = l.delayed.min() {
+	for j := l.delayed.min(); j != nil && j.deadline <= nanos(now); j = l.delayed.min() {
 		l.delayed.remove(j)
-		j.deadline = time.Time{}
+		j.deadline = 0
 		if j.scheduled {
 			// A scheduled job enters as if published now; its record
 			// says the place in line it got.
@@ -658,7 +658,7 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 			continue
 		}
 		l.log(func() *store.Record { return &store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID, At: now} })
-		j.dead, j.deadline = false, time.Time{}
+		j.dead, j.deadline = false, 0
 		j.attempt = 0
 		j.item.Expires = time.Time{}
 		j.item.Enqueued = now
@@ -800,7 +800,7 @@ func (l *Line) StateRecord(h Held) *store.Record {
 				}
 			}
 		}
-		return l.record(j, store.Dead, reason, j.deadline)
+		return l.record(j, store.Dead, reason, fromNanos(j.deadline))
 	case j.heapIdx >= 0 && j.holder == 0:
 		return l.record(j, store.Delayed, "", time.Time{})
 	default: // waiting, or running and written as ready
@@ -812,13 +812,13 @@ func (l *Line) StateRecord(h Held) *store.Record {
 func (l *Line) record(j *Job, state store.State, reason string, deadAt time.Time) *store.Record {
 	sj := &store.Job{
 		ID: j.ID, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
-		Payload: j.Payload, Headers: j.Headers, TTL: j.TTL, MaxAttempts: int(j.MaxAttempts),
-		PublishedAt: j.PublishedAt, RetryBase: j.RetryBase, RetryMax: j.RetryMax, Seq: j.item.ID, Tier: j.item.Tier, Cost: j.item.Cost,
+		Payload: j.Payload, Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
+		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: j.item.Tier, Cost: j.item.Cost,
 		Long: j.item.Long, Reset: j.gen != l.gen, Enqueued: j.item.Enqueued, Expires: j.item.Expires,
 		Attempts: int(j.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: j.scheduled,
 	}
 	if state == store.Delayed {
-		sj.Until = j.deadline
+		sj.Until = fromNanos(j.deadline)
 	}
 	return &store.Record{Kind: store.KindJob, Queue: l.name, ID: j.ID, Job: sj}
 }
@@ -845,10 +845,10 @@ func (l *Line) logID(kind store.Kind, j *Job) {
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
 		ID: sj.ID, Producer: l.intern(sj.Producer), JobType: l.intern(sj.JobType), SizeHint: sj.SizeHint,
-		Payload: sj.Payload, Headers: sj.Headers, TTL: sj.TTL, MaxAttempts: int32(sj.MaxAttempts),
-		RetryBase: sj.RetryBase, RetryMax: sj.RetryMax, PublishedAt: sj.PublishedAt,
+		Payload: sj.Payload, MaxAttempts: int32(sj.MaxAttempts), published: nanos(sj.PublishedAt),
 		attempt: int32(sj.Attempts), heapIdx: -1, scheduled: sj.Scheduled,
 	}
+	j.SetOptions(sj.Headers, sj.TTL, sj.RetryBase, sj.RetryMax)
 	j.item = sched.Item{ID: sj.Seq, Tier: min(sj.Tier, l.sq.Config().Levels-1), Cost: sj.Cost, Long: sj.Long,
 		Enqueued: sj.Enqueued, Expires: sj.Expires, Data: j}
 	j.pred.Cost, j.pred.Tier, j.pred.Long = sj.Cost, sj.Tier, sj.Long
@@ -867,10 +867,10 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		}
 		l.push(j, now)
 	case sj.State == store.Delayed:
-		j.deadline = sj.Until
+		j.deadline = nanos(sj.Until)
 		l.delayed.push(j)
 	case sj.State == store.Dead:
-		j.dead, j.deadline = true, sj.DeadAt
+		j.dead, j.deadline = true, nanos(sj.DeadAt)
 		l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: sj.Reason, At: sj.DeadAt})
 	}
 	return j

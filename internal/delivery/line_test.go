@@ -39,8 +39,8 @@ func TestBackoff(t *testing.T) {
 		{&Job{attempt: 3}, 40 * time.Second},
 		{&Job{attempt: 9}, 40 * time.Second},
 		{&Job{attempt: 200}, 40 * time.Second}, // no overflow
-		{&Job{attempt: 2, RetryBase: time.Second, RetryMax: time.Hour}, 2 * time.Second},
-		{&Job{attempt: 5, RetryBase: time.Second, RetryMax: 3 * time.Second}, 3 * time.Second},
+		{&Job{attempt: 2, opts: &options{retryBase: time.Second, retryMax: time.Hour}}, 2 * time.Second},
+		{&Job{attempt: 5, opts: &options{retryBase: time.Second, retryMax: 3 * time.Second}}, 3 * time.Second},
 	} {
 		lo, hi := time.Duration(float64(c.want)*0.8), time.Duration(float64(c.want)*1.2)
 		seen := map[time.Duration]bool{}

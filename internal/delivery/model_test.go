@@ -246,7 +246,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			r := &refJob{id: id, max: cfg.MaxAttempts}
 			if rng.IntN(4) == 0 {
 				r.ttl = time.Duration(1+rng.IntN(30))*time.Second + time.Duration(n) // distinct expiries
-				j.TTL = r.ttl
+				j.SetOptions(nil, r.ttl, 0, 0)
 			}
 			if rng.IntN(5) == 0 {
 				r.max = 1 + rng.IntN(4)
