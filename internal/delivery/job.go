@@ -38,12 +38,12 @@ type Job struct {
 	deaths    uint32 // times dead-lettered
 	holder    Holder
 
-	item     sched.Item
-	gen      uint64 // the scheduler generation the item was last pushed to
-	pred     predict.Prediction
+	item      sched.Item
+	gen       uint64 // the scheduler generation the item was last pushed to
+	pred      predict.Prediction
 	published int64 // PublishedAt as Unix nanoseconds
 	deadline  int64 // in flight: the lease's end; delayed: when it is due; dead: when it died (nanos)
-	leased   int64     // when the current delivery started (Unix nanoseconds)
+	leased    int64 // when the current delivery started (Unix nanoseconds)
 }
 
 // options are the settings a job may carry of its own. Most jobs carry
