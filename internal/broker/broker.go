@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -591,21 +592,9 @@ wait:
 }
 
 func equalConfig(a, b QueueConfig) bool {
-	return a.Policy == b.Policy && a.Tiers == b.Tiers && slicesEqual(a.Weights, b.Weights) &&
-		slicesEqual(a.Aging, b.Aging) && a.AgingOff == b.AgingOff && maps.Equal(a.StaticTiers, b.StaticTiers) &&
+	return a.Policy == b.Policy && a.Tiers == b.Tiers && slices.Equal(a.Weights, b.Weights) &&
+		slices.Equal(a.Aging, b.Aging) && a.AgingOff == b.AgingOff && maps.Equal(a.StaticTiers, b.StaticTiers) &&
 		a.MaxDepth == b.MaxDepth && a.MaxAttempts == b.MaxAttempts && a.Lease == b.Lease &&
 		a.DefaultTTL == b.DefaultTTL && a.Shadow == b.Shadow &&
 		a.RetryBase == b.RetryBase && a.RetryMax == b.RetryMax && a.RetryJitter == b.RetryJitter
-}
-
-func slicesEqual[T comparable](a, b []T) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
