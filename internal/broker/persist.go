@@ -388,6 +388,9 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 	if q.b.batchJobs > 0 {
 		size = q.b.batchJobs
 	}
+	// One batch of records, reused: the store encodes a record as it is
+	// appended.
+	recs, jobs := make([]store.Record, size), make([]store.Job, size)
 	batch := make([]*store.Record, 0, size)
 	for len(snap) > 0 {
 		if between != nil {
@@ -396,7 +399,9 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 		k := min(len(snap), size)
 		q.mu.Lock()
 		for _, h := range snap[:k] {
-			if r := q.line.StateRecord(h); r != nil {
+			r := &recs[len(batch)]
+			r.Job = &jobs[len(batch)]
+			if q.line.StateRecordTo(h, r) {
 				batch = append(batch, r)
 			}
 		}
@@ -405,7 +410,6 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 		}
 		q.mu.Unlock()
 		n += len(batch)
-		clear(batch)
 		batch = batch[:0]
 		clear(snap[:k])
 		snap = snap[k:]

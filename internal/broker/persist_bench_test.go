@@ -104,6 +104,7 @@ func BenchmarkCheckpointStall(b *testing.B) {
 		}
 	}
 	var worst time.Duration
+	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		stop, done := make(chan struct{}), make(chan struct{})

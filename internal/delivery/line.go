@@ -784,10 +784,22 @@ type Held struct {
 // nil once the Line no longer holds it. Between Snapshot and this call
 // the job may have moved anywhere.
 func (l *Line) StateRecord(h Held) *store.Record {
+	r := &store.Record{}
+	if !l.StateRecordTo(h, r) {
+		return nil
+	}
+	return r
+}
+
+// StateRecordTo is StateRecord written into r (and r.Job, allocated if
+// nil) instead of new ones, for a checkpoint that reuses one batch of
+// records: a store encodes a record when it is appended. It reports
+// false, leaving r alone, once the Line no longer holds h's job.
+func (l *Line) StateRecordTo(h Held, r *store.Record) bool {
 	j := h.Job
 	switch {
 	case j.gone:
-		return nil
+		return false
 	case j.dead:
 		reason := h.reason
 		if j.deaths != h.deaths {
@@ -800,17 +812,29 @@ func (l *Line) StateRecord(h Held) *store.Record {
 				}
 			}
 		}
-		return l.record(j, store.Dead, reason, fromNanos(j.deadline))
+		l.fill(r, j, store.Dead, reason, fromNanos(j.deadline))
 	case j.heapIdx >= 0 && j.holder == 0:
-		return l.record(j, store.Delayed, "", time.Time{})
+		l.fill(r, j, store.Delayed, "", time.Time{})
 	default: // waiting, or running and written as ready
-		return l.record(j, store.Ready, "", time.Time{})
+		l.fill(r, j, store.Ready, "", time.Time{})
 	}
+	return true
 }
 
 // record is j's full state.
 func (l *Line) record(j *Job, state store.State, reason string, deadAt time.Time) *store.Record {
-	sj := &store.Job{
+	r := &store.Record{}
+	l.fill(r, j, state, reason, deadAt)
+	return r
+}
+
+// fill writes j's full state into r, reusing r.Job if it has one.
+func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, deadAt time.Time) {
+	sj := r.Job
+	if sj == nil {
+		sj = &store.Job{}
+	}
+	*sj = store.Job{
 		ID: j.ID, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
 		Payload: j.Payload, Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
 		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: j.item.Tier, Cost: j.item.Cost,
@@ -820,7 +844,7 @@ func (l *Line) record(j *Job, state store.State, reason string, deadAt time.Time
 	if state == store.Delayed {
 		sj.Until = fromNanos(j.deadline)
 	}
-	return &store.Record{Kind: store.KindJob, Queue: l.name, ID: j.ID, Job: sj}
+	*r = store.Record{Kind: store.KindJob, Queue: l.name, ID: j.ID, Job: sj}
 }
 
 // log writes the record rec makes, unless the Line is not durable or

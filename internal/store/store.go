@@ -10,7 +10,9 @@ import (
 // must not be. Implementations are safe for concurrent use.
 type Store interface {
 	// Append adds records to the end of the log in order and returns the
-	// position that Wait takes to wait for them.
+	// position that Wait takes to wait for them. It encodes the records
+	// before it returns and keeps none of them, so the caller may reuse
+	// them.
 	Append(recs ...*Record) (Pos, error)
 	// Wait blocks until every record up to pos is as durable as the
 	// store's sync mode promises, or returns the error that stopped it.

@@ -100,6 +100,34 @@ func TestConformance(t *testing.T) {
 				}
 				checkReplay(t, s, want)
 			})
+			t.Run("append keeps no record", func(t *testing.T) {
+				s := open(t)
+				replayAll(t, s)
+				want := sample(3)
+				reused := make([]*Record, len(want))
+				for i, r := range want {
+					c := *r
+					if r.Job != nil {
+						j := *r.Job
+						c.Job = &j
+					}
+					reused[i] = &c
+				}
+				pos, err := s.Append(reused...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range reused { // the caller reuses them at once
+					r.ID, r.Reason = "overwritten", "overwritten"
+					if r.Job != nil {
+						r.Job.ID, r.Job.Payload = "overwritten", nil
+					}
+				}
+				if err := s.Wait(pos); err != nil {
+					t.Fatal(err)
+				}
+				checkReplay(t, s, want)
+			})
 			t.Run("compact", func(t *testing.T) {
 				s := open(t)
 				replayAll(t, s)
