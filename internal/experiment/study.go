@@ -342,7 +342,7 @@ func studies() []study {
 			slug:  "aging",
 			title: "1. What aging costs and what it protects",
 			question: "The default policy is shortest predicted first with a FIFO-position bound on long messages: " + longRule() + "; and " + guardRule() + ". " +
-				"It runs here with its bounds on and off (bound-off: neither), against the policy as it was before the guard (previous: long messages bounded at 0.75 of their FIFO wait plus a second of predicted work, nothing else bounded) and the older alternatives: strict priority with step aging, and level weights with pausing aging. " +
+				"It runs here with its bounds on and off (bound-off: neither), against the policy as it was before the guard (previous: the most expensive fifth of the recent work and unpredictable messages long, bounded at 0.75 of their FIFO wait plus a second of predicted work, nothing else bounded) and the older alternatives: strict priority with step aging, and level weights with pausing aging. " +
 				fmt.Sprintf("Three wider bounds, which mark the most expensive %s (the default before this share), %s or %s of the recent predicted work long instead of %s, show what bounding more of the queue would cost.",
 					sharePct(shareFifth), sharePct(shareWide), sharePct(shareWider), sharePct(sched.DefaultLongShare)),
 			arms: []string{ArmFIFO, ArmDefault, ArmPrevious, ArmAgingOff, ArmStrictAging, ArmWeighted, ArmShare20, ArmShare40, ArmShare60, ArmOthers1, ArmOthers3},
