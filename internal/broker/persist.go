@@ -392,6 +392,7 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 	// appended.
 	recs, jobs := make([]store.Record, size), make([]store.Job, size)
 	batch := make([]*store.Record, 0, size)
+	var prev store.Pos // the batch before the last one appended
 	for len(snap) > 0 {
 		if between != nil {
 			between()
@@ -416,6 +417,15 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 		if err != nil {
 			return pos, n, err
 		}
+		// At most two batches on their way to the disk: a publish waits
+		// for the log up to its own record, so a checkpoint that wrote
+		// ahead unpaced would make it wait for the whole queue's state.
+		if prev != 0 {
+			if err = st.Wait(prev); err != nil {
+				return pos, n, err
+			}
+		}
+		prev = pos
 	}
 	return pos, n, nil
 }
