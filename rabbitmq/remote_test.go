@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -98,18 +99,6 @@ func (tb remoteBundle) predict(t *testing.T) Priority {
 
 const ms = time.Millisecond
 
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // A cached answer is given at once; the sidecar still hears of the
 // message, with the duration stamped on it, and its answer becomes the
 // next message's. An answer whose request went out CacheFor ago or more is
@@ -124,7 +113,7 @@ func TestRemoteCache(t *testing.T) {
 		t.Fatalf("second answer %v, want the cached 10ms", pr.Predicted)
 	}
 	tb.remote.counting.Wait() // the call that told the sidecar of it
-	if got, want := tb.server.seen(), []time.Duration{-1, 10 * ms}; !equalDurations(got, want) {
+	if got, want := tb.server.seen(), []time.Duration{-1, 10 * ms}; !slices.Equal(got, want) {
 		t.Fatalf("sidecar heard %v, want %v: an ask, then the cached message's stamp", got, want)
 	}
 	tb.clk.Advance(599 * ms)
@@ -138,7 +127,7 @@ func TestRemoteCache(t *testing.T) {
 	if pr := tb.predict(t); pr.Predicted != 40*ms {
 		t.Fatalf("answer after the cache time %v, want a fresh 40ms", pr.Predicted)
 	}
-	if got, want := tb.server.seen(), []time.Duration{-1, 10 * ms, 20 * ms, -1}; !equalDurations(got, want) {
+	if got, want := tb.server.seen(), []time.Duration{-1, 10 * ms, 20 * ms, -1}; !slices.Equal(got, want) {
 		t.Fatalf("sidecar heard %v, want %v", got, want)
 	}
 	if s := tb.remote.Stats(); s.CacheHits != 2 || s.Fallbacks != 0 || s.CountErrors != 0 {
@@ -174,7 +163,7 @@ func TestRemoteWithoutCache(t *testing.T) {
 			t.Fatalf("answer %d: %v, want %v", i, pr.Predicted, time.Duration(i+1)*10*ms)
 		}
 	}
-	if got := tb.server.seen(); !equalDurations(got, []time.Duration{-1, -1, -1}) {
+	if got := tb.server.seen(); !slices.Equal(got, []time.Duration{-1, -1, -1}) {
 		t.Fatalf("sidecar heard %v, want three plain asks", got)
 	}
 	if s := tb.remote.Stats(); s.CacheHits != 0 {
