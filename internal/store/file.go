@@ -540,7 +540,7 @@ func (s *FileStore) flush() {
 	}()
 	var lastSync time.Time
 	var syncTook time.Duration // how long the last fsync took
-	cohort := 0                // waiters the last fsync released
+	cohort := 0                // the gather target: waiters recent fsyncs released
 	dirty := false             // written since the last fsync
 	always := s.opts.Sync.Interval == 0
 	// owed: someone waits for a record that is written but not fsynced.
