@@ -393,16 +393,16 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 	recs, jobs := make([]store.Record, size), make([]store.Job, size)
 	batch := make([]*store.Record, 0, size)
 	var prev store.Pos // the batch before the last one appended
-	for len(snap) > 0 {
+	for left := snap.Jobs; len(left) > 0; {
 		if between != nil {
 			between()
 		}
-		k := min(len(snap), size)
+		k := min(len(left), size)
 		q.mu.Lock()
-		for _, h := range snap[:k] {
+		for _, j := range left[:k] {
 			r := &recs[len(batch)]
 			r.Job = &jobs[len(batch)]
-			if q.line.StateRecordTo(h, r) {
+			if q.line.StateRecordTo(snap, j, r) {
 				batch = append(batch, r)
 			}
 		}
@@ -412,8 +412,8 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 		q.mu.Unlock()
 		n += len(batch)
 		batch = batch[:0]
-		clear(snap[:k])
-		snap = snap[k:]
+		clear(left[:k])
+		left = left[k:]
 		if err != nil {
 			return pos, n, err
 		}

@@ -765,27 +765,38 @@ func (l *Line) StateRecords(emit func(*store.Record)) int {
 
 // Snapshot lists every job the Line holds now (waiting, running, delayed
 // and dead), for a checkpoint that writes their state a batch at a time
-// with StateRecord and lets go of the caller's lock between batches.
-func (l *Line) Snapshot() []Held {
-	out := make([]Held, 0, l.sq.Len()+len(l.leases)+len(l.delayed)+len(l.dead))
-	add := func(j *Job) { out = append(out, Held{Job: j}) }
-	l.Each(add, add, add, func(d DeadLetterEntry) { out = append(out, Held{Job: d.Job, reason: d.Reason, deaths: d.Job.deaths}) })
-	return out
+// with StateRecordTo and lets go of the caller's lock between batches.
+// It is one pointer per job: a checkpoint takes it under the lock.
+func (l *Line) Snapshot() *Snapshot {
+	s := &Snapshot{Jobs: make([]*Job, 0, l.sq.Len()+len(l.leases)+len(l.delayed)+len(l.dead))}
+	add := func(j *Job) { s.Jobs = append(s.Jobs, j) }
+	if len(l.dead) > 0 {
+		s.dead = make(map[*Job]deadAt, len(l.dead))
+	}
+	l.Each(add, add, add, func(d DeadLetterEntry) {
+		s.Jobs = append(s.Jobs, d.Job)
+		s.dead[d.Job] = deadAt{d.Reason, d.Job.deaths}
+	})
+	return s
 }
 
-// Held is a job as Snapshot found it.
-type Held struct {
-	Job    *Job
-	reason string // a dead letter's
+// Snapshot is the jobs a Line held at one moment.
+type Snapshot struct {
+	Jobs []*Job
+	dead map[*Job]deadAt // the dead letters' reasons then
+}
+
+type deadAt struct {
+	reason string
 	deaths uint32 // the job's deaths then
 }
 
-// StateRecord is h's job's full state now, as StateRecords writes it, or
-// nil once the Line no longer holds it. Between Snapshot and this call
-// the job may have moved anywhere.
-func (l *Line) StateRecord(h Held) *store.Record {
+// StateRecord is j's full state now, as StateRecords writes it, or nil
+// once the Line no longer holds it. j is one of s's jobs; since s was
+// taken it may have moved anywhere.
+func (l *Line) StateRecord(s *Snapshot, j *Job) *store.Record {
 	r := &store.Record{}
-	if !l.StateRecordTo(h, r) {
+	if !l.StateRecordTo(s, j, r) {
 		return nil
 	}
 	return r
@@ -794,15 +805,15 @@ func (l *Line) StateRecord(h Held) *store.Record {
 // StateRecordTo is StateRecord written into r (and r.Job, allocated if
 // nil) instead of new ones, for a checkpoint that reuses one batch of
 // records: a store encodes a record when it is appended. It reports
-// false, leaving r alone, once the Line no longer holds h's job.
-func (l *Line) StateRecordTo(h Held, r *store.Record) bool {
-	j := h.Job
+// false, leaving r alone, once the Line no longer holds j.
+func (l *Line) StateRecordTo(s *Snapshot, j *Job, r *store.Record) bool {
 	switch {
 	case j.gone:
 		return false
 	case j.dead:
-		reason := h.reason
-		if j.deaths != h.deaths {
+		d, ok := s.dead[j]
+		reason := d.reason
+		if !ok || d.deaths != j.deaths {
 			// Dead-lettered since the snapshot: its entry is among the
 			// newest.
 			for i := len(l.dead) - 1; i >= 0; i-- {

@@ -225,7 +225,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	holders := []Holder{l.Attach(), l.Attach(), l.Attach()}
 	n := 0
 	var log []string
-	var snap []Held
+	snap := &Snapshot{}
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf("seed %d after %v: %s", seed, log[max(0, len(log)-400):], fmt.Sprintf(format, args...))
@@ -504,14 +504,14 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 
 // checkSnapshot compares StateRecord for each job of snap with the record
 // StateRecords writes for it now.
-func checkSnapshot(step int, l *Line, snap []Held, fail func(string, ...any)) {
+func checkSnapshot(step int, l *Line, snap *Snapshot, fail func(string, ...any)) {
 	want := map[string]*store.Record{}
 	l.StateRecords(func(r *store.Record) { want[r.ID] = r })
-	for _, h := range snap {
-		got := l.StateRecord(h)
-		w := want[h.Job.ID]
+	for _, j := range snap.Jobs {
+		got := l.StateRecord(snap, j)
+		w := want[j.ID]
 		if (got == nil) != (w == nil) || got != nil && !reflect.DeepEqual(*got.Job, *w.Job) {
-			fail("step %d: %s: checkpoint record %+v, the whole dump has %+v", step, h.Job.ID, jobOf(got), jobOf(w))
+			fail("step %d: %s: checkpoint record %+v, the whole dump has %+v", step, j.ID, jobOf(got), jobOf(w))
 		}
 	}
 }

@@ -1,0 +1,28 @@
+package delivery
+
+import (
+	"strconv"
+	"testing"
+)
+
+// BenchmarkSnapshot is the part of a checkpoint that holds a queue's lock
+// for the whole queue: listing 1,000,000 waiting jobs.
+func BenchmarkSnapshot(b *testing.B) {
+	cfg := modelConfig()
+	cfg.MaxDepth = 2_000_000
+	l := newLine(b, cfg)
+	for i := range 1_000_000 {
+		j := &Job{ID: strconv.Itoa(i), Producer: "p", JobType: "t", Payload: make([]byte, 64)}
+		if _, err := l.Admit(j, t0, t0); err != nil {
+			b.Fatal(err)
+		}
+		l.Commit(j, t0)
+		l.Fx.Clear()
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if n := len(l.Snapshot().Jobs); n != 1_000_000 {
+			b.Fatalf("%d jobs listed", n)
+		}
+	}
+}
