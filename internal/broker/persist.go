@@ -388,6 +388,7 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 	if q.b.batchJobs > 0 {
 		size = q.b.batchJobs
 	}
+	size = min(size, len(snap.Jobs)) // an empty or small queue allocates no full batch
 	// One batch of records, reused: the store encodes a record as it is
 	// appended.
 	recs, jobs := make([]store.Record, size), make([]store.Job, size)
