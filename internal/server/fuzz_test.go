@@ -136,8 +136,12 @@ func FuzzConsumeRequest(f *testing.F) {
 		case 5:
 			req = &pb.ConsumeRequest{}
 		}
-		re, err := s.apply(c, req)
+		re, granted, err := s.apply(c, req)
 		checkCode(t, err)
+		if granted < 0 || granted > broker.MaxCredit {
+			t.Fatalf("credit %d granted", granted)
+		}
+		c.AddCredit(granted)
 		mustMarshal(t, re)
 		if re != nil {
 			checkCode(t, status.Error(codes.Code(re.Code), re.Message))

@@ -286,7 +286,7 @@ func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, 
 		if err != nil {
 			return err
 		}
-		re, err := s.apply(c, req)
+		re, credit, err := s.apply(c, req)
 		if err != nil {
 			return err
 		}
@@ -297,17 +297,20 @@ func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, 
 				return err
 			}
 		}
+		// The credit comes after the answer, so that a request's answer
+		// reaches the client before the delivery its credit lets through.
+		c.AddCredit(credit)
 	}
 }
 
-// apply handles one request on a subscribed stream. It returns a
-// RequestError for an ack, nack or extend the broker refused or adjusted,
-// and an error only for a request that breaks the protocol.
-func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestError, error) {
+// apply handles one request on a subscribed stream and returns the
+// credit it grants, for the caller to add once it has answered. It returns
+// a RequestError for an ack, nack or extend the broker refused or
+// adjusted, and an error only for a request that breaks the protocol.
+func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestError, int, error) {
 	switch r := req.GetRequest().(type) {
 	case *pb.ConsumeRequest_Credit:
-		c.AddCredit(int(min(r.Credit.GetN(), broker.MaxCredit)))
-		return nil, nil
+		return nil, credit(r.Credit.GetN()), nil
 	case *pb.ConsumeRequest_Ack:
 		a := r.Ack
 		d, ok := ackDuration(a.Duration)
@@ -315,12 +318,11 @@ func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestE
 			d = -1 // refused by the predictor like any other bad duration
 		}
 		err := c.Ack(a.Id, d)
-		c.AddCredit(int(min(a.Credit, broker.MaxCredit)))
 		if !ok && errors.Is(err, broker.ErrBadDuration) {
 			// Say what was sent, not the placeholder.
 			err = fmt.Errorf("%w: message %s acked, but its duration %s does not fit a duration and was not learned", broker.ErrBadDuration, a.Id, formatDuration(a.Duration))
 		}
-		return requestError("ack", a.Id, err), nil
+		return requestError("ack", a.Id, err), credit(a.Credit), nil
 	case *pb.ConsumeRequest_Nack:
 		n := r.Nack
 		var action broker.NackAction
@@ -334,25 +336,26 @@ func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestE
 		case pb.NackAction_NACK_ACTION_RETRY:
 			action = broker.NackRetry
 		default:
-			c.AddCredit(int(min(n.Credit, broker.MaxCredit)))
-			return requestError("nack", n.Id, status.Errorf(codes.InvalidArgument, "unknown nack action %d; the job stays leased to this consumer", n.Action)), nil
+			return requestError("nack", n.Id, status.Errorf(codes.InvalidArgument, "unknown nack action %d; the job stays leased to this consumer", n.Action)), credit(n.Credit), nil
 		}
 		err := c.Nack(n.Id, action, nackDelay(n.Delay), n.Reason)
-		c.AddCredit(int(min(n.Credit, broker.MaxCredit)))
-		return requestError("nack", n.Id, err), nil
+		return requestError("nack", n.Id, err), credit(n.Credit), nil
 	case *pb.ConsumeRequest_Extend:
 		e := r.Extend
 		lease, err := duration("extend lease", e.Lease)
 		if err != nil {
-			return requestError("extend", e.Id, fmt.Errorf("%w; the lease is unchanged", err)), nil
+			return requestError("extend", e.Id, fmt.Errorf("%w; the lease is unchanged", err)), 0, nil
 		}
-		return requestError("extend", e.Id, c.Extend(e.Id, lease)), nil
+		return requestError("extend", e.Id, c.Extend(e.Id, lease)), 0, nil
 	case *pb.ConsumeRequest_Subscribe:
-		return nil, invalidArg("this stream is already subscribed to queue %q; open another stream for another queue", c.Queue())
+		return nil, 0, invalidArg("this stream is already subscribed to queue %q; open another stream for another queue", c.Queue())
 	default:
-		return nil, invalidArg("empty consume request")
+		return nil, 0, invalidArg("empty consume request")
 	}
 }
+
+// credit is a request's credit, capped at broker.MaxCredit.
+func credit(n uint32) int { return int(min(n, broker.MaxCredit)) }
 
 // requestError turns a settle error into the stream's answer for that job;
 // nil for nil.
@@ -362,7 +365,11 @@ func requestError(kind, id string, err error) *pb.RequestError {
 	}
 	applied := errors.Is(err, broker.ErrBadDuration) || errors.Is(err, broker.ErrAdjusted)
 	st, _ := status.FromError(toStatus(err))
-	return &pb.RequestError{Id: id, Request: kind, Code: uint32(st.Code()), Message: st.Message(), Applied: applied}
+	// The id and the message quote what the client sent; an answer must
+	// encode whatever that was (gRPC refuses invalid UTF-8 on the wire,
+	// but apply does not rely on it).
+	return &pb.RequestError{Id: strings.ToValidUTF8(id, "\uFFFD"), Request: kind, Code: uint32(st.Code()),
+		Message: strings.ToValidUTF8(st.Message(), "\uFFFD"), Applied: applied}
 }
 
 // ackDuration converts an ack's duration; ok is false for one that is
