@@ -259,16 +259,15 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 				continue
 			}
 		}
-		j := &delivery.Job{
-			Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint, Payload: m.Payload, MaxAttempts: int32(m.MaxAttempts),
-		}
+		j := &delivery.Job{SizeHint: m.SizeHint, Payload: m.Payload, MaxAttempts: int32(m.MaxAttempts)}
 		j.SetOptions(m.Headers, m.TTL, m.RetryBase, m.RetryMax)
-		if err := b.reserve(j, q.name); err != nil {
+		names := delivery.Names{Producer: m.Producer, JobType: m.JobType}
+		if err := b.reserve(j, names, q.name); err != nil {
 			out = append(out, Result{Err: err})
 			continue
 		}
 		j.ID = b.ids.next()
-		if err := q.publishLocked(j, m.RunAt, now); err != nil {
+		if err := q.publishLocked(j, names, m.RunAt, now); err != nil {
 			b.release(j)
 			out = append(out, Result{Err: err})
 			continue
@@ -336,8 +335,8 @@ func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
 const msgOverhead = 256
 
 // jobSize is the bytes a job is charged to the broker's budget.
-func jobSize(j *delivery.Job, queueName string) int64 {
-	size := int64(msgOverhead + len(j.Payload) + len(queueName) + len(j.Producer) + len(j.JobType))
+func jobSize(j *delivery.Job, names delivery.Names, queueName string) int64 {
+	size := int64(msgOverhead + len(j.Payload) + len(queueName) + len(names.Producer) + len(names.JobType))
 	for k, v := range j.Headers() {
 		size += int64(len(k) + len(v))
 	}
@@ -345,8 +344,8 @@ func jobSize(j *delivery.Job, queueName string) int64 {
 }
 
 // reserve charges j's bytes to the broker's budget, or refuses it.
-func (b *Broker) reserve(j *delivery.Job, queueName string) error {
-	size := jobSize(j, queueName)
+func (b *Broker) reserve(j *delivery.Job, names delivery.Names, queueName string) error {
+	size := jobSize(j, names, queueName)
 	limit := b.cfg.MaxBytes
 	for {
 		held := b.bytes.Load()

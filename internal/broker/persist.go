@@ -290,7 +290,7 @@ func mapsKeys[V1, V2 any](a map[string]V1, b map[string]V2) map[string]bool {
 // forceReserve charges a recovered job to the budget; recovery never
 // refuses what the broker had accepted.
 func (b *Broker) forceReserve(j *delivery.Job, queueName string) {
-	size := jobSize(j, queueName)
+	size := jobSize(j, delivery.Names{Producer: j.Producer(), JobType: j.JobType()}, queueName)
 	j.Size = int32(size)
 	b.bytes.Add(size)
 }

@@ -56,7 +56,7 @@ func (q *queue) lineConfig(cfg QueueConfig) delivery.Config {
 	return delivery.Config{
 		MaxDepth: cfg.MaxDepth, MaxAttempts: cfg.MaxAttempts, Lease: cfg.Lease, DefaultTTL: cfg.DefaultTTL,
 		RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax, RetryJitter: cfg.RetryJitter, MaxDelay: MaxNackDelay,
-		MaxDuration: bc.MaxDuration, MaxDead: bc.MaxDeadLetters, MaxNames: 2 * bc.MaxKeysPerQueue,
+		MaxDuration: bc.MaxDuration, MaxDead: bc.MaxDeadLetters, MaxNames: bc.MaxKeysPerQueue,
 		Durable: bc.Store != nil,
 	}
 }
@@ -99,11 +99,11 @@ func (q *queue) applyLocked(now time.Time) {
 
 // publishLocked admits a new job to the line: its record is on its way to
 // the log before the job is in line.
-func (q *queue) publishLocked(j *delivery.Job, runAt, now time.Time) error {
+func (q *queue) publishLocked(j *delivery.Job, names delivery.Names, runAt, now time.Time) error {
 	if q.closed {
 		return ErrShuttingDown
 	}
-	rec, err := q.line.Admit(j, runAt, now)
+	rec, err := q.line.Admit(j, names, runAt, now)
 	if errors.Is(err, delivery.ErrFull) {
 		return &QueueFullError{Queue: q.name, MaxDepth: q.cfg.MaxDepth}
 	}
@@ -136,7 +136,7 @@ func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
 
 func (q *queue) delivery(j *delivery.Job) Delivery {
 	return Delivery{
-		ID: j.ID, Queue: q.name, Producer: j.Producer, JobType: j.JobType,
+		ID: j.ID, Queue: q.name, Producer: j.Producer(), JobType: j.JobType(),
 		SizeHint: j.SizeHint, Payload: j.Payload, Headers: j.Headers(),
 		Attempt: j.Attempt(), PublishedAt: j.PublishedAt(), Lease: q.cfg.Lease,
 		Tier: j.Tier(), Predicted: j.Prediction().Cost,

@@ -17,8 +17,7 @@ import (
 // and queue name live elsewhere).
 type Job struct {
 	ID          string
-	Producer    string
-	JobType     string
+	names       *Names // interned by the Line: see Admit
 	SizeHint    uint64
 	Payload     []byte
 	opts        *options // nil for a job with none (most): see SetOptions
@@ -29,21 +28,48 @@ type Job struct {
 	// when it lets go of it.
 	Size int32
 
-	attempt   int32  // deliveries so far
-	heapIdx   int32  // in the leases or delayed heap, -1 when in neither
-	scheduled bool   // published to run later and not yet due: not yet in line
-	cancelled bool   // cancelled while running: dropped when it settles
-	dead      bool   // a dead letter; deadline is when it died
-	gone      bool   // released: the Line holds it no more
-	deaths    uint32 // times dead-lettered
-	holder    Holder
+	attempt   int32 // deliveries so far
+	heapIdx   int32 // in the leases or delayed heap, -1 when in neither
+	scheduled bool  // published to run later and not yet due: not yet in line
+	cancelled bool  // cancelled while running: dropped when it settles
+	dead      bool  // a dead letter; deadline is when it died
+	gone      bool  // released: the Line holds it no more
+	// What the predictor said beyond the item's Cost and Long (see
+	// Prediction).
+	predCold, predGated, predMade bool
+	deaths                        uint32 // times dead-lettered
+	predTier                      int32
+	holder                        Holder
 
 	item      sched.Item
 	gen       uint64 // the scheduler generation the item was last pushed to
-	pred      predict.Prediction
-	published int64 // PublishedAt as Unix nanoseconds
-	deadline  int64 // in flight: the lease's end; delayed: when it is due; dead: when it died (nanos)
-	leased    int64 // when the current delivery started (Unix nanoseconds)
+	published int64  // PublishedAt as Unix nanoseconds
+	enqueued  int64  // when it took its place in line (Unix nanoseconds)
+	deadline  int64  // in flight: the lease's end; delayed: when it is due; dead: when it died (nanos)
+	leased    int64  // when the current delivery started (Unix nanoseconds)
+}
+
+// Names are who published a job and what kind it is. A Line keeps one
+// copy of each pair it sees (up to Config.MaxNames) and its jobs point at
+// it, so a job pays a pointer for both.
+type Names struct {
+	Producer, JobType string
+}
+
+// Producer is who published the job.
+func (j *Job) Producer() string {
+	if j.names == nil {
+		return ""
+	}
+	return j.names.Producer
+}
+
+// JobType is the job's kind, as its producer named it.
+func (j *Job) JobType() string {
+	if j.names == nil {
+		return ""
+	}
+	return j.names.JobType
 }
 
 // options are the settings a job may carry of its own. Most jobs carry
@@ -120,13 +146,22 @@ func (j *Job) Cost() time.Duration { return j.item.Cost }
 func (j *Job) Long() bool { return j.item.Long }
 
 // Prediction is what the predictor said of the job when it took its place.
-func (j *Job) Prediction() predict.Prediction { return j.pred }
+func (j *Job) Prediction() predict.Prediction {
+	return predict.Prediction{Cost: j.item.Cost, Tier: int(j.predTier), Cold: j.predCold,
+		SpreadGated: j.predGated, Long: j.item.Long, Made: j.predMade}
+}
+
+// setPrediction keeps what Prediction needs beyond the item, which
+// Classify has already given pr's Cost and Long.
+func (j *Job) setPrediction(pr predict.Prediction) {
+	j.predTier, j.predCold, j.predGated, j.predMade = int32(pr.Tier), pr.Cold, pr.SpreadGated, pr.Made
+}
 
 // Enqueued is when the job took its place in line.
-func (j *Job) Enqueued() time.Time { return j.item.Enqueued }
+func (j *Job) Enqueued() time.Time { return fromNanos(j.enqueued) }
 
 // Expires is when the job's TTL runs out; zero is never.
-func (j *Job) Expires() time.Time { return j.item.Expires }
+func (j *Job) Expires() time.Time { return j.item.Expires() }
 
 // Deadline is, for a job in flight, when its lease ends, and for a delayed
 // one, when it is due.

@@ -47,7 +47,7 @@ type Config struct {
 	MaxDelay    time.Duration // bounds a retry's delay
 	MaxDuration time.Duration // the longest duration an ack may teach the predictor
 	MaxDead     int           // dead letters kept; the oldest is dropped past it
-	MaxNames    int           // distinct producers and job types interned
+	MaxNames    int           // distinct (producer, job type) pairs interned
 	// Durable makes the Line write records to Effects.Records; without it
 	// none are built.
 	Durable bool
@@ -142,7 +142,7 @@ type Line struct {
 	dead    []DeadLetterEntry
 	held    map[Holder]map[string]*Job
 	holders Holder // the last Holder handed out
-	names   map[string]string
+	names   map[Names]*Names
 	expBuf  []*sched.Item
 
 	// Quiet stops records from being written (while the caller replays
@@ -197,12 +197,12 @@ func (l *Line) Held(h Holder) int { return len(l.held[h]) }
 // runAt is after now, classifies it. It returns the job's record (nil
 // unless Config.Durable), which the caller must have stored before it
 // calls Commit; if storing fails it drops j and nothing else changes.
-func (l *Line) Admit(j *Job, runAt, now time.Time) (*store.Record, error) {
+func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, error) {
 	if l.sq.Len() >= l.cfg.MaxDepth {
 		return nil, ErrFull
 	}
 	j.published = nanos(now)
-	j.Producer, j.JobType = l.intern(j.Producer), l.intern(j.JobType)
+	j.names = l.intern(names)
 	if j.MaxAttempts == 0 {
 		j.MaxAttempts = int32(l.cfg.MaxAttempts)
 	}
@@ -240,38 +240,39 @@ func (l *Line) Commit(j *Job, now time.Time) {
 // enter gives j its place in line: its FIFO position and expiry count from
 // now, and its tier and cost are predicted now.
 func (l *Line) enter(j *Job, now time.Time) {
-	j.item.Enqueued = now
+	j.enqueued = nanos(now)
 	if ttl := j.TTL(); ttl > 0 {
-		j.item.Expires = now.Add(ttl)
+		j.item.SetExpires(now.Add(ttl))
 	}
-	j.pred = l.sq.Classify(&j.item, l.keyOf(j))
+	j.setPrediction(l.sq.Classify(&j.item, l.keyOf(j)))
 	j.gen = l.gen
 	j.scheduled = false
 }
 
-// intern returns the Line's copy of s, so that the thousands of jobs of one
-// producer or job type share one string. The table is bounded; past it s
-// is kept as is.
-func (l *Line) intern(s string) string {
-	if s == "" {
-		return ""
+// intern returns the Line's copy of n, so that the thousands of jobs of
+// one producer and job type share one. The table is bounded; past it each
+// job gets a copy of its own.
+func (l *Line) intern(n Names) *Names {
+	if n == (Names{}) {
+		return nil
 	}
-	if v, ok := l.names[s]; ok {
+	if v, ok := l.names[n]; ok {
 		return v
 	}
 	if l.names == nil {
-		l.names = map[string]string{}
+		l.names = map[Names]*Names{}
 	}
+	v := &n
 	if len(l.names) < l.cfg.MaxNames {
-		l.names[s] = s
+		l.names[n] = v
 	}
-	return s
+	return v
 }
 
 // keyOf is j's predictor key, rebuilt when needed rather than kept on every
 // waiting job.
 func (l *Line) keyOf(j *Job) predict.Key {
-	return l.sq.Predictor.KeyFor(l.name, j.Producer, j.JobType, j.SizeHint)
+	return l.sq.Predictor.KeyFor(l.name, j.Producer(), j.JobType(), j.SizeHint)
 }
 
 // push puts j (new or retried) in line.
@@ -293,8 +294,9 @@ func (l *Line) push(j *Job, now time.Time) {
 // reset gives j a fresh item in the current scheduler.
 func (l *Line) reset(j *Job) {
 	it := j.item
-	j.item = sched.Item{ID: it.ID, Enqueued: it.Enqueued, Expires: it.Expires, Data: j}
-	j.pred = l.sq.Classify(&j.item, l.keyOf(j))
+	j.item = sched.Item{ID: it.ID, Data: j}
+	j.item.SetExpires(it.Expires())
+	j.setPrediction(l.sq.Classify(&j.item, l.keyOf(j)))
 	j.gen = l.gen
 }
 
@@ -369,7 +371,7 @@ func (l *Line) Ack(h Holder, id string, d time.Duration) (*Job, error) {
 		return j, ErrBadDuration
 	}
 	l.log(func() *store.Record { return &store.Record{Kind: store.KindAck, Queue: l.name, ID: j.ID, Duration: d} })
-	if err := l.sq.Learn(l.keyOf(j), j.pred, d); err != nil {
+	if err := l.sq.Learn(l.keyOf(j), j.Prediction(), d); err != nil {
 		l.Stats.BadDurations++
 		return j, ErrBadDuration
 	}
@@ -660,8 +662,8 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 		l.log(func() *store.Record { return &store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID, At: now} })
 		j.dead, j.deadline = false, 0
 		j.attempt = 0
-		j.item.Expires = time.Time{}
-		j.item.Enqueued = now
+		j.item.SetExpires(time.Time{})
+		j.enqueued = nanos(now)
 		j.gen = 0 // classified against what the queue knows now
 		l.push(j, now)
 	}
@@ -846,10 +848,10 @@ func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, d
 		sj = &store.Job{}
 	}
 	*sj = store.Job{
-		ID: j.ID, Producer: j.Producer, JobType: j.JobType, SizeHint: j.SizeHint,
+		ID: j.ID, Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint,
 		Payload: j.Payload, Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
 		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: j.item.Tier, Cost: j.item.Cost,
-		Long: j.item.Long, Reset: j.gen != l.gen, Enqueued: j.item.Enqueued, Expires: j.item.Expires,
+		Long: j.item.Long, Reset: j.gen != l.gen, Enqueued: j.Enqueued(), Expires: j.Expires(),
 		Attempts: int(j.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: j.scheduled,
 	}
 	if state == store.Delayed {
@@ -879,14 +881,15 @@ func (l *Line) logID(kind store.Kind, j *Job) {
 // writes no records; jobs must come in publish order.
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
-		ID: sj.ID, Producer: l.intern(sj.Producer), JobType: l.intern(sj.JobType), SizeHint: sj.SizeHint,
+		ID: sj.ID, names: l.intern(Names{sj.Producer, sj.JobType}), SizeHint: sj.SizeHint,
 		Payload: sj.Payload, MaxAttempts: int32(sj.MaxAttempts), published: nanos(sj.PublishedAt),
 		attempt: int32(sj.Attempts), heapIdx: -1, scheduled: sj.Scheduled,
 	}
 	j.SetOptions(sj.Headers, sj.TTL, sj.RetryBase, sj.RetryMax)
-	j.item = sched.Item{ID: sj.Seq, Tier: min(sj.Tier, l.sq.Config().Levels-1), Cost: sj.Cost, Long: sj.Long,
-		Enqueued: sj.Enqueued, Expires: sj.Expires, Data: j}
-	j.pred.Cost, j.pred.Tier, j.pred.Long = sj.Cost, sj.Tier, sj.Long
+	j.item = sched.Item{ID: sj.Seq, Tier: min(sj.Tier, l.sq.Config().Levels-1), Cost: sj.Cost, Long: sj.Long, Data: j}
+	j.item.SetExpires(sj.Expires)
+	j.enqueued = nanos(sj.Enqueued)
+	j.predTier = int32(sj.Tier)
 	j.gen = l.gen
 	if reset {
 		j.gen = 0 // classified afresh at its push

@@ -13,8 +13,8 @@ func publish(t *testing.T, l *Line, now time.Time, ids ...string) []*Job {
 	t.Helper()
 	var js []*Job
 	for _, id := range ids {
-		j := &Job{ID: id, Producer: "p", JobType: "t", Payload: []byte("payload of " + id)}
-		if _, err := l.Admit(j, time.Time{}, now); err != nil {
+		j := &Job{ID: id, Payload: []byte("payload of " + id)}
+		if _, err := l.Admit(j, Names{"p", "t"}, time.Time{}, now); err != nil {
 			t.Fatal(err)
 		}
 		l.Commit(j, now)
@@ -124,7 +124,7 @@ func TestRestoreFromStateRecords(t *testing.T) {
 	now := t0
 	publish(t, l, now, "w1", "w2", "run", "late", "dead")
 	sched := &Job{ID: "sched", Payload: []byte("later")}
-	if _, err := l.Admit(sched, now.Add(time.Hour), now); err != nil {
+	if _, err := l.Admit(sched, Names{}, now.Add(time.Hour), now); err != nil {
 		t.Fatal(err)
 	}
 	l.Commit(sched, now)

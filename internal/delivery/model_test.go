@@ -242,7 +242,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		case op < 25: // publish, some delayed, some with a TTL or their own attempts
 			n++
 			id := "j" + strconv.Itoa(n)
-			j := &Job{ID: id, Producer: "p", JobType: "t" + strconv.Itoa(n%3), Payload: []byte(id)}
+			j := &Job{ID: id, Payload: []byte(id)}
+			names := Names{"p", "t" + strconv.Itoa(n%3)}
 			r := &refJob{id: id, max: cfg.MaxAttempts}
 			if rng.IntN(4) == 0 {
 				r.ttl = time.Duration(1+rng.IntN(30))*time.Second + time.Duration(n) // distinct expiries
@@ -256,7 +257,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if rng.IntN(5) == 0 {
 				runAt = now.Add(time.Duration(1+rng.IntN(20))*time.Second + time.Duration(n))
 			}
-			rec, err := l.Admit(j, runAt, now)
+			rec, err := l.Admit(j, names, runAt, now)
 			log = append(log, "publish "+id)
 			if len(m.in(pWaiting)) >= cfg.MaxDepth {
 				if err != ErrFull {

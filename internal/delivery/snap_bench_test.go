@@ -12,8 +12,8 @@ func BenchmarkSnapshot(b *testing.B) {
 	cfg.MaxDepth = 2_000_000
 	l := newLine(b, cfg)
 	for i := range 1_000_000 {
-		j := &Job{ID: strconv.Itoa(i), Producer: "p", JobType: "t", Payload: make([]byte, 64)}
-		if _, err := l.Admit(j, t0, t0); err != nil {
+		j := &Job{ID: strconv.Itoa(i), Payload: make([]byte, 64)}
+		if _, err := l.Admit(j, Names{"p", "t"}, t0, t0); err != nil {
 			b.Fatal(err)
 		}
 		l.Commit(j, t0)

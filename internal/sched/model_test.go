@@ -386,7 +386,8 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 			if rng.IntN(3) == 0 {
 				r.expires = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
 			}
-			r.it = &Item{ID: id, Tier: r.tier, Cost: r.cost, Long: r.long, Enqueued: now, Expires: r.expires}
+			r.it = &Item{ID: id, Tier: r.tier, Cost: r.cost, Long: r.long}
+			r.it.SetExpires(r.expires)
 			m.items = append(m.items, r)
 			byItem[r.it] = r
 			var ttl any = "never"
@@ -404,8 +405,8 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 				fail("Pop = %v, model %v", idOf(got), idOf(want.itemOrNil()))
 			}
 			if got != nil {
-				if !got.Expires.IsZero() && !got.Expires.After(now) {
-					fail("Pop returned item %d, expired at %v, at %v", got.ID, got.Expires, now)
+				if e := got.Expires(); !e.IsZero() && !e.After(now) {
+					fail("Pop returned item %d, expired at %v, at %v", got.ID, got.Expires(), now)
 				}
 				if got.Queued() {
 					fail("popped item %d still reports Queued", got.ID)

@@ -40,7 +40,7 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 	// Pop expires first: every item past its TTL leaves, its work counted
 	// as done.
 	ttl := heapWalk{h: &s.ttl}
-	for it := ttl.peek(); it != nil && !it.Expires.After(now); it = ttl.peek() {
+	for it := ttl.peek(); it != nil && it.expiredAt(now); it = ttl.peek() {
 		ttl.next()
 		p.take(it)
 	}

@@ -49,9 +49,9 @@ func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 		switch k := r.IntN(10); {
 		case k < 6 || len(out) == 0:
 			id++
-			it := &Item{ID: id, Tier: r.IntN(levels), Cost: time.Duration(1+r.IntN(5)) * 100 * time.Millisecond, Long: r.IntN(8) == 0, Enqueued: now}
+			it := &Item{ID: id, Tier: r.IntN(levels), Cost: time.Duration(1+r.IntN(5)) * 100 * time.Millisecond, Long: r.IntN(8) == 0}
 			if r.IntN(4) == 0 {
-				it.Expires = now.Add(time.Duration(r.IntN(3000)) * time.Millisecond)
+				it.SetExpires(now.Add(time.Duration(r.IntN(3000)) * time.Millisecond))
 			}
 			mustPush(t, s, now, it)
 			out = append(out, it)

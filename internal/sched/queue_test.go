@@ -69,7 +69,7 @@ func TestShadowPredictsTiers(t *testing.T) {
 	}
 	publish := func(k predict.Key) job {
 		id++
-		j := job{it: &Item{ID: id, Enqueued: t0}, k: k}
+		j := job{it: &Item{ID: id}, k: k}
 		j.pr = q.Classify(j.it, k)
 		if j.it.Tier != 0 {
 			t.Fatalf("message %d routed to level %d, want 0", id, j.it.Tier)

@@ -144,13 +144,11 @@ func (c Config) Validate() error {
 // Item is one waiting message as the scheduler sees it. The caller fills the
 // exported fields before the first Push and keeps the Item across retries.
 type Item struct {
-	ID       uint64
-	Tier     int           // the level it was assigned; kept across retries
-	Cost     time.Duration // predicted duration, used by Bound and ShortestFirst
-	Enqueued time.Time     // first enqueue, for the caller's waits; aging counts from entry to the current level
-	Expires  time.Time     // zero means never
-	Data     any           // the caller's message
-	Long     bool          // predicted far longer than typical: Bound applies
+	ID   uint64
+	Tier int           // the level it was assigned; kept across retries
+	Cost time.Duration // predicted duration, used by Bound and ShortestFirst
+	Data any           // the caller's message
+	Long bool          // predicted far longer than typical: Bound applies
 
 	// The small fields first, so that they share a word with Long.
 	guardIn  int8 // guardNone, guardFIFO or guardLate
@@ -173,6 +171,29 @@ type Item struct {
 	pushedAt int64
 	guardAt  int64
 	levelAt  int64 // when it entered its current level (Unix nanoseconds)
+	expires  int64 // its TTL's end (Unix nanoseconds); 0 is never
+}
+
+// SetExpires sets when the item's TTL runs out (the zero time is never).
+// Set it before Push.
+func (it *Item) SetExpires(t time.Time) {
+	it.expires = 0
+	if !t.IsZero() {
+		it.expires = t.UnixNano()
+	}
+}
+
+// Expires is when the item's TTL runs out; the zero time is never.
+func (it *Item) Expires() time.Time {
+	if it.expires == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, it.expires).UTC()
+}
+
+// expiredAt reports whether the item's TTL has run out at now.
+func (it *Item) expiredAt(now time.Time) bool {
+	return it.expires != 0 && it.expires <= now.UnixNano()
 }
 
 // Which guard heap an item is in.
@@ -272,7 +293,7 @@ func New(cfg Config) (*Scheduler, error) {
 		idx: func(it *Item) *int32 { return &it.guardIdx },
 	}
 	s.ttl = itemHeap{
-		less: func(a, b *Item) bool { return a.Expires.Before(b.Expires) },
+		less: func(a, b *Item) bool { return a.expires < b.expires },
 		idx:  func(it *Item) *int32 { return &it.ttlIdx },
 	}
 	return s, nil
@@ -301,7 +322,7 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 	it.Tier = min(max(it.Tier, 0), s.cfg.Levels-1)
 	it.promoted = false
 	s.place(it, it.Tier, now)
-	if !it.Expires.IsZero() {
+	if it.expires != 0 {
 		s.ttl.push(it)
 	} else {
 		it.ttlIdx = -1
@@ -523,7 +544,7 @@ func (s *Scheduler) Expire(now time.Time, buf []*Item) []*Item {
 func (s *Scheduler) expire(now time.Time, buf []*Item) []*Item {
 	for {
 		it := s.ttl.min()
-		if it == nil || it.Expires.After(now) {
+		if it == nil || !it.expiredAt(now) {
 			return buf
 		}
 		s.Remove(it)
@@ -534,16 +555,19 @@ func (s *Scheduler) expire(now time.Time, buf []*Item) []*Item {
 // NextExpiry is the earliest TTL among waiting items and expired items
 // that Pop skipped and Expire has yet to report.
 func (s *Scheduler) NextExpiry() (time.Time, bool) {
-	var at time.Time
+	var at int64
 	for _, it := range s.expired {
-		if at.IsZero() || it.Expires.Before(at) {
-			at = it.Expires
+		if at == 0 || it.expires < at {
+			at = it.expires
 		}
 	}
-	if it := s.ttl.min(); it != nil && (at.IsZero() || it.Expires.Before(at)) {
-		at = it.Expires
+	if it := s.ttl.min(); it != nil && (at == 0 || it.expires < at) {
+		at = it.expires
 	}
-	return at, !at.IsZero()
+	if at == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, at).UTC(), true
 }
 
 // Backlog is the predicted work waiting, in the units of Item.Cost.

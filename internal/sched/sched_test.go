@@ -230,11 +230,13 @@ func TestPausingAging(t *testing.T) {
 func TestExpiredNeverPopped(t *testing.T) {
 	t.Parallel()
 	s := mustNew(t, Config{Levels: 2, Discipline: Strict})
-	soon := &Item{ID: 1, Tier: 0, Expires: t0.Add(time.Second)}
-	later := &Item{ID: 2, Tier: 0, Expires: t0.Add(time.Minute)}
+	soon := &Item{ID: 1, Tier: 0}
+	soon.SetExpires(t0.Add(time.Second))
+	later := &Item{ID: 2, Tier: 0}
+	later.SetExpires(t0.Add(time.Minute))
 	never := &Item{ID: 3, Tier: 1}
 	mustPush(t, s, t0, soon, later, never)
-	if at, ok := s.NextExpiry(); !ok || !at.Equal(soon.Expires) {
+	if at, ok := s.NextExpiry(); !ok || !at.Equal(soon.Expires()) {
 		t.Fatalf("NextExpiry = %v, %v", at, ok)
 	}
 
@@ -247,8 +249,8 @@ func TestExpiredNeverPopped(t *testing.T) {
 		t.Errorf("skipped item: Len %d, Queued %v", s.Len(), soon.Queued())
 	}
 	// It is still reported, once, by the next Expire.
-	if at, ok := s.NextExpiry(); !ok || !at.Equal(soon.Expires) {
-		t.Errorf("NextExpiry = %v, %v; want the skipped item's %v", at, ok, soon.Expires)
+	if at, ok := s.NextExpiry(); !ok || !at.Equal(soon.Expires()) {
+		t.Errorf("NextExpiry = %v, %v; want the skipped item's %v", at, ok, soon.Expires())
 	}
 	if got := s.Expire(now, nil); len(got) != 1 || got[0] != soon {
 		t.Errorf("Expire = %v, want [item 1]", got)
@@ -263,7 +265,8 @@ func TestExpiredNeverPopped(t *testing.T) {
 		t.Errorf("Pop = %v, want item 3", it)
 	}
 	// Expiry at exactly the TTL.
-	edge := &Item{ID: 4, Expires: now}
+	edge := &Item{ID: 4}
+	edge.SetExpires(now)
 	mustPush(t, s, now, edge)
 	if it := s.Pop(now); it != nil {
 		t.Errorf("Pop returned item %d at its expiry instant", it.ID)

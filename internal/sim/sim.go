@@ -194,7 +194,7 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 				j := &jobs[next]
 				t := &types[j.Type]
 				it := &items[next]
-				it.ID, it.Enqueued = uint64(next), epoch.Add(now)
+				it.ID = uint64(next)
 				keys[next] = q.Predictor.KeyFor(queueName, t.Producer, t.Name, uint64(j.Size))
 				switch {
 				case arm.Oracle:
