@@ -262,7 +262,8 @@ func (l *Line) intern(n Names) *Names {
 	if l.names == nil {
 		l.names = map[Names]*Names{}
 	}
-	v := &n
+	v := new(Names) // not &n: that would move n to the heap on every call
+	*v = n
 	if len(l.names) < l.cfg.MaxNames {
 		l.names[n] = v
 	}
