@@ -388,22 +388,22 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 	if q.b.batchJobs > 0 {
 		size = q.b.batchJobs
 	}
-	size = min(size, len(snap.Jobs)) // an empty or small queue allocates no full batch
+	size = min(size, snap.Len()) // an empty or small queue allocates no full batch
 	// One batch of records, reused: the store encodes a record as it is
 	// appended.
 	recs, jobs := make([]store.Record, size), make([]store.Job, size)
 	batch := make([]*store.Record, 0, size)
 	var prev store.Pos // the batch before the last one appended
-	for left := snap.Jobs; len(left) > 0; {
+	for next := 0; next < snap.Len(); {
 		if between != nil {
 			between()
 		}
-		k := min(len(left), size)
+		k := min(snap.Len()-next, size)
 		q.mu.Lock()
-		for _, j := range left[:k] {
+		for i := next; i < next+k; i++ {
 			r := &recs[len(batch)]
 			r.Job = &jobs[len(batch)]
-			if q.line.StateRecordTo(snap, j, r) {
+			if q.line.StateRecordTo(snap, i, r) {
 				batch = append(batch, r)
 			}
 		}
@@ -413,8 +413,7 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 		q.mu.Unlock()
 		n += len(batch)
 		batch = batch[:0]
-		clear(left[:k])
-		left = left[k:]
+		next += k
 		if err != nil {
 			return pos, n, err
 		}

@@ -769,37 +769,50 @@ func (l *Line) StateRecords(emit func(*store.Record)) int {
 // Snapshot lists every job the Line holds now (waiting, running, delayed
 // and dead), for a checkpoint that writes their state a batch at a time
 // with StateRecordTo and lets go of the caller's lock between batches.
-// It is one pointer per job: a checkpoint takes it under the lock.
+// A checkpoint takes it under the lock, so it copies one pointer per job
+// and reads none of the jobs: a waiting job is listed by its scheduler
+// item, whose pointer the scheduler's heaps already hold, so listing a
+// million jobs touches eight megabytes in order instead of a million
+// scattered jobs.
 func (l *Line) Snapshot() *Snapshot {
-	s := &Snapshot{Jobs: make([]*Job, 0, l.sq.Len()+len(l.leases)+len(l.delayed)+len(l.dead))}
-	add := func(j *Job) { s.Jobs = append(s.Jobs, j) }
+	s := &Snapshot{items: make([]*sched.Item, 0, l.sq.Len()+len(l.leases)+len(l.delayed)+len(l.dead))}
+	l.sq.Each(func(it *sched.Item) { s.items = append(s.items, it) })
+	for _, j := range l.leases {
+		s.items = append(s.items, &j.item)
+	}
+	for _, j := range l.delayed {
+		s.items = append(s.items, &j.item)
+	}
 	if len(l.dead) > 0 {
 		s.dead = make(map[*Job]deadAt, len(l.dead))
 	}
-	l.Each(add, add, add, func(d DeadLetterEntry) {
-		s.Jobs = append(s.Jobs, d.Job)
+	for _, d := range l.dead {
+		s.items = append(s.items, &d.Job.item)
 		s.dead[d.Job] = deadAt{d.Reason, d.Job.deaths}
-	})
+	}
 	return s
 }
 
 // Snapshot is the jobs a Line held at one moment.
 type Snapshot struct {
-	Jobs []*Job
-	dead map[*Job]deadAt // the dead letters' reasons then
+	items []*sched.Item   // each job's item (its Data is the job)
+	dead  map[*Job]deadAt // the dead letters' reasons then
 }
+
+// Len is the number of jobs listed.
+func (s *Snapshot) Len() int { return len(s.items) }
 
 type deadAt struct {
 	reason string
 	deaths uint32 // the job's deaths then
 }
 
-// StateRecord is j's full state now, as StateRecords writes it, or nil
-// once the Line no longer holds it. j is one of s's jobs; since s was
-// taken it may have moved anywhere.
-func (l *Line) StateRecord(s *Snapshot, j *Job) *store.Record {
+// StateRecord is the full state now of s's i-th job, as StateRecords
+// writes it, or nil once the Line no longer holds it; since s was taken
+// the job may have moved anywhere. Each job is read once: s lets go of it.
+func (l *Line) StateRecord(s *Snapshot, i int) *store.Record {
 	r := &store.Record{}
-	if !l.StateRecordTo(s, j, r) {
+	if !l.StateRecordTo(s, i, r) {
 		return nil
 	}
 	return r
@@ -808,8 +821,10 @@ func (l *Line) StateRecord(s *Snapshot, j *Job) *store.Record {
 // StateRecordTo is StateRecord written into r (and r.Job, allocated if
 // nil) instead of new ones, for a checkpoint that reuses one batch of
 // records: a store encodes a record when it is appended. It reports
-// false, leaving r alone, once the Line no longer holds j.
-func (l *Line) StateRecordTo(s *Snapshot, j *Job, r *store.Record) bool {
+// false, leaving r alone, once the Line no longer holds the job.
+func (l *Line) StateRecordTo(s *Snapshot, i int, r *store.Record) bool {
+	j := s.items[i].Data.(*Job)
+	s.items[i] = nil // a job that ends during the checkpoint is not kept for it
 	switch {
 	case j.gone:
 		return false

@@ -504,12 +504,18 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 }
 
 // checkSnapshot compares StateRecord for each job of snap with the record
-// StateRecords writes for it now.
+// StateRecords writes for it now. A snapshot gives up each job it writes,
+// so a copy of snap is written, and snap can be checked again later.
 func checkSnapshot(step int, l *Line, snap *Snapshot, fail func(string, ...any)) {
+	snap = &Snapshot{items: slices.Clone(snap.items), dead: snap.dead}
 	want := map[string]*store.Record{}
 	l.StateRecords(func(r *store.Record) { want[r.ID] = r })
-	for _, j := range snap.Jobs {
-		got := l.StateRecord(snap, j)
+	for i := range snap.Len() {
+		j := snap.items[i].Data.(*Job)
+		got := l.StateRecord(snap, i)
+		if snap.items[i] != nil {
+			fail("step %d: %s: the snapshot still holds the job it wrote", step, j.ID)
+		}
 		w := want[j.ID]
 		if (got == nil) != (w == nil) || got != nil && !reflect.DeepEqual(*got.Job, *w.Job) {
 			fail("step %d: %s: checkpoint record %+v, the whole dump has %+v", step, j.ID, jobOf(got), jobOf(w))

@@ -21,7 +21,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if n := len(l.Snapshot().Jobs); n != 1_000_000 {
+		if n := l.Snapshot().Len(); n != 1_000_000 {
 			b.Fatalf("%d jobs listed", n)
 		}
 	}
