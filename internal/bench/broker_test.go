@@ -204,7 +204,7 @@ func shortCost(t *testing.T, arms []Arm, drivers map[string]Driver) *CostResult 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	res, err := RunCost(ctx, CostConfig{Arms: arms, Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Reps: 1,
+	res, err := RunCost(ctx, CostConfig{Arms: arms, Duration: time.Second, Warmup: 300 * time.Millisecond, Reps: 1,
 		Rate: 500, Drain: 3 * time.Second}, drivers)
 	if err != nil {
 		t.Fatal(err)
