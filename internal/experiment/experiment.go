@@ -123,6 +123,12 @@ const (
 	ArmTiers4       = "tiers-4"
 	ArmTiers6       = "tiers-6"
 	ArmSJF          = "sjf"
+	// ArmVirtual is the default with FIFO's progress taken from a virtual
+	// FIFO run on the scenario's workers (sched.Bound.VirtualFIFO), and
+	// ArmOracleVirtual the same on true durations: there the virtual run is
+	// exactly FIFO's.
+	ArmVirtual       = "virtual FIFO"
+	ArmOracleVirtual = "oracle, virtual FIFO"
 )
 
 // The stretches of ArmOthers1 and ArmOthers3 for the messages that are not
@@ -199,6 +205,8 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		add(def(ArmGuardMid, func(a *sim.Arm) { a.Options.Guard = new(guardMid) })),
 		add(def(ArmGuardLoose, func(a *sim.Arm) { a.Options.Guard = new(guardLoose) })),
 		add(def(ArmOvertakeAny, func(a *sim.Arm) { a.Options.Overtake = new(0.0) })),
+		add(def(ArmVirtual, func(a *sim.Arm) { a.Options.VirtualFIFO = true })),
+		add(by(ArmOracleVirtual, "oracle", func(a *sim.Arm) { a.Options.VirtualFIFO = true })),
 	} {
 		if e != nil {
 			return nil, e

@@ -37,12 +37,19 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 		p.walks[i] = heapWalk{h: &l.heap}
 		p.ageNext[i] = l.age.head
 	}
+	if s.vf != nil {
+		p.vdone = s.vf.started
+		p.advanceFIFO()
+	}
 	// Pop expires first: every item past its TTL leaves, its work counted
 	// as done.
 	ttl := heapWalk{h: &s.ttl}
 	for it := ttl.peek(); it != nil && it.expiredAt(now); it = ttl.peek() {
 		ttl.next()
 		p.take(it)
+		if _, started := p.deadline[it]; s.vf != nil && it.guardIn == guardFIFO && !started {
+			p.vdone += it.Cost.Seconds() // Remove: FIFO skips it
+		}
 	}
 	for range n {
 		it := p.pop()
@@ -64,6 +71,7 @@ type peeker struct {
 	gone    map[*Item]bool // taken out: popped or expired
 	moved   map[*Item]int  // aged: the level it sits at now
 	deq     float64        // deqWork as it would be
+	vdone   float64        // with a virtual FIFO, the work it has started as it would be
 	credit  []int          // each level's round-robin credit as it would be
 	prom    []int          // each level's promoted count as it would be
 	walks   []heapWalk     // each level's own items, in its order
@@ -181,7 +189,11 @@ func (p *peeker) pop() *Item {
 		p.take(l)
 		return l
 	}
-	if d := p.due.peek(); d != nil && d.due <= p.deq {
+	done := p.deq
+	if p.s.vf != nil {
+		done = p.vdone
+	}
+	if d := p.due.peek(); d != nil && d.due <= done {
 		p.take(d)
 		return d
 	}
@@ -219,6 +231,49 @@ func (p *peeker) promoteGuard() {
 		p.pastFIFO = append(p.pastFIFO, nil)
 		copy(p.pastFIFO[j+1:], p.pastFIFO[j:])
 		p.pastFIFO[j] = it
+	}
+}
+
+// advanceFIFO mirrors Scheduler.advanceFIFO on a copy of the virtual run:
+// the messages it would start by now get their deadlines. It runs before
+// anything is taken, as Pop advances the run before it expires messages;
+// the messages Peek then pops leave the run as it is.
+func (p *peeker) advanceFIFO() {
+	v := p.s.vf
+	free, retire := append([]int64(nil), v.free...), v.retire
+	now := p.now.UnixNano()
+	for i := range v.line.n {
+		e := v.line.nth(i)
+		if e.skip {
+			continue
+		}
+		for retire > 0 && len(free) > 0 && free[0] <= now {
+			free = heapPop(free)
+			retire--
+		}
+		if len(free) == 0 || free[0] > now {
+			return
+		}
+		at := free[0]
+		if e.it != nil {
+			at = max(at, e.it.pushedAt)
+		}
+		free[0] = at + int64(e.cost)
+		heapDown(free, 0)
+		p.vdone += e.cost.Seconds()
+		if it := e.it; it != nil {
+			if p.deadline == nil {
+				p.deadline = map[*Item]int64{}
+			}
+			p.deadline[it] = guardDeadline(it, time.Unix(0, at), *p.s.cfg.Bound.Guard)
+			j := len(p.pastFIFO)
+			for j > 0 && p.lateLess(it, p.pastFIFO[j-1]) {
+				j--
+			}
+			p.pastFIFO = append(p.pastFIFO, nil)
+			copy(p.pastFIFO[j+1:], p.pastFIFO[j:])
+			p.pastFIFO[j] = it
+		}
 	}
 }
 

@@ -38,9 +38,11 @@ func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 			g := r.Float64() / 2
 			cfg.Bound.Guard = &g
 			cfg.Bound.Overtake = float64(r.IntN(3)) / 4
+			cfg.Bound.VirtualFIFO = r.IntN(2) == 0
 		}
 	}
 	s := mustNew(t, cfg)
+	s.SetWorkers(1+r.IntN(4), t0)
 	now := t0
 	var out []*Item
 	var id uint64

@@ -112,6 +112,10 @@ type PolicyOptions struct {
 	// OthersStretch, the others) bounded: the bounded policy as it was
 	// before the guard.
 	GuardOff bool
+	// VirtualFIFO makes the bounded policy track FIFO's progress in a
+	// virtual FIFO run (Bound.VirtualFIFO); the caller must then tell the
+	// scheduler its worker count (Scheduler.SetWorkers).
+	VirtualFIFO bool
 }
 
 // NewPolicy resolves a policy name ("" means DefaultPolicy).
@@ -185,6 +189,7 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 				r = *o.Overtake
 			}
 			bound.Guard, bound.Overtake = &g, r
+			bound.VirtualFIFO = o.VirtualFIFO
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Strict, ShortestFirst: true, Bound: bound}
 		p.LongShare = DefaultLongShare

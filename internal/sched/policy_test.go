@@ -206,12 +206,15 @@ func TestQueueLearns(t *testing.T) {
 }
 
 // benchSched runs Pop then Push of a fresh message per iteration, with
-// resident messages waiting throughout.
-func benchSched(b *testing.B, cfg Config, resident int, longEvery int) {
+// resident messages waiting throughout. The clock moves a microsecond per
+// iteration, or with workers > 0 by the popped message's cost shared among
+// that many workers, so that a virtual FIFO run on them keeps pace.
+func benchSched(b *testing.B, cfg Config, resident int, longEvery int, workers int) {
 	s, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
+	s.SetWorkers(workers, t0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	item := func(id uint64, it *Item) {
 		*it = Item{ID: id, Tier: rng.IntN(cfg.Levels), Cost: time.Duration(1+rng.IntN(1000)) * time.Millisecond,
@@ -228,8 +231,12 @@ func benchSched(b *testing.B, cfg Config, resident int, longEvery int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		now = now.Add(time.Microsecond)
 		it := s.Pop(now)
+		if workers > 0 {
+			now = now.Add(it.Cost / time.Duration(workers))
+		} else {
+			now = now.Add(time.Microsecond)
+		}
 		item(uint64(resident+i), it)
 		if err := s.Push(it, now); err != nil {
 			b.Fatal(err)
@@ -240,7 +247,7 @@ func benchSched(b *testing.B, cfg Config, resident int, longEvery int) {
 func BenchmarkPushPop(b *testing.B) {
 	cfg := Config{Levels: 3, Discipline: Strict}
 	for _, n := range []int{1_000, 100_000} {
-		b.Run("resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, cfg, n, 0) })
+		b.Run("resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, cfg, n, 0, 0) })
 	}
 }
 
@@ -250,6 +257,18 @@ func BenchmarkPushPopBounded(b *testing.B) {
 		b.Fatal(err)
 	}
 	for _, n := range []int{1_000, 100_000} {
-		b.Run("resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, pol.Sched, n, 100) })
+		b.Run("resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, pol.Sched, n, 100, 0) })
+	}
+}
+
+// BenchmarkPushPopVirtual is the bounded policy with its FIFO moments from a
+// virtual FIFO run on 16 workers.
+func BenchmarkPushPopVirtual(b *testing.B) {
+	pol, err := NewPolicy(Bounded, PolicyOptions{VirtualFIFO: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1_000, 100_000} {
+		b.Run("resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, pol.Sched, n, 100, 16) })
 	}
 }

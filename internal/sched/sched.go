@@ -80,12 +80,25 @@ type Config struct {
 // real time prediction errors and non-preemptive dispatch loosen it
 // (docs/policy.md measures by how much). Overtake <= 0 lets any message
 // overtake until the deadline; nil Guard leaves the guard off.
+//
+// FIFO's progress (VirtualFIFO). By default "the predicted work dispatched"
+// above is the scheduler's own count, which is not FIFO's: FIFO keeps more
+// long work in service at once, and the count does not see workers at all.
+// With VirtualFIFO the scheduler instead replays its messages, in predicted
+// costs, through FIFO on as many virtual workers as Scheduler.SetWorkers
+// last said, advancing with now: a message's FIFO moment is when that run
+// starts it, and a long message's due point is counted in the work that run
+// has started. Until SetWorkers is called the run has no workers and starts
+// nothing, so a caller that turns it on must say how many workers there
+// are. It needs Guard. It is off by default: with the guard's settings it
+// does worse than the count (docs/policy.md has the figures).
 type Bound struct {
-	Stretch  float64
-	MinSlack time.Duration
-	Others   *float64
-	Guard    *float64
-	Overtake float64
+	Stretch     float64
+	MinSlack    time.Duration
+	Others      *float64
+	Guard       *float64
+	Overtake    float64
+	VirtualFIFO bool
 }
 
 // Validate reports the first setting that makes no sense.
@@ -137,6 +150,9 @@ func (c Config) Validate() error {
 		if b.MinSlack < 0 {
 			return fmt.Errorf("sched: bound min slack must not be negative, got %v", b.MinSlack)
 		}
+		if b.VirtualFIFO && b.Guard == nil {
+			return fmt.Errorf("sched: the virtual FIFO run serves the guard: set a guard or leave it off")
+		}
 	}
 	return nil
 }
@@ -165,8 +181,10 @@ type Item struct {
 	due     float64
 	agePrev *Item
 	ageNext *Item
-	// The guard's view: its FIFO position, when it was pushed and its
-	// deadline once it passed its FIFO moment (Unix nanoseconds).
+	// The guard's view: its FIFO position (the predicted work pushed
+	// before it; with Bound.VirtualFIFO, its ticket in the virtual run's
+	// line), when it was pushed and its deadline once it passed its FIFO
+	// moment (Unix nanoseconds).
 	fifoPos  float64
 	pushedAt int64
 	guardAt  int64
@@ -199,7 +217,7 @@ func (it *Item) expiredAt(now time.Time) bool {
 // Which guard heap an item is in.
 const (
 	guardNone int8 = iota
-	guardFIFO      // waiting for its FIFO moment
+	guardFIFO      // waiting for its FIFO moment (in fifoWait, or the virtual run's line)
 	guardLate      // past it, holding a deadline
 )
 
@@ -235,6 +253,9 @@ type Scheduler struct {
 	// position, and items past it, by deadline.
 	fifoWait itemHeap
 	late     itemHeap
+	// With Bound.VirtualFIFO, the FIFO run the guard compares with; the
+	// items waiting for their FIFO moment are in its line, not fifoWait.
+	vf *virtualFIFO
 
 	Promotions uint64 // messages moved up by aging, for metrics
 	Overdue    uint64 // messages dispatched because Bound said so
@@ -296,7 +317,34 @@ func New(cfg Config) (*Scheduler, error) {
 		less: func(a, b *Item) bool { return a.expires < b.expires },
 		idx:  func(it *Item) *int32 { return &it.ttlIdx },
 	}
+	if cfg.Bound != nil && cfg.Bound.VirtualFIFO {
+		s.vf = &virtualFIFO{}
+	}
 	return s, nil
+}
+
+// SetWorkers tells a scheduler with Bound.VirtualFIFO how many workers take
+// its messages from now on (the simulator's workers, the consumers of a
+// broker's queue), so that its virtual FIFO run has as many. Workers added
+// are free at once; when the count falls, idle virtual workers leave first
+// and busy ones when they come free. Without VirtualFIFO it does nothing.
+func (s *Scheduler) SetWorkers(n int, now time.Time) {
+	if s.vf == nil {
+		return
+	}
+	s.promote(now)
+	s.vf.setWorkers(max(n, 0), now.UnixNano())
+	s.promote(now)
+}
+
+// fifoDone is FIFO's progress in predicted work: the work the virtual FIFO
+// run has started, or without one the work this scheduler dispatched (both
+// count removed work as done).
+func (s *Scheduler) fifoDone() float64 {
+	if s.vf != nil {
+		return s.vf.started
+	}
+	return s.deqWork
 }
 
 // Config returns the configuration in force.
@@ -328,7 +376,8 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		it.ttlIdx = -1
 	}
 	it.dueIdx = -1
-	ahead := s.enqWork - s.deqWork
+	s.promote(now)
+	ahead := s.enqWork - s.fifoDone()
 	if b := s.cfg.Bound; b != nil && (it.Long || b.Others != nil) {
 		stretch := b.Stretch
 		if !it.Long {
@@ -338,9 +387,19 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		s.due.push(it)
 	}
 	it.guardIn = guardNone
+	if s.vf != nil {
+		// A retry joins the virtual line again, as the bound above counts
+		// from its latest push.
+		it.pushedAt = now.UnixNano()
+		it.fifoPos = float64(s.vf.line.push(ventry{it: it, cost: it.Cost}))
+		it.guardIn = guardFIFO
+		s.enqWork += it.Cost.Seconds()
+		s.n++
+		s.promote(now) // it starts now if a virtual worker is free
+		return nil
+	}
 	if s.guarded() {
 		// A retry counts from its latest push, as the bound above does.
-		s.promote(now)
 		it.pushedAt, it.fifoPos = now.UnixNano(), s.enqWork
 		if ahead <= 0 {
 			s.setDeadline(it, now)
@@ -380,6 +439,14 @@ func (s *Scheduler) Remove(it *Item) bool {
 	if !it.queued {
 		return false
 	}
+	if it.guardIn == guardFIFO && s.vf != nil {
+		// FIFO would skip it too; its work counts as done at once.
+		if e := s.vf.line.at(uint64(it.fifoPos)); e != nil && e.it == it {
+			e.it, e.skip = nil, true
+			s.vf.started += it.Cost.Seconds()
+		}
+		it.guardIn = guardNone
+	}
 	s.detach(it)
 	// Work that will never run counts as done, so it delays nobody's bound.
 	s.deqWork += it.Cost.Seconds()
@@ -396,7 +463,11 @@ func (s *Scheduler) detach(it *Item) {
 	}
 	switch it.guardIn {
 	case guardFIFO:
-		s.fifoWait.remove(it)
+		if s.vf == nil {
+			s.fifoWait.remove(it)
+		} else if e := s.vf.line.at(uint64(it.fifoPos)); e != nil && e.it == it {
+			e.it = nil // dispatched: the virtual run still runs its work
+		}
 	case guardLate:
 		s.late.remove(it)
 	}
@@ -410,6 +481,11 @@ func (s *Scheduler) detach(it *Item) {
 // reported by the next Expire (meanwhile they are no longer waiting: Len
 // leaves them out and Remove reports false).
 func (s *Scheduler) Pop(now time.Time) *Item {
+	if s.vf != nil {
+		// The virtual run reaches now before anything expires: a message
+		// it started before expiring took its worker.
+		s.promote(now)
+	}
 	if s.n == 0 {
 		return nil
 	}
@@ -427,7 +503,7 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 	if l != nil && l.guardAt <= now.UnixNano() {
 		it = l
 		s.Guarded++
-	} else if d := s.due.min(); d != nil && d.due <= s.deqWork {
+	} else if d := s.due.min(); d != nil && d.due <= s.fifoDone() {
 		it = d
 		s.Overdue++
 	} else {
@@ -459,9 +535,46 @@ func (s *Scheduler) promote(now time.Time) {
 	if !s.guarded() {
 		return
 	}
+	if s.vf != nil {
+		s.advanceFIFO(now.UnixNano())
+		return
+	}
 	for it := s.fifoWait.min(); it != nil && it.fifoPos <= s.deqWork; it = s.fifoWait.min() {
 		s.fifoWait.remove(it)
 		s.setDeadline(it, now)
+	}
+}
+
+// advanceFIFO runs the virtual FIFO up to now: every message it starts
+// reaches its FIFO moment then (possibly before now) and gets its deadline.
+func (s *Scheduler) advanceFIFO(now int64) {
+	v := s.vf
+	for v.line.n > 0 {
+		e := v.line.nth(0)
+		if e.skip {
+			v.line.popFront()
+			continue
+		}
+		for v.retire > 0 && len(v.free) > 0 && v.free[0] <= now {
+			v.free = heapPop(v.free)
+			v.retire--
+		}
+		if len(v.free) == 0 || v.free[0] > now {
+			return
+		}
+		at := v.free[0]
+		it := e.it
+		if it != nil {
+			// A message that found a worker free starts when pushed.
+			at = max(at, it.pushedAt)
+		}
+		v.free[0] = at + int64(e.cost)
+		heapDown(v.free, 0)
+		v.started += e.cost.Seconds()
+		v.line.popFront()
+		if it != nil {
+			s.setDeadline(it, time.Unix(0, at))
+		}
 	}
 }
 
@@ -538,6 +651,9 @@ func (s *Scheduler) Expire(now time.Time, buf []*Item) []*Item {
 	}
 	clear(s.expired)
 	s.expired = s.expired[:0]
+	if s.vf != nil {
+		s.promote(now) // as Pop does: the run reaches now first
+	}
 	return s.expire(now, buf)
 }
 

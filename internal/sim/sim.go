@@ -169,6 +169,8 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 	if arm.NewModel != nil {
 		model = arm.NewModel()
 	}
+	// A policy that tracks FIFO in a virtual run needs the worker count.
+	q.SetWorkers(workers, epoch)
 	var busy busyHeap
 	free := workers
 	next := 0
