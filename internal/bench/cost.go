@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -227,13 +228,17 @@ type CostResult struct {
 
 // CostArm is one broker's figures across repetitions.
 type CostArm struct {
-	Broker    string         `json:"broker"`     // the Version line of its driver
-	PeakPerS  float64        `json:"peak_per_s"` // median across repetitions
-	PeakMin   float64        `json:"peak_min"`
-	PeakMax   float64        `json:"peak_max"`
-	PeakRuns  []float64      `json:"peak_runs"`
-	PeakCPU   CPUPerMsg      `json:"peak_cpu"` // medians across repetitions
-	PeakCPUs  []CPUPerMsg    `json:"peak_cpu_runs"`
+	Broker   string      `json:"broker"`     // the Version line of its driver
+	PeakPerS float64     `json:"peak_per_s"` // median across repetitions
+	PeakMin  float64     `json:"peak_min"`
+	PeakMax  float64     `json:"peak_max"`
+	PeakRuns []float64   `json:"peak_runs"`
+	PeakCPU  CPUPerMsg   `json:"peak_cpu"` // medians across repetitions
+	PeakCPUs []CPUPerMsg `json:"peak_cpu_runs"`
+	// PeakLog is a durable Harbinger's log over the peak windows (the
+	// median repetition's by rate), when its /metrics could be read.
+	PeakLog   *LogFigures    `json:"peak_log,omitempty"`
+	PeakLogs  []*LogFigures  `json:"peak_log_runs,omitempty"`
 	FixedRate *FixedRateArm  `json:"fixed_rate,omitempty"`
 	Runs      []FixedRateRun `json:"fixed_rate_runs,omitempty"`
 }
@@ -354,7 +359,7 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 	for rep := range cfg.Reps {
 		peaks := map[string]float64{}
 		for _, a := range cfg.Arms {
-			rate, cpu, err := peakRun(ctx, drivers[a.Broker], a, cfg, rep)
+			rate, cpu, lf, err := peakRun(ctx, drivers[a.Broker], a, cfg, rep)
 			if err != nil {
 				return nil, fmt.Errorf("%s peak run %d: %w", a.Name, rep+1, err)
 			}
@@ -362,7 +367,11 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 			arm := res.Arms[a.Name]
 			arm.PeakRuns = append(arm.PeakRuns, rate)
 			arm.PeakCPUs = append(arm.PeakCPUs, cpu)
+			arm.PeakLogs = append(arm.PeakLogs, lf)
 			progressf(cfg.Progress, "bench cost: rep %d/%d %s peak %.0f msg/s, CPU per message: %s", rep+1, cfg.Reps, a.Name, rate, cpu)
+			if lf != nil {
+				progressf(cfg.Progress, "bench cost: rep %d/%d %s log: %s", rep+1, cfg.Reps, a.Name, lf)
+			}
 		}
 		peaksByRep = append(peaksByRep, peaks)
 		if cfg.SkipFixedRate {
@@ -382,6 +391,7 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 		a.PeakPerS = stats.Median(a.PeakRuns)
 		a.PeakMin, a.PeakMax = slices.Min(a.PeakRuns), slices.Max(a.PeakRuns)
 		a.PeakCPU = medianCPU(a.PeakCPUs)
+		a.PeakLog = medianRunLog(a.PeakRuns, a.PeakLogs)
 		if len(a.Runs) > 0 {
 			f := &FixedRateArm{OfferedPerS: cfg.Rate, Runs: len(a.Runs)}
 			var p50, p99 []float64
@@ -497,6 +507,20 @@ func medianCPU(cpus []CPUPerMsg) CPUPerMsg {
 	return out
 }
 
+// medianRunLog is the log figures of the repetition with the median peak
+// (the lower middle one of an even count), nil if it has none.
+func medianRunLog(peaks []float64, logs []*LogFigures) *LogFigures {
+	if len(peaks) == 0 || len(logs) != len(peaks) {
+		return nil
+	}
+	idx := make([]int, len(peaks))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(peaks[a], peaks[b]) })
+	return logs[idx[(len(idx)-1)/2]]
+}
+
 func (c CPUPerMsg) String() string {
 	b := "n/a"
 	if c.BrokerUS != nil {
@@ -517,10 +541,15 @@ type cpuSample struct {
 	broker  time.Duration
 	ok      bool
 	harness time.Duration
+	log     logSample // a durable Harbinger's log counters
+	logOK   bool
 }
 
 func sampleCPU(q Queue) cpuSample {
 	s := cpuSample{harness: selfCPU()}
+	if ls, ok := q.(logSampler); ok {
+		s.log, s.logOK = ls.LogSample(context.Background())
+	}
 	if bp, isProc := q.(brokerPID); isProc {
 		if pid := bp.BrokerPID(); pid > 0 {
 			if d, err := procCPU(pid); err == nil {
@@ -635,7 +664,7 @@ func (r *costRun) finish(ctx context.Context) error {
 // peakRun publishes as fast as the broker accepts, with at most
 // MaxInFlight messages published and not yet acked, and returns the acked
 // rate over the timed window.
-func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (float64, CPUPerMsg, error) {
+func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (float64, CPUPerMsg, *LogFigures, error) {
 	slots := make(chan struct{}, cfg.MaxInFlight)
 	release := func() {
 		select {
@@ -645,7 +674,7 @@ func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (flo
 	}
 	r, err := startCostRun(ctx, d, a, cfg, rep, release)
 	if err != nil {
-		return 0, CPUPerMsg{}, err
+		return 0, CPUPerMsg{}, nil, err
 	}
 	pctx, stopP := context.WithCancel(ctx)
 	var pwg sync.WaitGroup
@@ -657,7 +686,7 @@ func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (flo
 			stopP()
 			pwg.Wait()
 			r.finish(ctx)
-			return 0, CPUPerMsg{}, err
+			return 0, CPUPerMsg{}, nil, err
 		}
 		pwg.Add(1)
 		go func() {
@@ -693,18 +722,19 @@ func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (flo
 	a1, t1, c1 := r.acked.Load(), time.Now(), sampleCPU(r.q)
 	rate = float64(a1-a0) / t1.Sub(t0).Seconds()
 	cpu := perMsg(c0, c1, a1-a0)
+	lf := logFigures(c0.log, c1.log, c0.logOK, c1.logOK, t1.Sub(t0))
 	stopP()
 	pwg.Wait()
 	werr := r.finish(ctx)
 	if err := ctx.Err(); err != nil {
-		return 0, CPUPerMsg{}, err
+		return 0, CPUPerMsg{}, nil, err
 	}
 	select {
 	case err := <-pubErr:
-		return 0, CPUPerMsg{}, err
+		return 0, CPUPerMsg{}, nil, err
 	default:
 	}
-	return rate, cpu, werr
+	return rate, cpu, lf, werr
 }
 
 // fixedRun offers cfg.Rate msg/s split evenly across the producers, each on

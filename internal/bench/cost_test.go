@@ -3,8 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,12 +57,12 @@ func TestParseCostArms(t *testing.T) {
 
 func TestServeReady(t *testing.T) {
 	t.Parallel()
-	line := `{"time":"2026-01-01T00:00:00Z","level":"INFO","msg":"harbinger: serving","grpc":"127.0.0.1:40123","http":"off"}`
-	if addr, ok := serveReady(line); !ok || addr != "127.0.0.1:40123" {
-		t.Errorf("serveReady = %q, %v", addr, ok)
+	line := `{"time":"2026-01-01T00:00:00Z","level":"INFO","msg":"harbinger: serving","grpc":"127.0.0.1:40123","http":"127.0.0.1:40124"}`
+	if addr, http, ok := serveReady(line); !ok || addr != "127.0.0.1:40123" || http != "127.0.0.1:40124" {
+		t.Errorf("serveReady = %q, %q, %v", addr, http, ok)
 	}
 	for _, l := range []string{`{"msg":"harbinger: stopped"}`, "not json", `{"msg":"harbinger: serving"}`} {
-		if _, ok := serveReady(l); ok {
+		if _, _, ok := serveReady(l); ok {
 			t.Errorf("serveReady accepted %q", l)
 		}
 	}
@@ -149,5 +153,59 @@ func TestBareQueueSDK(t *testing.T) {
 		if seq != uint64(i) {
 			t.Fatalf("delivery %d was message %d: not FIFO", i, seq)
 		}
+	}
+}
+
+// The log's figures come from two scrapes of a durable broker's /metrics:
+// the text exposition is parsed as Prometheus does, and the window's
+// differences give fsyncs, publishes and records per fsync.
+func TestLogFigures(t *testing.T) {
+	t.Parallel()
+	page := func(records, syncs, syncSec, waits, waitSec float64) string {
+		return fmt.Sprintf(`# HELP harbinger_log_records_total Records appended.
+# TYPE harbinger_log_records_total counter
+harbinger_log_records_total %v
+# HELP harbinger_log_fsync_duration_seconds Fsyncs.
+# TYPE harbinger_log_fsync_duration_seconds histogram
+harbinger_log_fsync_duration_seconds_bucket{le="0.001"} %v
+harbinger_log_fsync_duration_seconds_bucket{le="+Inf"} %v
+harbinger_log_fsync_duration_seconds_sum %v
+harbinger_log_fsync_duration_seconds_count %v
+# HELP harbinger_log_publish_wait_seconds Waits.
+# TYPE harbinger_log_publish_wait_seconds histogram
+harbinger_log_publish_wait_seconds_bucket{le="+Inf"} %v
+harbinger_log_publish_wait_seconds_sum %v
+harbinger_log_publish_wait_seconds_count %v
+# HELP harbinger_published_total Jobs published.
+# TYPE harbinger_published_total counter
+harbinger_published_total{queue="q"} 7
+`, records, syncs, syncs, syncSec, syncs, waits, waitSec, waits)
+	}
+	pages := []string{page(100, 10, 0.002, 30, 0.009), page(1300, 110, 0.032, 430, 0.329)}
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, pages[min(n.Add(1)-1, 1)])
+	}))
+	defer srv.Close()
+	a, okA := scrapeLog(t.Context(), srv.URL)
+	b, okB := scrapeLog(t.Context(), srv.URL)
+	f := logFigures(a, b, okA, okB, time.Second)
+	if f == nil {
+		t.Fatalf("no figures from %+v, %+v", a, b)
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-6*math.Max(1, want) }
+	if !near(f.PublishesPerSync, 4) || !near(f.RecordsPerSync, 12) || !near(f.SyncUS, 300) || !near(f.WaitUS, 800) || !near(f.SyncShare, 0.03) {
+		t.Errorf("figures %+v, want 4 publishes and 12 records per fsync, fsync 300 µs, wait 800 µs, 3%% in fsync", f)
+	}
+	// A broker without a log (memory mode) has none of the series.
+	none := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "# TYPE harbinger_published_total counter\nharbinger_published_total{queue=\"q\"} 7\n")
+	}))
+	defer none.Close()
+	if _, ok := scrapeLog(t.Context(), none.URL); ok {
+		t.Error("a page without the log's series gave a sample")
+	}
+	if logFigures(a, b, okA, false, time.Second) != nil || logFigures(a, a, true, true, time.Second) != nil {
+		t.Error("figures from a missing sample or a window without fsyncs")
 	}
 }

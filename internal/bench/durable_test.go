@@ -62,6 +62,14 @@ func TestCostDurableHarbinger(t *testing.T) {
 	if len(ids) != 2 || ids[0] != "D2" || ids[1] != "D3" {
 		t.Errorf("goals %v, want D2 and D3 (D1 needs the other brokers)", ids)
 	}
+	// The durable serve's log was read over its peak window; the memory
+	// one has no log.
+	if l := res.Arms[DurableArms[0].Name].PeakLog; l == nil || l.PublishesPerSync <= 0 || l.SyncUS <= 0 {
+		t.Errorf("%s: log figures %v", DurableArms[0].Name, l)
+	}
+	if l := res.Arms[DurableArms[1].Name].PeakLog; l != nil {
+		t.Errorf("%s (memory mode) has log figures %v", DurableArms[1].Name, l)
+	}
 }
 
 // TestCostDurableShort runs every durable arm side by side, briefly.

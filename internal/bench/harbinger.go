@@ -89,11 +89,12 @@ func NewHarbinger(o HarbingerOptions) *HarbingerDriver {
 // harbingerServer is one broker with a client connected to it: in-process
 // (b and gs set) or a process of its own (proc set).
 type harbingerServer struct {
-	b       *broker.Broker
-	gs      *grpc.Server
-	proc    *brokerProcess
-	dataDir string
-	c       *client.Client
+	b        *broker.Broker
+	gs       *grpc.Server
+	proc     *brokerProcess
+	dataDir  string
+	httpAddr string // a durable serve's /metrics, for its log's figures
+	c        *client.Client
 }
 
 func (d *HarbingerDriver) start(ctx context.Context) (*harbingerServer, error) {
@@ -143,10 +144,18 @@ func (d *HarbingerDriver) startProcess(ctx context.Context) (*harbingerServer, e
 				return nil, err
 			}
 			s.dataDir = dir
+			// Its /metrics tell how the log spent the timed window.
+			args[4] = "127.0.0.1:0"
 			args = append(args, "--data-dir", dir, "--fsync", "always")
 		}
 		args = append(args, d.o.ServeArgs...)
-		ready = serveReady
+		ready = func(line string) (string, bool) {
+			addr, http, ok := serveReady(line)
+			if ok && http != "off" {
+				s.httpAddr = http // read after startProcess has returned addr
+			}
+			return addr, ok
+		}
 	case BareServer:
 		args = []string{"bench", BareQueueCommand, "--addr", "127.0.0.1:0"}
 		ready = func(line string) (string, bool) { return strings.CutPrefix(line, bareListening) }
@@ -168,17 +177,18 @@ func (d *HarbingerDriver) startProcess(ctx context.Context) (*harbingerServer, e
 	return s, nil
 }
 
-// serveReady finds the gRPC address in harbinger serve's JSON log line
-// "harbinger: serving".
-func serveReady(line string) (string, bool) {
+// serveReady finds the gRPC and HTTP addresses in harbinger serve's JSON
+// log line "harbinger: serving".
+func serveReady(line string) (grpcAddr, httpAddr string, ok bool) {
 	var rec struct {
 		Msg  string `json:"msg"`
 		GRPC string `json:"grpc"`
+		HTTP string `json:"http"`
 	}
 	if json.Unmarshal([]byte(line), &rec) != nil || rec.Msg != "harbinger: serving" || rec.GRPC == "" {
-		return "", false
+		return "", "", false
 	}
-	return rec.GRPC, true
+	return rec.GRPC, rec.HTTP, true
 }
 
 // BareQueueCommand is the hidden `harbinger bench` subcommand that serves a
@@ -334,6 +344,15 @@ type harbingerQueue struct {
 
 // BrokerPID implements brokerPID.
 func (q *harbingerQueue) BrokerPID() int { return q.s.pid() }
+
+// LogSample implements logSampler: a durable serve's log counters, read
+// from its /metrics.
+func (q *harbingerQueue) LogSample(ctx context.Context) (logSample, bool) {
+	if q.s.httpAddr == "" {
+		return logSample{}, false
+	}
+	return scrapeLog(ctx, "http://"+q.s.httpAddr+"/metrics")
+}
 
 // Teardown implements Queue: stops the queue's own broker, or purges the
 // queue on a shared one.

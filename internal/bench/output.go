@@ -334,6 +334,17 @@ func costTables(b *bytes.Buffer, r *CostResult, markdown bool) {
 	if len(rows) > 0 { // none in a --memory-only run
 		table(b, markdown, align, header, rows)
 	}
+	var logRows [][]string
+	for _, name := range r.ArmOrder {
+		if l := r.Arms[name].PeakLog; l != nil {
+			logRows = append(logRows, []string{name, fmt.Sprintf("%.2f", l.PublishesPerSync), fmt.Sprintf("%.1f", l.RecordsPerSync),
+				fmt.Sprintf("%.0f", l.SyncUS), fmt.Sprintf("%.0f", l.WaitUS), fmt.Sprintf("%.0f%%", 100*l.SyncShare)})
+		}
+	}
+	if len(logRows) > 0 {
+		b.WriteString("\nWhere a durable Harbinger's publishes waited, at peak (its write-ahead log's own counters from /metrics over the median repetition's timed window):\n\n")
+		table(b, markdown, "lrrrrr", []string{"arm", "publishes per fsync", "records per fsync", "fsync µs", "publish wait µs", "time in fsync"}, logRows)
+	}
 	if len(r.Ratios) > 0 {
 		b.WriteString("\nPeak-rate ratios, each taken within one repetition (median, range over repetitions):\n\n")
 		var rr [][]string

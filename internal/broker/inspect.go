@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // QueueInfo is a snapshot of one queue: its config and counters. The gRPC
@@ -145,14 +146,20 @@ type Stats struct {
 	Consumers int
 	InFlight  int
 	Draining  bool
+	Log       *store.Stats // the log's counters; nil without a store (--memory)
 }
 
 // Stats reports broker-wide figures.
 func (b *Broker) Stats() Stats {
-	return Stats{
+	st := Stats{
 		Queues:    len(*b.queues.Load()),
 		Consumers: int(b.consumers.Load()),
 		InFlight:  int(b.inflight.Load()),
 		Draining:  b.draining.Load(),
 	}
+	if b.cfg.Store != nil {
+		log := b.cfg.Store.Stats()
+		st.Log = &log
+	}
+	return st
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // Inspector is the part of the broker the collector reads.
@@ -27,6 +28,7 @@ type Collector struct {
 	ready, inFlight, delayed, deadLetters, consumers *prometheus.Desc
 	duration, tierAccuracy, mae, keys, observations  *prometheus.Desc
 	brokerConsumers, brokerInFlight, draining        *prometheus.Desc
+	logRecords, logBytes, logSize, logSync, logWait  *prometheus.Desc
 }
 
 // New returns a Collector reading in.
@@ -58,6 +60,11 @@ func New(in Inspector) *Collector {
 		brokerConsumers: d("broker_consumers", "Open consumers across all queues."),
 		brokerInFlight:  d("broker_in_flight", "Jobs in flight across all queues."),
 		draining:        d("broker_draining", "1 while the broker shuts down."),
+		logRecords:      d("log_records_total", "Records appended to the write-ahead log (absent with --memory)."),
+		logBytes:        d("log_appended_bytes_total", "Bytes appended to the write-ahead log, as encoded."),
+		logSize:         d("log_size_bytes", "Bytes the write-ahead log takes on disk now."),
+		logSync:         d("log_fsync_duration_seconds", "Durations of the fsyncs that make the log's records durable; one fsync covers every record appended while the one before ran."),
+		logWait:         d("log_publish_wait_seconds", "How long publishes (and checkpoints) waited for their records to be durable, for those that had to wait."),
 	}
 }
 
@@ -67,6 +74,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.published, c.delivered, c.acked, c.nacked, c.redelivered, c.deadLettered, c.expired,
 		c.badDurations, c.ready, c.inFlight, c.delayed, c.deadLetters, c.consumers, c.duration,
 		c.tierAccuracy, c.mae, c.keys, c.observations, c.brokerConsumers, c.brokerInFlight, c.draining,
+		c.logRecords, c.logBytes, c.logSize, c.logSync, c.logWait,
 	} {
 		ch <- d
 	}
@@ -82,6 +90,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		drain = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.draining, prometheus.GaugeValue, drain)
+	if l := st.Log; l != nil {
+		ch <- prometheus.MustNewConstMetric(c.logRecords, prometheus.CounterValue, float64(l.Records))
+		ch <- prometheus.MustNewConstMetric(c.logBytes, prometheus.CounterValue, float64(l.Bytes))
+		ch <- prometheus.MustNewConstMetric(c.logSize, prometheus.GaugeValue, float64(l.Size))
+		ch <- prometheus.MustNewConstHistogram(c.logSync, l.Syncs, l.SyncTime.Seconds(), latencyBuckets(&l.SyncHist))
+		ch <- prometheus.MustNewConstHistogram(c.logWait, l.Waits, l.WaitTime.Seconds(), latencyBuckets(&l.WaitHist))
+	}
 	for _, q := range c.in.Queues() {
 		counter := func(d *prometheus.Desc, v uint64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), q.Name)
@@ -119,6 +134,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstHistogram(c.duration, h.Count, h.PredictedSum, cumulative(h.Predicted), q.Name, "predicted")
 		ch <- prometheus.MustNewConstHistogram(c.duration, h.Count, h.ActualSum, cumulative(h.Actual), q.Name, "actual")
 	}
+}
+
+// latencyBuckets turns a store's latency histogram into Prometheus's
+// cumulative buckets, in seconds.
+func latencyBuckets(h *store.LatencyHist) map[float64]uint64 {
+	out := make(map[float64]uint64, len(store.LatencyBounds))
+	var sum uint64
+	for i, ub := range store.LatencyBounds {
+		sum += h[i]
+		out[ub.Seconds()] = sum
+	}
+	return out
 }
 
 // cumulative turns per-bucket counts into Prometheus's cumulative buckets.

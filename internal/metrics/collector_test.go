@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/broker"
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // TestCollector drives a broker through a publish, a delivery, an ack and a
@@ -210,5 +212,59 @@ harbinger_prediction_mae_seconds{queue="jobs"} 0.0933125
 	}
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// A durable broker exports its log's counters and fsync and wait
+// histograms; a memory-mode one exports none of them.
+func TestLogMetrics(t *testing.T) {
+	t.Parallel()
+	st, err := store.OpenFile(t.TempDir(), store.FileOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New(broker.Config{
+		Clock:  clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Store:  st,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()); _ = st.Close() })
+	const n = 20
+	for i := range n {
+		// One publish at a time: each waits for its own fsync.
+		if _, err := b.Publish(&broker.Message{Queue: "jobs", Producer: "p", JobType: "a", Payload: make([]byte, 1<<10+i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	col := New(b)
+	got := b.Stats().Log
+	if got == nil || got.Records < n || got.Syncs == 0 || got.Syncs > got.Records {
+		t.Fatalf("log stats after %d confirmed publishes: %+v", n, got)
+	}
+	want := fmt.Sprintf(`
+# HELP harbinger_log_records_total Records appended to the write-ahead log (absent with --memory).
+# TYPE harbinger_log_records_total counter
+harbinger_log_records_total %d
+`, got.Records)
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "harbinger_log_records_total"); err != nil {
+		t.Error(err)
+	}
+	for _, name := range []string{"harbinger_log_appended_bytes_total", "harbinger_log_size_bytes", "harbinger_log_fsync_duration_seconds", "harbinger_log_publish_wait_seconds"} {
+		if k := testutil.CollectAndCount(col, name); k != 1 {
+			t.Errorf("%s: %d series, want 1", name, k)
+		}
+	}
+	problems, err := testutil.CollectAndLint(col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	if k := testutil.CollectAndCount(New(newBroker(t)), "harbinger_log_records_total", "harbinger_log_fsync_duration_seconds"); k != 0 {
+		t.Errorf("a memory-mode broker exports %d log series, want none", k)
 	}
 }

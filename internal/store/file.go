@@ -154,6 +154,7 @@ type FileStore struct {
 	tick     bool // interval mode: time to fsync what was written
 	gathered bool // the flusher's wait for the last round's waiters is over
 	gatherN  uint64
+	stats    Stats // Records, Bytes, Syncs and Waits so far (Size is size)
 
 	// Owned by the flusher.
 	seg      File
@@ -406,6 +407,8 @@ func (s *FileStore) Append(recs ...*Record) (Pos, error) {
 		s.buf = appendFrame(s.buf, r)
 	}
 	s.size += int64(len(s.buf) - before)
+	s.stats.Bytes += uint64(len(s.buf) - before)
+	s.stats.Records += uint64(len(recs))
 	s.appended += Pos(len(recs))
 	s.work.Signal()
 	return s.appended, nil
@@ -424,9 +427,14 @@ func (s *FileStore) Wait(pos Pos) error {
 	s.wanted = max(s.wanted, pos)
 	s.waits = append(s.waits, pos)
 	s.work.Signal() // it may owe an fsync for pos, or be gathering waiters
+	start := time.Now()
 	for s.durable < pos && s.err == nil {
 		s.progress.Wait()
 	}
+	took := time.Since(start)
+	s.stats.Waits++
+	s.stats.WaitTime += took
+	s.stats.WaitHist.add(took)
 	if s.durable >= pos {
 		return nil
 	}
@@ -488,6 +496,15 @@ func (s *FileStore) Size() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.size
+}
+
+// Stats implements Store.
+func (s *FileStore) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Size = s.size
+	return st
 }
 
 // Close implements Store: it writes and syncs what was appended, then
@@ -590,6 +607,11 @@ func (s *FileStore) flush() {
 			dirty = false
 		}
 		s.mu.Lock()
+		if err == nil && sync {
+			s.stats.Syncs++
+			s.stats.SyncTime += syncTook
+			s.stats.SyncHist.add(syncTook)
+		}
 		if cap(buf) <= maxSpare {
 			s.spare = buf
 		} else {

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"sync"
+	"time"
 )
 
 // Store is an ordered log of records. Append is cheap and may be called
@@ -28,6 +29,8 @@ type Store interface {
 	Compact(m Mark) error
 	// Size is the bytes the log takes.
 	Size() int64
+	// Stats are the store's counters since it opened.
+	Stats() Stats
 	// Close flushes what was appended and releases the store.
 	Close() error
 }
@@ -37,6 +40,48 @@ type Pos uint64
 
 // Mark is a checkpoint's start.
 type Mark struct{ seg uint64 }
+
+// Stats are what a store has done since it opened, for an operator's
+// metrics: how much it wrote, how often it synced and how long that took,
+// and how long callers of Wait were kept waiting.
+type Stats struct {
+	Records uint64 // appended
+	Bytes   uint64 // appended, as encoded
+	Size    int64  // the log's bytes now (see Store.Size)
+	// Syncs are the fsyncs that make appended records durable (not the
+	// one that closes a full segment), SyncTime their total duration and
+	// SyncHist their durations by LatencyBounds.
+	Syncs    uint64
+	SyncTime time.Duration
+	SyncHist LatencyHist
+	// Waits are the Waits that blocked (for a record not yet durable),
+	// WaitTime the total time they blocked and WaitHist its distribution.
+	Waits    uint64
+	WaitTime time.Duration
+	WaitHist LatencyHist
+}
+
+// LatencyBounds are the upper bounds of a LatencyHist's buckets: from a
+// fast disk's fsync to a stalled one's.
+var LatencyBounds = [...]time.Duration{
+	50 * time.Microsecond, 100 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
+	500 * time.Millisecond, time.Second,
+}
+
+// LatencyHist counts durations by LatencyBounds: bucket i holds those at
+// most LatencyBounds[i] and above the bound before; the last, those above
+// every bound.
+type LatencyHist [len(LatencyBounds) + 1]uint64
+
+func (h *LatencyHist) add(d time.Duration) {
+	i := 0
+	for i < len(LatencyBounds) && d > LatencyBounds[i] {
+		i++
+	}
+	h[i]++
+}
 
 // ErrClosed is returned by a store's methods after Close.
 var ErrClosed = errors.New("store: closed")
@@ -50,6 +95,7 @@ type Memory struct {
 	first  uint64   // segment number of segs[0]
 	n      Pos
 	size   int64
+	bytes  uint64
 	closed bool
 }
 
@@ -68,6 +114,7 @@ func (m *Memory) Append(recs ...*Record) (Pos, error) {
 		before := len(m.segs[last])
 		m.segs[last] = appendFrame(m.segs[last], r)
 		m.size += int64(len(m.segs[last]) - before)
+		m.bytes += uint64(len(m.segs[last]) - before)
 		m.n++
 	}
 	return m.n, nil
@@ -131,6 +178,14 @@ func (m *Memory) Size() int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.size
+}
+
+// Stats implements Store: a memory store never syncs or makes a Wait
+// wait.
+func (m *Memory) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return Stats{Records: uint64(m.n), Bytes: m.bytes, Size: m.size}
 }
 
 // Close implements Store.

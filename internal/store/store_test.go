@@ -98,6 +98,18 @@ func TestConformance(t *testing.T) {
 				if s.Size() <= 0 {
 					t.Fatalf("size = %d", s.Size())
 				}
+				st := s.Stats()
+				if st.Records != uint64(len(want)) || st.Size != s.Size() || st.Bytes < uint64(st.Size) {
+					t.Errorf("stats after %d records in %d bytes: %+v", len(want), s.Size(), st)
+				}
+				var synced, waited uint64
+				for i := range st.SyncHist {
+					synced += st.SyncHist[i]
+					waited += st.WaitHist[i]
+				}
+				if synced != st.Syncs || waited != st.Waits || st.Syncs > 0 && st.SyncTime <= 0 || st.Waits > 0 && st.WaitTime <= 0 {
+					t.Errorf("histograms disagree with their counts: %+v", st)
+				}
 				checkReplay(t, s, want)
 			})
 			t.Run("append keeps no record", func(t *testing.T) {
@@ -425,6 +437,13 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatalf("%d fsyncs for %d confirmed appends: no grouping", n, writers*each)
 	}
 	t.Logf("%d appends confirmed with %d fsyncs", writers*each, n)
+	// The store's own counts: every fsync it did for a record is one the
+	// file layer saw (which also sees a rotation's), and a Wait that
+	// blocked is one of the confirmed appends.
+	st := s.Stats()
+	if st.Records != writers*each || st.Syncs == 0 || st.Syncs > uint64(n) || st.Waits > writers*each {
+		t.Errorf("stats %+v for %d appends and %d fsyncs", st, writers*each, n)
+	}
 }
 
 func TestFailedSyncConfirmsNothing(t *testing.T) {
