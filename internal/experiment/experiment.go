@@ -127,8 +127,11 @@ const (
 	// FIFO run on the scenario's workers (sched.Bound.VirtualFIFO), and
 	// ArmOracleVirtual the same on true durations: there the virtual run is
 	// exactly FIFO's.
-	ArmVirtual       = "virtual FIFO"
-	ArmOracleVirtual = "oracle, virtual FIFO"
+	// ArmVirtualDispatch runs that virtual run on the dispatch clock
+	// (sched.Bound.DispatchClock).
+	ArmVirtual         = "virtual FIFO"
+	ArmVirtualDispatch = "virtual FIFO, dispatch clock"
+	ArmOracleVirtual   = "oracle, virtual FIFO"
 )
 
 // The stretches of ArmOthers1 and ArmOthers3 for the messages that are not
@@ -206,6 +209,7 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		add(def(ArmGuardLoose, func(a *sim.Arm) { a.Options.Guard = new(guardLoose) })),
 		add(def(ArmOvertakeAny, func(a *sim.Arm) { a.Options.Overtake = new(0.0) })),
 		add(def(ArmVirtual, func(a *sim.Arm) { a.Options.VirtualFIFO = true })),
+		add(def(ArmVirtualDispatch, func(a *sim.Arm) { a.Options.VirtualFIFO, a.Options.DispatchClock = true, true })),
 		add(by(ArmOracleVirtual, "oracle", func(a *sim.Arm) { a.Options.VirtualFIFO = true })),
 	} {
 		if e != nil {

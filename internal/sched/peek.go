@@ -37,8 +37,10 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 		p.walks[i] = heapWalk{h: &l.heap}
 		p.ageNext[i] = l.age.head
 	}
-	if s.vf != nil {
-		p.vdone = s.vf.started
+	if v := s.vf; v != nil {
+		p.vdone = v.started
+		p.vfree, p.vretire = append([]int64(nil), v.free...), v.retire
+		p.vclock = v.peekTick(now.UnixNano(), s.n)
 		p.advanceFIFO()
 	}
 	// Pop expires first: every item past its TTL leaves, its work counted
@@ -51,6 +53,7 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 			p.vdone += it.Cost.Seconds() // Remove: FIFO skips it
 		}
 	}
+	p.vexpired = true
 	for range n {
 		it := p.pop()
 		if it == nil {
@@ -66,18 +69,26 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 // level above through in, and the level heaps are walked in order instead of
 // popped.
 type peeker struct {
-	s       *Scheduler
-	now     time.Time
-	gone    map[*Item]bool // taken out: popped or expired
-	moved   map[*Item]int  // aged: the level it sits at now
-	deq     float64        // deqWork as it would be
-	vdone   float64        // with a virtual FIFO, the work it has started as it would be
-	credit  []int          // each level's round-robin credit as it would be
-	prom    []int          // each level's promoted count as it would be
-	walks   []heapWalk     // each level's own items, in its order
-	in      [][]*Item      // items aged into each level, in its order
-	ageNext []*Item        // each level's age list, as far as aging has read it
-	due     heapWalk
+	s     *Scheduler
+	now   time.Time
+	gone  map[*Item]bool // taken out: popped or expired
+	moved map[*Item]int  // aged: the level it sits at now
+	deq   float64        // deqWork as it would be
+	// With a virtual FIFO: the work it has started, its workers' free
+	// times, its clock and the next entry of its line, as they would be,
+	// and whether the expired messages are out.
+	vdone    float64
+	vfree    []int64
+	vretire  int
+	vclock   int64
+	vnext    int
+	vexpired bool
+	credit   []int      // each level's round-robin credit as it would be
+	prom     []int      // each level's promoted count as it would be
+	walks    []heapWalk // each level's own items, in its order
+	in       [][]*Item  // items aged into each level, in its order
+	ageNext  []*Item    // each level's age list, as far as aging has read it
+	due      heapWalk
 	// deadline holds the deadlines this Peek gave.
 	deadline map[*Item]int64
 	// The guard: items past their FIFO moment as they stand, and those
@@ -179,6 +190,16 @@ func (p *peeker) insert(lv int, it *Item) {
 
 // pop mirrors Scheduler.Pop after the expiry Peek has already done.
 func (p *peeker) pop() *Item {
+	it := p.next()
+	if it != nil {
+		p.take(it)
+		p.dispatched(it)
+	}
+	return it
+}
+
+// next is the item pop hands out, not yet taken.
+func (p *peeker) next() *Item {
 	p.age()
 	p.promoteGuard()
 	for it := p.due.peek(); it != nil && p.gone[it]; it = p.due.peek() {
@@ -186,7 +207,6 @@ func (p *peeker) pop() *Item {
 	}
 	l := p.lateHead()
 	if l != nil && p.guardAt(l) <= p.now.UnixNano() {
-		p.take(l)
 		return l
 	}
 	done := p.deq
@@ -194,17 +214,25 @@ func (p *peeker) pop() *Item {
 		done = p.vdone
 	}
 	if d := p.due.peek(); d != nil && d.due <= done {
-		p.take(d)
 		return d
 	}
 	it := p.choose()
 	if it != nil && l != nil && !p.s.mayOvertake(it, l) {
 		it = l
 	}
-	if it != nil {
-		p.take(it)
-	}
 	return it
+}
+
+// dispatched mirrors what a dispatch does to the virtual run's clock.
+func (p *peeker) dispatched(it *Item) {
+	v := p.s.vf
+	if v == nil || !v.dispatch {
+		return
+	}
+	if w := len(p.vfree) - p.vretire; w > 0 {
+		p.vclock += int64(it.Cost) / int64(w)
+	}
+	p.advanceFIFO()
 }
 
 // promoteGuard mirrors Scheduler.promote: items whose FIFO moment has come get
@@ -234,38 +262,34 @@ func (p *peeker) promoteGuard() {
 	}
 }
 
-// advanceFIFO mirrors Scheduler.advanceFIFO on a copy of the virtual run:
-// the messages it would start by now get their deadlines. It runs before
-// anything is taken, as Pop advances the run before it expires messages;
-// the messages Peek then pops leave the run as it is.
+// advanceFIFO mirrors Scheduler.advanceFIFO on a copy of the virtual run,
+// from where it last stopped: the messages it would start by now get their
+// deadlines. Peek calls it before anything is taken, as Pop advances the
+// run before it expires messages, and again after each message it pops,
+// which moves a dispatch clock on.
 func (p *peeker) advanceFIFO() {
 	v := p.s.vf
-	free, retire := append([]int64(nil), v.free...), v.retire
-	now := p.now.UnixNano()
-	for i := range v.line.n {
-		e := v.line.nth(i)
-		if e.skip {
+	for ; p.vnext < v.line.n; p.vnext++ {
+		e := v.line.nth(p.vnext)
+		if e.skip || (p.vexpired && e.it != nil && e.it.expiredAt(p.now)) {
 			continue
 		}
-		for retire > 0 && len(free) > 0 && free[0] <= now {
-			free = heapPop(free)
-			retire--
+		for p.vretire > 0 && len(p.vfree) > 0 && p.vfree[0] <= p.vclock {
+			p.vfree = heapPop(p.vfree)
+			p.vretire--
 		}
-		if len(free) == 0 || free[0] > now {
+		if len(p.vfree) == 0 || p.vfree[0] > p.vclock {
 			return
 		}
-		at := free[0]
-		if e.it != nil {
-			at = max(at, e.it.pushedAt)
-		}
-		free[0] = at + int64(e.cost)
-		heapDown(free, 0)
+		at := max(p.vfree[0], e.arrived)
+		p.vfree[0] = at + int64(e.cost)
+		heapDown(p.vfree, 0)
 		p.vdone += e.cost.Seconds()
-		if it := e.it; it != nil {
+		if it := e.it; it != nil && !p.gone[it] {
 			if p.deadline == nil {
 				p.deadline = map[*Item]int64{}
 			}
-			p.deadline[it] = guardDeadline(it, time.Unix(0, at), *p.s.cfg.Bound.Guard)
+			p.deadline[it] = guardDeadline(it, time.Unix(0, v.wallAt(at, p.now.UnixNano())), *p.s.cfg.Bound.Guard)
 			j := len(p.pastFIFO)
 			for j > 0 && p.lateLess(it, p.pastFIFO[j-1]) {
 				j--

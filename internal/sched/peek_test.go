@@ -39,6 +39,7 @@ func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 			cfg.Bound.Guard = &g
 			cfg.Bound.Overtake = float64(r.IntN(3)) / 4
 			cfg.Bound.VirtualFIFO = r.IntN(2) == 0
+			cfg.Bound.DispatchClock = cfg.Bound.VirtualFIFO && r.IntN(2) == 0
 		}
 	}
 	s := mustNew(t, cfg)

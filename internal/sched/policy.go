@@ -116,6 +116,9 @@ type PolicyOptions struct {
 	// virtual FIFO run (Bound.VirtualFIFO); the caller must then tell the
 	// scheduler its worker count (Scheduler.SetWorkers).
 	VirtualFIFO bool
+	// DispatchClock runs that virtual run on the dispatch clock
+	// (Bound.DispatchClock).
+	DispatchClock bool
 }
 
 // NewPolicy resolves a policy name ("" means DefaultPolicy).
@@ -190,6 +193,7 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 			}
 			bound.Guard, bound.Overtake = &g, r
 			bound.VirtualFIFO = o.VirtualFIFO
+			bound.DispatchClock = o.VirtualFIFO && o.DispatchClock
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Strict, ShortestFirst: true, Bound: bound}
 		p.LongShare = DefaultLongShare

@@ -262,13 +262,15 @@ func BenchmarkPushPopBounded(b *testing.B) {
 }
 
 // BenchmarkPushPopVirtual is the bounded policy with its FIFO moments from a
-// virtual FIFO run on 16 workers.
+// virtual FIFO run on 16 workers, on the wall clock and the dispatch clock.
 func BenchmarkPushPopVirtual(b *testing.B) {
-	pol, err := NewPolicy(Bounded, PolicyOptions{VirtualFIFO: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, n := range []int{1_000, 100_000} {
-		b.Run("resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, pol.Sched, n, 100, 16) })
+	for _, clock := range []string{"wall", "dispatch"} {
+		pol, err := NewPolicy(Bounded, PolicyOptions{VirtualFIFO: true, DispatchClock: clock == "dispatch"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, n := range []int{1_000, 100_000} {
+			b.Run("clock="+clock+"/resident="+strconv.Itoa(n), func(b *testing.B) { benchSched(b, pol.Sched, n, 100, 16) })
+		}
 	}
 }

@@ -92,13 +92,21 @@ type Config struct {
 // nothing, so a caller that turns it on must say how many workers there
 // are. It needs Guard. It is off by default: with the guard's settings it
 // does worse than the count (docs/policy.md has the figures).
+//
+// The virtual run's clock is now, unless DispatchClock is set: then, while
+// messages wait (so every real worker is busy), it advances by the predicted
+// work the scheduler dispatches shared among the workers, and by now only
+// while none wait. A run in predicted costs on the wall clock drifts from
+// the real one by the sum of the prediction errors; this clock keeps it at
+// the real workers' pace.
 type Bound struct {
-	Stretch     float64
-	MinSlack    time.Duration
-	Others      *float64
-	Guard       *float64
-	Overtake    float64
-	VirtualFIFO bool
+	Stretch       float64
+	MinSlack      time.Duration
+	Others        *float64
+	Guard         *float64
+	Overtake      float64
+	VirtualFIFO   bool
+	DispatchClock bool
 }
 
 // Validate reports the first setting that makes no sense.
@@ -152,6 +160,9 @@ func (c Config) Validate() error {
 		}
 		if b.VirtualFIFO && b.Guard == nil {
 			return fmt.Errorf("sched: the virtual FIFO run serves the guard: set a guard or leave it off")
+		}
+		if b.DispatchClock && !b.VirtualFIFO {
+			return fmt.Errorf("sched: the dispatch clock is the virtual FIFO run's: turn the run on or leave it off")
 		}
 	}
 	return nil
@@ -318,7 +329,7 @@ func New(cfg Config) (*Scheduler, error) {
 		idx:  func(it *Item) *int32 { return &it.ttlIdx },
 	}
 	if cfg.Bound != nil && cfg.Bound.VirtualFIFO {
-		s.vf = &virtualFIFO{}
+		s.vf = &virtualFIFO{dispatch: cfg.Bound.DispatchClock}
 	}
 	return s, nil
 }
@@ -333,7 +344,7 @@ func (s *Scheduler) SetWorkers(n int, now time.Time) {
 		return
 	}
 	s.promote(now)
-	s.vf.setWorkers(max(n, 0), now.UnixNano())
+	s.vf.setWorkers(max(n, 0), s.vf.tick(now.UnixNano(), s.n))
 	s.promote(now)
 }
 
@@ -391,7 +402,7 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		// A retry joins the virtual line again, as the bound above counts
 		// from its latest push.
 		it.pushedAt = now.UnixNano()
-		it.fifoPos = float64(s.vf.line.push(ventry{it: it, cost: it.Cost}))
+		it.fifoPos = float64(s.vf.line.push(ventry{it: it, cost: it.Cost, arrived: s.vf.tick(now.UnixNano(), s.n)}))
 		it.guardIn = guardFIFO
 		s.enqWork += it.Cost.Seconds()
 		s.n++
@@ -515,6 +526,9 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 	}
 	s.detach(it)
 	s.deqWork += it.Cost.Seconds()
+	if s.vf != nil {
+		s.vf.dispatched(it.Cost)
+	}
 	s.promote(now)
 	return it
 }
@@ -546,9 +560,12 @@ func (s *Scheduler) promote(now time.Time) {
 }
 
 // advanceFIFO runs the virtual FIFO up to now: every message it starts
-// reaches its FIFO moment then (possibly before now) and gets its deadline.
-func (s *Scheduler) advanceFIFO(now int64) {
+// reaches its FIFO moment then and gets its deadline (on the wall clock
+// possibly before now; on the dispatch clock at now, the call that moved
+// the clock past it).
+func (s *Scheduler) advanceFIFO(wall int64) {
 	v := s.vf
+	now := v.tick(wall, s.n)
 	for v.line.n > 0 {
 		e := v.line.nth(0)
 		if e.skip {
@@ -562,18 +579,14 @@ func (s *Scheduler) advanceFIFO(now int64) {
 		if len(v.free) == 0 || v.free[0] > now {
 			return
 		}
-		at := v.free[0]
+		at := max(v.free[0], e.arrived)
 		it := e.it
-		if it != nil {
-			// A message that found a worker free starts when pushed.
-			at = max(at, it.pushedAt)
-		}
 		v.free[0] = at + int64(e.cost)
 		heapDown(v.free, 0)
 		v.started += e.cost.Seconds()
 		v.line.popFront()
 		if it != nil {
-			s.setDeadline(it, time.Unix(0, at))
+			s.setDeadline(it, time.Unix(0, v.wallAt(at, wall)))
 		}
 	}
 }

@@ -29,6 +29,53 @@ type virtualFIFO struct {
 	// the work of messages removed before it reached them: FIFO's progress
 	// in the units of a Bound's positions.
 	started float64
+	// With Bound.DispatchClock the run keeps its own clock (clock, in
+	// nanoseconds, and the wall time it last saw); otherwise its clock is
+	// the wall clock and these stay zero.
+	dispatch    bool
+	clock, seen int64
+}
+
+// tick moves the run's clock to wall, with waiting messages waiting since
+// the last call, and returns it: on the dispatch clock, time passes only
+// while nothing waits (then the workers may idle, as FIFO's would).
+func (v *virtualFIFO) tick(wall int64, waiting int) int64 {
+	if !v.dispatch {
+		return wall
+	}
+	v.clock = v.peekTick(wall, waiting)
+	v.seen = max(v.seen, wall)
+	return v.clock
+}
+
+// peekTick is the clock tick would return, changing nothing.
+func (v *virtualFIFO) peekTick(wall int64, waiting int) int64 {
+	switch {
+	case !v.dispatch:
+		return wall
+	case v.seen == 0:
+		return wall // the first call starts the clock at the wall's time
+	case waiting == 0 && wall > v.seen:
+		return v.clock + wall - v.seen
+	}
+	return v.clock
+}
+
+// dispatched moves the dispatch clock on by a dispatched message's cost
+// shared among the workers.
+func (v *virtualFIFO) dispatched(c time.Duration) {
+	if w := len(v.free) - v.retire; v.dispatch && w > 0 {
+		v.clock += int64(c) / int64(w)
+	}
+}
+
+// wallAt is the wall time of a start at the run's time at, found at wall:
+// on the dispatch clock the call that moved the clock past it.
+func (v *virtualFIFO) wallAt(at, wall int64) int64 {
+	if v.dispatch {
+		return wall
+	}
+	return at
 }
 
 // vline is a ring buffer of the messages waiting in the virtual run, in
@@ -42,9 +89,10 @@ type vline struct {
 }
 
 type ventry struct {
-	it   *Item // nil once the scheduler dispatched it
-	cost time.Duration
-	skip bool // removed before the run reached it: takes no worker
+	it      *Item // nil once the scheduler dispatched it
+	cost    time.Duration
+	skip    bool  // removed before the run reached it: takes no worker
+	arrived int64 // when it joined, on the run's clock
 }
 
 func (l *vline) push(e ventry) uint64 {

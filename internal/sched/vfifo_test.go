@@ -9,12 +9,14 @@ import (
 	"time"
 )
 
-// refPush is one push as the reference FIFO run sees it.
+// refPush is one push as the reference FIFO run sees it, in the run's
+// clock (the wall clock, or the dispatch clock).
 type refPush struct {
 	it        *Item
 	at        time.Time
 	cost      time.Duration
 	removedAt time.Time // when Remove took it out while it waited; zero if never
+	op        int       // the operation that pushed it
 }
 
 // refFIFO replays every push through FIFO on workers workers from scratch,
@@ -63,43 +65,77 @@ func refFIFO(pushes []refPush, workers int, from, now time.Time) (starts []time.
 // TestVirtualFIFOMatchesModel drives a guarded scheduler with a virtual
 // FIFO run through random pushes, pops, retries, removals and expiries at
 // random times, and after every operation checks each message's FIFO moment
-// and the run's progress against refFIFO.
+// and the run's progress against refFIFO, on the wall clock and on the
+// dispatch clock.
 func TestVirtualFIFOMatchesModel(t *testing.T) {
 	t.Parallel()
 	seeds := 1000
 	if testing.Short() {
 		seeds = 200
 	}
-	for seed := range uint64(seeds) {
-		checkVirtualFIFO(t, seed)
+	for _, dispatch := range []bool{false, true} {
+		for seed := range uint64(seeds) {
+			checkVirtualFIFO(t, seed, dispatch)
+		}
 	}
 }
 
-func checkVirtualFIFO(t *testing.T, seed uint64) {
+func checkVirtualFIFO(t *testing.T, seed uint64, dispatch bool) {
 	r := rand.New(rand.NewPCG(seed, 0xf1f0))
 	g := r.Float64()
 	cfg := Config{Levels: 1 + r.IntN(3), Discipline: Strict, ShortestFirst: r.IntN(2) == 0,
-		Bound: &Bound{Stretch: -0.05, Guard: &g, Overtake: 0.25, VirtualFIFO: true}}
+		Bound: &Bound{Stretch: -0.05, Guard: &g, Overtake: 0.25, VirtualFIFO: true, DispatchClock: dispatch}}
 	s := mustNew(t, cfg)
 	workers := 1 + r.IntN(5)
 	now := t0
 	s.SetWorkers(workers, now)
 	seen := now // the latest time the scheduler was given: Remove has none
+	// The run's clock as the documentation defines it, and after each
+	// operation the wall time and that clock.
+	clock := now
+	type tick struct{ wall, clock time.Time }
+	var ticks []tick
+	moveClock := func() {
+		if !dispatch {
+			clock = now
+		} else if s.Len() == 0 && now.After(seen) {
+			clock = clock.Add(now.Sub(seen))
+		}
+	}
+	// momentAt is the wall time at which the scheduler sees a start at the
+	// run's time at, of a message pushed by operation op.
+	momentAt := func(at time.Time, op int) time.Time {
+		if !dispatch {
+			return at
+		}
+		for _, k := range ticks[op:] {
+			if !k.clock.Before(at) {
+				return k.wall
+			}
+		}
+		panic("a start after the clock")
+	}
 	var pushes []refPush
 	last := map[*Item]int{} // each item's latest push
 	var items []*Item
 	var log []string
 	fail := func(format string, args ...any) {
 		t.Helper()
-		t.Fatalf("seed %d (%d workers), after:\n  %s\n%s", seed, workers, join(log), fmt.Sprintf(format, args...))
+		t.Fatalf("seed %d (%d workers, dispatch clock %v), after:\n  %s\n%s", seed, workers, dispatch, join(log), fmt.Sprintf(format, args...))
 	}
 	queued := map[*Item]bool{}
 	for op := range 300 {
 		var popped *Item
+		removedAt := clock // a Pop expires messages before its dispatch moves the clock
 		if r.IntN(3) > 0 {
 			now = now.Add(time.Duration(r.IntN(400)) * time.Millisecond)
 		}
-		switch k := r.IntN(12); {
+		k := r.IntN(12)
+		if k < 8 || k >= 10 || len(items) == 0 {
+			moveClock() // every operation but Remove gives the scheduler now
+			removedAt = clock
+		}
+		switch {
 		case k < 5 || len(items) == 0:
 			it := &Item{ID: uint64(op), Tier: r.IntN(cfg.Levels), Cost: time.Duration(r.IntN(1200)) * time.Millisecond, Long: r.IntN(10) == 0}
 			if r.IntN(6) == 0 {
@@ -108,17 +144,20 @@ func checkVirtualFIFO(t *testing.T, seed uint64) {
 			mustPush(t, s, now, it)
 			seen = now
 			last[it] = len(pushes)
-			pushes = append(pushes, refPush{it: it, at: now, cost: it.Cost})
+			pushes = append(pushes, refPush{it: it, at: clock, cost: it.Cost, op: len(ticks)})
 			items = append(items, it)
 			log = append(log, fmt.Sprintf("%v push %d cost %v", now.Sub(t0), it.ID, it.Cost))
 		case k < 8:
 			it := s.Pop(now)
 			popped, seen = it, now
+			if it != nil && dispatch {
+				clock = clock.Add(it.Cost / time.Duration(workers))
+			}
 			log = append(log, fmt.Sprintf("%v pop -> %v", now.Sub(t0), idOf(it)))
 			if it != nil && r.IntN(4) == 0 { // a retry
 				mustPush(t, s, now, it)
 				last[it] = len(pushes)
-				pushes = append(pushes, refPush{it: it, at: now, cost: it.Cost})
+				pushes = append(pushes, refPush{it: it, at: clock, cost: it.Cost, op: len(ticks)})
 				log = append(log, fmt.Sprintf("%v retry %d", now.Sub(t0), it.ID))
 			}
 		case k < 10:
@@ -136,13 +175,17 @@ func checkVirtualFIFO(t *testing.T, seed uint64) {
 		// Remove, or as expired by Pop or Expire) at the latest time given.
 		for it, i := range last {
 			if queued[it] && !it.queued && it != popped {
-				if _, ok, _ := refFIFO(pushes[:i+1], workers, t0, seen); !ok[i] {
-					pushes[i].removedAt = seen
+				if _, ok, _ := refFIFO(pushes[:i+1], workers, t0, removedAt); !ok[i] {
+					pushes[i].removedAt = removedAt
 				}
 			}
 			queued[it] = it.queued
 		}
-		starts, ok, done := refFIFO(pushes, workers, t0, seen)
+		ticks = append(ticks, tick{seen, clock})
+		if dispatch && s.vf.clock != clock.UnixNano() {
+			fail("clock %v, want %v", time.Unix(0, s.vf.clock).Sub(t0), clock.Sub(t0))
+		}
+		starts, ok, done := refFIFO(pushes, workers, t0, clock)
 		if math.Abs(s.vf.started-done) > 1e-6 {
 			fail("virtual run has started %.3f s of work, the reference %.3f s", s.vf.started, done)
 		}
@@ -153,9 +196,10 @@ func checkVirtualFIFO(t *testing.T, seed uint64) {
 			switch {
 			case ok[i] && it.guardIn != guardLate:
 				fail("item %d: FIFO started it at %v, but it has no deadline", it.ID, starts[i].Sub(t0))
-			case ok[i] && it.guardAt != guardDeadline(it, starts[i], g):
+			case ok[i] && it.guardAt != guardDeadline(it, momentAt(starts[i], pushes[i].op), g):
+				at := momentAt(starts[i], pushes[i].op)
 				fail("item %d: deadline %v, want %v (FIFO moment %v)", it.ID,
-					time.Unix(0, it.guardAt).Sub(t0), time.Unix(0, guardDeadline(it, starts[i], g)).Sub(t0), starts[i].Sub(t0))
+					time.Unix(0, it.guardAt).Sub(t0), time.Unix(0, guardDeadline(it, at, g)).Sub(t0), at.Sub(t0))
 			case !ok[i] && it.guardIn != guardFIFO:
 				fail("item %d: FIFO has not started it yet, but it is past its FIFO moment", it.ID)
 			}
