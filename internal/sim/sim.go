@@ -74,8 +74,11 @@ var StandardArms = []string{"fifo", "static", "predictive", "weighted", "oracle"
 // not move when the default policy changes), "previous" (the bounded policy
 // as it was before its guard on every message: only long messages bounded,
 // at three quarters of their FIFO wait plus a second of predicted work, the
-// most expensive fifth of the recent work long) and
-// "shadow"; any sched policy name also works as an arm.
+// most expensive fifth of the recent work long), "virtual-fifo" and
+// "virtual-fifo-dispatch" (the default with FIFO's progress taken from a
+// virtual FIFO run on the simulated workers, on the wall clock or the
+// dispatch clock: sched.Bound.VirtualFIFO) and "shadow"; any sched policy
+// name also works as an arm.
 func ArmByName(name string, types []workload.JobType) (Arm, error) {
 	a := Arm{Name: name}
 	switch name {
@@ -105,6 +108,12 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 		a.Options.Tiers = 1
 		a.Options.AgingOff = true // drops the bound, guard included
 		a.Options.ShortestFirst = true
+	case "virtual-fifo":
+		a.Policy = sched.Bounded
+		a.Options.VirtualFIFO = true
+	case "virtual-fifo-dispatch":
+		a.Policy = sched.Bounded
+		a.Options.VirtualFIFO, a.Options.DispatchClock = true, true
 	case "previous":
 		a.Policy = sched.Bounded
 		a.Options.GuardOff = true
@@ -113,7 +122,7 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 		a.Predictor.LongShare = PreviousLongShare
 	default:
 		if _, err := sched.NewPolicy(name, sched.PolicyOptions{StaticTiers: StaticMap(types)}); err != nil {
-			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, oracle-sjf, previous or a policy name)", name, strings.Join(StandardArms, ", "))
+			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, oracle-sjf, previous, virtual-fifo, virtual-fifo-dispatch or a policy name)", name, strings.Join(StandardArms, ", "))
 		}
 		a.Policy = name
 		a.Options.StaticTiers = StaticMap(types)
