@@ -107,8 +107,14 @@ type pending struct {
 	// resent marks a message whose stream ended before it went out; it is
 	// sent again once, on a new stream.
 	resent bool
-	done   func(id string, err error)
+	done   func(Result)
 }
+
+// answer reports the message's outcome to its caller.
+func (it *pending) answer(r Result) { it.done(r) }
+
+// fail reports that the message was not stored, and why.
+func (it *pending) fail(err error) { it.done(Result{Err: err}) }
 
 type batch struct {
 	items []*pending
@@ -128,14 +134,26 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 
 // PublishAsync queues m and calls done with its id, or with its error as
 // a gRPC status error, once the broker answers (or, for a message no
-// request can carry, at once with InvalidArgument). done runs on one of
-// the producer's goroutines, possibly while another message's done runs,
-// and must not block; m must not change until it has run. PublishAsync
-// blocks only while the producer's buffer is full, and returns ErrClosed
-// after Close.
+// request can carry, at once with InvalidArgument). A duplicate of a
+// unique job (Message.UniqueKey) gets the first job's id and no error,
+// like a new one; PublishAsyncResult tells them apart. done runs on one
+// of the producer's goroutines, possibly while another message's done
+// runs, and must not block; m must not change until it has run.
+// PublishAsync blocks only while the producer's buffer is full, and
+// returns ErrClosed after Close.
 func (p *Producer) PublishAsync(m *Message, done func(id string, err error)) error {
 	if done == nil {
-		done = func(string, error) {}
+		return p.PublishAsyncResult(m, nil)
+	}
+	return p.PublishAsyncResult(m, func(r Result) { done(r.ID, r.Err) })
+}
+
+// PublishAsyncResult is PublishAsync with the message's whole Result, as
+// PublishEach gives it: a duplicate of a unique job has Duplicate set and
+// the id of the job that holds the key, and nothing was stored for it.
+func (p *Producer) PublishAsyncResult(m *Message, done func(Result)) error {
+	if done == nil {
+		done = func(Result) {}
 	}
 	it := &pending{m: m.proto(), done: done}
 	it.err = checkUTF8(it.m)
@@ -176,21 +194,30 @@ func checkUTF8(m *pb.Message) error {
 }
 
 // Publish queues m and waits for its id. Many goroutines calling Publish
-// share batches.
+// share batches. A duplicate of a unique job returns the first job's id
+// and no error; PublishResult tells it from a new job.
 func (p *Producer) Publish(ctx context.Context, m *Message) (string, error) {
-	type result struct {
-		id  string
-		err error
-	}
-	ch := make(chan result, 1)
-	if err := p.PublishAsync(m, func(id string, err error) { ch <- result{id, err} }); err != nil {
+	r, err := p.PublishResult(ctx, m)
+	if err != nil {
 		return "", err
+	}
+	return r.ID, r.Err
+}
+
+// PublishResult queues m and waits for its Result, as PublishEach gives
+// it. Its error is for the call (ctx ended, the producer closed); a
+// message the broker refused has its reason in Result.Err, and a
+// duplicate of a unique job has Duplicate set.
+func (p *Producer) PublishResult(ctx context.Context, m *Message) (Result, error) {
+	ch := make(chan Result, 1)
+	if err := p.PublishAsyncResult(m, func(r Result) { ch <- r }); err != nil {
+		return Result{}, err
 	}
 	select {
 	case r := <-ch:
-		return r.id, r.err
+		return r, nil
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return Result{}, ctx.Err()
 	}
 }
 
@@ -362,20 +389,20 @@ func (ps *pstream) recv() {
 		if err != nil {
 			ps.fail(err)
 			for _, it := range b.items {
-				it.done("", ps.err)
+				it.fail(ps.err)
 			}
 			<-ps.slots
 			break
 		}
 		for i, it := range b.items {
 			r := resp.Results[i]
-			it.done(r.Id, resultError(r))
+			it.answer(Result{ID: r.Id, Duplicate: r.Duplicate, Err: resultError(r)})
 		}
 		<-ps.slots
 	}
 	for b := range ps.inflight {
 		for _, it := range b.items {
-			it.done("", ps.err)
+			it.fail(ps.err)
 		}
 		<-ps.slots
 	}
@@ -483,7 +510,7 @@ func (p *Producer) run() {
 	}()
 	for p.fill(true) {
 		if it := p.held[0]; it.err != nil {
-			p.take().done("", it.err)
+			p.take().fail(it.err)
 			continue
 		}
 		if cur != nil && cur.isBroken() {
@@ -493,7 +520,7 @@ func (p *Producer) run() {
 		if cur == nil {
 			var err error
 			if cur, err = p.open(); err != nil {
-				p.take().done("", err)
+				p.take().fail(err)
 				continue
 			}
 		}
@@ -513,7 +540,7 @@ func (p *Producer) run() {
 		var again []*pending
 		for _, it := range b.items {
 			if !errors.Is(sendErr, io.EOF) || it.resent {
-				it.done("", err)
+				it.fail(err)
 				continue
 			}
 			it.resent = true
@@ -532,11 +559,11 @@ func (p *Producer) gather(lim limits) *batch {
 	for len(b.items) < lim.count && p.fill(false) {
 		it := p.held[0]
 		if it.err != nil {
-			p.take().done("", it.err)
+			p.take().fail(it.err)
 			continue
 		}
 		if it.size > lim.hard {
-			p.take().done("", lim.tooLarge(it.size))
+			p.take().fail(lim.tooLarge(it.size))
 			continue
 		}
 		if len(b.items) > 0 && bytes+it.size > lim.target {

@@ -375,6 +375,73 @@ func TestProducerCutsBatchesBySize(t *testing.T) {
 	}
 }
 
+// Through a Producer, a duplicate of a unique job is told from a new one:
+// PublishResult and PublishAsyncResult report Duplicate with the first
+// job's id, and only the new jobs are stored. Publish and PublishAsync
+// keep answering a duplicate with that id and no error.
+func TestProducerTellsDuplicates(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	p := tb.cl.NewProducer(client.ProducerConfig{})
+	defer p.Close()
+	ctx := t.Context()
+	const keys = 200
+	key := func(i int) string { return fmt.Sprintf("commande-№%d-✓", i) } // non-ASCII keys
+	first := make([]string, keys)
+	for i := range keys {
+		r, err := p.PublishResult(ctx, &client.Message{Queue: "orders", JobType: "charge", UniqueKey: key(i), UniqueFor: time.Hour, Payload: bytes.Repeat([]byte{'x'}, 2<<10)})
+		if err != nil || r.Err != nil || r.Duplicate || r.ID == "" {
+			t.Fatalf("first publish of %s: %+v, %v", key(i), r, err)
+		}
+		first[i] = r.ID
+	}
+	// Every key again, asynchronously and interleaved with new jobs.
+	var wg sync.WaitGroup
+	results := make([]client.Result, keys)
+	fresh := make([]client.Result, keys)
+	for i := range keys {
+		wg.Add(2)
+		if err := p.PublishAsyncResult(&client.Message{Queue: "orders", JobType: "charge", UniqueKey: key(i), UniqueFor: time.Hour}, func(r client.Result) {
+			results[i] = r
+			wg.Done()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.PublishAsyncResult(&client.Message{Queue: "orders", JobType: "charge"}, func(r client.Result) {
+			fresh[i] = r
+			wg.Done()
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	for i := range keys {
+		if r := results[i]; !r.Duplicate || r.ID != first[i] || r.Err != nil {
+			t.Fatalf("second publish of %s: %+v, want a duplicate of %s", key(i), r, first[i])
+		}
+		if r := fresh[i]; r.Duplicate || r.ID == "" || r.Err != nil {
+			t.Fatalf("new job %d: %+v", i, r)
+		}
+	}
+	id, err := p.Publish(ctx, &client.Message{Queue: "orders", UniqueKey: key(0), UniqueFor: time.Hour})
+	if err != nil || id != first[0] {
+		t.Fatalf("Publish of a duplicate: %q, %v; want %q and no error", id, err, first[0])
+	}
+	if in := tb.info(t, "orders"); in.Published != 2*keys {
+		t.Fatalf("published %d, want %d (each key once, and the new jobs)", in.Published, 2*keys)
+	}
+	// A call error is the call's; a refused message's error is its own.
+	bad, err := p.PublishResult(ctx, &client.Message{Queue: "orders", Producer: "p\xff"})
+	if err != nil || status.Code(bad.Err) != codes.InvalidArgument {
+		t.Fatalf("invalid UTF-8: %+v, %v; want InvalidArgument in the Result", bad, err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := p.PublishResult(done, &client.Message{Queue: "orders"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("with an ended context: %v", err)
+	}
+}
+
 // A handler error of 100 KiB of multi-byte characters, and one of invalid
 // UTF-8, are sent as reasons the stream can carry: the session survives,
 // only those jobs are retried, and their dead letters encode.
