@@ -247,19 +247,24 @@ func (p *peeker) promoteGuard() {
 		if p.gone[it] {
 			continue
 		}
-		if p.deadline == nil {
-			p.deadline = map[*Item]int64{}
-		}
-		at := guardDeadline(it, p.now, *b.Guard)
-		p.deadline[it] = at
-		j := len(p.pastFIFO)
-		for j > 0 && p.lateLess(it, p.pastFIFO[j-1]) {
-			j--
-		}
-		p.pastFIFO = append(p.pastFIFO, nil)
-		copy(p.pastFIFO[j+1:], p.pastFIFO[j:])
-		p.pastFIFO[j] = it
+		p.passFIFO(it, guardDeadline(it, p.now, *b.Guard))
 	}
+}
+
+// passFIFO notes that it has reached its FIFO moment, with deadline at:
+// it joins pastFIFO in deadline order.
+func (p *peeker) passFIFO(it *Item, at int64) {
+	if p.deadline == nil {
+		p.deadline = map[*Item]int64{}
+	}
+	p.deadline[it] = at
+	j := len(p.pastFIFO)
+	for j > 0 && p.lateLess(it, p.pastFIFO[j-1]) {
+		j--
+	}
+	p.pastFIFO = append(p.pastFIFO, nil)
+	copy(p.pastFIFO[j+1:], p.pastFIFO[j:])
+	p.pastFIFO[j] = it
 }
 
 // advanceFIFO mirrors Scheduler.advanceFIFO on a copy of the virtual run,
@@ -286,17 +291,7 @@ func (p *peeker) advanceFIFO() {
 		heapDown(p.vfree, 0)
 		p.vdone += e.cost.Seconds()
 		if it := e.it; it != nil && !p.gone[it] {
-			if p.deadline == nil {
-				p.deadline = map[*Item]int64{}
-			}
-			p.deadline[it] = guardDeadline(it, time.Unix(0, v.wallAt(at, p.now.UnixNano())), *p.s.cfg.Bound.Guard)
-			j := len(p.pastFIFO)
-			for j > 0 && p.lateLess(it, p.pastFIFO[j-1]) {
-				j--
-			}
-			p.pastFIFO = append(p.pastFIFO, nil)
-			copy(p.pastFIFO[j+1:], p.pastFIFO[j:])
-			p.pastFIFO[j] = it
+			p.passFIFO(it, guardDeadline(it, time.Unix(0, v.wallAt(at, p.now.UnixNano())), *p.s.cfg.Bound.Guard))
 		}
 	}
 }
