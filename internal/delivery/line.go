@@ -144,6 +144,10 @@ type Line struct {
 	holders Holder // the last Holder handed out
 	names   map[Names]*Names
 	expBuf  []*sched.Item
+	// byID finds a held job by its id, for Cancel. It is nil until the
+	// first Cancel builds it from every job held, and kept from then on,
+	// so a queue that never cancels pays nothing for it.
+	byID map[string]*Job
 
 	// Quiet stops records from being written (while the caller replays
 	// the log into the Line).
@@ -230,6 +234,9 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 // Commit puts an admitted job in line, or holds it until it is due.
 func (l *Line) Commit(j *Job, now time.Time) {
 	l.Stats.Published++
+	if l.byID != nil {
+		l.byID[j.ID] = j
+	}
 	if j.scheduled {
 		l.delayed.push(j)
 		return
@@ -359,8 +366,7 @@ func (l *Line) Ack(h Holder, id string, d time.Duration) (*Job, error) {
 		return nil, ErrNotHeld
 	}
 	l.settle(j)
-	j.gone = true
-	l.Fx.Released = append(l.Fx.Released, j)
+	l.release(j)
 	l.Stats.Acked++
 	if j.cancelled {
 		l.logID(store.KindRemove, j) // it ran anyway; nothing to learn from a cut-short run
@@ -513,7 +519,16 @@ func (l *Line) retry(j *Job, now time.Time, reason string) {
 // drop ends a job the Line no longer holds anywhere.
 func (l *Line) drop(j *Job) {
 	l.logID(store.KindRemove, j)
-	j.gone, j.dead = true, false
+	j.dead = false
+	l.release(j)
+}
+
+// release lets go of j for good.
+func (l *Line) release(j *Job) {
+	j.gone = true
+	if l.byID != nil {
+		delete(l.byID, j.ID)
+	}
 	l.Fx.Released = append(l.Fx.Released, j)
 }
 
@@ -592,10 +607,16 @@ func (l *Line) Tick(now time.Time) {
 // dropped, not retried, when it settles or its lease ends. It finds the
 // job by scanning: O(jobs held).
 func (l *Line) Cancel(id string) (State, error) {
-	for _, j := range l.leases {
-		if j.ID != id {
-			continue
-		}
+	if l.byID == nil {
+		l.byID = make(map[string]*Job, l.Len())
+		add := func(j *Job) { l.byID[j.ID] = j }
+		l.Each(add, add, add, func(d DeadLetterEntry) { add(d.Job) })
+	}
+	j := l.byID[id]
+	switch {
+	case j == nil || j.dead:
+		return "", ErrNotFound
+	case j.holder != 0:
 		if !j.cancelled {
 			j.cancelled = true
 			l.Stats.Cancelled++
@@ -603,28 +624,17 @@ func (l *Line) Cancel(id string) (State, error) {
 			l.Fx.Cancels = append(l.Fx.Cancels, Cancel{Holder: j.holder, ID: id})
 		}
 		return Running, nil
+	case j.heapIdx >= 0:
+		l.delayed.remove(j)
+		l.drop(j)
+		l.Stats.Cancelled++
+		return Delayed, nil
+	default:
+		l.sq.Remove(&j.item)
+		l.drop(j)
+		l.Stats.Cancelled++
+		return Waiting, nil
 	}
-	for _, j := range l.delayed {
-		if j.ID == id {
-			l.delayed.remove(j)
-			l.drop(j)
-			l.Stats.Cancelled++
-			return Delayed, nil
-		}
-	}
-	var found *Job
-	l.sq.Each(func(it *sched.Item) {
-		if j := it.Data.(*Job); j.ID == id {
-			found = j
-		}
-	})
-	if found == nil {
-		return "", ErrNotFound
-	}
-	l.sq.Remove(&found.item)
-	l.drop(found)
-	l.Stats.Cancelled++
-	return Waiting, nil
 }
 
 // Purge drops every waiting job and says how many; jobs in flight and
@@ -926,6 +936,9 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	case sj.State == store.Dead:
 		j.dead, j.deadline = true, nanos(sj.DeadAt)
 		l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: sj.Reason, At: sj.DeadAt})
+	}
+	if l.byID != nil {
+		l.byID[j.ID] = j
 	}
 	return j
 }

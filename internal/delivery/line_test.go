@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -167,6 +168,49 @@ func TestRestoreFromStateRecords(t *testing.T) {
 	}
 	if !slices.Equal(order, []string{"w2#1", "run#2", "late#2"}) {
 		t.Errorf("restored line hands out %v", order)
+	}
+}
+
+// Cancel finds jobs by id in every state once its index is built, keeps
+// finding jobs that arrive later (published or restored), and finds none
+// that have gone.
+func TestCancelByID(t *testing.T) {
+	t.Parallel()
+	l := newLine(t, modelConfig())
+	now := t0
+	if _, err := l.Cancel("nobody"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("cancel of an unknown id: %v", err) // builds the index
+	}
+	publish(t, l, now, "run", "dead", "acked", "wait") // one key: handed out in this order
+	later := &Job{ID: "later", Payload: []byte("due in an hour")}
+	if _, err := l.Admit(later, Names{"p", "t"}, now.Add(time.Hour), now); err != nil {
+		t.Fatal(err)
+	}
+	l.Commit(later, now)
+	h := l.Attach()
+	for range 3 {
+		l.Deliver(h, now)
+	}
+	if _, err := l.Ack(h, "acked", time.Second); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	_ = l.Nack(h, "dead", DeadLetter, 0, "poison", false, now)
+	restored := l.Restore(&store.Job{ID: "restored", Seq: 99, State: store.Ready, Payload: []byte("from the log")}, false, now)
+	for id, want := range map[string]State{"wait": Waiting, "run": Running, "later": Delayed, "restored": Waiting} {
+		if got, err := l.Cancel(id); err != nil || got != want {
+			t.Errorf("Cancel(%s) = %v, %v; want %v", id, got, err, want)
+		}
+	}
+	for _, id := range []string{"dead", "acked", "wait", "later", "restored"} {
+		if _, err := l.Cancel(id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Cancel(%s) again: %v, want ErrNotFound", id, err)
+		}
+	}
+	if !restored.gone {
+		t.Error("the cancelled restored job is still held")
+	}
+	if got, err := l.Cancel("run"); err != nil || got != Running {
+		t.Errorf("a second cancel of the running job: %v, %v", got, err)
 	}
 }
 

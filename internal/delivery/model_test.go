@@ -475,6 +475,18 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 		func(j *Job) { got[j.ID] = pDelayed; attempts[j.ID] = j.Attempt() },
 		func(d DeadLetterEntry) { got[d.Job.ID] = pDead; attempts[d.Job.ID] = d.Job.Attempt() },
 	)
+	// Once a Cancel has built the index by id, it holds every job the
+	// Line holds, and nothing else.
+	if l.byID != nil {
+		if len(l.byID) != len(got) {
+			fail("step %d: the index holds %d jobs, the Line %d", step, len(l.byID), len(got))
+		}
+		for id, j := range l.byID {
+			if _, ok := got[id]; !ok || j.ID != id || j.gone {
+				fail("step %d: the index holds %s, which the Line does not", step, id)
+			}
+		}
+	}
 	for _, r := range m.jobs {
 		p, ok := got[r.id]
 		if !ok {

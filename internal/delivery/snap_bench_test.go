@@ -26,3 +26,34 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCancel cancels waiting jobs by id in a queue of 100,000, each
+// replaced by a new one so that the queue keeps its size. The first
+// Cancel builds the index by id; each after it is a lookup.
+func BenchmarkCancel(b *testing.B) {
+	cfg := modelConfig()
+	cfg.MaxDepth = 1_000_000
+	l := newLine(b, cfg)
+	n := 0
+	add := func() {
+		j := &Job{ID: strconv.Itoa(n), Payload: make([]byte, 64)}
+		n++
+		if _, err := l.Admit(j, Names{"p", "t"}, t0, t0); err != nil {
+			b.Fatal(err)
+		}
+		l.Commit(j, t0)
+		l.Fx.Clear()
+	}
+	for range 100_000 {
+		add()
+	}
+	next := 0
+	for b.Loop() {
+		if _, err := l.Cancel(strconv.Itoa(next)); err != nil {
+			b.Fatal(err)
+		}
+		next++
+		l.Fx.Clear()
+		add()
+	}
+}
