@@ -277,6 +277,9 @@ type FixedRateRun struct {
 	KeptUp        bool      `json:"kept_up"`
 	Why           string    `json:"why,omitempty"` // why it did not keep up
 	CPU           CPUPerMsg `json:"cpu"`
+	// SlowFsyncs are a durable Harbinger's fsyncs in the timed window that
+	// took over 10 ms (from its /metrics); nil for other brokers.
+	SlowFsyncs *int `json:"slow_fsyncs,omitempty"`
 }
 
 // Ratio is the median over repetitions of one arm's peak rate over
@@ -854,6 +857,13 @@ func fixedRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (Fi
 		run.Why = fmt.Sprintf("sends fell behind schedule (P99 lag %.1f ms, limit %s)", run.SendLagP99ms, CostOnTime)
 	default:
 		run.KeptUp = true
+	}
+	if c0.logOK && c1.logOK {
+		n := int(c1.log.slowSyncs - c0.log.slowSyncs)
+		run.SlowFsyncs = &n
+		if !run.KeptUp {
+			run.Why += fmt.Sprintf("; %d of the broker's fsyncs in the window took over %s", n, slowSync)
+		}
 	}
 	return run, nil
 }

@@ -161,13 +161,14 @@ func TestBareQueueSDK(t *testing.T) {
 // differences give fsyncs, publishes and records per fsync.
 func TestLogFigures(t *testing.T) {
 	t.Parallel()
-	page := func(records, syncs, syncSec, waits, waitSec float64) string {
+	page := func(records, syncs, slow, syncSec, waits, waitSec float64) string {
 		return fmt.Sprintf(`# HELP harbinger_log_records_total Records appended.
 # TYPE harbinger_log_records_total counter
 harbinger_log_records_total %v
 # HELP harbinger_log_fsync_duration_seconds Fsyncs.
 # TYPE harbinger_log_fsync_duration_seconds histogram
 harbinger_log_fsync_duration_seconds_bucket{le="0.001"} %v
+harbinger_log_fsync_duration_seconds_bucket{le="0.01"} %v
 harbinger_log_fsync_duration_seconds_bucket{le="+Inf"} %v
 harbinger_log_fsync_duration_seconds_sum %v
 harbinger_log_fsync_duration_seconds_count %v
@@ -179,9 +180,9 @@ harbinger_log_publish_wait_seconds_count %v
 # HELP harbinger_published_total Jobs published.
 # TYPE harbinger_published_total counter
 harbinger_published_total{queue="q"} 7
-`, records, syncs, syncs, syncSec, syncs, waits, waitSec, waits)
+`, records, syncs-slow, syncs-slow, syncs, syncSec, syncs, waits, waitSec, waits)
 	}
-	pages := []string{page(100, 10, 0.002, 30, 0.009), page(1300, 110, 0.032, 430, 0.329)}
+	pages := []string{page(100, 10, 1, 0.002, 30, 0.009), page(1300, 110, 4, 0.032, 430, 0.329)}
 	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, pages[min(n.Add(1)-1, 1)])
@@ -192,6 +193,9 @@ harbinger_published_total{queue="q"} 7
 	f := logFigures(a, b, okA, okB, time.Second)
 	if f == nil {
 		t.Fatalf("no figures from %+v, %+v", a, b)
+	}
+	if a.slowSyncs != 1 || b.slowSyncs != 4 {
+		t.Errorf("fsyncs over 10 ms: %v and %v, want 1 and 4", a.slowSyncs, b.slowSyncs)
 	}
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-6*math.Max(1, want) }
 	if !near(f.PublishesPerSync, 4) || !near(f.RecordsPerSync, 12) || !near(f.SyncUS, 300) || !near(f.WaitUS, 800) || !near(f.SyncShare, 0.03) {

@@ -70,6 +70,12 @@ func TestCostDurableHarbinger(t *testing.T) {
 	if l := res.Arms[DurableArms[1].Name].PeakLog; l != nil {
 		t.Errorf("%s (memory mode) has log figures %v", DurableArms[1].Name, l)
 	}
+	if r := res.Arms[DurableArms[0].Name].Runs[0]; r.SlowFsyncs == nil || *r.SlowFsyncs < 0 {
+		t.Errorf("%s: fixed-rate run without a count of slow fsyncs: %+v", DurableArms[0].Name, r)
+	}
+	if r := res.Arms[DurableArms[1].Name].Runs[0]; r.SlowFsyncs != nil {
+		t.Errorf("%s (memory mode): a count of slow fsyncs", DurableArms[1].Name)
+	}
 }
 
 // TestCostDurableShort runs every durable arm side by side, briefly.

@@ -21,7 +21,12 @@ type logSampler interface {
 type logSample struct {
 	records, syncs, waits float64
 	syncSec, waitSec      float64
+	slowSyncs             float64 // fsyncs over slowSync
 }
+
+// slowSync is the fsync duration past which the report counts an fsync as
+// a stall: the fixed-rate runs' limit on send lag.
+const slowSync = 10 * time.Millisecond
 
 // LogFigures are what a durable Harbinger broker's write-ahead log did in
 // one timed window, from the broker's own counters: how many publishes
@@ -96,9 +101,16 @@ func parseLog(fams map[string]*dto.MetricFamily) (logSample, bool) {
 	if rec.GetCounter() == nil || sync.GetHistogram() == nil || wait.GetHistogram() == nil {
 		return logSample{}, false
 	}
+	var upTo float64 // fsyncs of at most slowSync
+	for _, b := range sync.GetHistogram().GetBucket() {
+		if b.GetUpperBound() == slowSync.Seconds() {
+			upTo = float64(b.GetCumulativeCount())
+		}
+	}
 	return logSample{
-		records: rec.GetCounter().GetValue(),
-		syncs:   float64(sync.GetHistogram().GetSampleCount()), syncSec: sync.GetHistogram().GetSampleSum(),
+		slowSyncs: float64(sync.GetHistogram().GetSampleCount()) - upTo,
+		records:   rec.GetCounter().GetValue(),
+		syncs:     float64(sync.GetHistogram().GetSampleCount()), syncSec: sync.GetHistogram().GetSampleSum(),
 		waits: float64(wait.GetHistogram().GetSampleCount()), waitSec: wait.GetHistogram().GetSampleSum(),
 	}, true
 }
