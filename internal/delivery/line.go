@@ -135,7 +135,7 @@ type Line struct {
 	name    string
 	cfg     Config
 	sq      *sched.Queue
-	gen     uint64 // bumped when sq is replaced; jobs pushed under an older one start afresh
+	gen     uint32 // bumped when sq is replaced; jobs pushed under an older one start afresh
 	nextSeq uint64
 	leases  timeHeap // in flight, by lease end
 	delayed timeHeap // not yet due, by due time
@@ -215,7 +215,7 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 	}
 	l.nextSeq++
 	j.heapIdx = -1
-	j.item = sched.Item{ID: l.nextSeq, Data: j}
+	j.item = sched.Item{ID: l.nextSeq}
 	state := store.Ready
 	if runAt.After(now) {
 		// Invisible until due; it is classified and takes its place in
@@ -302,7 +302,7 @@ func (l *Line) push(j *Job, now time.Time) {
 // reset gives j a fresh item in the current scheduler.
 func (l *Line) reset(j *Job) {
 	it := j.item
-	j.item = sched.Item{ID: it.ID, Data: j}
+	j.item = sched.Item{ID: it.ID}
 	j.item.SetExpires(it.Expires())
 	j.setPrediction(l.sq.Classify(&j.item, l.keyOf(j)))
 	j.gen = l.gen
@@ -320,7 +320,7 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 	if it == nil {
 		return nil
 	}
-	j := it.Data.(*Job)
+	j := jobOf(it)
 	l.logID(store.KindDeliver, j)
 	j.attempt++
 	j.holder = h
@@ -552,7 +552,7 @@ func (l *Line) expire(now time.Time) {
 	l.expBuf = l.sq.Expire(now, l.expBuf[:0])
 	for i, it := range l.expBuf {
 		l.Stats.Expired++
-		l.deadLetter(it.Data.(*Job), now, "expired")
+		l.deadLetter(jobOf(it), now, "expired")
 		l.expBuf[i] = nil
 	}
 }
@@ -641,7 +641,7 @@ func (l *Line) Cancel(id string) (State, error) {
 // delayed are kept.
 func (l *Line) Purge() int {
 	var all []*Job
-	l.sq.Each(func(it *sched.Item) { all = append(all, it.Data.(*Job)) })
+	l.sq.Each(func(it *sched.Item) { all = append(all, jobOf(it)) })
 	for _, j := range all {
 		l.sq.Remove(&j.item)
 		l.drop(j)
@@ -689,7 +689,7 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 // durable caller logs the queue's new declaration before it calls this.
 func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
 	var waiting []*Job
-	l.sq.Each(func(it *sched.Item) { waiting = append(waiting, it.Data.(*Job)) })
+	l.sq.Each(func(it *sched.Item) { waiting = append(waiting, jobOf(it)) })
 	slices.SortFunc(waiting, func(a, b *Job) int { return cmp.Compare(a.item.ID, b.item.ID) })
 	for _, j := range waiting {
 		l.sq.Remove(&j.item)
@@ -727,7 +727,7 @@ func (l *Line) Shutdown(now time.Time) int {
 // running (held), delayed or dead (with its reason and time).
 func (l *Line) Each(waiting, running, delayed func(j *Job), dead func(d DeadLetterEntry)) {
 	if waiting != nil {
-		l.sq.Each(func(it *sched.Item) { waiting(it.Data.(*Job)) })
+		l.sq.Each(func(it *sched.Item) { waiting(jobOf(it)) })
 	}
 	if running != nil {
 		for _, j := range l.leases {
@@ -752,7 +752,7 @@ func (l *Line) Peek(now time.Time, n int) []*Job {
 	items := l.sq.Peek(now, n, make([]*sched.Item, 0, min(n, l.sq.Len())))
 	out := make([]*Job, len(items))
 	for i, it := range items {
-		out[i] = it.Data.(*Job)
+		out[i] = jobOf(it)
 	}
 	return out
 }
@@ -805,7 +805,7 @@ func (l *Line) Snapshot() *Snapshot {
 
 // Snapshot is the jobs a Line held at one moment.
 type Snapshot struct {
-	items []*sched.Item   // each job's item (its Data is the job)
+	items []*sched.Item   // each job's item (see jobOf)
 	dead  map[*Job]deadAt // the dead letters' reasons then
 }
 
@@ -833,7 +833,7 @@ func (l *Line) StateRecord(s *Snapshot, i int) *store.Record {
 // records: a store encodes a record when it is appended. It reports
 // false, leaving r alone, once the Line no longer holds the job.
 func (l *Line) StateRecordTo(s *Snapshot, i int, r *store.Record) bool {
-	j := s.items[i].Data.(*Job)
+	j := jobOf(s.items[i])
 	s.items[i] = nil // a job that ends during the checkpoint is not kept for it
 	switch {
 	case j.gone:
@@ -912,10 +912,10 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		attempt: int32(sj.Attempts), heapIdx: -1, scheduled: sj.Scheduled,
 	}
 	j.SetOptions(sj.Headers, sj.TTL, sj.RetryBase, sj.RetryMax)
-	j.item = sched.Item{ID: sj.Seq, Tier: min(sj.Tier, l.sq.Config().Levels-1), Cost: sj.Cost, Long: sj.Long, Data: j}
+	j.item = sched.Item{ID: sj.Seq, Tier: min(sj.Tier, l.sq.Config().Levels-1), Cost: sj.Cost, Long: sj.Long}
 	j.item.SetExpires(sj.Expires)
 	j.enqueued = nanos(sj.Enqueued)
-	j.predTier = int32(sj.Tier)
+	j.predTier = int8(sj.Tier)
 	j.gen = l.gen
 	if reset {
 		j.gen = 0 // classified afresh at its push

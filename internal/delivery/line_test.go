@@ -171,6 +171,22 @@ func TestRestoreFromStateRecords(t *testing.T) {
 	}
 }
 
+// jobOf finds a job from its item, for jobs anywhere in memory, among
+// them one inside a larger allocation.
+func TestJobOf(t *testing.T) {
+	t.Parallel()
+	jobs := make([]Job, 3)
+	for i := range jobs {
+		if got := jobOf(&jobs[i].item); got != &jobs[i] {
+			t.Fatalf("jobOf(item %d) = %p, want %p", i, got, &jobs[i])
+		}
+	}
+	j := &Job{ID: "alone"}
+	if got := jobOf(&j.item); got != j || got.ID != "alone" {
+		t.Fatalf("jobOf = %p, want %p", got, j)
+	}
+}
+
 // Cancel finds jobs by id in every state once its index is built, keeps
 // finding jobs that arrive later (published or restored), and finds none
 // that have gone.

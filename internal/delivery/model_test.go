@@ -523,19 +523,19 @@ func checkSnapshot(step int, l *Line, snap *Snapshot, fail func(string, ...any))
 	want := map[string]*store.Record{}
 	l.StateRecords(func(r *store.Record) { want[r.ID] = r })
 	for i := range snap.Len() {
-		j := snap.items[i].Data.(*Job)
+		j := jobOf(snap.items[i])
 		got := l.StateRecord(snap, i)
 		if snap.items[i] != nil {
 			fail("step %d: %s: the snapshot still holds the job it wrote", step, j.ID)
 		}
 		w := want[j.ID]
 		if (got == nil) != (w == nil) || got != nil && !reflect.DeepEqual(*got.Job, *w.Job) {
-			fail("step %d: %s: checkpoint record %+v, the whole dump has %+v", step, j.ID, jobOf(got), jobOf(w))
+			fail("step %d: %s: checkpoint record %+v, the whole dump has %+v", step, j.ID, recordJob(got), recordJob(w))
 		}
 	}
 }
 
-func jobOf(r *store.Record) any {
+func recordJob(r *store.Record) any {
 	if r == nil {
 		return nil
 	}

@@ -170,11 +170,13 @@ func (c Config) Validate() error {
 
 // Item is one waiting message as the scheduler sees it. The caller fills the
 // exported fields before the first Push and keeps the Item across retries.
+// It carries no reference to the caller's message: a caller that holds
+// messages by the million keeps the Item inside its message and finds the
+// message from the Item's address (delivery.Job does).
 type Item struct {
 	ID   uint64
 	Tier int           // the level it was assigned; kept across retries
 	Cost time.Duration // predicted duration, used by Bound and ShortestFirst
-	Data any           // the caller's message
 	Long bool          // predicted far longer than typical: Bound applies
 
 	// The small fields first, so that they share a word with Long.
