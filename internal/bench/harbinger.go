@@ -256,7 +256,7 @@ func (d *HarbingerDriver) version(unary bool) string {
 	how := map[HarbingerMode]string{
 		InProcess:    "in-process broker, gRPC on loopback, in-memory store",
 		ServeMemory:  "harbinger serve --memory, its own process",
-		ServeDurable: "harbinger serve --fsync always, its own process, data on " + fsType(d.dataDir()),
+		ServeDurable: "harbinger serve --fsync always, its own process, data on " + fsType(d.dataDir()) + "; its /metrics on loopback, read at each timed window's two ends",
 		BareServer:   "bare gRPC queue server from this build, its own process",
 	}[d.o.Mode]
 	pub := "a Producer stream per producer"
