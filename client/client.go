@@ -391,7 +391,7 @@ func (c *Client) PublishEach(ctx context.Context, msgs ...*Message) ([]Result, e
 	}
 	out := make([]Result, len(msgs))
 	for i, r := range resp.Results {
-		out[i] = Result{ID: r.Id, Duplicate: r.Duplicate, Err: resultError(r)}
+		out[i] = resultOf(r)
 	}
 	return out, nil
 }
@@ -422,6 +422,11 @@ func results(resp *pb.PublishResponse, n int) ([]string, error) {
 
 // resultError is a refused message's error as a gRPC status, so that
 // status.Code reads it; nil for a stored message.
+// resultOf is one message's Result from the broker's answer.
+func resultOf(r *pb.PublishResult) Result {
+	return Result{ID: r.Id, Duplicate: r.Duplicate, Err: resultError(r)}
+}
+
 func resultError(r *pb.PublishResult) error {
 	if r.Id != "" && r.Code == 0 {
 		return nil

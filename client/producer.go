@@ -110,9 +110,6 @@ type pending struct {
 	done   func(Result)
 }
 
-// answer reports the message's outcome to its caller.
-func (it *pending) answer(r Result) { it.done(r) }
-
 // fail reports that the message was not stored, and why.
 func (it *pending) fail(err error) { it.done(Result{Err: err}) }
 
@@ -396,7 +393,7 @@ func (ps *pstream) recv() {
 		}
 		for i, it := range b.items {
 			r := resp.Results[i]
-			it.answer(Result{ID: r.Id, Duplicate: r.Duplicate, Err: resultError(r)})
+			it.done(resultOf(r))
 		}
 		<-ps.slots
 	}

@@ -134,10 +134,9 @@ func (d *HarbingerDriver) startProcess(ctx context.Context) (*harbingerServer, e
 	var ready func(string) (string, bool)
 	switch d.o.Mode {
 	case ServeMemory, ServeDurable:
-		args = []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "off", "--log-format", "json",
-			"--shutdown-timeout", "5s"}
+		args = []string{"serve", "--grpc-addr", "127.0.0.1:0", "--log-format", "json", "--shutdown-timeout", "5s"}
 		if d.o.Mode == ServeMemory {
-			args = append(args, "--memory")
+			args = append(args, "--http-addr", "off", "--memory")
 		} else {
 			dir, err := os.MkdirTemp(d.o.DataDir, "harbinger-bench-data-")
 			if err != nil {
@@ -145,8 +144,7 @@ func (d *HarbingerDriver) startProcess(ctx context.Context) (*harbingerServer, e
 			}
 			s.dataDir = dir
 			// Its /metrics tell how the log spent the timed window.
-			args[4] = "127.0.0.1:0"
-			args = append(args, "--data-dir", dir, "--fsync", "always")
+			args = append(args, "--http-addr", "127.0.0.1:0", "--data-dir", dir, "--fsync", "always")
 		}
 		args = append(args, d.o.ServeArgs...)
 		ready = func(line string) (string, bool) {
