@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -651,5 +652,100 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.WithDefaults().Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil", c)
 		}
+	}
+}
+
+// parked waits until c's Next is blocked waiting (for credit or for a
+// message), yielding instead of sleeping.
+func parked(c *Consumer) {
+	for {
+		c.q.mu.Lock()
+		w := c.waiting
+		c.q.mu.Unlock()
+		if w {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
+func TestAddCreditTake(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	c := tb.sub(t, "q", 1)
+	tb.publish(t, msg("q", "a"), msg("q", "b"))
+	d := next(t, c)
+	got := make(chan Delivery, 4)
+	go func() {
+		for {
+			d, err := c.Next(tb.ctx)
+			if err != nil {
+				return
+			}
+			got <- d
+		}
+	}()
+	parked(c)
+	if err := c.Ack(d.ID, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// A job is ready and Next waits only for credit: the caller takes it.
+	d, ok := c.AddCreditTake(1)
+	if !ok || d.JobType != "b" || d.Attempt != 1 {
+		t.Fatalf("AddCreditTake = %+v, %v; want job b", d, ok)
+	}
+	if err := c.Ack(d.ID, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing ready: the credit stays with the consumer, and Next gets
+	// the next publish.
+	if d, ok := c.AddCreditTake(1); ok {
+		t.Fatalf("AddCreditTake took %+v from an empty queue", d)
+	}
+	tb.publish(t, msg("q", "c"))
+	d = <-got
+	if d.JobType != "c" {
+		t.Fatalf("Next got %+v, want job c", d)
+	}
+	if len(got) != 0 {
+		t.Fatalf("Next also got %+v", <-got)
+	}
+	// With prefetch above 1, the caller takes one and Next the rest.
+	if err := c.Ack(d.ID, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	tb.publish(t, msg("q", "d"), msg("q", "e"), msg("q", "f"))
+	parked(c)
+	d, ok = c.AddCreditTake(2)
+	if !ok || d.JobType != "d" {
+		t.Fatalf("AddCreditTake = %+v, %v; want job d", d, ok)
+	}
+	if d := <-got; d.JobType != "e" {
+		t.Fatalf("Next got %+v, want job e", d)
+	}
+	in, err := tb.b.Queue("q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Ready != 1 || in.InFlight != 2 {
+		t.Fatalf("ready %d, in flight %d; want 1 and 2", in.Ready, in.InFlight)
+	}
+}
+
+func TestAddCreditTakeWithoutWaitingNext(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	c := tb.sub(t, "q", 1)
+	tb.publish(t, msg("q", "a"), msg("q", "b"))
+	d := next(t, c)
+	if err := c.Ack(d.ID, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// No Next waits: the credit is only added, for the next Next.
+	if d, ok := c.AddCreditTake(1); ok {
+		t.Fatalf("AddCreditTake took %+v with no Next waiting", d)
+	}
+	if d := next(t, c); d.JobType != "b" {
+		t.Fatalf("Next got %+v, want job b", d)
 	}
 }

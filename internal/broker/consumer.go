@@ -137,6 +137,46 @@ func (c *Consumer) AddCredit(n int) {
 	q.mu.Unlock()
 }
 
+// AddCreditTake is AddCredit for the goroutine that reads the consumer's
+// acks and credit while another waits in Next: when Next is waiting only
+// for credit and a job is ready, it takes that job for the caller to send
+// instead of waking Next to take it, which saves a goroutine hand-off per
+// delivery at prefetch 1. ok is false when it took nothing; the credit is
+// added either way, and Next is woken for whatever it must still hand out
+// (remaining credit, cancel notices, a shutdown). A caller that cannot
+// send the delivery gives it back with Return, as Next's caller does.
+func (c *Consumer) AddCreditTake(n int) (d Delivery, ok bool) {
+	if n <= 0 {
+		return Delivery{}, false
+	}
+	q := c.q
+	b := q.b
+	q.mu.Lock()
+	c.credit = min(c.credit+n, MaxCredit)
+	if !c.waiting || c.inWaiters {
+		// Next is busy (it will see the credit when it loops) or already
+		// waits for a message with credit to spare.
+		q.mu.Unlock()
+		return Delivery{}, false
+	}
+	if c.closed || len(c.cancels) > 0 || b.draining.Load() || q.closed || q.paused {
+		c.signal()
+		q.mu.Unlock()
+		return Delivery{}, false
+	}
+	d, ok = q.deliverLocked(c, b.clk.Now())
+	switch {
+	case !ok:
+		// Nothing ready: wait for a message in Next's place, as Next
+		// would have after waking.
+		q.waiters.pushBack(c)
+	case c.credit > 0:
+		c.signal() // prefetch above 1: Next hands out the rest
+	}
+	q.unlockChanged()
+	return d, ok
+}
+
 // Ack settles a delivery as done and teaches the predictor its duration d.
 // A bad duration (zero, negative or over Config.MaxDuration) returns a
 // *BadDurationError, but the job is acked all the same: it is never lost

@@ -299,7 +299,14 @@ func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, 
 		}
 		// The credit comes after the answer, so that a request's answer
 		// reaches the client before the delivery its credit lets through.
-		c.AddCredit(credit)
+		// A job ready for it goes out from here, without waking the
+		// sending goroutine.
+		if d, ok := c.AddCreditTake(credit); ok {
+			if err := send(toDeliveryResponse(&d)); err != nil {
+				c.Return(d.ID) // it never left: no attempt charged
+				return err
+			}
+		}
 	}
 }
 
