@@ -14,7 +14,6 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/bench"
 	"github.com/harbinger-mq/harbinger/internal/sim"
-	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
 func init() {
@@ -59,7 +58,7 @@ func defaultOut(t time.Time) string { return "bench-out/" + t.Format("20060102-1
 
 func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--out DIR] [--json]", stderr)
-	wl := fs.String("workload", DefaultWorkload, "workload file (YAML)")
+	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
 	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.FlowArms), ","), "comma-separated arms")
 	scale := fs.Float64("time-scale", bench.DefaultTimeScale, "wall seconds per workload second (0.1 runs ten times faster; the registered run uses 0.1 or slower)")
@@ -71,7 +70,7 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	w, err := workload.Load(*wl)
+	w, err := loadWorkload(*wl)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/experiment"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/trace"
-	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
 func init() {
@@ -25,7 +24,7 @@ func runExperiments(ctx context.Context, args []string, stdout, stderr io.Writer
 	out := fs.String("out", "docs", "directory to write experiments.md and experiments/*.svg into")
 	seedsFlag := fs.String("seeds", "1,2,3,4,5", "comma-separated seeds")
 	loadsFlag := fs.String("loads", "0.8,0.95,1.1", "comma-separated offered loads")
-	wl := fs.String("workload", DefaultWorkload, "workload file (YAML)")
+	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	traceDir := fs.String("trace-dir", DefaultTraceDir, "Azure Functions 2019 trace directory (replayed with the default window)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -42,7 +41,7 @@ func runExperiments(ctx context.Context, args []string, stdout, stderr io.Writer
 		}
 		loads = append(loads, v)
 	}
-	w, err := workload.Load(*wl)
+	w, err := loadWorkload(*wl)
 	if err != nil {
 		return err
 	}
