@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/clock"
 )
 
 // SyncMode says when the file store calls fsync.
@@ -64,6 +66,9 @@ type FileOptions struct {
 	FS FS
 	// Logger gets recovery warnings; default slog.Default.
 	Logger *slog.Logger
+	// Clock times the interval mode's fsyncs, the gathering of waiters
+	// and the log's latency counters; default the wall clock.
+	Clock clock.Clock
 }
 
 // DefaultSegmentBytes is the default FileOptions.SegmentBytes.
@@ -151,8 +156,9 @@ type FileStore struct {
 	closing  bool
 	size     int64 // bytes in segment files, written or buffered
 	replayed bool
-	tick     bool // interval mode: time to fsync what was written
-	gathered bool // the flusher's wait for the last round's waiters is over
+	tick     bool        // interval mode: time to fsync what was written
+	tickT    clock.Timer // interval mode: the next tick
+	gathered bool        // the flusher's wait for the last round's waiters is over
 	gatherN  uint64
 	stats    Stats // Records, Bytes, Syncs and Waits so far (Size is size)
 
@@ -192,6 +198,9 @@ func OpenFile(dir string, opts FileOptions) (*FileStore, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real{}
 	}
 	if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("store: create data directory: %w", err)
@@ -369,27 +378,27 @@ func (s *FileStore) openHead() error {
 	s.seg, s.segN, s.segSize = f, n, s.headSize
 	go s.flush()
 	if iv := s.opts.Sync.Interval; iv > 0 {
-		go s.ticker(iv)
+		s.mu.Lock()
+		s.armTick(iv)
+		s.mu.Unlock()
 	}
 	return nil
 }
 
-// ticker wakes the flusher every interval so that what it wrote is
-// fsynced within the interval even when nothing more is appended.
-func (s *FileStore) ticker(iv time.Duration) {
-	t := time.NewTicker(iv)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.done:
+// armTick, with mu held, has the flusher woken after iv, and again every
+// iv until the store closes, so that what it wrote is fsynced within the
+// interval even when nothing more is appended.
+func (s *FileStore) armTick(iv time.Duration) {
+	s.tickT = s.opts.Clock.AfterFunc(iv, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closing || s.err != nil {
 			return
-		case <-t.C:
-			s.mu.Lock()
-			s.tick = true
-			s.work.Signal()
-			s.mu.Unlock()
 		}
-	}
+		s.tick = true
+		s.work.Signal()
+		s.armTick(iv)
+	})
 }
 
 // Append implements Store.
@@ -427,11 +436,11 @@ func (s *FileStore) Wait(pos Pos) error {
 	s.wanted = max(s.wanted, pos)
 	s.waits = append(s.waits, pos)
 	s.work.Signal() // it may owe an fsync for pos, or be gathering waiters
-	start := time.Now()
+	start := s.opts.Clock.Now()
 	for s.durable < pos && s.err == nil {
 		s.progress.Wait()
 	}
-	took := time.Since(start)
+	took := s.opts.Clock.Now().Sub(start)
 	s.stats.Waits++
 	s.stats.WaitTime += took
 	s.stats.WaitHist.add(took)
@@ -517,6 +526,9 @@ func (s *FileStore) Close() error {
 		return nil
 	}
 	s.closing = true
+	if s.tickT != nil {
+		s.tickT.Stop()
+	}
 	started := s.seg != nil
 	s.work.Signal()
 	s.mu.Unlock()
@@ -597,12 +609,12 @@ func (s *FileStore) flush() {
 		// With fsync always, only a record somebody waits for (a publish)
 		// is worth an fsync of its own; acks and deliveries written
 		// meanwhile ride along with the next one, in log order.
-		sync := dirty && (always && s.wanted > s.synced || !always && time.Since(lastSync) >= s.opts.Sync.Interval)
+		sync := dirty && (always && s.wanted > s.synced || !always && s.opts.Clock.Now().Sub(lastSync) >= s.opts.Sync.Interval)
 		s.mu.Unlock()
 		if err == nil && sync {
-			start := time.Now()
+			start := s.opts.Clock.Now()
 			err = s.seg.Sync()
-			lastSync = time.Now()
+			lastSync = s.opts.Clock.Now()
 			syncTook = lastSync.Sub(start)
 			dirty = false
 		}
@@ -657,7 +669,7 @@ func (s *FileStore) gather(d time.Duration, n int) {
 	s.gatherN++
 	round := s.gatherN
 	s.gathered = false
-	t := time.AfterFunc(d, func() {
+	t := s.opts.Clock.AfterFunc(d, func() {
 		s.mu.Lock()
 		if s.gatherN == round {
 			s.gathered = true

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/clock"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -599,5 +601,37 @@ func TestGatheringNeverStrands(t *testing.T) {
 				t.Errorf("%d confirmed, want %d", confirmed.Load(), 50*writers*(writers+1)/2)
 			}
 		})
+	}
+}
+
+// TestIntervalSyncFollowsTheClock runs --fsync interval on an injected
+// clock: a write is confirmed once written, and fsynced when the interval
+// has passed on the clock, not before, also with nothing more appended.
+func TestIntervalSyncFollowsTheClock(t *testing.T) {
+	t.Parallel()
+	ffs := &FaultFS{}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := openFile(t, t.TempDir(), FileOptions{FS: ffs, Sync: SyncMode{Interval: time.Second}, Clock: clk})
+	replayAll(t, s)
+	want := writeSome(t, s, 1) // the first write is fsynced at once
+	base := ffs.Syncs()
+	want = append(want, writeSome(t, s, 3)...)
+	clk.Advance(999 * time.Millisecond)
+	if n := ffs.Syncs(); n != base {
+		t.Fatalf("%d fsyncs before the interval passed", n-base)
+	}
+	clk.Advance(time.Millisecond)
+	for ffs.Syncs() == base {
+		runtime.Gosched() // the tick woke the writer; wait for its fsync
+	}
+	if n := clk.Pending(); n != 1 {
+		t.Fatalf("%d timers pending after a tick, want the next tick", n)
+	}
+	checkReplay(t, s, want)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := clk.Pending(); n != 0 {
+		t.Fatalf("%d timers pending after Close", n)
 	}
 }
