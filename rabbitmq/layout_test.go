@@ -23,6 +23,21 @@ type layout struct {
 	name  string
 	tiers int
 	hold  bool
+	// buckets, above 1, holds in hold queues of fixed TTLs a factor of
+	// buckets apart, a message going to the longest at most its hold: each
+	// releases in publish order and on time. 1 releases every message at
+	// its own hold (no head-of-line wait); 0 is the one hold queue of
+	// per-message TTLs.
+	buckets float64
+}
+
+// bucketDown is the longest of the TTLs 1 ms x f^k that is at most d.
+func bucketDown(d time.Duration, f float64) time.Duration {
+	b := float64(time.Millisecond)
+	for b*f <= float64(d) {
+		b *= f
+	}
+	return time.Duration(b)
 }
 
 type layoutResult struct{ mean, p99, exportWait float64 }
@@ -114,8 +129,15 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 			pr, _ := local.Predict(ctx, keys[i])
 			prio[i], predicted[i] = pr.AMQP, pr.Predicted
 			if pr.Long && pr.Hold >= minHold {
-				holdHead = max(holdHead, now+pr.Hold.Truncate(time.Millisecond))
-				heap.Push(&events, modelEvent{at: holdHead, kind: evRelease, seq: i})
+				at := now + pr.Hold.Truncate(time.Millisecond)
+				switch {
+				case l.buckets > 1:
+					at = now + bucketDown(pr.Hold, l.buckets)
+				case l.buckets == 0:
+					holdHead = max(holdHead, at)
+					at = holdHead
+				}
+				heap.Push(&events, modelEvent{at: at, kind: evRelease, seq: i})
 				break
 			}
 			levels[prio[i]] = append(levels[prio[i]], i)
@@ -174,11 +196,14 @@ func TestLayoutSimulation(t *testing.T) {
 	}
 	const perMessage = 4 * time.Millisecond
 	layouts := []layout{
-		{"3 tiers, long at the top at once", 3, false},
-		{"5 tiers, long at the top at once", 5, false},
-		{"3 tiers, long held (0.95)", 3, true},
-		{"9 tiers, long held (0.95)", 9, true},
-		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true},
+		{"3 tiers, long at the top at once", 3, false, 0},
+		{"5 tiers, long at the top at once", 5, false, 0},
+		{"3 tiers, long held (0.95)", 3, true, 0},
+		{"9 tiers, long held (0.95)", 9, true, 0},
+		{"5 tiers, held, no head-of-line wait", 5, true, 1},
+		{"5 tiers, held in TTL buckets 2x apart", 5, true, 2},
+		{"5 tiers, held in TTL buckets 1.41x apart", 5, true, 1.41},
+		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true, 0},
 	}
 	type change struct{ mean, p99, export []float64 }
 	changes := make([]change, len(layouts))
