@@ -11,7 +11,6 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -97,26 +96,14 @@ func clusterJobs() []clusterJob {
 // on the consumer side (weighted service, so the long tier always gets a
 // share).
 func TestClusterFleet(t *testing.T) {
-	if os.Getenv("HARBINGER_RABBITMQ_CLUSTER") != "1" {
-		t.Skip(errClusterGate)
-	}
-	c, err := startRMQCluster(t, 3)
-	if err != nil {
-		if os.Getenv("HARBINGER_REQUIRE_SERVICES") == "1" {
-			t.Fatalf("three-node RabbitMQ cluster did not start and HARBINGER_REQUIRE_SERVICES=1: %v", err)
-		}
-		t.Skipf("three-node RabbitMQ cluster did not start (HARBINGER_REQUIRE_SERVICES=1 fails instead): %v", err)
-	}
+	c := clusterForTest(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	bin := buildHarbinger(t)
 	id := randomID()
 	exchange := "harbinger.cluster-test." + id
-	var urls []string
-	for _, nd := range c.nodes {
-		urls = append(urls, nd.URL())
-	}
-	sidecars := make([]*sidecarProc, len(c.nodes))
+	urls := c.URLs()
+	sidecars := make([]*sidecarProc, len(urls))
 	for i := range sidecars {
 		sidecars[i] = startSidecarProc(t, bin, urls[i], exchange, "127.0.0.1:0")
 	}
@@ -175,7 +162,12 @@ func TestClusterFleet(t *testing.T) {
 			at float64
 			do func()
 		}{
-			{0.4, func() { c.Kill(deadNode); events <- "killed RabbitMQ node " + c.nodes[deadNode].name }},
+			{0.4, func() {
+				if err := c.Kill(deadNode); err != nil {
+					t.Error(err)
+				}
+				events <- "killed RabbitMQ node " + c.Nodes()[deadNode].Name
+			}},
 			{0.6, func() { sidecars[deadSidecar].kill(); events <- "killed sidecar " + sidecars[deadSidecar].addr }},
 			{0.8, func() {
 				sidecars[deadSidecar] = startSidecarProc(t, bin, urls[deadSidecar], exchange, sidecars[deadSidecar].addr)
