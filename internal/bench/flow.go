@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/report"
+	"github.com/harbinger-mq/harbinger/internal/rmqcluster"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
@@ -460,4 +462,82 @@ func StartProgress(w io.Writer, prefix string, every time.Duration, ps ...*Progr
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// FlowConnect configures ConnectFlow.
+type FlowConnect struct {
+	ConnectOptions
+	// RabbitCluster, when positive, is how many RabbitMQ nodes to start
+	// as a cluster for the run (package rmqcluster); the RabbitMQ arms
+	// then run on it instead of the RabbitMQ at AMQPURL(). 1 starts a
+	// single fresh node. Zero runs them on AMQPURL().
+	RabbitCluster int
+	// ClusterDir is the parent of the cluster's temporary directory;
+	// default the system temporary directory.
+	ClusterDir string
+}
+
+// FlowBrokers are a flow run's drivers and, with FlowConnect.RabbitCluster,
+// the RabbitMQ cluster the harness started for it.
+type FlowBrokers struct {
+	Drivers map[string]Driver
+	// Cluster is nil unless ConnectFlow started one.
+	Cluster *rmqcluster.Cluster
+}
+
+// Close closes the drivers and then tears the cluster down.
+func (b *FlowBrokers) Close() error {
+	CloseAll(b.Drivers)
+	if b.Cluster == nil {
+		return nil
+	}
+	return b.Cluster.Close()
+}
+
+// ConnectFlow dials or prepares the brokers the arms need, as Connect
+// does, except that with o.RabbitCluster it first starts a RabbitMQ
+// cluster of that many nodes and connects the RabbitMQ arms to it. The
+// caller closes the result, which stops the cluster, even if the run
+// fails.
+func ConnectFlow(ctx context.Context, arms []Arm, o FlowConnect) (*FlowBrokers, error) {
+	if o.RabbitCluster < 0 {
+		return nil, fmt.Errorf("bench: --rabbitmq-cluster takes a number of nodes, 1 or more (0: the RabbitMQ at HARBINGER_AMQP_URL), got %d", o.RabbitCluster)
+	}
+	if o.RabbitCluster == 0 {
+		drivers, err := Connect(ctx, arms, o.ConnectOptions)
+		if err != nil {
+			return nil, err
+		}
+		return &FlowBrokers{Drivers: drivers}, nil
+	}
+	var rabbit, others []Arm
+	for _, a := range arms {
+		if isRabbitArm(a) {
+			rabbit = append(rabbit, a)
+		} else {
+			others = append(others, a)
+		}
+	}
+	if len(rabbit) == 0 {
+		return nil, errors.New("bench: --rabbitmq-cluster needs a RabbitMQ arm in --arms")
+	}
+	drivers, err := Connect(ctx, others, o.ConnectOptions)
+	if err != nil {
+		return nil, err
+	}
+	b := &FlowBrokers{Drivers: drivers}
+	c, err := rmqcluster.Start(ctx, rmqcluster.Config{Nodes: o.RabbitCluster, Dir: o.ClusterDir, Progress: o.Progress})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("bench: starting a %d-node RabbitMQ cluster: %w", o.RabbitCluster, err)
+	}
+	b.Cluster = c
+	rd, err := connectRabbitCluster(ctx, rabbit, c.URLs(), o.ConnectOptions)
+	if err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
+	for name, d := range rd {
+		b.Drivers[name] = d
+	}
+	return b, nil
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -36,8 +37,14 @@ const maxPriority = 3
 // worker, prefetch 1 per worker. A quorum driver (DialRabbitQuorum) runs
 // the durable arm instead: quorum queues, persistent messages, and each
 // publish waits for the broker's confirm.
+//
+// On a cluster (DialRabbitCluster) the driver holds a connection to every
+// node: queues are declared, purged and deleted through node 0, a queue's
+// i'th publisher opens its channel on node i mod N and worker j on node
+// j mod N, so that messages cross the cluster between the node a client
+// is on and the node that holds the queue.
 type RabbitDriver struct {
-	conn   *amqp.Connection
+	conns  []*amqp.Connection // one per node; conns[0] declares the queues
 	name   string
 	quorum bool
 	pid    int // the server's beam.smp, when it runs on this machine
@@ -45,22 +52,58 @@ type RabbitDriver struct {
 
 // DialRabbit connects to the RabbitMQ at url.
 func DialRabbit(url string) (*RabbitDriver, error) {
-	return dialRabbit(url, RabbitMQ, false)
+	return dialRabbit([]string{url}, RabbitMQ, false)
 }
 
 // DialRabbitQuorum connects to the RabbitMQ at url for the durable arm.
 func DialRabbitQuorum(url string) (*RabbitDriver, error) {
-	return dialRabbit(url, RabbitQuorum, true)
+	return dialRabbit([]string{url}, RabbitQuorum, true)
 }
 
-func dialRabbit(url, name string, quorum bool) (*RabbitDriver, error) {
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		return nil, fmt.Errorf("bench: rabbitmq: %w", err)
+// DialRabbitCluster connects to every node of a RabbitMQ cluster, urls in
+// node order, for the rabbitmq arms. Its queues stay classic queues:
+// RabbitMQ 3.10's quorum queues ignore priorities, which the priority and
+// predictive layouts need.
+func DialRabbitCluster(urls []string) (*RabbitDriver, error) {
+	return dialRabbit(urls, RabbitMQ, false)
+}
+
+func dialRabbit(urls []string, name string, quorum bool) (*RabbitDriver, error) {
+	if len(urls) == 0 {
+		return nil, errors.New("bench: rabbitmq: no URL")
 	}
-	// The server says nothing of its process; on this machine there is
-	// normally one Erlang VM running RabbitMQ.
-	return &RabbitDriver{conn: conn, name: name, quorum: quorum, pid: findProcess("beam.smp", "rabbit")}, nil
+	d := &RabbitDriver{name: name, quorum: quorum}
+	for i, u := range urls {
+		conn, err := amqp.Dial(u)
+		if err != nil {
+			d.Close()
+			if len(urls) > 1 {
+				return nil, fmt.Errorf("bench: rabbitmq node %d: %w", i, err)
+			}
+			return nil, fmt.Errorf("bench: rabbitmq: %w", err)
+		}
+		d.conns = append(d.conns, conn)
+	}
+	if len(urls) == 1 {
+		// The server says nothing of its process; on this machine there is
+		// normally one Erlang VM running RabbitMQ. A cluster has one per
+		// node, and no CPU figure.
+		d.pid = findProcess("beam.smp", "rabbit")
+	}
+	return d, nil
+}
+
+// Nodes is how many RabbitMQ nodes the driver spreads its clients over.
+func (d *RabbitDriver) Nodes() int { return len(d.conns) }
+
+// channel opens a channel on the node client i (a producer or a worker)
+// uses: node i mod Nodes.
+func (d *RabbitDriver) channel(i int) (*amqp.Channel, error) {
+	ch, err := d.conns[i%len(d.conns)].Channel()
+	if err != nil {
+		return nil, fmt.Errorf("bench: rabbitmq channel: %w", err)
+	}
+	return ch, nil
 }
 
 // Broker implements Driver.
@@ -68,16 +111,27 @@ func (d *RabbitDriver) Broker() string { return d.name }
 
 // Version implements Driver with the server's own product and version.
 func (d *RabbitDriver) Version(context.Context) string {
-	p := d.conn.Properties
+	p := d.conns[0].Properties
 	v := fmt.Sprintf("%v %v", p["product"], p["version"])
 	if d.quorum {
 		v += " (quorum queues, persistent messages, a publisher confirm awaited per publish)"
+	}
+	if n := len(d.conns); n > 1 {
+		v += fmt.Sprintf(" on a %d-node cluster the harness started for the run on this machine "+
+			"(producer i connected to node i mod %d, worker j to node j mod %d; queues declared through node 0 and so held there, "+
+			"classic queues, since RabbitMQ 3.10's quorum queues ignore priorities, which the priority and predictive layouts need)", n, n, n)
 	}
 	return v
 }
 
 // Close implements Driver.
-func (d *RabbitDriver) Close() error { return d.conn.Close() }
+func (d *RabbitDriver) Close() error {
+	var errs []error
+	for _, c := range d.conns {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
 
 // Setup implements Driver: a fresh, purged, non-durable classic queue; with
 // x-max-priority 3 for the static policy and the rabbitmq package's default
@@ -117,6 +171,8 @@ type rabbitQueue struct {
 	holdQueue string
 	// durable (quorum) arm: a durable queue, persistent messages, confirms
 	durable bool
+	// pubs counts the publishers, the i'th of which goes to node i mod N
+	pubs atomic.Int64
 }
 
 // BrokerPID implements brokerPID.
@@ -133,9 +189,9 @@ func (q *rabbitQueue) declare(args amqp.Table) error { return q.declareNamed(q.n
 // declareNamed declares a queue (durable for the quorum arm, otherwise
 // not) and purges it.
 func (q *rabbitQueue) declareNamed(name string, args amqp.Table) error {
-	ch, err := q.d.conn.Channel()
+	ch, err := q.d.channel(0)
 	if err != nil {
-		return fmt.Errorf("bench: rabbitmq channel: %w", err)
+		return err
 	}
 	defer ch.Close()
 	if _, err := ch.QueueDeclare(name, q.durable, false, false, false, args); err != nil {
@@ -149,7 +205,7 @@ func (q *rabbitQueue) declareNamed(name string, args amqp.Table) error {
 
 // Teardown implements Queue: it deletes the queue and its hold queue, if any.
 func (q *rabbitQueue) Teardown(context.Context) error {
-	ch, err := q.d.conn.Channel()
+	ch, err := q.d.channel(0)
 	if err != nil {
 		return err
 	}
@@ -166,11 +222,12 @@ func (q *rabbitQueue) Teardown(context.Context) error {
 	return errors.Join(errs...)
 }
 
-// NewPublisher implements Queue: one channel per producer.
+// NewPublisher implements Queue: one channel per producer, on the
+// producer's node.
 func (q *rabbitQueue) NewPublisher(context.Context) (Publisher, error) {
-	ch, err := q.d.conn.Channel()
+	ch, err := q.d.channel(int(q.pubs.Add(1) - 1))
 	if err != nil {
-		return nil, fmt.Errorf("bench: rabbitmq channel: %w", err)
+		return nil, err
 	}
 	p := &rabbitPublisher{ch: ch, q: q}
 	if q.durable {
@@ -234,12 +291,13 @@ func (p *rabbitPublisher) Publish(ctx context.Context, m Message) error {
 
 func (p *rabbitPublisher) Close() error { return p.ch.Close() }
 
-// Work implements Queue: its own channel, basic.qos prefetch 1, manual ack
-// after the handler; a failed handler's message is requeued.
+// Work implements Queue: its own channel on the worker's node, basic.qos
+// prefetch 1, manual ack after the handler; a failed handler's message is
+// requeued.
 func (q *rabbitQueue) Work(ctx context.Context, worker int, ready func(), h Handler) error {
-	ch, err := q.d.conn.Channel()
+	ch, err := q.d.channel(worker)
 	if err != nil {
-		return fmt.Errorf("bench: rabbitmq channel: %w", err)
+		return err
 	}
 	// Closing the channel returns any unacked message to the queue, as a
 	// crashed worker's connection would.
@@ -345,4 +403,57 @@ func (q *rabbitQueue) PredictorStats() (maeMS, tierAccuracy float64) {
 	}
 	st := r.local.Stats()
 	return summaryStats(predict.Summary{MAE: st.MAE, MAESamples: st.MAESamples, TierAccuracy: st.TierAccuracy, TierSamples: st.TierSamples})
+}
+
+// connectRabbitCluster returns the drivers of the RabbitMQ arms among arms
+// (the others are Connect's) on a cluster whose nodes' AMQP URLs are urls,
+// in node order: the rabbitmq arms' driver (DialRabbitCluster) and the
+// sidecar arm's (DialRabbitSidecarsCluster, with o.Binary or the
+// executable HarbingerBinary finds). The durable arm does not run on a
+// cluster. The caller closes the drivers with CloseAll.
+func connectRabbitCluster(ctx context.Context, arms []Arm, urls []string, o ConnectOptions) (map[string]Driver, error) {
+	drivers := map[string]Driver{}
+	fail := func(err error) (map[string]Driver, error) {
+		CloseAll(drivers)
+		return nil, err
+	}
+	for _, a := range arms {
+		if drivers[a.Broker] != nil || !isRabbitArm(a) {
+			continue
+		}
+		switch a.Broker {
+		case RabbitMQ:
+			d, err := DialRabbitCluster(urls)
+			if err != nil {
+				return fail(err)
+			}
+			drivers[RabbitMQ] = d
+		case RabbitSidecars:
+			bin := o.Binary
+			if bin == "" {
+				var err error
+				if bin, err = HarbingerBinary(ctx, o.BuildDir); err != nil {
+					return fail(err)
+				}
+			}
+			d, err := DialRabbitSidecarsCluster(urls, bin)
+			if err != nil {
+				return fail(err)
+			}
+			drivers[RabbitSidecars] = d
+		default:
+			return fail(fmt.Errorf("bench: arm %s does not run on a RabbitMQ cluster", a.Name))
+		}
+	}
+	return drivers, nil
+}
+
+// isRabbitArm reports whether an arm runs on RabbitMQ: the arms a
+// RabbitMQ cluster takes over from the machine's RabbitMQ.
+func isRabbitArm(a Arm) bool {
+	switch a.Broker {
+	case RabbitMQ, RabbitQuorum, RabbitSidecars:
+		return true
+	}
+	return false
 }

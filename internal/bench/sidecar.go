@@ -36,21 +36,33 @@ const SidecarCacheFor = 600 * time.Millisecond
 // sidecar --hold` processes sharing through the driver's RabbitMQ on an
 // exchange of the run's own, the package's default layout (x-max-priority
 // 5 and a hold queue), and every publisher and worker a rabbitmq.Remote of
-// one of them.
+// one of them. On a cluster, sidecar i connects to node i mod N, and the
+// producers and workers spread over the nodes as RabbitDriver's do.
 type SidecarDriver struct {
 	rabbit *RabbitDriver
 	bin    string
-	url    string
+	urls   []string // one per node
 }
 
 // DialRabbitSidecars connects to the RabbitMQ at url; bin is the harbinger
 // executable the runs start as sidecars.
 func DialRabbitSidecars(url, bin string) (*SidecarDriver, error) {
-	rd, err := dialRabbit(url, RabbitSidecars, false)
+	return dialRabbitSidecars([]string{url}, bin)
+}
+
+// DialRabbitSidecarsCluster connects to every node of a RabbitMQ cluster,
+// urls in node order; bin is the harbinger executable the runs start as
+// sidecars, each connected to a node of its own.
+func DialRabbitSidecarsCluster(urls []string, bin string) (*SidecarDriver, error) {
+	return dialRabbitSidecars(urls, bin)
+}
+
+func dialRabbitSidecars(urls []string, bin string) (*SidecarDriver, error) {
+	rd, err := dialRabbit(urls, RabbitSidecars, false)
 	if err != nil {
 		return nil, err
 	}
-	return &SidecarDriver{rabbit: rd, bin: bin, url: url}, nil
+	return &SidecarDriver{rabbit: rd, bin: bin, urls: urls}, nil
 }
 
 // Broker implements Driver.
@@ -58,7 +70,11 @@ func (d *SidecarDriver) Broker() string { return RabbitSidecars }
 
 // Version implements Driver.
 func (d *SidecarDriver) Version(ctx context.Context) string {
-	return d.rabbit.Version(ctx) + fmt.Sprintf(" through %d harbinger sidecar --hold processes (clients caching each key's answer for %v)", SidecarsPerRun, SidecarCacheFor)
+	v := d.rabbit.Version(ctx) + fmt.Sprintf(" through %d harbinger sidecar --hold processes (clients caching each key's answer for %v)", SidecarsPerRun, SidecarCacheFor)
+	if n := len(d.urls); n > 1 {
+		v += fmt.Sprintf(", sidecar i connected to node i mod %d", n)
+	}
+	return v
 }
 
 // Close implements Driver.
@@ -75,7 +91,7 @@ func (d *SidecarDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error
 	q := &sidecarQueue{rabbitQueue: &rabbitQueue{d: d.rabbit, name: spec.Name, policy: spec.Policy}}
 	for i := range SidecarsPerRun {
 		p, err := startProcess(ctx, fmt.Sprintf("harbinger sidecar %d", i), d.bin,
-			[]string{"sidecar", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--amqp-url", d.url,
+			[]string{"sidecar", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--amqp-url", d.urls[i%len(d.urls)],
 				"--exchange", exchange, "--hold", "--log-level", "warn"},
 			sidecarReady, nil)
 		if err != nil {

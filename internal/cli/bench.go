@@ -24,7 +24,7 @@ func benchUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: harbinger bench <flow|cost> [flags]   (harbinger bench <flow|cost> -h for flags)")
 	fmt.Fprintln(w, "\n  flow  replay a workload through every broker and policy; the pre-registered scheduling comparison")
 	fmt.Fprintln(w, "  cost  peak delivery rate, latency at a fixed rate and broker CPU per message with empty handlers; the broker-cost comparison (--arms durable: the durable one)")
-	fmt.Fprintln(w, "\nRabbitMQ: HARBINGER_AMQP_URL (default "+redacted(bench.DefaultAMQPURL)+"); Redis: HARBINGER_REDIS_ADDR (default "+bench.DefaultRedisAddr+").")
+	fmt.Fprintln(w, "\nRabbitMQ: HARBINGER_AMQP_URL (default "+redacted(bench.DefaultAMQPURL)+"; bench flow --rabbitmq-cluster N starts a cluster of its own instead); Redis: HARBINGER_REDIS_ADDR (default "+bench.DefaultRedisAddr+").")
 }
 
 func redacted(s string) string { return strings.Replace(s, "guest:guest@", "guest:***@", 1) }
@@ -57,13 +57,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func defaultOut(t time.Time) string { return "bench-out/" + t.Format("20060102-150405") }
 
 func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--out DIR] [--json]", stderr)
+	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--rabbitmq-cluster N] [--out DIR] [--json]", stderr)
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
 	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.FlowArms), ","), "comma-separated arms")
 	scale := fs.Float64("time-scale", bench.DefaultTimeScale, "wall seconds per workload second (0.1 runs ten times faster; the registered run uses 0.1 or slower)")
 	drain := fs.Duration("drain-timeout", bench.DefaultDrainTimeout, "wall time after the last send to wait for the backlog before counting the rest as lost")
 	window := fs.Duration("arrival-window", 0, "replay only the arrivals of this much workload time (0: all; for quick checks, not registered runs)")
+	cluster := fs.Int("rabbitmq-cluster", 0, "start a RabbitMQ cluster of this many nodes on this machine for the run (rabbitmq-server and rabbitmqctl on the PATH) "+
+		"and run the RabbitMQ arms on it instead of HARBINGER_AMQP_URL: producer i on node i mod N, worker j on node j mod N, "+
+		"rabbitmq-predictive-sidecars' sidecar i on node i mod N, queues declared through node 0 as classic queues "+
+		"(RabbitMQ 3.10's quorum queues ignore priorities); 1 starts a single fresh node; 0 uses HARBINGER_AMQP_URL")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	start := time.Now()
 	out := fs.String("out", defaultOut(start), "directory for report.md, results.jsonl, summary.json and charts; \"\" writes none")
@@ -91,13 +95,17 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	cfg := bench.FlowConfig{Source: src, Seeds: seeds, Arms: arms, TimeScale: *scale, DrainTimeout: *drain,
 		Window: *window, Progress: stderr}
-	drivers, err := bench.Connect(ctx, arms, bench.ConnectOptions{})
+	brokers, err := bench.ConnectFlow(ctx, arms, bench.FlowConnect{ConnectOptions: bench.ConnectOptions{Progress: stderr}, RabbitCluster: *cluster})
 	if err != nil {
 		return err
 	}
-	defer bench.CloseAll(drivers)
-	env := bench.Describe(ctx, drivers)
-	res, err := bench.RunFlow(ctx, cfg, drivers)
+	defer func() {
+		if cerr := brokers.Close(); cerr != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", cerr)
+		}
+	}()
+	env := bench.Describe(ctx, brokers.Drivers)
+	res, err := bench.RunFlow(ctx, cfg, brokers.Drivers)
 	if err != nil {
 		return err
 	}
