@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -41,5 +42,23 @@ func TestFlowEveryArm(t *testing.T) {
 	for _, name := range res.Report.ArmOrder {
 		a := res.Report.Arms[name]
 		t.Logf("%-22s mean %.3f p99 %.3f short %.3f export %.3f thr %.1f", name, a.MeanS, a.P99S, a.ShortMedianS, a.ExportMaxWaitS, a.ThroughputPerS)
+	}
+}
+
+// The method line describes the sidecar arm only in runs that have it.
+func TestSidecarArmMethod(t *testing.T) {
+	t.Parallel()
+	arms, err := ParseArms("rabbitmq-fifo,rabbitmq-predictive-sidecars", FlowArms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := sidecarArmMethod(arms)
+	for _, want := range []string{"rabbitmq-predictive-sidecars:", fmt.Sprintf("%d `harbinger sidecar --hold` processes", SidecarsPerRun), SidecarCacheFor.String()} {
+		if !strings.Contains(m, want) {
+			t.Errorf("method %q lacks %q", m, want)
+		}
+	}
+	if m := sidecarArmMethod(arms[:1]); m != "" {
+		t.Errorf("a run without the sidecar arm describes it: %q", m)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -75,6 +76,7 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"RabbitMQ: transient messages, no publisher confirms, manual ack; rabbitmq-priority uses x-max-priority 3 and the workload's static_tier map "+
 		"with tier t -> AMQP priority 2-t (tier 0 -> 2, 1 -> 1, 2 -> 0), no aging; rabbitmq-predictive publishes and consumes through Harbinger's "+
 		"rabbitmq package with a fresh in-process predictor per run and the package's defaults: "+rabbitPredictiveLayout()+". "+
+		sidecarArmMethod(cfg.Arms)+
 		"Redis: reliable list queue (LPUSH; BLMOVE into a per-worker processing list; LREM as the ack; a starting worker pushes its processing list back). "+
 		"Latency: producer send to handler return (the ack), per message. "+
 		"MAE (workload ms, routed predictions only) and tier accuracy come from the arm's own predictor after the run: "+
@@ -85,6 +87,18 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"baselines rabbitmq-fifo and redis-fifo, P5 against rabbitmq-predictive. Arrivals: %s. Environment: %s.",
 		cfg.Source.Name(), describeLoad(cfg), cfg.Seeds, cfg.TimeScale, strings.Join(ArmNames(cfg.Arms), ", "),
 		len(producers), cfg.Workers, rangeStr(over, "%.0f"), cfg.DrainTimeout, window, env)
+}
+
+// sidecarArmMethod describes rabbitmq-predictive-sidecars when the run
+// has it, and nothing otherwise.
+func sidecarArmMethod(arms []Arm) string {
+	i := slices.IndexFunc(arms, func(a Arm) bool { return a.Broker == RabbitSidecars })
+	if i < 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: the same layout, with its priorities and holds from %d `harbinger sidecar --hold` processes the harness starts per run "+
+		"(producers and workers alternating between them, the clients caching each key's answer for %v, the sidecars combining their queues' backlogs); "+
+		"its MAE and tier accuracy are the mean of the sidecars' own scores. ", arms[i].Name, SidecarsPerRun, SidecarCacheFor)
 }
 
 func describeLoad(cfg FlowConfig) string {
