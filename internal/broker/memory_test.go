@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 )
 
 // TestHeapPerWaitingJob reports the heap a waiting 64-byte job costs in
@@ -32,5 +34,13 @@ func TestHeapPerWaitingJob(t *testing.T) {
 	if per > 1024 {
 		t.Fatalf("a waiting job costs %.0f bytes of heap", per)
 	}
+	// The memory budget (Config.MaxBytes) charges each job an estimate;
+	// it must follow what a job really costs, or the budget bounds
+	// nothing.
+	est := float64(jobSize(&delivery.Job{Payload: make([]byte, 64)}, delivery.Names{Producer: "web-0", JobType: "type-0"}, "q"))
+	if est < 0.8*per || est > 1.25*per {
+		t.Errorf("the budget charges a waiting job %.0f bytes, its heap is %.0f: update msgOverhead", est, per)
+	}
+	t.Logf("budget charge per job: %.0f bytes", est)
 	runtime.KeepAlive(b)
 }
