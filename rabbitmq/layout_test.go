@@ -29,6 +29,10 @@ type layout struct {
 	// its own hold (no head-of-line wait); 0 is the one hold queue of
 	// per-message TTLs.
 	buckets float64
+	// idlePull has a worker that finds every priority empty take the
+	// hold queue's head before its TTL is up (basic.get on the hold
+	// queue), so that no worker idles while held work waits.
+	idlePull bool
 }
 
 // bucketDown is the longest of the TTLs 1 ms x f^k that is at most d.
@@ -105,6 +109,8 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 	}
 	heap.Init(&events)
 	var holdHead time.Duration // the hold queue releases in publish order
+	var held []int             // the hold queue, in publish order
+	inHold := make([]bool, len(jobs))
 	free := w.Workers
 	for events.Len() > 0 {
 		e := heap.Pop(&events).(modelEvent)
@@ -118,6 +124,10 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 				_ = local.Observe(ctx, keys[i], jobs[i].Duration)
 			}
 		case evRelease:
+			if !inHold[i] {
+				break // a worker took it early
+			}
+			inHold[i] = false
 			levels[prio[i]] = append(levels[prio[i]], i)
 		case evArrive:
 			if local == nil {
@@ -138,6 +148,7 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 					at = holdHead
 				}
 				heap.Push(&events, modelEvent{at: at, kind: evRelease, seq: i})
+				held, inHold[i] = append(held, i), true
 				break
 			}
 			levels[prio[i]] = append(levels[prio[i]], i)
@@ -147,11 +158,20 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 			for p >= 0 && len(levels[p]) == 0 {
 				p--
 			}
+			var j int
 			if p < 0 {
-				break
+				for len(held) > 0 && !inHold[held[0]] {
+					held = held[1:]
+				}
+				if l == nil || !l.idlePull || len(held) == 0 {
+					break
+				}
+				j, held = held[0], held[1:]
+				inHold[j] = false
+			} else {
+				j = levels[p][0]
+				levels[p] = levels[p][1:]
 			}
-			j := levels[p][0]
-			levels[p] = levels[p][1:]
 			started[j] = now
 			free--
 			heap.Push(&events, modelEvent{at: now + jobs[j].Duration + perMessage, kind: evDone, seq: j})
@@ -196,14 +216,15 @@ func TestLayoutSimulation(t *testing.T) {
 	}
 	const perMessage = 4 * time.Millisecond
 	layouts := []layout{
-		{"3 tiers, long at the top at once", 3, false, 0},
-		{"5 tiers, long at the top at once", 5, false, 0},
-		{"3 tiers, long held (0.95)", 3, true, 0},
-		{"9 tiers, long held (0.95)", 9, true, 0},
-		{"5 tiers, held, no head-of-line wait", 5, true, 1},
-		{"5 tiers, held in TTL buckets 2x apart", 5, true, 2},
-		{"5 tiers, held in TTL buckets 1.41x apart", 5, true, 1.41},
-		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true, 0},
+		{"3 tiers, long at the top at once", 3, false, 0, false},
+		{"5 tiers, long at the top at once", 5, false, 0, false},
+		{"3 tiers, long held (0.95)", 3, true, 0, false},
+		{"9 tiers, long held (0.95)", 9, true, 0, false},
+		{"5 tiers, held, no head-of-line wait", 5, true, 1, false},
+		{"5 tiers, held, idle workers take held work", 5, true, 0, true},
+		{"5 tiers, held in TTL buckets 2x apart", 5, true, 2, false},
+		{"5 tiers, held in TTL buckets 1.41x apart", 5, true, 1.41, false},
+		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true, 0, false},
 	}
 	type change struct{ mean, p99, export []float64 }
 	changes := make([]change, len(layouts))
