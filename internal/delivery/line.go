@@ -140,8 +140,8 @@ type Line struct {
 	leases  timeHeap // in flight, by lease end
 	delayed timeHeap // not yet due, by due time
 	dead    []DeadLetterEntry
-	held    map[Holder]map[string]*Job
-	holders Holder // the last Holder handed out
+	held    map[string]*Job // in flight, by id; the job's holder says whose
+	holders Holder          // the last Holder handed out
 	names   map[Names]*Names
 	expBuf  []*sched.Item
 	// byID finds a held job by its id, for Cancel. It is nil until the
@@ -158,7 +158,7 @@ type Line struct {
 
 // New returns an empty Line for the queue name, scheduling with sq.
 func New(name string, cfg Config, sq *sched.Queue) *Line {
-	return &Line{name: name, cfg: cfg, sq: sq, gen: 1, held: map[Holder]map[string]*Job{}}
+	return &Line{name: name, cfg: cfg, sq: sq, gen: 1, held: map[string]*Job{}}
 }
 
 // Name is the queue's name.
@@ -193,8 +193,16 @@ func (l *Line) Attach() Holder {
 // requeued dead letter.
 func (l *Line) Stale(j *Job) bool { return j.gen != l.gen }
 
-// Held is how many jobs h holds.
-func (l *Line) Held(h Holder) int { return len(l.held[h]) }
+// Held is how many jobs h holds: O(jobs in flight).
+func (l *Line) Held(h Holder) int {
+	n := 0
+	for _, j := range l.held {
+		if j.holder == h {
+			n++
+		}
+	}
+	return n
+}
 
 // Admit readies j, a new job, for the line at now: it fills in the
 // queue's defaults, gives it its place in the publish order and, unless
@@ -327,12 +335,7 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 	j.leased = now.UnixNano()
 	j.deadline = nanos(now.Add(l.cfg.Lease))
 	l.leases.push(j)
-	hs := l.held[h]
-	if hs == nil {
-		hs = map[string]*Job{}
-		l.held[h] = hs
-	}
-	hs[j.ID] = j
+	l.held[j.ID] = j
 	l.Stats.Delivered++
 	if j.attempt > 1 {
 		l.Stats.Redelivered++
@@ -341,17 +344,17 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 }
 
 // heldBy is the job id that h holds, or nil.
-func (l *Line) heldBy(h Holder, id string) *Job { return l.held[h][id] }
+func (l *Line) heldBy(h Holder, id string) *Job {
+	if j := l.held[id]; j != nil && j.holder == h {
+		return j
+	}
+	return nil
+}
 
 // settle takes an in-flight job away from its holder.
 func (l *Line) settle(j *Job) {
 	l.leases.remove(j)
-	if hs := l.held[j.holder]; hs != nil {
-		delete(hs, j.ID)
-		if len(hs) == 0 {
-			delete(l.held, j.holder)
-		}
-	}
+	delete(l.held, j.ID)
 	j.holder = 0
 	l.Fx.Settled++
 }
@@ -485,18 +488,20 @@ func (l *Line) Return(h Holder, id string, now time.Time) {
 // counted (or to the dead letters once they have had their attempts), as
 // a crashed consumer's would.
 func (l *Line) Detach(h Holder, now time.Time) {
-	for _, j := range sortedBySeq(l.held[h]) {
+	for _, j := range l.heldSorted(h) {
 		l.settle(j)
 		l.retry(j, now, "consumer disconnected")
 	}
 }
 
-// sortedBySeq is a holder's jobs in publish order, so that what a Detach
+// heldSorted is the jobs h holds in publish order, so that what a Detach
 // does does not depend on map order.
-func sortedBySeq(m map[string]*Job) []*Job {
-	js := make([]*Job, 0, len(m))
-	for _, j := range m {
-		js = append(js, j)
+func (l *Line) heldSorted(h Holder) []*Job {
+	var js []*Job
+	for _, j := range l.held {
+		if j.holder == h {
+			js = append(js, j)
+		}
 	}
 	slices.SortFunc(js, func(a, b *Job) int { return cmp.Compare(a.item.ID, b.item.ID) })
 	return js
