@@ -153,11 +153,13 @@ type wake struct {
 	gen uint64
 }
 
-// arm makes sure the timer fires by at, calling fire with its generation.
+// due reports whether the timer must be armed anew to fire by at. Callers
+// check it before arm, so that the hot path does not even build the
+// callback (a method value, allocated wherever it is made).
+func (w *wake) due(at time.Time) bool { return w.t == nil || w.at.After(at) }
+
+// arm makes the timer fire at at, calling fire with its generation.
 func (w *wake) arm(clk clock.Clock, at, now time.Time, fire func(gen uint64)) {
-	if w.t != nil && !w.at.After(at) {
-		return
-	}
 	w.stop()
 	w.gen++
 	g := w.gen
@@ -184,7 +186,7 @@ func (w *wake) stop() {
 
 // armLocked makes sure the queue's timer fires by the line's next deadline.
 func (q *queue) armLocked(now time.Time) {
-	if at, ok := q.line.NextDeadline(); ok && !q.closed {
+	if at, ok := q.line.NextDeadline(); ok && !q.closed && q.timer.due(at) {
 		q.timer.arm(q.b.clk, at, now, q.onTimer)
 	}
 }

@@ -241,7 +241,7 @@ func (b *Broker) armScheduleLocked(now time.Time) {
 			first = s.NextTick
 		}
 	}
-	if first.IsZero() || b.draining.Load() {
+	if first.IsZero() || b.draining.Load() || !b.sched.timer.due(first) {
 		return
 	}
 	b.sched.timer.arm(b.clk, first, now, b.onScheduleTimer)
