@@ -29,39 +29,40 @@ func duration(field string, d *durationpb.Duration) (time.Duration, error) {
 	return d.AsDuration(), nil
 }
 
-func fromMessage(i int, m *pb.Message) (*broker.Message, error) {
+// fromMessage fills bm with m, the request's i-th message.
+func fromMessage(i int, m *pb.Message, bm *broker.Message) error {
 	if m == nil {
-		return nil, invalidArg("messages[%d] is empty", i)
+		return invalidArg("messages[%d] is empty", i)
 	}
 	ttl, err := duration("ttl", m.Ttl)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	delay, err := duration("delay", m.Delay)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	bm := &broker.Message{
+	*bm = broker.Message{
 		Queue: m.Queue, Producer: m.Producer, JobType: m.JobType, SizeHint: m.SizeHint,
 		Payload: m.Payload, Headers: m.Headers, TTL: ttl, MaxAttempts: int(m.MaxAttempts), Delay: delay,
 	}
 	if bm.RetryBase, err = duration("retry_base", m.RetryBase); err != nil {
-		return nil, err
+		return err
 	}
 	if bm.RetryMax, err = duration("retry_max", m.RetryMax); err != nil {
-		return nil, err
+		return err
 	}
 	bm.UniqueKey = m.UniqueKey
 	if bm.UniqueFor, err = duration("unique_for", m.UniqueFor); err != nil {
-		return nil, err
+		return err
 	}
 	if m.RunAt != nil {
 		if err := m.RunAt.CheckValid(); err != nil {
-			return nil, invalidArg("run_at: %v", err)
+			return invalidArg("run_at: %v", err)
 		}
 		bm.RunAt = m.RunAt.AsTime()
 	}
-	return bm, nil
+	return nil
 }
 
 // deliveryResponse holds a delivery's response and every message in it, so

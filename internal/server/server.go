@@ -139,7 +139,22 @@ func (s *Server) SetNotServing() { s.health.Shutdown() }
 
 // publish answers every message of a well-formed request on its own; only
 // a request that is malformed as a whole fails the call.
-func (s *Server) publish(req *pb.PublishRequest) (*pb.PublishResponse, error) {
+// publishBufs are one publish request's scratch space. A PublishStream,
+// which handles one request at a time, keeps its own for the next request,
+// so a stream of small batches does not allocate a broker.Message per
+// message; the broker keeps none of it (only the payloads and headers the
+// messages point at).
+type publishBufs struct {
+	msgs []broker.Message
+	ptrs []*broker.Message
+	idx  []int // request index of ptrs[j]
+	res  []broker.Result
+}
+
+// maxKeptBatch bounds the messages a stream's publishBufs keeps room for.
+const maxKeptBatch = 256
+
+func (s *Server) publish(req *pb.PublishRequest, bufs *publishBufs) (*pb.PublishResponse, error) {
 	if len(req.GetMessages()) == 0 {
 		return nil, invalidArg("a publish request needs at least one message")
 	}
@@ -147,19 +162,28 @@ func (s *Server) publish(req *pb.PublishRequest) (*pb.PublishResponse, error) {
 		return nil, invalidArg("a publish request holds at most %d messages, got %d", MaxBatch, len(req.Messages))
 	}
 	n := len(req.Messages)
-	msgs := make([]*broker.Message, 0, n)
-	idx := make([]int, 0, n) // request index of msgs[j]
+	var msgs []broker.Message
+	switch {
+	case cap(bufs.msgs) >= n:
+		msgs = bufs.msgs[:n]
+	case n <= maxKeptBatch:
+		bufs.msgs = make([]broker.Message, n)
+		msgs = bufs.msgs
+	default:
+		msgs = make([]broker.Message, n) // a large batch's space is not kept
+	}
+	ptrs, idx := bufs.ptrs[:0], bufs.idx[:0]
 	results := make([]pb.PublishResult, n)
 	for i, m := range req.Messages {
-		bm, err := fromMessage(i, m)
-		if err != nil {
+		if err := fromMessage(i, m, &msgs[i]); err != nil {
 			setError(&results[i], err)
 			continue
 		}
-		msgs = append(msgs, bm)
+		ptrs = append(ptrs, &msgs[i])
 		idx = append(idx, i)
 	}
-	for j, r := range s.b.PublishEach(msgs, make([]broker.Result, 0, len(msgs))) {
+	res := s.b.PublishEach(ptrs, bufs.res[:0])
+	for j, r := range res {
 		if r.Err != nil {
 			setError(&results[idx[j]], toStatus(r.Err))
 			continue
@@ -167,6 +191,11 @@ func (s *Server) publish(req *pb.PublishRequest) (*pb.PublishResponse, error) {
 		results[idx[j]].Id = r.ID
 		results[idx[j]].Duplicate = r.Duplicate
 	}
+	// Nothing of the request is kept past the next one.
+	clear(msgs)
+	clear(ptrs)
+	clear(res)
+	bufs.ptrs, bufs.idx, bufs.res = ptrs[:0], idx[:0], res[:0]
 	resp := &pb.PublishResponse{Results: make([]*pb.PublishResult, n)}
 	for i := range results {
 		resp.Results[i] = &results[i]
@@ -182,12 +211,13 @@ func setError(r *pb.PublishResult, err error) {
 
 // Publish implements pb.BrokerServer.
 func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
-	return s.publish(req)
+	return s.publish(req, &publishBufs{})
 }
 
 // PublishStream implements pb.BrokerServer: one response per request, in
 // order; the first failed batch ends the stream with its status.
 func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishRequest, pb.PublishResponse]) error {
+	var bufs publishBufs
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -196,7 +226,7 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishRequest
 		if err != nil {
 			return err
 		}
-		resp, err := s.publish(req)
+		resp, err := s.publish(req, &bufs)
 		if err != nil {
 			return err
 		}
