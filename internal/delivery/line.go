@@ -99,7 +99,17 @@ type Effects struct {
 	Settled int
 	// Cancels are running jobs cancelled: tell their holders to stop them.
 	Cancels []Cancel
+
+	// Records and their jobs given back by Clear, for the next ones: a
+	// store encodes a record when it is appended, so the caller is done
+	// with them by then, and a durable queue does not make garbage of a
+	// record or two for every job it moves.
+	spare     []*store.Record
+	spareJobs []*store.Job
 }
+
+// maxSpare bounds the records an Effects keeps for reuse.
+const maxSpare = 64
 
 // Cancel is a cancelled running job and who holds it.
 type Cancel struct {
@@ -109,6 +119,17 @@ type Cancel struct {
 
 // Clear empties e, keeping its storage.
 func (e *Effects) Clear() {
+	for _, r := range e.Records {
+		if len(e.spare) == maxSpare {
+			break
+		}
+		if r.Job != nil && len(e.spareJobs) < maxSpare {
+			*r.Job = store.Job{}
+			e.spareJobs = append(e.spareJobs, r.Job)
+		}
+		*r = store.Record{}
+		e.spare = append(e.spare, r)
+	}
 	clear(e.Records)
 	clear(e.Released)
 	e.Records, e.Released, e.Cancels = e.Records[:0], e.Released[:0], e.Cancels[:0]
@@ -148,6 +169,8 @@ type Line struct {
 	// first Cancel builds it from every job held, and kept from then on,
 	// so a queue that never cancels pays nothing for it.
 	byID map[string]*Job
+	// admitted is the record Admit returns, reused by each.
+	admitted store.Record
 
 	// Quiet stops records from being written (while the caller replays
 	// the log into the Line).
@@ -208,7 +231,9 @@ func (l *Line) Held(h Holder) int {
 // queue's defaults, gives it its place in the publish order and, unless
 // runAt is after now, classifies it. It returns the job's record (nil
 // unless Config.Durable), which the caller must have stored before it
-// calls Commit; if storing fails it drops j and nothing else changes.
+// calls Commit; if storing fails it drops j and nothing else changes. The
+// record is the Line's own, rewritten by the next Admit: a store encodes a
+// record when it is appended, so a publish makes no garbage of it.
 func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, error) {
 	if l.sq.Len() >= l.cfg.MaxDepth {
 		return nil, ErrFull
@@ -236,7 +261,9 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 	if !l.cfg.Durable {
 		return nil, nil
 	}
-	return l.record(j, state, "", time.Time{}), nil
+	l.admitted = store.Record{Job: l.admitted.Job}
+	l.fill(&l.admitted, j, state, "", time.Time{})
+	return &l.admitted, nil
 }
 
 // Commit puts an admitted job in line, or holds it until it is due.
@@ -299,7 +326,7 @@ func (l *Line) push(j *Job, now time.Time) {
 		// this one, classified against what the queue knows now, keeping
 		// its id, FIFO position and expiry.
 		l.reset(j)
-		l.log(func() *store.Record { return l.record(j, store.Ready, "", time.Time{}) })
+		l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
 	}
 	if err := l.sq.Push(&j.item, now); err != nil {
 		panic(fmt.Sprintf("delivery: job %s pushed twice: %v", j.ID, err)) // a bug here, not bad input
@@ -380,7 +407,7 @@ func (l *Line) Ack(h Holder, id string, d time.Duration) (*Job, error) {
 		l.Stats.BadDurations++
 		return j, ErrBadDuration
 	}
-	l.log(func() *store.Record { return &store.Record{Kind: store.KindAck, Queue: l.name, ID: j.ID, Duration: d} })
+	l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindAck, Queue: l.name, ID: j.ID, Duration: d} })
 	if err := l.sq.Learn(l.keyOf(j), j.Prediction(), d); err != nil {
 		l.Stats.BadDurations++
 		return j, ErrBadDuration
@@ -415,8 +442,8 @@ func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration,
 		l.deadLetter(j, now, reason)
 	case action == RequeueAfter && delay > 0 && j.attempt < j.MaxAttempts && !draining:
 		j.deadline = nanos(now.Add(delay))
-		l.log(func() *store.Record {
-			return &store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID, At: fromNanos(j.deadline)}
+		l.log(func(r *store.Record) {
+			*r = store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID, At: fromNanos(j.deadline)}
 		})
 		l.delayed.push(j)
 	default:
@@ -539,8 +566,8 @@ func (l *Line) release(j *Job) {
 
 func (l *Line) deadLetter(j *Job, now time.Time, reason string) {
 	l.Stats.DeadLettered++
-	l.log(func() *store.Record {
-		return &store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID, Reason: reason, At: now}
+	l.log(func(r *store.Record) {
+		*r = store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID, Reason: reason, At: now}
 	})
 	if len(l.dead) >= l.cfg.MaxDead {
 		l.drop(l.dead[0].Job)
@@ -601,7 +628,7 @@ func (l *Line) Tick(now time.Time) {
 			// A scheduled job enters as if published now; its record
 			// says the place in line it got.
 			l.enter(j, now)
-			l.log(func() *store.Record { return l.record(j, store.Ready, "", time.Time{}) })
+			l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
 		}
 		l.push(j, now)
 	}
@@ -675,7 +702,7 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 			l.drop(j)
 			continue
 		}
-		l.log(func() *store.Record { return &store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID, At: now} })
+		l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID, At: now} })
 		j.dead, j.deadline = false, 0
 		j.attempt = 0
 		j.item.SetExpires(time.Time{})
@@ -704,7 +731,7 @@ func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
 	for _, j := range waiting {
 		l.reset(j)
 		l.push(j, now)
-		l.log(func() *store.Record { return l.record(j, store.Ready, "", time.Time{}) })
+		l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
 	}
 }
 
@@ -876,7 +903,7 @@ func (l *Line) record(j *Job, state store.State, reason string, deadAt time.Time
 func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, deadAt time.Time) {
 	sj := r.Job
 	if sj == nil {
-		sj = &store.Job{}
+		sj = l.Fx.job()
 	}
 	*sj = store.Job{
 		ID: j.ID, Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint,
@@ -891,18 +918,41 @@ func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, d
 	*r = store.Record{Kind: store.KindJob, Queue: l.name, ID: j.ID, Job: sj}
 }
 
-// log writes the record rec makes, unless the Line is not durable or
-// quiet (rec is a func so that a memory broker builds none).
-func (l *Line) log(rec func() *store.Record) {
+// log appends to Effects.Records the record fill writes into a zero
+// record, unless the Line is not durable or quiet (fill is a func so that
+// a memory broker builds none).
+func (l *Line) log(fill func(r *store.Record)) {
 	if l.cfg.Durable && !l.Quiet {
-		l.Fx.Records = append(l.Fx.Records, rec())
+		r := l.Fx.record()
+		fill(r)
+		l.Fx.Records = append(l.Fx.Records, r)
 	}
 }
 
 func (l *Line) logID(kind store.Kind, j *Job) {
-	if l.cfg.Durable && !l.Quiet {
-		l.Fx.Records = append(l.Fx.Records, &store.Record{Kind: kind, Queue: l.name, ID: j.ID})
+	l.log(func(r *store.Record) { r.Kind, r.Queue, r.ID = kind, l.name, j.ID })
+}
+
+// record is a zero record for Records: a spare one if Clear left any.
+func (e *Effects) record() *store.Record {
+	if n := len(e.spare); n > 0 {
+		r := e.spare[n-1]
+		e.spare[n-1] = nil
+		e.spare = e.spare[:n-1]
+		return r
 	}
+	return &store.Record{}
+}
+
+// job is a zero job state for a record: a spare one if Clear left any.
+func (e *Effects) job() *store.Job {
+	if n := len(e.spareJobs); n > 0 {
+		sj := e.spareJobs[n-1]
+		e.spareJobs[n-1] = nil
+		e.spareJobs = e.spareJobs[:n-1]
+		return sj
+	}
+	return &store.Job{}
 }
 
 // Restore puts a job the log recovered back where the log left it: in
