@@ -204,10 +204,12 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
 		wg.Go(func() {
+			r := &renewer{s: s}
+			defer r.close()
 			for {
 				select {
 				case d := <-jobs:
-					s.handle(hctx, d, h)
+					s.handle(hctx, d, h, r)
 				case <-stop:
 					return
 				}
@@ -301,27 +303,13 @@ func (s *session) send(req *pb.ConsumeRequest) error {
 }
 
 // handle runs h on d, renews its lease while it runs, and settles it.
-func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
+func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer) {
 	every := s.cfg.LeaseExtend
 	if every == 0 {
 		every = d.Lease / 2
 	}
-	var ext *time.Timer
-	var extMu sync.Mutex
-	done := false
 	if every > 0 {
-		var renew func()
-		renew = func() {
-			_ = s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Extend{Extend: &pb.Extend{Id: d.ID, Lease: durationpb.New(d.Lease)}}})
-			extMu.Lock()
-			if !done {
-				ext.Reset(every)
-			}
-			extMu.Unlock()
-		}
-		extMu.Lock()
-		ext = time.AfterFunc(every, renew)
-		extMu.Unlock()
+		r.start(d, every)
 	}
 	jctx, stop := context.WithCancelCause(ctx)
 	s.runMu.Lock()
@@ -342,11 +330,8 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
 	delete(s.running, d.ID)
 	s.runMu.Unlock()
 	stop(nil)
-	if ext != nil {
-		extMu.Lock()
-		done = true
-		ext.Stop()
-		extMu.Unlock()
+	if every > 0 {
+		r.stop()
 	}
 	credit := uint32(1)
 	if ctx.Err() != nil {
@@ -374,6 +359,66 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler) {
 		}}}
 	}
 	_ = s.send(req) // if the stream is gone, the broker redelivers the job
+}
+
+// renewer renews the lease of the job one handler runs, every so often
+// while it runs. Each handler keeps one for all its jobs, so a job costs a
+// timer reset, not a timer of its own.
+type renewer struct {
+	s     *session
+	mu    sync.Mutex
+	t     *time.Timer
+	d     *Delivery // the job whose lease it renews; nil between jobs
+	every time.Duration
+	gen   uint64 // counts jobs, so that a late firing for one does nothing for the next
+}
+
+// start renews d's lease every every until stop.
+func (r *renewer) start(d *Delivery, every time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.d, r.every = d, every
+	r.gen++
+	if r.t == nil {
+		r.t = time.AfterFunc(every, r.fire)
+		return
+	}
+	r.t.Reset(every)
+}
+
+// stop ends the renewals of the current job.
+func (r *renewer) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.d = nil
+	r.gen++
+	r.t.Stop()
+}
+
+func (r *renewer) fire() {
+	r.mu.Lock()
+	d, gen := r.d, r.gen
+	r.mu.Unlock()
+	if d == nil {
+		return
+	}
+	_ = r.s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Extend{Extend: &pb.Extend{Id: d.ID, Lease: durationpb.New(d.Lease)}}})
+	r.mu.Lock()
+	if r.gen == gen {
+		r.t.Reset(r.every)
+	}
+	r.mu.Unlock()
+}
+
+// close stops the timer for good.
+func (r *renewer) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.d = nil
+	r.gen++
+	if r.t != nil {
+		r.t.Stop()
+	}
 }
 
 // ack is an ack request and every message in it, so that one allocation

@@ -257,7 +257,7 @@ func cleanText(s string, n int) string {
 func (c *Consumer) Extend(id string, lease time.Duration) error {
 	q := c.q
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	defer q.unlockChanged() // the inspector shows the lease's end
 	var adjusted error
 	if lease < 0 || lease > MaxLease {
 		capped := MaxLease
