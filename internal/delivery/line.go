@@ -934,25 +934,21 @@ func (l *Line) logID(kind store.Kind, j *Job) {
 }
 
 // record is a zero record for Records: a spare one if Clear left any.
-func (e *Effects) record() *store.Record {
-	if n := len(e.spare); n > 0 {
-		r := e.spare[n-1]
-		e.spare[n-1] = nil
-		e.spare = e.spare[:n-1]
-		return r
-	}
-	return &store.Record{}
-}
+func (e *Effects) record() *store.Record { return takeSpare(&e.spare) }
 
 // job is a zero job state for a record: a spare one if Clear left any.
-func (e *Effects) job() *store.Job {
-	if n := len(e.spareJobs); n > 0 {
-		sj := e.spareJobs[n-1]
-		e.spareJobs[n-1] = nil
-		e.spareJobs = e.spareJobs[:n-1]
-		return sj
+func (e *Effects) job() *store.Job { return takeSpare(&e.spareJobs) }
+
+// takeSpare takes the last of spare, or a new zero T when there is none.
+func takeSpare[T any](spare *[]*T) *T {
+	n := len(*spare)
+	if n == 0 {
+		return new(T)
 	}
-	return &store.Job{}
+	v := (*spare)[n-1]
+	(*spare)[n-1] = nil
+	*spare = (*spare)[:n-1]
+	return v
 }
 
 // Restore puts a job the log recovered back where the log left it: in
