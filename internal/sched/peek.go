@@ -28,7 +28,7 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 		ageNext:  make([]*Item, len(s.levels)),
 		due:      heapWalk{h: &s.due},
 		late:     heapWalk{h: &s.late},
-		fifoWait: heapWalk{h: &s.fifoWait},
+		fifoWait: fifoWalk{l: &s.fifoWait},
 	}
 	for i := range s.levels {
 		l := &s.levels[i]
@@ -96,7 +96,7 @@ type peeker struct {
 	// waiting for it.
 	late     heapWalk
 	pastFIFO []*Item
-	fifoWait heapWalk
+	fifoWait fifoWalk
 }
 
 func (p *peeker) level(it *Item) int {

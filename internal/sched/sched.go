@@ -176,7 +176,7 @@ func (c Config) Validate() error {
 type Item struct {
 	ID   uint64
 	Tier int           // the level it was assigned; kept across retries
-	Cost time.Duration // predicted duration, used by Bound and ShortestFirst
+	Cost time.Duration // predicted duration, used by Bound and ShortestFirst; Push makes a negative one 0
 	Long bool          // predicted far longer than typical: Bound applies
 
 	// The small fields first, so that they share a word with Long.
@@ -262,9 +262,9 @@ type Scheduler struct {
 	enqWork float64 // predicted seconds of work ever enqueued
 	deqWork float64 // predicted seconds of work dispatched or removed
 
-	// With Bound.Guard: items waiting for their FIFO moment, by FIFO
-	// position, and items past it, by deadline.
-	fifoWait itemHeap
+	// With Bound.Guard: items waiting for their FIFO moment, in push
+	// (and so FIFO position) order, and items past it, by deadline.
+	fifoWait fifoLine
 	late     itemHeap
 	// With Bound.VirtualFIFO, the FIFO run the guard compares with; the
 	// items waiting for their FIFO moment are in its line, not fifoWait.
@@ -307,15 +307,6 @@ func New(cfg Config) (*Scheduler, error) {
 			return a.seq < b.seq
 		},
 		idx: func(it *Item) *int32 { return &it.dueIdx },
-	}
-	s.fifoWait = itemHeap{
-		less: func(a, b *Item) bool {
-			if a.fifoPos != b.fifoPos {
-				return a.fifoPos < b.fifoPos
-			}
-			return a.seq < b.seq
-		},
-		idx: func(it *Item) *int32 { return &it.guardIdx },
 	}
 	s.late = itemHeap{
 		less: func(a, b *Item) bool {
@@ -374,6 +365,9 @@ func (s *Scheduler) LevelLen(i int) int { return s.levels[i].heap.len() }
 func (s *Scheduler) Push(it *Item, now time.Time) error {
 	if it.queued {
 		return ErrQueued
+	}
+	if it.Cost < 0 {
+		it.Cost = 0 // no work is less than none; FIFO positions only grow
 	}
 	if it.seq == 0 {
 		s.seq++
@@ -477,7 +471,8 @@ func (s *Scheduler) detach(it *Item) {
 	switch it.guardIn {
 	case guardFIFO:
 		if s.vf == nil {
-			s.fifoWait.remove(it)
+			it.guardIn = guardNone // its entry is stale from now on
+			s.fifoWait.left()
 		} else if e := s.vf.line.at(uint64(it.fifoPos)); e != nil && e.it == it {
 			e.it = nil // dispatched: the virtual run still runs its work
 		}
@@ -555,8 +550,8 @@ func (s *Scheduler) promote(now time.Time) {
 		s.advanceFIFO(now.UnixNano())
 		return
 	}
-	for it := s.fifoWait.min(); it != nil && it.fifoPos <= s.deqWork; it = s.fifoWait.min() {
-		s.fifoWait.remove(it)
+	for it := s.fifoWait.front(); it != nil && it.fifoPos <= s.deqWork; it = s.fifoWait.front() {
+		s.fifoWait.popFront()
 		s.setDeadline(it, now)
 	}
 }
