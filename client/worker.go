@@ -205,7 +205,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	for range cfg.Concurrency {
 		wg.Go(func() {
 			r := &renewer{s: s}
-			defer r.close()
+			defer r.stop()
 			for {
 				select {
 				case d := <-jobs:
@@ -386,13 +386,15 @@ func (r *renewer) start(d *Delivery, every time.Duration) {
 	r.t.Reset(every)
 }
 
-// stop ends the renewals of the current job.
+// stop ends the renewals of the current job, if any.
 func (r *renewer) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.d = nil
 	r.gen++
-	r.t.Stop()
+	if r.t != nil {
+		r.t.Stop()
+	}
 }
 
 func (r *renewer) fire() {
@@ -408,17 +410,6 @@ func (r *renewer) fire() {
 		r.t.Reset(r.every)
 	}
 	r.mu.Unlock()
-}
-
-// close stops the timer for good.
-func (r *renewer) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.d = nil
-	r.gen++
-	if r.t != nil {
-		r.t.Stop()
-	}
 }
 
 // ack is an ack request and every message in it, so that one allocation
