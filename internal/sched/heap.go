@@ -80,31 +80,3 @@ func (h *itemHeap) down(i0 int) bool {
 	}
 	return i > i0
 }
-
-// ageList is an intrusive FIFO of the items of one level in the order they
-// entered it, so the item that has waited longest at a level is at its head.
-type ageList struct{ head, tail *Item }
-
-func (l *ageList) pushBack(it *Item) {
-	it.agePrev, it.ageNext = l.tail, nil
-	if l.tail != nil {
-		l.tail.ageNext = it
-	} else {
-		l.head = it
-	}
-	l.tail = it
-}
-
-func (l *ageList) remove(it *Item) {
-	if it.agePrev != nil {
-		it.agePrev.ageNext = it.ageNext
-	} else {
-		l.head = it.ageNext
-	}
-	if it.ageNext != nil {
-		it.ageNext.agePrev = it.agePrev
-	} else {
-		l.tail = it.agePrev
-	}
-	it.agePrev, it.ageNext = nil, nil
-}

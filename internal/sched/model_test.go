@@ -386,7 +386,7 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 			if rng.IntN(3) == 0 {
 				r.expires = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
 			}
-			r.it = &Item{ID: id, Tier: r.tier, Cost: r.cost, Long: r.long}
+			r.it = &Item{ID: id, Tier: int8(r.tier), Cost: r.cost, Long: r.long}
 			r.it.SetExpires(r.expires)
 			m.items = append(m.items, r)
 			byItem[r.it] = r

@@ -25,7 +25,7 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 		prom:     make([]int, len(s.levels)),
 		walks:    make([]heapWalk, len(s.levels)),
 		in:       make([][]*Item, len(s.levels)),
-		ageNext:  make([]*Item, len(s.levels)),
+		ages:     make([]ageWalk, len(s.levels)),
 		due:      heapWalk{h: &s.due},
 		late:     heapWalk{h: &s.late},
 		fifoWait: fifoWalk{l: &s.fifoWait},
@@ -35,7 +35,7 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 		p.credit[i] = l.credit
 		p.prom[i] = l.promoted
 		p.walks[i] = heapWalk{h: &l.heap}
-		p.ageNext[i] = l.age.head
+		p.ages[i] = ageWalk{l: &l.age}
 	}
 	if v := s.vf; v != nil {
 		p.vdone = v.started
@@ -87,7 +87,7 @@ type peeker struct {
 	prom     []int      // each level's promoted count as it would be
 	walks    []heapWalk // each level's own items, in its order
 	in       [][]*Item  // items aged into each level, in its order
-	ageNext  []*Item    // each level's age list, as far as aging has read it
+	ages     []ageWalk  // each level's age line, as far as aging has read it
 	due      heapWalk
 	// deadline holds the deadlines this Peek gave.
 	deadline map[*Item]int64
@@ -151,14 +151,16 @@ func (p *peeker) age() {
 	}
 	for i := 1; i < len(s.levels); i++ {
 		for {
-			it := p.ageNext[i]
-			for it != nil && (p.gone[it] || p.level(it) != i) {
-				it = it.ageNext
+			w := &p.ages[i]
+			e, ok := w.peek()
+			for ok && (p.gone[e.it] || p.level(e.it) != i) {
+				w.next()
+				e, ok = w.peek()
 			}
-			p.ageNext[i] = it
-			if it == nil || p.now.UnixNano()-it.levelAt < int64(s.cfg.AgeAfter[i]) {
+			if !ok || p.now.UnixNano()-e.at < int64(s.cfg.AgeAfter[i]) {
 				break
 			}
+			it := e.it
 			if s.cfg.Aging == AgingPausing && p.prom[i-1] > 0 {
 				break
 			}
@@ -170,7 +172,7 @@ func (p *peeker) age() {
 			p.insert(i-1, it)
 			// An item aged now entered its new level now: it is not old
 			// enough there to move again at this now, so it never needs
-			// to be on that level's age list.
+			// to be on that level's age line.
 		}
 	}
 }

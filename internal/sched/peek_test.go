@@ -52,7 +52,7 @@ func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 		switch k := r.IntN(10); {
 		case k < 6 || len(out) == 0:
 			id++
-			it := &Item{ID: id, Tier: r.IntN(levels), Cost: time.Duration(1+r.IntN(5)) * 100 * time.Millisecond, Long: r.IntN(8) == 0}
+			it := &Item{ID: id, Tier: int8(r.IntN(levels)), Cost: time.Duration(1+r.IntN(5)) * 100 * time.Millisecond, Long: r.IntN(8) == 0}
 			if r.IntN(4) == 0 {
 				it.SetExpires(now.Add(time.Duration(r.IntN(3000)) * time.Millisecond))
 			}
@@ -130,7 +130,7 @@ func TestPeekEmptyAndZero(t *testing.T) {
 func BenchmarkPeek100Of1M(b *testing.B) {
 	s := mustNew(b, Config{Levels: 3, Discipline: Strict, ShortestFirst: true})
 	for i := range 1_000_000 {
-		mustPush(b, s, t0, &Item{ID: uint64(i + 1), Tier: i % 3, Cost: time.Duration(i%977) * time.Millisecond})
+		mustPush(b, s, t0, &Item{ID: uint64(i + 1), Tier: int8(i % 3), Cost: time.Duration(i%977) * time.Millisecond})
 	}
 	b.ReportAllocs()
 	var buf []*Item

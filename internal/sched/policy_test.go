@@ -151,7 +151,7 @@ func TestQueueClassify(t *testing.T) {
 			}
 			it := &Item{}
 			pr := q.Classify(it, q.Predictor.KeyFor("q", "p", tt.jobType, 0))
-			if it.Tier != tt.want || !pr.Made || it.Cost != pr.Cost || it.Long != pr.Long {
+			if int(it.Tier) != tt.want || !pr.Made || it.Cost != pr.Cost || it.Long != pr.Long {
 				t.Errorf("tier %d, prediction %+v; want tier %d", it.Tier, pr, tt.want)
 			}
 			if err := q.Push(it, t0); err != nil {
@@ -200,7 +200,7 @@ func TestQueueLearns(t *testing.T) {
 		t.Errorf("short key tier %d cost %v, long key tier %d cost %v", a.Tier, a.Cost, b.Tier, b.Cost)
 	}
 	o := &Item{}
-	if pr := q.ClassifyKnown(o, 2*time.Second); o.Cost != 2*time.Second || o.Tier != pr.Tier || o.Tier != pol.Sched.Levels-1 {
+	if pr := q.ClassifyKnown(o, 2*time.Second); o.Cost != 2*time.Second || int(o.Tier) != pr.Tier || int(o.Tier) != pol.Sched.Levels-1 {
 		t.Errorf("ClassifyKnown: %+v, prediction %+v", o, pr)
 	}
 }
@@ -217,7 +217,7 @@ func benchSched(b *testing.B, cfg Config, resident int, longEvery int, workers i
 	s.SetWorkers(workers, t0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	item := func(id uint64, it *Item) {
-		*it = Item{ID: id, Tier: rng.IntN(cfg.Levels), Cost: time.Duration(1+rng.IntN(1000)) * time.Millisecond,
+		*it = Item{ID: id, Tier: int8(rng.IntN(cfg.Levels)), Cost: time.Duration(1+rng.IntN(1000)) * time.Millisecond,
 			Long: longEvery > 0 && rng.IntN(longEvery) == 0}
 	}
 	pool := make([]Item, resident)

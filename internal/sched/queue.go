@@ -53,13 +53,13 @@ func (q *Queue) Classify(it *Item, k predict.Key) predict.Prediction {
 	case q.Policy.Shadow:
 		it.Tier = 0
 	case q.Policy.UsePredictor:
-		it.Tier = pr.Tier
+		it.SetTier(pr.Tier)
 	case q.Policy.StaticTiers != nil:
 		t, ok := q.Policy.StaticTiers[k.JobType]
 		if !ok {
 			t = q.Policy.Sched.Levels / 2
 		}
-		it.Tier = t
+		it.SetTier(t)
 	default:
 		it.Tier = 0
 	}
@@ -71,7 +71,7 @@ func (q *Queue) Classify(it *Item, k predict.Key) predict.Prediction {
 func (q *Queue) ClassifyKnown(it *Item, cost time.Duration) predict.Prediction {
 	pr := q.Predictor.Place(cost)
 	it.Cost = pr.Cost
-	it.Tier = pr.Tier
+	it.SetTier(pr.Tier)
 	it.Long = pr.Long
 	return pr
 }

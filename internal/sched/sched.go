@@ -49,6 +49,9 @@ type Config struct {
 	ShortestFirst bool
 }
 
+// maxLevels is the most levels a scheduler may have.
+const maxLevels = 64
+
 // Bound keeps shortest-first scheduling honest toward FIFO: toward the
 // longest work, which it would otherwise starve, and (with Guard) toward
 // every message.
@@ -111,8 +114,8 @@ type Bound struct {
 
 // Validate reports the first setting that makes no sense.
 func (c Config) Validate() error {
-	if c.Levels < 1 || c.Levels > 64 {
-		return fmt.Errorf("sched: levels must be 1 to 64, got %d", c.Levels)
+	if c.Levels < 1 || c.Levels > maxLevels {
+		return fmt.Errorf("sched: levels must be 1 to %d, got %d", maxLevels, c.Levels)
 	}
 	switch c.Discipline {
 	case Strict:
@@ -175,25 +178,24 @@ func (c Config) Validate() error {
 // message from the Item's address (delivery.Job does).
 type Item struct {
 	ID   uint64
-	Tier int           // the level it was assigned; kept across retries
 	Cost time.Duration // predicted duration, used by Bound and ShortestFirst; Push makes a negative one 0
 	Long bool          // predicted far longer than typical: Bound applies
+	Tier int8          // the level it was assigned (Push clamps it to the levels there are); kept across retries
 
-	// The small fields first, so that they share a word with Long.
+	// The small fields next, so that they share a word with Long and Tier.
 	guardIn  int8 // guardNone, guardFIFO or guardLate
 	queued   bool
 	promoted bool
-	level    int32
+	level    int8 // Config.Levels is at most 64
 	// Its index in each heap it is in (-1 when not).
 	levelIdx int32
 	dueIdx   int32
 	ttlIdx   int32
 	guardIdx int32
+	ageIdx   int32 // its entry's number in its level's age line, when the scheduler ages
 
-	seq     uint64
-	due     float64
-	agePrev *Item
-	ageNext *Item
+	seq uint64
+	due float64
 	// The guard's view: its FIFO position (the predicted work pushed
 	// before it; with Bound.VirtualFIFO, its ticket in the virtual run's
 	// line), when it was pushed and its deadline once it passed its FIFO
@@ -201,9 +203,11 @@ type Item struct {
 	fifoPos  float64
 	pushedAt int64
 	guardAt  int64
-	levelAt  int64 // when it entered its current level (Unix nanoseconds)
 	expires  int64 // its TTL's end (Unix nanoseconds); 0 is never
 }
+
+// SetTier sets the item's Tier, clamped to the levels a scheduler may have.
+func (it *Item) SetTier(t int) { it.Tier = int8(min(max(t, 0), maxLevels-1)) }
 
 // SetExpires sets when the item's TTL runs out (the zero time is never).
 // Set it before Push.
@@ -242,9 +246,9 @@ func (it *Item) Queued() bool { return it.queued }
 
 type level struct {
 	heap     itemHeap
-	age      ageList
-	promoted int // items that aged into this level and are still here
-	credit   int // smooth weighted round robin
+	age      ageLine // with aging on: the items in the order they entered the level
+	promoted int     // items that aged into this level and are still here
+	credit   int     // smooth weighted round robin
 }
 
 // Scheduler is a multi-level queue with a policy. Not safe for concurrent use.
@@ -298,6 +302,7 @@ func New(cfg Config) (*Scheduler, error) {
 			}
 		}
 		s.levels[i].heap = itemHeap{less: less, idx: func(it *Item) *int32 { return &it.levelIdx }}
+		s.levels[i].age.level = int8(i)
 	}
 	s.due = itemHeap{
 		less: func(a, b *Item) bool {
@@ -374,9 +379,9 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		it.seq = s.seq
 	}
 	it.queued = true
-	it.Tier = min(max(it.Tier, 0), s.cfg.Levels-1)
+	it.Tier = min(max(it.Tier, 0), int8(s.cfg.Levels-1))
 	it.promoted = false
-	s.place(it, it.Tier, now)
+	s.place(it, int(it.Tier), now)
 	if it.expires != 0 {
 		s.ttl.push(it)
 	} else {
@@ -421,11 +426,12 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 }
 
 func (s *Scheduler) place(it *Item, lv int, now time.Time) {
-	it.level = int32(lv)
-	it.levelAt = now.UnixNano()
+	it.level = int8(lv)
 	l := &s.levels[lv]
 	l.heap.push(it)
-	l.age.pushBack(it)
+	if s.cfg.Aging != AgingOff {
+		l.age.push(it, now.UnixNano())
+	}
 	if it.promoted {
 		l.promoted++
 	}
@@ -434,7 +440,9 @@ func (s *Scheduler) place(it *Item, lv int, now time.Time) {
 func (s *Scheduler) unplace(it *Item) {
 	l := &s.levels[it.level]
 	l.heap.remove(it)
-	l.age.remove(it)
+	if s.cfg.Aging != AgingOff {
+		l.age.left()
+	}
 	if it.promoted {
 		l.promoted--
 	}
@@ -636,10 +644,12 @@ func (s *Scheduler) age(now time.Time) {
 	}
 	for i := 1; i < len(s.levels); i++ {
 		l := &s.levels[i]
-		for it := l.age.head; it != nil; it = l.age.head {
-			if now.UnixNano()-it.levelAt < int64(s.cfg.AgeAfter[i]) {
+		for {
+			e, ok := l.age.front()
+			if !ok || now.UnixNano()-e.at < int64(s.cfg.AgeAfter[i]) {
 				break
 			}
+			it := e.it
 			if s.cfg.Aging == AgingPausing && s.levels[i-1].promoted > 0 {
 				break
 			}

@@ -85,7 +85,7 @@ func TestWeightedShares(t *testing.T) {
 	s := mustNew(t, pol.Sched)
 	const perLevel = 20_000
 	for i := range 3 * perLevel {
-		mustPush(t, s, t0, &Item{ID: uint64(i), Tier: i % 3})
+		mustPush(t, s, t0, &Item{ID: uint64(i), Tier: int8(i % 3)})
 	}
 	const window = 8 + 3 + 1
 	const pops = 1000 * window
@@ -108,7 +108,7 @@ func TestWeightedShares(t *testing.T) {
 	// An empty level's share goes to the others in their own ratio.
 	s = mustNew(t, pol.Sched)
 	for i := range 2000 {
-		mustPush(t, s, t0, &Item{ID: uint64(i), Tier: 1 + i%2})
+		mustPush(t, s, t0, &Item{ID: uint64(i), Tier: int8(1 + i%2)})
 	}
 	got := [3]int{}
 	for range 1000 {

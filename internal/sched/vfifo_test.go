@@ -137,7 +137,7 @@ func checkVirtualFIFO(t *testing.T, seed uint64, dispatch bool) {
 		}
 		switch {
 		case k < 5 || len(items) == 0:
-			it := &Item{ID: uint64(op), Tier: r.IntN(cfg.Levels), Cost: time.Duration(r.IntN(1200)) * time.Millisecond, Long: r.IntN(10) == 0}
+			it := &Item{ID: uint64(op), Tier: int8(r.IntN(cfg.Levels)), Cost: time.Duration(r.IntN(1200)) * time.Millisecond, Long: r.IntN(10) == 0}
 			if r.IntN(6) == 0 {
 				it.SetExpires(now.Add(time.Duration(r.IntN(2000)) * time.Millisecond))
 			}
