@@ -259,8 +259,9 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 				continue
 			}
 		}
-		j := &delivery.Job{SizeHint: m.SizeHint, Payload: m.Payload, MaxAttempts: int32(m.MaxAttempts)}
+		j := &delivery.Job{Payload: m.Payload, MaxAttempts: int32(m.MaxAttempts)}
 		j.SetOptions(m.Headers, m.TTL, m.RetryBase, m.RetryMax)
+		j.SetSizeHint(m.SizeHint)
 		names := delivery.Names{Producer: m.Producer, JobType: m.JobType}
 		if err := b.reserve(j, names, q.name); err != nil {
 			out = append(out, Result{Err: err})

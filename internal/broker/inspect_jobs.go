@@ -82,9 +82,11 @@ func (b *Broker) InFlightJobs(name string, limit int) ([]InFlightJob, error) {
 	q.line.Each(nil, func(j *delivery.Job) {
 		f := InFlightJob{
 			ID: j.ID, Producer: j.Producer(), JobType: j.JobType(),
-			Attempt: j.Attempt(), Cost: j.Cost(), Leased: j.Leased(), Deadline: j.Deadline(),
+			Attempt: j.Attempt(), Cost: j.Cost(), Deadline: j.Deadline(),
 		}
-		if c := q.cons[j.Holder()]; c != nil {
+		h, leased, _ := q.line.Flight(j)
+		f.Leased = leased
+		if c := q.cons[h]; c != nil {
 			f.Consumer = c.name
 		}
 		out = append(out, f)

@@ -19,7 +19,6 @@ import (
 type Job struct {
 	ID          string
 	names       *Names // interned by the Line: see Admit
-	SizeHint    uint64
 	Payload     []byte
 	opts        *options // nil for a job with none (most): see SetOptions
 	MaxAttempts int32    // 0 takes the queue's default
@@ -41,13 +40,13 @@ type Job struct {
 	predTier                      int8
 	deaths                        uint32 // times dead-lettered
 	gen                           uint32 // the scheduler generation the item was last pushed to
-	holder                        Holder
 
 	item      sched.Item // jobOf finds the job from it
 	published int64      // PublishedAt as Unix nanoseconds
 	enqueued  int64      // when it took its place in line (Unix nanoseconds)
 	deadline  int64      // in flight: the lease's end; delayed: when it is due; dead: when it died (nanos)
-	leased    int64      // when the current delivery started (Unix nanoseconds)
+	// Who holds a job in flight and since when are the Line's (held), not
+	// every waiting job's.
 }
 
 // Names are who published a job and what kind it is. A Line keeps one
@@ -79,16 +78,51 @@ type options struct {
 	headers             map[string]string
 	ttl                 time.Duration
 	retryBase, retryMax time.Duration
+	// A size hint other than the payload's size (see SetSizeHint).
+	sizeHint uint64
+	sized    bool
 }
 
 // SetOptions sets the job's headers, TTL (0 takes the queue's default)
-// and retry backoff (0 takes the queue's).
+// and retry backoff (0 takes the queue's). It keeps the size hint.
 func (j *Job) SetOptions(headers map[string]string, ttl, retryBase, retryMax time.Duration) {
-	if len(headers) == 0 && ttl == 0 && retryBase == 0 && retryMax == 0 {
+	o := options{headers: headers, ttl: ttl, retryBase: retryBase, retryMax: retryMax}
+	if j.opts != nil {
+		o.sizeHint, o.sized = j.opts.sizeHint, j.opts.sized
+	}
+	j.setOptions(o)
+}
+
+// setOptions keeps a copy of o apart, or nothing when o is all defaults
+// (and then allocates nothing).
+func (j *Job) setOptions(o options) {
+	if len(o.headers) == 0 && o.ttl == 0 && o.retryBase == 0 && o.retryMax == 0 && !o.sized {
 		j.opts = nil
 		return
 	}
-	j.opts = &options{headers: headers, ttl: ttl, retryBase: retryBase, retryMax: retryMax}
+	j.opts = new(options)
+	*j.opts = o
+}
+
+// SetSizeHint sets what the predictor's size bucket reads for the job. Set
+// Payload first: a hint equal to the payload's size (the broker's default)
+// costs the job nothing, any other takes a place among its options.
+func (j *Job) SetSizeHint(n uint64) {
+	o := options{}
+	if j.opts != nil {
+		o = *j.opts
+	}
+	o.sizeHint, o.sized = n, n != uint64(len(j.Payload))
+	j.setOptions(o)
+}
+
+// SizeHint is what the predictor's size bucket reads: the payload's size
+// unless SetSizeHint said otherwise.
+func (j *Job) SizeHint() uint64 {
+	if j.opts != nil && j.opts.sized {
+		return j.opts.sizeHint
+	}
+	return uint64(len(j.Payload))
 }
 
 // Headers are the job's headers; the caller must not change them.
@@ -143,7 +177,7 @@ func (j *Job) Attempt() int { return int(j.attempt) }
 func (j *Job) Seq() uint64 { return j.item.ID }
 
 // Tier is the tier the job was given.
-func (j *Job) Tier() int { return j.item.Tier }
+func (j *Job) Tier() int { return int(j.item.Tier) }
 
 // Level is the level the job waits at now, after any aging.
 func (j *Job) Level() int { return j.item.Level() }
@@ -199,12 +233,6 @@ func fromNanos(n int64) time.Time {
 	}
 	return time.Unix(0, n).UTC()
 }
-
-// Leased is when the current delivery started.
-func (j *Job) Leased() time.Time { return time.Unix(0, j.leased) }
-
-// Holder is who holds the job; zero unless it is in flight.
-func (j *Job) Holder() Holder { return j.holder }
 
 // Scheduled reports whether the job waits for its run-at time and has not
 // yet been in line.

@@ -161,8 +161,8 @@ type Line struct {
 	leases  timeHeap // in flight, by lease end
 	delayed timeHeap // not yet due, by due time
 	dead    []DeadLetterEntry
-	held    map[string]*Job // in flight, by id; the job's holder says whose
-	holders Holder          // the last Holder handed out
+	held    map[string]flight // in flight, by id
+	holders Holder            // the last Holder handed out
 	names   map[Names]*Names
 	expBuf  []*sched.Item
 	// byID finds a held job by its id, for Cancel. It is nil until the
@@ -181,7 +181,7 @@ type Line struct {
 
 // New returns an empty Line for the queue name, scheduling with sq.
 func New(name string, cfg Config, sq *sched.Queue) *Line {
-	return &Line{name: name, cfg: cfg, sq: sq, gen: 1, held: map[string]*Job{}}
+	return &Line{name: name, cfg: cfg, sq: sq, gen: 1, held: map[string]flight{}}
 }
 
 // Name is the queue's name.
@@ -219,12 +219,29 @@ func (l *Line) Stale(j *Job) bool { return j.gen != l.gen }
 // Held is how many jobs h holds: O(jobs in flight).
 func (l *Line) Held(h Holder) int {
 	n := 0
-	for _, j := range l.held {
-		if j.holder == h {
+	for _, f := range l.held {
+		if f.holder == h {
 			n++
 		}
 	}
 	return n
+}
+
+// flight is a job in flight: who holds it, and since when.
+type flight struct {
+	job    *Job
+	holder Holder
+	leased int64 // Unix nanoseconds
+}
+
+// Flight reports who holds j and since when its current delivery started,
+// or false if j is not in flight.
+func (l *Line) Flight(j *Job) (Holder, time.Time, bool) {
+	f, ok := l.held[j.ID]
+	if !ok || f.job != j {
+		return 0, time.Time{}, false
+	}
+	return f.holder, time.Unix(0, f.leased), true
 }
 
 // Admit readies j, a new job, for the line at now: it fills in the
@@ -315,7 +332,7 @@ func (l *Line) intern(n Names) *Names {
 // keyOf is j's predictor key, rebuilt when needed rather than kept on every
 // waiting job.
 func (l *Line) keyOf(j *Job) predict.Key {
-	return l.sq.Predictor.KeyFor(l.name, j.Producer(), j.JobType(), j.SizeHint)
+	return l.sq.Predictor.KeyFor(l.name, j.Producer(), j.JobType(), j.SizeHint())
 }
 
 // push puts j (new or retried) in line.
@@ -358,11 +375,9 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 	j := jobOf(it)
 	l.logID(store.KindDeliver, j)
 	j.attempt++
-	j.holder = h
-	j.leased = now.UnixNano()
 	j.deadline = nanos(now.Add(l.cfg.Lease))
 	l.leases.push(j)
-	l.held[j.ID] = j
+	l.held[j.ID] = flight{job: j, holder: h, leased: now.UnixNano()}
 	l.Stats.Delivered++
 	if j.attempt > 1 {
 		l.Stats.Redelivered++
@@ -372,8 +387,8 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 
 // heldBy is the job id that h holds, or nil.
 func (l *Line) heldBy(h Holder, id string) *Job {
-	if j := l.held[id]; j != nil && j.holder == h {
-		return j
+	if f, ok := l.held[id]; ok && f.holder == h {
+		return f.job
 	}
 	return nil
 }
@@ -382,7 +397,6 @@ func (l *Line) heldBy(h Holder, id string) *Job {
 func (l *Line) settle(j *Job) {
 	l.leases.remove(j)
 	delete(l.held, j.ID)
-	j.holder = 0
 	l.Fx.Settled++
 }
 
@@ -525,9 +539,9 @@ func (l *Line) Detach(h Holder, now time.Time) {
 // does does not depend on map order.
 func (l *Line) heldSorted(h Holder) []*Job {
 	var js []*Job
-	for _, j := range l.held {
-		if j.holder == h {
-			js = append(js, j)
+	for _, f := range l.held {
+		if f.holder == h {
+			js = append(js, f.job)
 		}
 	}
 	slices.SortFunc(js, func(a, b *Job) int { return cmp.Compare(a.item.ID, b.item.ID) })
@@ -645,28 +659,34 @@ func (l *Line) Cancel(id string) (State, error) {
 		l.Each(add, add, add, func(d DeadLetterEntry) { add(d.Job) })
 	}
 	j := l.byID[id]
-	switch {
-	case j == nil || j.dead:
+	if j == nil || j.dead {
 		return "", ErrNotFound
-	case j.holder != 0:
+	}
+	if h, _, ok := l.Flight(j); ok {
 		if !j.cancelled {
 			j.cancelled = true
 			l.Stats.Cancelled++
 			l.logID(store.KindRemove, j) // a restart must not bring it back
-			l.Fx.Cancels = append(l.Fx.Cancels, Cancel{Holder: j.holder, ID: id})
+			l.Fx.Cancels = append(l.Fx.Cancels, Cancel{Holder: h, ID: id})
 		}
 		return Running, nil
-	case j.heapIdx >= 0:
+	}
+	if j.heapIdx >= 0 {
 		l.delayed.remove(j)
 		l.drop(j)
 		l.Stats.Cancelled++
 		return Delayed, nil
-	default:
-		l.sq.Remove(&j.item)
-		l.drop(j)
-		l.Stats.Cancelled++
-		return Waiting, nil
 	}
+	l.sq.Remove(&j.item)
+	l.drop(j)
+	l.Stats.Cancelled++
+	return Waiting, nil
+}
+
+// inFlight reports whether j is delivered and not settled.
+func (l *Line) inFlight(j *Job) bool {
+	_, _, ok := l.Flight(j)
+	return ok
 }
 
 // Purge drops every waiting job and says how many; jobs in flight and
@@ -884,7 +904,7 @@ func (l *Line) StateRecordTo(s *Snapshot, i int, r *store.Record) bool {
 			}
 		}
 		l.fill(r, j, store.Dead, reason, fromNanos(j.deadline))
-	case j.heapIdx >= 0 && j.holder == 0:
+	case j.heapIdx >= 0 && !l.inFlight(j):
 		l.fill(r, j, store.Delayed, "", time.Time{})
 	default: // waiting, or running and written as ready
 		l.fill(r, j, store.Ready, "", time.Time{})
@@ -906,9 +926,9 @@ func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, d
 		sj = l.Fx.job()
 	}
 	*sj = store.Job{
-		ID: j.ID, Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint,
+		ID: j.ID, Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint(),
 		Payload: j.Payload, Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
-		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: j.item.Tier, Cost: j.item.Cost,
+		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: int(j.item.Tier), Cost: j.item.Cost,
 		Long: j.item.Long, Reset: j.gen != l.gen, Enqueued: j.Enqueued(), Expires: j.Expires(),
 		Attempts: int(j.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: j.scheduled,
 	}
@@ -958,12 +978,14 @@ func takeSpare[T any](spare *[]*T) *T {
 // writes no records; jobs must come in publish order.
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
-		ID: sj.ID, names: l.intern(Names{sj.Producer, sj.JobType}), SizeHint: sj.SizeHint,
+		ID: sj.ID, names: l.intern(Names{sj.Producer, sj.JobType}),
 		Payload: sj.Payload, MaxAttempts: int32(sj.MaxAttempts), published: nanos(sj.PublishedAt),
 		attempt: int32(sj.Attempts), heapIdx: -1, scheduled: sj.Scheduled,
 	}
 	j.SetOptions(sj.Headers, sj.TTL, sj.RetryBase, sj.RetryMax)
-	j.item = sched.Item{ID: sj.Seq, Tier: min(sj.Tier, l.sq.Config().Levels-1), Cost: sj.Cost, Long: sj.Long}
+	j.SetSizeHint(sj.SizeHint)
+	j.item = sched.Item{ID: sj.Seq, Cost: sj.Cost, Long: sj.Long}
+	j.item.SetTier(min(sj.Tier, l.sq.Config().Levels-1))
 	j.item.SetExpires(sj.Expires)
 	j.enqueued = nanos(sj.Enqueued)
 	j.predTier = int8(sj.Tier)

@@ -6,7 +6,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
@@ -184,6 +186,65 @@ func TestJobOf(t *testing.T) {
 	j := &Job{ID: "alone"}
 	if got := jobOf(&j.item); got != j || got.ID != "alone" {
 		t.Fatalf("jobOf = %p, want %p", got, j)
+	}
+}
+
+// A waiting job is held by the million: the Job must stay within its
+// allocation size class (208 bytes) and its scheduler item within 96, or
+// every waiting job pays for what was added.
+func TestJobSize(t *testing.T) {
+	if n := unsafe.Sizeof(Job{}); n > 208 {
+		t.Errorf("a Job is %d bytes, more than 208", n)
+	}
+	if n := unsafe.Sizeof(sched.Item{}); n > 96 {
+		t.Errorf("a scheduler item is %d bytes, more than 96", n)
+	}
+}
+
+// A size hint equal to the payload's size costs the job nothing; another
+// is kept among its options, through SetOptions either side of it, and
+// goes into the job's record.
+func TestSizeHint(t *testing.T) {
+	t.Parallel()
+	j := &Job{Payload: make([]byte, 4096)}
+	j.SetSizeHint(4096)
+	if j.opts != nil || j.SizeHint() != 4096 {
+		t.Fatalf("hint of the payload's size: options %v, hint %d", j.opts, j.SizeHint())
+	}
+	j.SetSizeHint(1 << 40)
+	j.SetOptions(map[string]string{"trace": "ünïcode"}, time.Minute, 0, 0)
+	if j.SizeHint() != 1<<40 || j.TTL() != time.Minute || j.Headers()["trace"] != "ünïcode" {
+		t.Fatalf("hint %d, TTL %v, headers %v after SetOptions", j.SizeHint(), j.TTL(), j.Headers())
+	}
+	j.SetOptions(nil, 0, 0, 0)
+	if j.SizeHint() != 1<<40 || j.opts == nil {
+		t.Fatalf("options cleared: hint %d", j.SizeHint())
+	}
+	j.SetSizeHint(4096)
+	if j.opts != nil {
+		t.Fatalf("no options left, yet kept %+v", *j.opts)
+	}
+	j.SetSizeHint(0) // an empty hint on a payload is a hint all the same
+	if j.SizeHint() != 0 {
+		t.Fatalf("hint %d, want 0", j.SizeHint())
+	}
+
+	cfg := modelConfig()
+	cfg.Durable = true
+	l := newLine(t, cfg)
+	now := t0
+	j = &Job{ID: "hinted", Payload: []byte("x")}
+	j.SetSizeHint(12345)
+	r, err := l.Admit(j, Names{"p", "t"}, time.Time{}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Job.SizeHint != 12345 {
+		t.Fatalf("record's hint %d, want 12345", r.Job.SizeHint)
+	}
+	l2 := newLine(t, cfg)
+	if got := l2.Restore(r.Job, false, now); got.SizeHint() != 12345 {
+		t.Fatalf("restored hint %d, want 12345", got.SizeHint())
 	}
 }
 
