@@ -217,11 +217,17 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // runBareQueue serves the bare gRPC queue of the bare-grpc arm until ctx
 // ends, printing the line bench cost waits for once it listens.
 func runBareQueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench "+bench.BareQueueCommand, "bench "+bench.BareQueueCommand+" [--addr 127.0.0.1:0]", stderr)
+	fs := newFlags("bench "+bench.BareQueueCommand, "bench "+bench.BareQueueCommand+" [--addr 127.0.0.1:0] [--cpuprofile FILE]", stderr)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file, closed at shutdown (to compare with harbinger serve --cpuprofile)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	stop, err := startProfiles(*cpuProfile, "")
+	if err != nil {
+		return err
+	}
+	defer stop()
 	return bench.ServeBareQueue(ctx, *addr, func(a string) { fmt.Fprintln(stdout, bench.BareQueueReady(a)) })
 }
 
