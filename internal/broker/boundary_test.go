@@ -46,7 +46,7 @@ func waiting(t *testing.T, tb *testBundle, queue, id string) *delivery.Job {
 	defer q.mu.Unlock()
 	var found *delivery.Job
 	q.line.Each(func(j *delivery.Job) {
-		if j.ID == id {
+		if j.ID() == id {
 			found = j
 		}
 	}, nil, nil, nil)

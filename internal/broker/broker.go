@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -267,15 +268,16 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 			out = append(out, Result{Err: err})
 			continue
 		}
-		j.ID = b.ids.next()
+		b.ids.give(j)
 		if err := q.publishLocked(j, names, m.RunAt, now); err != nil {
 			b.release(j)
 			out = append(out, Result{Err: err})
 			continue
 		}
-		m.ID, m.PublishedAt = j.ID, j.PublishedAt()
+		m.ID, m.PublishedAt = j.ID(), j.PublishedAt()
 		if m.UniqueKey != "" {
-			q.claimLocked(m.UniqueKey, m.ID, now.Add(m.UniqueFor))
+			// A copy: the index outlives the job, whose id m.ID points into.
+			q.claimLocked(m.UniqueKey, strings.Clone(m.ID), now.Add(m.UniqueFor))
 		}
 		out = append(out, Result{ID: m.ID})
 		if q.lastPos > wait {

@@ -47,7 +47,7 @@ func (b *Broker) WaitingJobs(name string, limit int) ([]WaitingJob, error) {
 	out := make([]WaitingJob, len(jobs))
 	for i, j := range jobs {
 		out[i] = WaitingJob{
-			ID: j.ID, Producer: j.Producer(), JobType: j.JobType(),
+			ID: j.ID(), Producer: j.Producer(), JobType: j.JobType(),
 			Tier: j.Tier(), Level: j.Level(), Cost: j.Cost(), Long: j.Long(), Cold: j.Prediction().Cold,
 			Attempts: j.Attempt(), Enqueued: j.Enqueued(), Expires: j.Expires(),
 		}
@@ -81,7 +81,7 @@ func (b *Broker) InFlightJobs(name string, limit int) ([]InFlightJob, error) {
 	out := make([]InFlightJob, 0, q.line.InFlight())
 	q.line.Each(nil, func(j *delivery.Job) {
 		f := InFlightJob{
-			ID: j.ID, Producer: j.Producer(), JobType: j.JobType(),
+			ID: j.ID(), Producer: j.Producer(), JobType: j.JobType(),
 			Attempt: j.Attempt(), Cost: j.Cost(), Deadline: j.Deadline(),
 		}
 		h, leased, _ := q.line.Flight(j)

@@ -136,7 +136,7 @@ func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
 
 func (q *queue) delivery(j *delivery.Job) Delivery {
 	return Delivery{
-		ID: j.ID, Queue: q.name, Producer: j.Producer(), JobType: j.JobType(),
+		ID: j.ID(), Queue: q.name, Producer: j.Producer(), JobType: j.JobType(),
 		SizeHint: j.SizeHint(), Payload: j.Payload, Headers: j.Headers(),
 		Attempt: j.Attempt(), PublishedAt: j.PublishedAt(), Lease: q.cfg.Lease,
 		Tier: j.Tier(), Predicted: j.Prediction().Cost,

@@ -17,7 +17,10 @@ import (
 // together, and only what a stored job needs (a publish's delay, unique key
 // and queue name live elsewhere).
 type Job struct {
-	ID          string
+	// The job's id, kept in the job itself rather than in a string of its
+	// own: ID returns a string that points here (see SetID).
+	id          [maxInlineID]byte
+	idLen       uint8  // bytes of id in use; longID when the id is in opts
 	names       *Names // interned by the Line: see Admit
 	Payload     []byte
 	opts        *options // nil for a job with none (most): see SetOptions
@@ -81,14 +84,70 @@ type options struct {
 	// A size hint other than the payload's size (see SetSizeHint).
 	sizeHint uint64
 	sized    bool
+	// An id too long to keep in the job (see SetID).
+	id string
+}
+
+// maxInlineID is the longest id a job keeps in itself: the broker's are
+// 9 to 15 bytes up to 34 billion jobs a run (see broker's idGen). Longer
+// ones take a place among the options.
+const maxInlineID = 15
+
+// longID marks a job whose id is in its options.
+const longID = 0xff
+
+// SetID sets the job's id. Set it once, before Admit (or Restore): the
+// strings ID has returned point into the job and must not change.
+func (j *Job) SetID(id string) {
+	if len(id) <= maxInlineID {
+		j.idLen = uint8(copy(j.id[:], id))
+		j.dropLongID()
+		return
+	}
+	o := options{}
+	if j.opts != nil {
+		o = *j.opts
+	}
+	o.id = id
+	j.setOptions(o)
+	j.idLen = longID
+}
+
+// SetIDBytes is SetID from bytes, for an id built in a buffer: an id the
+// job keeps in itself costs no allocation.
+func (j *Job) SetIDBytes(id []byte) {
+	if len(id) <= maxInlineID {
+		j.idLen = uint8(copy(j.id[:], id))
+		j.dropLongID()
+		return
+	}
+	j.SetID(string(id))
+}
+
+// dropLongID forgets an id kept among the options.
+func (j *Job) dropLongID() {
+	if j.opts != nil && j.opts.id != "" {
+		o := *j.opts
+		o.id = ""
+		j.setOptions(o)
+	}
+}
+
+// ID is the job's id. It allocates nothing: the string points into the
+// job (or its options), which it keeps alive.
+func (j *Job) ID() string {
+	if j.idLen == longID {
+		return j.opts.id
+	}
+	return unsafe.String(&j.id[0], int(j.idLen))
 }
 
 // SetOptions sets the job's headers, TTL (0 takes the queue's default)
-// and retry backoff (0 takes the queue's). It keeps the size hint.
+// and retry backoff (0 takes the queue's). It keeps the size hint and id.
 func (j *Job) SetOptions(headers map[string]string, ttl, retryBase, retryMax time.Duration) {
 	o := options{headers: headers, ttl: ttl, retryBase: retryBase, retryMax: retryMax}
 	if j.opts != nil {
-		o.sizeHint, o.sized = j.opts.sizeHint, j.opts.sized
+		o.sizeHint, o.sized, o.id = j.opts.sizeHint, j.opts.sized, j.opts.id
 	}
 	j.setOptions(o)
 }
@@ -96,7 +155,7 @@ func (j *Job) SetOptions(headers map[string]string, ttl, retryBase, retryMax tim
 // setOptions keeps a copy of o apart, or nothing when o is all defaults
 // (and then allocates nothing).
 func (j *Job) setOptions(o options) {
-	if len(o.headers) == 0 && o.ttl == 0 && o.retryBase == 0 && o.retryMax == 0 && !o.sized {
+	if len(o.headers) == 0 && o.ttl == 0 && o.retryBase == 0 && o.retryMax == 0 && !o.sized && o.id == "" {
 		j.opts = nil
 		return
 	}

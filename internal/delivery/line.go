@@ -237,7 +237,7 @@ type flight struct {
 // Flight reports who holds j and since when its current delivery started,
 // or false if j is not in flight.
 func (l *Line) Flight(j *Job) (Holder, time.Time, bool) {
-	f, ok := l.held[j.ID]
+	f, ok := l.held[j.ID()]
 	if !ok || f.job != j {
 		return 0, time.Time{}, false
 	}
@@ -287,7 +287,7 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 func (l *Line) Commit(j *Job, now time.Time) {
 	l.Stats.Published++
 	if l.byID != nil {
-		l.byID[j.ID] = j
+		l.byID[j.ID()] = j
 	}
 	if j.scheduled {
 		l.delayed.push(j)
@@ -346,7 +346,7 @@ func (l *Line) push(j *Job, now time.Time) {
 		l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
 	}
 	if err := l.sq.Push(&j.item, now); err != nil {
-		panic(fmt.Sprintf("delivery: job %s pushed twice: %v", j.ID, err)) // a bug here, not bad input
+		panic(fmt.Sprintf("delivery: job %s pushed twice: %v", j.ID(), err)) // a bug here, not bad input
 	}
 	l.Fx.Ready++
 }
@@ -377,7 +377,7 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 	j.attempt++
 	j.deadline = nanos(now.Add(l.cfg.Lease))
 	l.leases.push(j)
-	l.held[j.ID] = flight{job: j, holder: h, leased: now.UnixNano()}
+	l.held[j.ID()] = flight{job: j, holder: h, leased: now.UnixNano()}
 	l.Stats.Delivered++
 	if j.attempt > 1 {
 		l.Stats.Redelivered++
@@ -396,7 +396,7 @@ func (l *Line) heldBy(h Holder, id string) *Job {
 // settle takes an in-flight job away from its holder.
 func (l *Line) settle(j *Job) {
 	l.leases.remove(j)
-	delete(l.held, j.ID)
+	delete(l.held, j.ID())
 	l.Fx.Settled++
 }
 
@@ -421,7 +421,7 @@ func (l *Line) Ack(h Holder, id string, d time.Duration) (*Job, error) {
 		l.Stats.BadDurations++
 		return j, ErrBadDuration
 	}
-	l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindAck, Queue: l.name, ID: j.ID, Duration: d} })
+	l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindAck, Queue: l.name, ID: j.ID(), Duration: d} })
 	if err := l.sq.Learn(l.keyOf(j), j.Prediction(), d); err != nil {
 		l.Stats.BadDurations++
 		return j, ErrBadDuration
@@ -457,7 +457,7 @@ func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration,
 	case action == RequeueAfter && delay > 0 && j.attempt < j.MaxAttempts && !draining:
 		j.deadline = nanos(now.Add(delay))
 		l.log(func(r *store.Record) {
-			*r = store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID, At: fromNanos(j.deadline)}
+			*r = store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID(), At: fromNanos(j.deadline)}
 		})
 		l.delayed.push(j)
 	default:
@@ -573,7 +573,7 @@ func (l *Line) drop(j *Job) {
 func (l *Line) release(j *Job) {
 	j.gone = true
 	if l.byID != nil {
-		delete(l.byID, j.ID)
+		delete(l.byID, j.ID())
 	}
 	l.Fx.Released = append(l.Fx.Released, j)
 }
@@ -581,7 +581,7 @@ func (l *Line) release(j *Job) {
 func (l *Line) deadLetter(j *Job, now time.Time, reason string) {
 	l.Stats.DeadLettered++
 	l.log(func(r *store.Record) {
-		*r = store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID, Reason: reason, At: now}
+		*r = store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID(), Reason: reason, At: now}
 	})
 	if len(l.dead) >= l.cfg.MaxDead {
 		l.drop(l.dead[0].Job)
@@ -655,7 +655,7 @@ func (l *Line) Tick(now time.Time) {
 func (l *Line) Cancel(id string) (State, error) {
 	if l.byID == nil {
 		l.byID = make(map[string]*Job, l.Len())
-		add := func(j *Job) { l.byID[j.ID] = j }
+		add := func(j *Job) { l.byID[j.ID()] = j }
 		l.Each(add, add, add, func(d DeadLetterEntry) { add(d.Job) })
 	}
 	j := l.byID[id]
@@ -712,7 +712,7 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 	kept := l.dead[:0]
 	n := 0
 	for _, d := range l.dead {
-		if len(want) > 0 && !want[d.Job.ID] {
+		if len(want) > 0 && !want[d.Job.ID()] {
 			kept = append(kept, d)
 			continue
 		}
@@ -722,7 +722,7 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 			l.drop(j)
 			continue
 		}
-		l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID, At: now} })
+		l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID(), At: now} })
 		j.dead, j.deadline = false, 0
 		j.attempt = 0
 		j.item.SetExpires(time.Time{})
@@ -926,7 +926,7 @@ func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, d
 		sj = l.Fx.job()
 	}
 	*sj = store.Job{
-		ID: j.ID, Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint(),
+		ID: j.ID(), Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint(),
 		Payload: j.Payload, Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
 		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: int(j.item.Tier), Cost: j.item.Cost,
 		Long: j.item.Long, Reset: j.gen != l.gen, Enqueued: j.Enqueued(), Expires: j.Expires(),
@@ -935,7 +935,7 @@ func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, d
 	if state == store.Delayed {
 		sj.Until = fromNanos(j.deadline)
 	}
-	*r = store.Record{Kind: store.KindJob, Queue: l.name, ID: j.ID, Job: sj}
+	*r = store.Record{Kind: store.KindJob, Queue: l.name, ID: j.ID(), Job: sj}
 }
 
 // log appends to Effects.Records the record fill writes into a zero
@@ -950,7 +950,7 @@ func (l *Line) log(fill func(r *store.Record)) {
 }
 
 func (l *Line) logID(kind store.Kind, j *Job) {
-	l.log(func(r *store.Record) { r.Kind, r.Queue, r.ID = kind, l.name, j.ID })
+	l.log(func(r *store.Record) { r.Kind, r.Queue, r.ID = kind, l.name, j.ID() })
 }
 
 // record is a zero record for Records: a spare one if Clear left any.
@@ -978,10 +978,11 @@ func takeSpare[T any](spare *[]*T) *T {
 // writes no records; jobs must come in publish order.
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
-		ID: sj.ID, names: l.intern(Names{sj.Producer, sj.JobType}),
+		names:   l.intern(Names{sj.Producer, sj.JobType}),
 		Payload: sj.Payload, MaxAttempts: int32(sj.MaxAttempts), published: nanos(sj.PublishedAt),
 		attempt: int32(sj.Attempts), heapIdx: -1, scheduled: sj.Scheduled,
 	}
+	j.SetID(sj.ID)
 	j.SetOptions(sj.Headers, sj.TTL, sj.RetryBase, sj.RetryMax)
 	j.SetSizeHint(sj.SizeHint)
 	j.item = sched.Item{ID: sj.Seq, Cost: sj.Cost, Long: sj.Long}
@@ -1011,7 +1012,7 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: sj.Reason, At: sj.DeadAt})
 	}
 	if l.byID != nil {
-		l.byID[j.ID] = j
+		l.byID[j.ID()] = j
 	}
 	return j
 }

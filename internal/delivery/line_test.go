@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -16,7 +17,7 @@ func publish(t *testing.T, l *Line, now time.Time, ids ...string) []*Job {
 	t.Helper()
 	var js []*Job
 	for _, id := range ids {
-		j := &Job{ID: id, Payload: []byte("payload of " + id)}
+		j := newJob(id, []byte("payload of "+id))
 		if _, err := l.Admit(j, Names{"p", "t"}, time.Time{}, now); err != nil {
 			t.Fatal(err)
 		}
@@ -76,18 +77,18 @@ func TestDeadLettersBounded(t *testing.T) {
 	h := l.Attach()
 	for range 3 {
 		j := l.Deliver(h, t0)
-		if err := l.Nack(h, j.ID, DeadLetter, 0, "bad", false, t0); err != nil {
+		if err := l.Nack(h, j.ID(), DeadLetter, 0, "bad", false, t0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var dead []string
 	for _, d := range l.Dead() {
-		dead = append(dead, d.Job.ID+": "+d.Reason)
+		dead = append(dead, d.Job.ID()+": "+d.Reason)
 	}
 	if !slices.Equal(dead, []string{"b: nacked: bad", "c: nacked: bad"}) {
 		t.Errorf("dead letters %v", dead)
 	}
-	if len(l.Fx.Released) != 1 || l.Fx.Released[0].ID != "a" || l.Stats.DeadDropped != 1 {
+	if len(l.Fx.Released) != 1 || l.Fx.Released[0].ID() != "a" || l.Stats.DeadDropped != 1 {
 		t.Errorf("released %v, dropped %d; want a, 1", l.Fx.Released, l.Stats.DeadDropped)
 	}
 }
@@ -100,7 +101,7 @@ func TestShutdownReturnsInFlight(t *testing.T) {
 	publish(t, l, t0, "a", "b", "c")
 	h := l.Attach()
 	a, b := l.Deliver(h, t0), l.Deliver(h, t0)
-	if _, err := l.Cancel(b.ID); err != nil {
+	if _, err := l.Cancel(b.ID()); err != nil {
 		t.Fatal(err)
 	}
 	if n := l.Shutdown(t0); n != 1 {
@@ -126,7 +127,7 @@ func TestRestoreFromStateRecords(t *testing.T) {
 	l := newLine(t, cfg)
 	now := t0
 	publish(t, l, now, "w1", "w2", "run", "late", "dead")
-	sched := &Job{ID: "sched", Payload: []byte("later")}
+	sched := newJob("sched", []byte("later"))
 	if _, err := l.Admit(sched, Names{}, now.Add(time.Hour), now); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestRestoreFromStateRecords(t *testing.T) {
 	dead := l.Deliver(h, now) // dead
 	_ = l.Nack(h, "w1", RequeueAfter, 30*time.Second, "", false, now)
 	l.Return(h, "w2", now)
-	_ = l.Nack(h, dead.ID, DeadLetter, 0, "poison \xff", false, now)
+	_ = l.Nack(h, dead.ID(), DeadLetter, 0, "poison \xff", false, now)
 	_ = run
 
 	var recs []*store.Record
@@ -166,7 +167,7 @@ func TestRestoreFromStateRecords(t *testing.T) {
 	// in flight (a crash brings them back with their attempt counted).
 	var order []string
 	for j := r.Deliver(r.Attach(), now); j != nil; j = r.Deliver(r.Attach(), now) {
-		order = append(order, fmt.Sprint(j.ID, "#", j.Attempt()))
+		order = append(order, fmt.Sprint(j.ID(), "#", j.Attempt()))
 	}
 	if !slices.Equal(order, []string{"w2#1", "run#2", "late#2"}) {
 		t.Errorf("restored line hands out %v", order)
@@ -183,8 +184,8 @@ func TestJobOf(t *testing.T) {
 			t.Fatalf("jobOf(item %d) = %p, want %p", i, got, &jobs[i])
 		}
 	}
-	j := &Job{ID: "alone"}
-	if got := jobOf(&j.item); got != j || got.ID != "alone" {
+	j := newJob("alone", nil)
+	if got := jobOf(&j.item); got != j || got.ID() != "alone" {
 		t.Fatalf("jobOf = %p, want %p", got, j)
 	}
 }
@@ -233,7 +234,7 @@ func TestSizeHint(t *testing.T) {
 	cfg.Durable = true
 	l := newLine(t, cfg)
 	now := t0
-	j = &Job{ID: "hinted", Payload: []byte("x")}
+	j = newJob("hinted", []byte("x"))
 	j.SetSizeHint(12345)
 	r, err := l.Admit(j, Names{"p", "t"}, time.Time{}, now)
 	if err != nil {
@@ -248,6 +249,59 @@ func TestSizeHint(t *testing.T) {
 	}
 }
 
+// A job keeps an id of up to 15 bytes in itself and a longer one among
+// its options, whatever else the options hold; SetIDBytes copies; ids of
+// any bytes (non-ASCII, invalid UTF-8) come back as they went in, through
+// a record and Restore too.
+func TestJobID(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("ü\xff", 20) // 60 bytes
+	j := &Job{Payload: []byte("p")}
+	j.SetID("0123456789abcde") // 15: the most kept inline
+	if j.ID() != "0123456789abcde" || j.opts != nil {
+		t.Fatalf("inline id %q, options %v", j.ID(), j.opts)
+	}
+	j.SetOptions(map[string]string{"k": "v"}, time.Second, 0, 0)
+	j.SetID(long)
+	if j.ID() != long || j.Headers()["k"] != "v" || j.TTL() != time.Second {
+		t.Fatalf("long id %q, headers %v, TTL %v", j.ID(), j.Headers(), j.TTL())
+	}
+	j.SetOptions(nil, 0, 0, 0)
+	if j.ID() != long {
+		t.Fatalf("SetOptions lost the long id: %q", j.ID())
+	}
+	j.SetID("short")
+	if j.ID() != "short" || j.opts != nil {
+		t.Fatalf("id %q, options %+v", j.ID(), j.opts)
+	}
+	buf := []byte("abc\xfe")
+	j.SetIDBytes(buf)
+	buf[0] = 'X'
+	if j.ID() != "abc\xfe" {
+		t.Fatalf("SetIDBytes kept the caller's buffer: %q", j.ID())
+	}
+	j.SetIDBytes([]byte(long))
+	if j.ID() != long {
+		t.Fatalf("long id from bytes %q", j.ID())
+	}
+
+	cfg := modelConfig()
+	cfg.Durable = true
+	l := newLine(t, cfg)
+	for _, id := range []string{"", "ä", "0123456789abcdef", long} {
+		r, err := l.Admit(newJob(id, []byte(id)), Names{"p", "t"}, time.Time{}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Job.ID != id || r.ID != id {
+			t.Fatalf("record of %q: %q, %q", id, r.Job.ID, r.ID)
+		}
+		if got := newLine(t, cfg).Restore(r.Job, false, t0); got.ID() != id {
+			t.Fatalf("restored %q as %q", id, got.ID())
+		}
+	}
+}
+
 // Cancel finds jobs by id in every state once its index is built, keeps
 // finding jobs that arrive later (published or restored), and finds none
 // that have gone.
@@ -259,7 +313,7 @@ func TestCancelByID(t *testing.T) {
 		t.Fatalf("cancel of an unknown id: %v", err) // builds the index
 	}
 	publish(t, l, now, "run", "dead", "acked", "wait") // one key: handed out in this order
-	later := &Job{ID: "later", Payload: []byte("due in an hour")}
+	later := newJob("later", []byte("due in an hour"))
 	if _, err := l.Admit(later, Names{"p", "t"}, now.Add(time.Hour), now); err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +351,7 @@ func lineView(l *Line, inFlightAsReady bool) []string {
 	var out []string
 	add := func(state string) func(j *Job) {
 		return func(j *Job) {
-			out = append(out, fmt.Sprint(j.ID, " ", state, " attempt ", j.Attempt(), " seq ", j.Seq()))
+			out = append(out, fmt.Sprint(j.ID(), " ", state, " attempt ", j.Attempt(), " seq ", j.Seq()))
 		}
 	}
 	running := add("running")
@@ -305,7 +359,7 @@ func lineView(l *Line, inFlightAsReady bool) []string {
 		running = add("ready")
 	}
 	l.Each(add("ready"), running, add("delayed"), func(d DeadLetterEntry) {
-		out = append(out, fmt.Sprint(d.Job.ID, " dead ", d.Reason, " attempt ", d.Job.Attempt()))
+		out = append(out, fmt.Sprint(d.Job.ID(), " dead ", d.Reason, " attempt ", d.Job.Attempt()))
 	})
 	slices.Sort(out)
 	return out
@@ -330,7 +384,7 @@ func TestDurableCycleReusesRecords(t *testing.T) {
 	}
 	n := 0
 	cycle := func() {
-		j := &Job{ID: ids[n], Payload: payload}
+		j := newJob(ids[n], payload)
 		n++
 		rec, err := l.Admit(j, Names{"p", "t"}, time.Time{}, t0)
 		if err != nil {
@@ -343,7 +397,7 @@ func TestDurableCycleReusesRecords(t *testing.T) {
 		if l.Deliver(h, t0) != j {
 			t.Fatal("the job just published was not delivered")
 		}
-		if _, err := l.Ack(h, j.ID, time.Millisecond); err != nil {
+		if _, err := l.Ack(h, j.ID(), time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Append(l.Fx.Records...); err != nil {
@@ -375,4 +429,11 @@ func TestDurableCycleReusesRecords(t *testing.T) {
 	if kinds[store.KindJob] != runs+1 || kinds[store.KindDeliver] != runs+1 || kinds[store.KindAck] != runs+1 || len(acked) != runs+1 {
 		t.Fatalf("the log holds %v records (%d jobs acked), want %d of each", kinds, len(acked), runs+1)
 	}
+}
+
+// newJob is a job with an id and a payload, ready for Admit.
+func newJob(id string, payload []byte) *Job {
+	j := &Job{Payload: payload}
+	j.SetID(id)
+	return j
 }

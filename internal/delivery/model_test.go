@@ -242,7 +242,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		case op < 25: // publish, some delayed, some with a TTL or their own attempts
 			n++
 			id := "j" + strconv.Itoa(n)
-			j := &Job{ID: id, Payload: []byte(id)}
+			j := newJob(id, []byte(id))
 			names := Names{"p", "t" + strconv.Itoa(n%3)}
 			r := &refJob{id: id, max: cfg.MaxAttempts}
 			if rng.IntN(4) == 0 {
@@ -284,10 +284,10 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if got != nil {
 				deliveries++
 			}
-			if (got == nil) != (want == nil) || got != nil && got.ID != want.id {
+			if (got == nil) != (want == nil) || got != nil && got.ID() != want.id {
 				var line []string
 				for _, j := range l.Peek(now, 100) {
-					line = append(line, j.ID)
+					line = append(line, j.ID())
 				}
 				var ref []string
 				ws := m.in(pWaiting)
@@ -438,10 +438,10 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		}
 		// The effects: what was let go of, and deliveries that ended.
 		for _, j := range l.Fx.Released {
-			if released[j.ID] {
-				fail("%s released twice", j.ID)
+			if released[j.ID()] {
+				fail("%s released twice", j.ID())
 			}
-			released[j.ID] = true
+			released[j.ID()] = true
 		}
 		settled += l.Fx.Settled
 		for _, c := range l.Fx.Cancels {
@@ -470,10 +470,10 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 	got := map[string]place{}
 	attempts := map[string]int{}
 	l.Each(
-		func(j *Job) { got[j.ID] = pWaiting; attempts[j.ID] = j.Attempt() },
-		func(j *Job) { got[j.ID] = pRunning; attempts[j.ID] = j.Attempt() },
-		func(j *Job) { got[j.ID] = pDelayed; attempts[j.ID] = j.Attempt() },
-		func(d DeadLetterEntry) { got[d.Job.ID] = pDead; attempts[d.Job.ID] = d.Job.Attempt() },
+		func(j *Job) { got[j.ID()] = pWaiting; attempts[j.ID()] = j.Attempt() },
+		func(j *Job) { got[j.ID()] = pRunning; attempts[j.ID()] = j.Attempt() },
+		func(j *Job) { got[j.ID()] = pDelayed; attempts[j.ID()] = j.Attempt() },
+		func(d DeadLetterEntry) { got[d.Job.ID()] = pDead; attempts[d.Job.ID()] = d.Job.Attempt() },
 	)
 	// Once a Cancel has built the index by id, it holds every job the
 	// Line holds, and nothing else.
@@ -482,7 +482,7 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 			fail("step %d: the index holds %d jobs, the Line %d", step, len(l.byID), len(got))
 		}
 		for id, j := range l.byID {
-			if _, ok := got[id]; !ok || j.ID != id || j.gone {
+			if _, ok := got[id]; !ok || j.ID() != id || j.gone {
 				fail("step %d: the index holds %s, which the Line does not", step, id)
 			}
 		}
@@ -526,11 +526,11 @@ func checkSnapshot(step int, l *Line, snap *Snapshot, fail func(string, ...any))
 		j := jobOf(snap.items[i])
 		got := l.StateRecord(snap, i)
 		if snap.items[i] != nil {
-			fail("step %d: %s: the snapshot still holds the job it wrote", step, j.ID)
+			fail("step %d: %s: the snapshot still holds the job it wrote", step, j.ID())
 		}
-		w := want[j.ID]
+		w := want[j.ID()]
 		if (got == nil) != (w == nil) || got != nil && !reflect.DeepEqual(*got.Job, *w.Job) {
-			fail("step %d: %s: checkpoint record %+v, the whole dump has %+v", step, j.ID, recordJob(got), recordJob(w))
+			fail("step %d: %s: checkpoint record %+v, the whole dump has %+v", step, j.ID(), recordJob(got), recordJob(w))
 		}
 	}
 }
@@ -546,7 +546,7 @@ func idOf(j *Job) string {
 	if j == nil {
 		return "none"
 	}
-	return j.ID
+	return j.ID()
 }
 
 func refID(j *refJob) string {

@@ -12,7 +12,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	cfg.MaxDepth = 2_000_000
 	l := newLine(b, cfg)
 	for i := range 1_000_000 {
-		j := &Job{ID: strconv.Itoa(i), Payload: make([]byte, 64)}
+		j := newJob(strconv.Itoa(i), make([]byte, 64))
 		if _, err := l.Admit(j, Names{"p", "t"}, t0, t0); err != nil {
 			b.Fatal(err)
 		}
@@ -36,7 +36,7 @@ func BenchmarkCancel(b *testing.B) {
 	l := newLine(b, cfg)
 	n := 0
 	add := func() {
-		j := &Job{ID: strconv.Itoa(n), Payload: make([]byte, 64)}
+		j := newJob(strconv.Itoa(n), make([]byte, 64))
 		n++
 		if _, err := l.Admit(j, Names{"p", "t"}, t0, t0); err != nil {
 			b.Fatal(err)
