@@ -4,7 +4,9 @@
 // AMQP and distribution ports, config, data and log directories under a
 // temporary directory of the cluster's own, joined to the first node with
 // rabbitmqctl. It owns the nodes' lifecycle: start, SIGKILL one node, and
-// tear everything down so that no process is left behind.
+// tear everything down so that no process is left behind; a cluster whose
+// owner died before it could (a test binary killed by its timeout) is torn
+// down by the next Start (ReapOrphans).
 //
 // No plugins run, so no management or Prometheus port is opened. The
 // nodes share a cookie: a fresh one in a home directory of the cluster's
@@ -124,13 +126,20 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("%w: %s: %v", ErrNotInstalled, bin, err)
 		}
 	}
-	dir, err := os.MkdirTemp(cfg.Dir, "harbinger-rmqcluster-")
-	if err != nil {
-		return nil, err
-	}
 	out := cfg.Progress
 	if out == nil {
 		out = io.Discard
+	}
+	parent := cfg.Dir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	for _, r := range ReapOrphans(parent) {
+		fmt.Fprintf(out, "rmqcluster: %s\n", r)
+	}
+	dir, err := os.MkdirTemp(parent, dirPattern)
+	if err != nil {
+		return nil, err
 	}
 	c := &Cluster{dir: dir, out: out}
 	defer func() {
@@ -185,6 +194,11 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 func (c *Cluster) prepare(n int) error {
 	// The node scripts may run as the rabbitmq user; let them write here.
 	if err := os.Chmod(c.dir, 0o777); err != nil {
+		return err
+	}
+	// Who owns the nodes, for ReapOrphans should this process die
+	// without tearing them down.
+	if err := os.WriteFile(filepath.Join(c.dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		return err
 	}
 	home := filepath.Join(c.dir, "home")
@@ -446,4 +460,74 @@ func tail(path string, max int) string {
 		b = b[len(b)-max:]
 	}
 	return string(b)
+}
+
+// dirPattern names a cluster's directory; ownerFile in it holds the pid of
+// the process that started the cluster.
+const (
+	dirPattern = "harbinger-rmqcluster-*"
+	ownerFile  = "owner.pid"
+)
+
+// ReapOrphans tears down the clusters under parent whose owner died
+// without tearing them down (a test binary killed by its timeout, a
+// harness killed with SIGKILL): the Erlang VMs run in sessions of their
+// own, often as another user, so nothing else stops them, and they go on
+// taking CPU from whatever runs next. It kills each such node's VM (named
+// by its beam.pid, and only if that process's environment or command line
+// names the cluster's directory, so a reused pid is left alone), removes
+// the directory, and returns what it did, one line each. Start calls it
+// on its parent directory.
+func ReapOrphans(parent string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(parent, dirPattern))
+	var did []string
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // not started by this package, or still being prepared
+		}
+		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || owner < 1 || alive(owner) {
+			continue
+		}
+		pids, _ := filepath.Glob(filepath.Join(dir, "n*", "beam.pid"))
+		killed := 0
+		for _, pf := range pids {
+			b, err := os.ReadFile(pf)
+			if err != nil {
+				continue
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil || pid < 2 || !mentions(pid, dir) {
+				continue
+			}
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			did = append(did, fmt.Sprintf("orphaned cluster %s (owner %d gone): killed %d nodes, could not remove it: %v", dir, owner, killed, err))
+			continue
+		}
+		did = append(did, fmt.Sprintf("orphaned cluster %s (owner %d gone): killed %d nodes, removed it", dir, owner, killed))
+	}
+	return did
+}
+
+// alive reports whether process pid exists (as far as this process may
+// know: one it may not signal counts as alive).
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// mentions reports whether process pid's environment or command line
+// contains s.
+func mentions(pid int, s string) bool {
+	for _, f := range []string{"environ", "cmdline"} {
+		if b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), f)); err == nil && bytes.Contains(b, []byte(s)) {
+			return true
+		}
+	}
+	return false
 }
