@@ -9,9 +9,10 @@ import (
 )
 
 // Job is one job a Line holds, from its publish until it is acked, dropped
-// or its dead letter is deleted. The exported fields are the job as it was
-// published and are set before Admit; the Line does not change them, except
-// that Admit fills in the queue's defaults. Everything else is the Line's.
+// or its dead letter is deleted. The exported fields, and what SetID,
+// SetSizeHint and SetOptions set, are the job as it was published and are
+// set before Admit; the Line does not change them, except that Admit fills
+// in the queue's defaults. Everything else is the Line's.
 //
 // A waiting job is held by the million, so the Job is packed: small fields
 // together, and only what a stored job needs (a publish's delay, unique key
