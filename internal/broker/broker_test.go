@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 )
 
@@ -112,9 +113,15 @@ func TestIDsUnique(t *testing.T) {
 	g1, g2 := newIDGen(), newIDGen()
 	seen := map[string]bool{}
 	for range 1000 {
-		for _, id := range []string{g1.next(), g2.next()} {
+		for _, g := range []*idGen{g1, g2} {
+			j := &delivery.Job{}
+			g.give(j)
+			id := j.ID()
 			if seen[id] {
 				t.Fatalf("duplicate id %s", id)
+			}
+			if len(id) > 15 {
+				t.Fatalf("id %q is %d bytes: too long for the job to keep in itself", id, len(id))
 			}
 			seen[id] = true
 		}

@@ -101,11 +101,6 @@ func newIDGen() *idGen {
 	return g
 }
 
-func (g *idGen) next() string {
-	var buf [8 + 13]byte
-	return string(g.append(buf[:0]))
-}
-
 // give gives j the next id, which j keeps in itself: no allocation.
 func (g *idGen) give(j *delivery.Job) {
 	var buf [8 + 13]byte
