@@ -190,7 +190,10 @@ func (m *Message) proto() *pb.Message {
 // Publish sends messages in one request. It returns the ids of the
 // messages the broker stored, in order, and, when any was not stored, a
 // *PublishError that says which and why (the others are stored: publish
-// only the failed ones again, or they are duplicated). While the broker is
+// only the failed ones again, or they are duplicated). A message whose
+// strings (queue, producer, job type, headers, unique key) are not valid
+// UTF-8 cannot be encoded: it is refused here with InvalidArgument, alone,
+// and the rest are sent. While the broker is
 // unreachable (e.g. restarting) it waits and retries as long as ctx allows;
 // a retry after a connection broke mid-call may publish a batch twice,
 // which at-least-once delivery allows. For many small publishes from a hot
@@ -207,12 +210,46 @@ func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error
 }
 
 // publishRaw sends one PublishRequest, retrying while the broker is
-// unavailable and ctx allows.
+// unavailable and ctx allows, and answers one result per message of msgs.
+// A message that cannot be encoded (a string that is not valid UTF-8) is
+// answered here with InvalidArgument and not sent: protobuf would refuse
+// the whole request for it.
 func (c *Client) publishRaw(ctx context.Context, msgs []*Message) (*pb.PublishResponse, error) {
-	req := &pb.PublishRequest{Messages: make([]*pb.Message, len(msgs))}
+	req := &pb.PublishRequest{Messages: make([]*pb.Message, 0, len(msgs))}
+	var local []*pb.PublishResult // by index in msgs; nil while every message is sendable
 	for i, m := range msgs {
-		req.Messages[i] = m.proto()
+		pm := m.proto()
+		if err := checkUTF8(pm); err != nil {
+			if local == nil {
+				local = make([]*pb.PublishResult, len(msgs))
+			}
+			local[i] = &pb.PublishResult{Code: uint32(codes.InvalidArgument), Error: status.Convert(err).Message()}
+			continue
+		}
+		req.Messages = append(req.Messages, pm)
 	}
+	if len(req.Messages) == 0 {
+		return &pb.PublishResponse{Results: local}, nil
+	}
+	resp, err := c.sendPublish(ctx, req)
+	if err != nil || local == nil {
+		return resp, err
+	}
+	if len(resp.Results) != len(req.Messages) {
+		return nil, errMismatch
+	}
+	sent := resp.Results
+	for i := range local {
+		if local[i] == nil {
+			local[i], sent = sent[0], sent[1:]
+		}
+	}
+	return &pb.PublishResponse{Results: local}, nil
+}
+
+// sendPublish sends req, retrying while the broker is unavailable and ctx
+// allows.
+func (c *Client) sendPublish(ctx context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
 	delay := 50 * time.Millisecond
 	for {
 		resp, err := c.broker.Publish(ctx, req, grpc.WaitForReady(true))

@@ -174,7 +174,7 @@ func checkUTF8(m *pb.Message) error {
 	bad := func(what string) error {
 		return status.Errorf(codes.InvalidArgument, "harbinger: message %s is not valid UTF-8; not sent", what)
 	}
-	for _, f := range [...]struct{ name, v string }{{"queue", m.Queue}, {"producer", m.Producer}, {"job type", m.JobType}} {
+	for _, f := range [...]struct{ name, v string }{{"queue", m.Queue}, {"producer", m.Producer}, {"job type", m.JobType}, {"unique key", m.UniqueKey}} {
 		if !utf8.ValidString(f.v) {
 			return bad(f.name)
 		}

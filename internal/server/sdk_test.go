@@ -323,6 +323,56 @@ func TestPublishInvalidAmongValid(t *testing.T) {
 	}
 }
 
+// A message whose strings are not valid UTF-8 cannot be encoded; through
+// Publish and PublishEach it fails alone, with InvalidArgument naming the
+// field, and the valid messages around it (non-ASCII text and
+// kilobyte payloads among them) are stored in order. Before, protobuf
+// refused the whole call.
+func TestPublishInvalidUTF8AmongValid(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	body := bytes.Repeat([]byte("ü€"), 2<<10) // 10 KiB of multi-byte text
+	batch := func(queue string) []*client.Message {
+		return []*client.Message{
+			{Queue: queue, Producer: "web", JobType: "bild.größe", Payload: body},
+			{Queue: queue, Producer: "web\xff", Payload: []byte("bad producer")},
+			{Queue: queue, Producer: "web", JobType: "メール", Payload: []byte("second")},
+			{Queue: queue, Producer: "web", Headers: map[string]string{"trace": "\xc3\x28"}, Payload: []byte("bad header")},
+			{Queue: queue, Producer: "web", UniqueKey: "order-\xfe", UniqueFor: time.Minute, Payload: []byte("bad unique key")},
+			{Queue: queue, Producer: "web", Payload: []byte("last")},
+		}
+	}
+	ids, err := tb.cl.Publish(tb.ctx, batch("direct")...)
+	wantFailed(t, err, 6, map[int]codes.Code{1: codes.InvalidArgument, 3: codes.InvalidArgument, 4: codes.InvalidArgument})
+	var pe *client.PublishError
+	errors.As(err, &pe)
+	for i, want := range []string{"producer", "header", "unique key"} {
+		if msg := pe.Failed[i].Err.Error(); !strings.Contains(msg, want) || !utf8.ValidString(msg) {
+			t.Errorf("failure %d = %q, want it to name the %s", i, msg, want)
+		}
+	}
+	got, payloads := tb.drain(t, "direct", 3)
+	if strings.Join(got, ",") != strings.Join(ids, ",") || payloads[0] != string(body) || payloads[1] != "second" || payloads[2] != "last" {
+		t.Fatalf("stored %v (%d payloads), Publish returned %v", got, len(payloads), ids)
+	}
+
+	res, err := tb.cl.PublishEach(tb.ctx, batch("each")...)
+	if err != nil || len(res) != 6 {
+		t.Fatalf("PublishEach = %d results, %v", len(res), err)
+	}
+	for i, r := range res {
+		bad := i == 1 || i == 3 || i == 4
+		if bad != (r.Err != nil) || bad != (r.ID == "") || (bad && status.Code(r.Err) != codes.InvalidArgument) {
+			t.Fatalf("result %d = %+v", i, r)
+		}
+	}
+	// Nothing valid at all: every message answered, nothing sent.
+	res, err = tb.cl.PublishEach(tb.ctx, batch("none")[1:2]...)
+	if err != nil || len(res) != 1 || status.Code(res[0].Err) != codes.InvalidArgument {
+		t.Fatalf("PublishEach of one invalid message = %+v, %v", res, err)
+	}
+}
+
 // A Producer cuts batches by bytes: messages larger than its byte target
 // go alone, a message larger than the broker's payload limit is refused
 // by the broker alone, and one no request can carry, or one that cannot be
