@@ -182,7 +182,9 @@ func PriorityOf(tier int) uint8 {
 
 // ConnectOptions configures Connect.
 type ConnectOptions struct {
-	// Harbinger configures the in-process Harbinger driver.
+	// Harbinger configures the driver of the arms whose broker is
+	// Harbinger (the flow comparison's): in process by default, or, with
+	// its Mode set, a `harbinger serve` process per run.
 	Harbinger HarbingerOptions
 	// Binary is the harbinger executable the out-of-process arms start;
 	// Connect finds one with HarbingerBinary when it is empty and an arm
@@ -217,7 +219,16 @@ func Connect(ctx context.Context, arms []Arm, o ConnectOptions) (map[string]Driv
 		}
 		switch a.Broker {
 		case Harbinger:
-			drivers[Harbinger] = NewHarbinger(o.Harbinger)
+			h := o.Harbinger
+			if h.Mode != InProcess {
+				bin, err := binary()
+				if err != nil {
+					CloseAll(drivers)
+					return nil, err
+				}
+				h.Binary, h.DataDir = bin, o.DataDir
+			}
+			drivers[Harbinger] = NewHarbinger(h)
 		case HarbingerServe, HarbingerDurable, BareGRPC:
 			bin, err := binary()
 			if err != nil {

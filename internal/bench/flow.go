@@ -64,7 +64,7 @@ type RunResult struct {
 // milliseconds, and the share of messages whose predicted tier was the one
 // their duration earned; NaN for what the predictor cannot tell.
 type predictorStats interface {
-	PredictorStats() (maeMS, tierAccuracy float64)
+	PredictorStats(ctx context.Context) (maeMS, tierAccuracy float64)
 }
 
 // Progress counts a run's messages for the progress lines; it is safe to
@@ -286,7 +286,7 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 	}
 	res.MAEms, res.TierAccuracy = math.NaN(), math.NaN()
 	if ps, ok := q.(predictorStats); ok {
-		mae, acc := ps.PredictorStats()
+		mae, acc := ps.PredictorStats(ctx)
 		res.MAEms, res.TierAccuracy = mae/rs.TimeScale, acc
 	}
 	return res, nil
@@ -334,6 +334,10 @@ type FlowConfig struct {
 	Window        time.Duration
 	Progress      io.Writer // progress lines; nil for none
 	ProgressEvery time.Duration
+	// HarbingerMode is how the Harbinger arms' brokers run, as
+	// ConnectOptions.Harbinger.Mode had them started; the method line
+	// says so.
+	HarbingerMode HarbingerMode
 }
 
 // WithDefaults fills the zero fields.

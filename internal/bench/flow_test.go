@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/broker"
 )
 
 // TestFlowEveryArm runs every flow arm briefly against the real brokers and
@@ -60,5 +62,109 @@ func TestSidecarArmMethod(t *testing.T) {
 	}
 	if m := sidecarArmMethod(arms[:1]); m != "" {
 		t.Errorf("a run without the sidecar arm describes it: %q", m)
+	}
+}
+
+// TestFlowHarbingerServe runs the Harbinger flow arms the way the
+// registered comparison now does, each on a `harbinger serve --memory`
+// process of its own, and checks that every message completed and that
+// the predictor's figures come back from the other process.
+func TestFlowHarbingerServe(t *testing.T) {
+	arms, err := ParseArms("harbinger-fifo,harbinger-predictive", FlowArms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drivers, err := Connect(context.Background(), arms, ConnectOptions{Binary: harbingerBinaryForTest(t),
+		Harbinger: HarbingerOptions{Mode: ServeMemory}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { CloseAll(drivers) })
+	if v := drivers[Harbinger].Version(context.Background()); !strings.Contains(v, "harbinger serve --memory, its own process") {
+		t.Errorf("version %q does not say the broker ran as its own process", v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	cfg := FlowConfig{Source: productionFlow(t), Seeds: []uint64{1}, Arms: arms,
+		TimeScale: 0.05, Window: 6 * time.Second, DrainTimeout: 10 * time.Second, HarbingerMode: ServeMemory}
+	res, err := RunFlow(ctx, cfg, drivers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range res.Runs {
+		if run.Sent == 0 || run.Sent != len(run.Records) {
+			t.Errorf("%s: %d sent, %d completed", run.Arm, run.Sent, len(run.Records))
+		}
+		if math.IsNaN(run.MAEms) || math.IsNaN(run.TierAccuracy) || run.TierAccuracy < 0 || run.TierAccuracy > 1 {
+			t.Errorf("%s: MAE %v ms, tier accuracy %v: want the serve process's figures", run.Arm, run.MAEms, run.TierAccuracy)
+		}
+	}
+	m := FlowMethod(cfg.WithDefaults(), Describe(ctx, drivers), res.Runs)
+	for _, want := range []string{"`harbinger serve --memory` process per run", "Admin.ListKeys"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("method line lacks %q", want)
+		}
+	}
+	if strings.Contains(m, "inside the harness process") {
+		t.Error("method line says the broker ran inside the harness")
+	}
+}
+
+// The predictor figures read through ListKeys (a serve process's) add up
+// to the broker's own (an in-process broker's), on many keys with
+// non-ASCII names, routed and cold predictions, and one key that never
+// completes anything.
+func TestKeysStatsMatchBroker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := harbingerForTest(t).Setup(ctx, QueueSpec{Name: "keys-stats", Policy: PolicyPredictive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hq := q.(*harbingerQueue)
+	b := hq.s.b
+	types := []string{"thumbnail", "rapport.pdf", "メール", "größe", "export"}
+	c, err := b.Subscribe("keys-stats", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Rounds of publishes, each consumed before the next is published, so
+	// that later rounds are predicted from what earlier ones taught.
+	for round := range 20 {
+		var msgs []*broker.Message
+		for i := range 200 {
+			msgs = append(msgs, &broker.Message{Queue: "keys-stats", Producer: fmt.Sprint("web-", i%3), JobType: types[i%len(types)],
+				Payload: make([]byte, 1+(i*37)%4096)})
+		}
+		if round == 10 {
+			msgs = append(msgs, &broker.Message{Queue: "keys-stats", Producer: "never", JobType: "acked", Payload: []byte("x")})
+		}
+		if _, err := b.Publish(msgs...); err != nil {
+			t.Fatal(err)
+		}
+		for i := range msgs {
+			d, err := c.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.AddCredit(1) // the credit an ack's answer grants, as the server does
+			if d.Producer == "never" {
+				continue // left in flight: predicted, never scored
+			}
+			// Each type's cost differs, with some noise, so tiers and errors vary.
+			cost := time.Duration(len(d.JobType)*len(d.JobType))*time.Millisecond + time.Duration((round+i)%7)*time.Millisecond
+			if err := c.Ack(d.ID, cost); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wantMAE, wantAcc := hq.PredictorStats(ctx)
+	gotMAE, gotAcc := hq.keysStats(ctx)
+	if math.IsNaN(wantMAE) || math.IsNaN(wantAcc) {
+		t.Fatalf("the broker scored nothing: MAE %v, accuracy %v", wantMAE, wantAcc)
+	}
+	if math.Abs(gotMAE-wantMAE) > 1e-3*wantMAE || math.Abs(gotAcc-wantAcc) > 1e-9 {
+		t.Errorf("through ListKeys: MAE %.6f ms, accuracy %.6f; the broker's own: %.6f ms, %.6f", gotMAE, gotAcc, wantMAE, wantAcc)
 	}
 }

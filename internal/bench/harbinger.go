@@ -29,7 +29,8 @@ type HarbingerMode int
 
 const (
 	// InProcess serves a broker from inside the harness process, sharing
-	// its CPU and garbage collector (the flow comparison and the demo).
+	// its CPU and garbage collector (the demo, and a labelled shortcut of
+	// the flow comparison).
 	InProcess HarbingerMode = iota
 	// ServeMemory starts `harbinger serve --memory` as its own process.
 	ServeMemory
@@ -363,19 +364,47 @@ func (q *harbingerQueue) Teardown(ctx context.Context) error {
 	return err
 }
 
-// PredictorStats implements predictorStats from the in-process broker's
-// own figures for the queue: MAE over the acks of routed predictions, tier
-// accuracy over every ack with a prediction. Arms whose policy makes no
-// predictions have neither.
-func (q *harbingerQueue) PredictorStats() (maeMS, tierAccuracy float64) {
+// PredictorStats implements predictorStats from the broker's own figures
+// for the queue: MAE over the acks of routed predictions, tier accuracy
+// over the same acks. An in-process broker is read directly; a serve
+// process through Admin.ListKeys, whose per-key figures add up to the
+// queue's (keysStats). Arms whose policy makes no predictions, and the
+// bare queue, have neither.
+func (q *harbingerQueue) PredictorStats(ctx context.Context) (maeMS, tierAccuracy float64) {
 	if q.s.b == nil {
-		return math.NaN(), math.NaN() // another process's; only its metrics say
+		return q.keysStats(ctx)
 	}
 	in, err := q.s.b.Queue(q.name)
 	if err != nil {
 		return math.NaN(), math.NaN()
 	}
 	return summaryStats(in.Predictor)
+}
+
+// keysStats is PredictorStats from the broker's ListKeys: every key's MAE
+// and tier accuracy weighted by the predictions it scored, which is the
+// queue's own figure while no key was evicted (a flow run has a few dozen
+// keys; the predictor keeps 100,000). NaN where nothing was scored or
+// the broker does not answer (the bare queue).
+func (q *harbingerQueue) keysStats(ctx context.Context) (maeMS, tierAccuracy float64) {
+	maeMS, tierAccuracy = math.NaN(), math.NaN()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	keys, err := q.s.c.ListKeys(ctx, q.name, server.MaxListLimit)
+	if err != nil {
+		return maeMS, tierAccuracy
+	}
+	var n, absErr, hits float64
+	for _, k := range keys {
+		s := float64(k.Scored)
+		n += s
+		absErr += k.MaeMs * s
+		hits += k.TierAccuracy * s
+	}
+	if n > 0 {
+		maeMS, tierAccuracy = absErr/n, hits/n
+	}
+	return maeMS, tierAccuracy
 }
 
 // summaryStats reads MAE (wall ms) and tier accuracy from a predictor

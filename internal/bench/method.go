@@ -67,7 +67,7 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 	}
 	return fmt.Sprintf("Live run of %q, %s, seeds %v, time scale %g (every inter-arrival gap and duration multiplied by it; "+
 		"latencies quoted back in workload seconds by dividing by it). Arms: %s, run one at a time, arms interleaved within each seed, "+
-		"each on a fresh queue (Harbinger: a fresh in-process broker per run, served over gRPC on loopback and used through the public client SDK; "+
+		"each on a fresh queue (Harbinger: "+flowHarbinger(cfg.HarbingerMode)+"; "+
 		"RabbitMQ: a new non-durable classic queue, purged; Redis: fresh keys). "+
 		"Identical for every arm: %d producer goroutines (one per workload producer, each with its own channel or stream) publish each job "+
 		"at its scaled arrival time with its key (producer, job type, size hint) and the send time in the payload; %d workers, each "+
@@ -80,13 +80,36 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"Redis: reliable list queue (LPUSH; BLMOVE into a per-worker processing list; LREM as the ack; a starting worker pushes its processing list back). "+
 		"Latency: producer send to handler return (the ack), per message. "+
 		"MAE (workload ms, routed predictions only) and tier accuracy come from the arm's own predictor after the run: "+
-		"the in-process Harbinger broker's for its queue (it predicts under every policy), the rabbitmq package's Local for rabbitmq-predictive "+
+		"the Harbinger broker's own figures for its queue (it predicts under every policy; "+flowHarbingerStats(cfg.HarbingerMode)+"), the rabbitmq package's Local for rabbitmq-predictive "+
 		"(each completion scored against the prediction stamped on the message); none for the other arms. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+
 		"Per-arm figures are medians across seeds; comparisons are medians of per-seed paired differences with 95%% percentile bootstrap intervals "+
 		"(10,000 resamples of seeds, fixed RNG seed); a row passes when its point estimate meets the threshold. Live form of the gate: "+
 		"baselines rabbitmq-fifo and redis-fifo, P5 against rabbitmq-predictive. Arrivals: %s. Environment: %s.",
 		cfg.Source.Name(), describeLoad(cfg), cfg.Seeds, cfg.TimeScale, strings.Join(ArmNames(cfg.Arms), ", "),
 		len(producers), cfg.Workers, rangeStr(over, "%.0f"), cfg.DrainTimeout, window, env)
+}
+
+// flowHarbinger says how a flow run's Harbinger brokers ran.
+func flowHarbinger(m HarbingerMode) string {
+	switch m {
+	case ServeMemory:
+		return "a fresh `harbinger serve --memory` process per run, as transient as the RabbitMQ and Redis arms' queues, " +
+			"used through the public client SDK over gRPC on loopback"
+	case ServeDurable:
+		return "a fresh `harbinger serve --fsync always` process per run on a fresh data directory, " +
+			"used through the public client SDK over gRPC on loopback"
+	}
+	return "a fresh broker per run inside the harness process (a shortcut: it shares the harness's CPU and garbage collector), " +
+		"served over gRPC on loopback and used through the public client SDK"
+}
+
+// flowHarbingerStats says where a flow run read the Harbinger broker's
+// predictor figures.
+func flowHarbingerStats(m HarbingerMode) string {
+	if m == InProcess {
+		return "read from the broker in process"
+	}
+	return "read through Admin.ListKeys, every key's figures weighted by the acks it scored"
 }
 
 // sidecarArmMethod describes rabbitmq-predictive-sidecars when the run

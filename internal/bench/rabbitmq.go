@@ -396,7 +396,7 @@ func (r *rabbitLocal) consume(ctx context.Context, ch *amqp.Channel, queue strin
 // PredictorStats implements predictorStats: the predictive arm's Local
 // predictor, which scores each completion against the prediction its
 // publisher stamped on the message.
-func (q *rabbitQueue) PredictorStats() (maeMS, tierAccuracy float64) {
+func (q *rabbitQueue) PredictorStats(context.Context) (maeMS, tierAccuracy float64) {
 	r, isLocal := q.pred.(*rabbitLocal)
 	if !isLocal {
 		return math.NaN(), math.NaN()

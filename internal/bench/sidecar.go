@@ -171,7 +171,7 @@ func (q *sidecarQueue) stopSidecars() error {
 // PredictorStats implements predictorStats: the mean of the sidecars'
 // own scores (each scores the completions its workers report, half of
 // them).
-func (q *sidecarQueue) PredictorStats() (maeMS, tierAccuracy float64) {
+func (q *sidecarQueue) PredictorStats(context.Context) (maeMS, tierAccuracy float64) {
 	var mae, acc []float64
 	for _, m := range q.metrics {
 		vals, err := scrape(m)

@@ -57,7 +57,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func defaultOut(t time.Time) string { return "bench-out/" + t.Format("20060102-150405") }
 
 func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--rabbitmq-cluster N] [--out DIR] [--json]", stderr)
+	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--rabbitmq-cluster N] [--harbinger-in-process] [--out DIR] [--json]", stderr)
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
 	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.FlowArms), ","), "comma-separated arms")
@@ -68,11 +68,17 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		"and run the RabbitMQ arms on it instead of HARBINGER_AMQP_URL: producer i on node i mod N, worker j on node j mod N, "+
 		"rabbitmq-predictive-sidecars' sidecar i on node i mod N, queues declared through node 0 as classic queues "+
 		"(RabbitMQ 3.10's quorum queues ignore priorities); 1 starts a single fresh node; 0 uses HARBINGER_AMQP_URL")
+	inProcess := fs.Bool("harbinger-in-process", false, "serve the Harbinger arms from a broker inside the harness process instead of a `harbinger serve --memory` process per run "+
+		"(a shortcut that shares the harness's CPU and garbage collector, as runs before 2026-12-02 did; the method line says which)")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	start := time.Now()
 	out := fs.String("out", defaultOut(start), "directory for report.md, results.jsonl, summary.json and charts; \"\" writes none")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	mode := bench.ServeMemory
+	if *inProcess {
+		mode = bench.InProcess
 	}
 	w, err := loadWorkload(*wl)
 	if err != nil {
@@ -94,8 +100,9 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("--drain-timeout must be positive, got %s", *drain)
 	}
 	cfg := bench.FlowConfig{Source: src, Seeds: seeds, Arms: arms, TimeScale: *scale, DrainTimeout: *drain,
-		Window: *window, Progress: stderr}
-	brokers, err := bench.ConnectFlow(ctx, arms, bench.FlowConnect{ConnectOptions: bench.ConnectOptions{Progress: stderr}, RabbitCluster: *cluster})
+		Window: *window, Progress: stderr, HarbingerMode: mode}
+	brokers, err := bench.ConnectFlow(ctx, arms, bench.FlowConnect{ConnectOptions: bench.ConnectOptions{Progress: stderr,
+		Harbinger: bench.HarbingerOptions{Mode: mode}}, RabbitCluster: *cluster})
 	if err != nil {
 		return err
 	}
