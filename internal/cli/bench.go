@@ -68,7 +68,7 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		"and run the RabbitMQ arms on it instead of HARBINGER_AMQP_URL: producer i on node i mod N, worker j on node j mod N, "+
 		"rabbitmq-predictive-sidecars' sidecar i on node i mod N, queues declared through node 0 as classic queues "+
 		"(RabbitMQ 3.10's quorum queues ignore priorities); 1 starts a single fresh node; 0 uses HARBINGER_AMQP_URL")
-	inProcess := fs.Bool("harbinger-in-process", false, "serve the Harbinger arms from a broker inside the harness process instead of a `harbinger serve --memory` process per run "+
+	inProcess := fs.Bool("harbinger-in-process", false, "serve the Harbinger arms from a broker inside the harness process instead of a harbinger serve --memory process per run "+
 		"(a shortcut that shares the harness's CPU and garbage collector, as runs before 2026-12-02 did; the method line says which)")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	start := time.Now()
