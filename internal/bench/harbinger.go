@@ -383,9 +383,10 @@ func (q *harbingerQueue) PredictorStats(ctx context.Context) (maeMS, tierAccurac
 
 // keysStats is PredictorStats from the broker's ListKeys: every key's MAE
 // and tier accuracy weighted by the predictions it scored, which is the
-// queue's own figure while no key was evicted (a flow run has a few dozen
-// keys; the predictor keeps 100,000). NaN where nothing was scored or
-// the broker does not answer (the bare queue).
+// queue's own figure while no key was evicted and ListKeys returns them
+// all (at most server.MaxListLimit; a flow run has a few dozen). NaN
+// where nothing was scored or the broker does not answer (the bare
+// queue).
 func (q *harbingerQueue) keysStats(ctx context.Context) (maeMS, tierAccuracy float64) {
 	maeMS, tierAccuracy = math.NaN(), math.NaN()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
