@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	register("demo", "run a workload through a FIFO queue and a predictive queue side by side (30 s to 2 min, by this machine's speed)", runDemo)
+	register("demo", "run a workload through a FIFO queue and a predictive queue side by side (30 s to about 2.5 min, by this machine's speed)", runDemo)
 }
 
 // DefaultDemoTimeScale squeezes the 300 s production-flow workload into
@@ -116,7 +116,8 @@ type demoPace struct {
 const demoOverheadShare = 0.025
 
 // maxDemoTimeScale bounds the measured scale: the demo should end within
-// about two minutes even on a slow machine (it then says it fell behind).
+// about two and a half minutes (two of arrivals, then the backlog and
+// the measurement) even on a slow machine, which it then says fell behind.
 const maxDemoTimeScale = 0.4
 
 // demoScale measures the per-job overhead of this machine (a burst of
