@@ -121,6 +121,13 @@ func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) err
 	if h == nil {
 		return errors.New("harbinger: RunWorker needs a handler")
 	}
+	// A request with a string that is not valid UTF-8 cannot be encoded, so
+	// no session could ever open: say so instead of reconnecting forever.
+	for _, f := range [...]struct{ what, v string }{{"queue", cfg.Queue}, {"name", cfg.Name}} {
+		if !utf8.ValidString(f.v) {
+			return status.Errorf(codes.InvalidArgument, "harbinger: RunWorker's %s %q is not valid UTF-8", f.what, strings.ToValidUTF8(f.v, "\uFFFD"))
+		}
+	}
 	cfg.Concurrency = max(cfg.Concurrency, 1)
 	cfg.Prefetch = max(cfg.Prefetch, cfg.Concurrency)
 	if cfg.MaxReconnectDelay <= 0 {

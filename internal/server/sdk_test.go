@@ -795,3 +795,23 @@ func TestPayloadLimitsAgree(t *testing.T) {
 		t.Fatalf("queue: %s", counts(in))
 	}
 }
+
+// A worker whose queue or name is not valid UTF-8 can never open a
+// stream (its request cannot be encoded): RunWorker says so at once with
+// InvalidArgument instead of reconnecting forever.
+func TestWorkerInvalidUTF8Config(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	for _, cfg := range []client.WorkerConfig{
+		{Queue: "bilder-\xff"},
+		{Queue: "bilder", Name: "arbeiter-\xc3\x28"},
+	} {
+		ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+		err := tb.cl.RunWorker(ctx, cfg, func(context.Context, *client.Delivery) error { return nil })
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut || status.Code(err) != codes.InvalidArgument || !utf8.ValidString(err.Error()) {
+			t.Errorf("RunWorker(%+q) = %v (ran until its deadline: %v), want InvalidArgument at once", cfg.Queue+"/"+cfg.Name, err, timedOut)
+		}
+	}
+}
