@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -119,13 +120,32 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	// Static windows, as the broker's: gRPC's bandwidth estimator would
 	// otherwise ping the broker for nearly every small message. The
 	// stream window holds a full-size delivery of the default limits.
-	dial = append(dial, grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow))
+	dial = append(dial, grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow),
+		grpc.WithChainUnaryInterceptor(encodeErrors))
 	dial = append(dial, o.dial...)
 	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {
 		return nil, err
 	}
 	return &Client{conn: conn, broker: pb.NewBrokerClient(conn), admin: pb.NewAdminClient(conn), log: o.log}, nil
+}
+
+// encodeErrors gives a call whose request protobuf cannot encode (a
+// string that is not valid UTF-8: a queue name, a job id) the status it
+// deserves, InvalidArgument with protobuf's reason, instead of the
+// Internal that gRPC reports for it. It encodes the request again only
+// when a call failed with Internal.
+func encodeErrors(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoke(ctx, method, req, reply, cc, opts...)
+	if status.Code(err) != codes.Internal {
+		return err
+	}
+	if m, ok := req.(proto.Message); ok {
+		if _, merr := proto.Marshal(m); merr != nil {
+			return status.Errorf(codes.InvalidArgument, "harbinger: %s: the request cannot be encoded: %v", method[strings.LastIndexByte(method, '/')+1:], merr)
+		}
+	}
+	return err
 }
 
 // Close closes the connection. Workers and producers using it stop.

@@ -815,3 +815,30 @@ func TestWorkerInvalidUTF8Config(t *testing.T) {
 		}
 	}
 }
+
+// A unary call whose request cannot be encoded (a queue name or id that
+// is not valid UTF-8) fails with InvalidArgument, not Internal, and the
+// broker is left as it was.
+func TestUnaryCallsWithInvalidUTF8(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	if _, err := tb.cl.DeclareQueue(tb.ctx, "warteschlange", nil); err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() error{
+		"DeclareQueue": func() error { _, err := tb.cl.DeclareQueue(tb.ctx, "warteschlange-\xff", nil); return err },
+		"PurgeQueue":   func() error { _, err := tb.cl.PurgeQueue(tb.ctx, "\xc3\x28"); return err },
+		"CancelJob":    func() error { _, err := tb.cl.CancelJob(tb.ctx, "warteschlange", "id-\xfe"); return err },
+		"ListKeys":     func() error { _, err := tb.cl.ListKeys(tb.ctx, "warteschlange-\xff", 0); return err },
+	}
+	for name, call := range calls {
+		err := call()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), name) || !utf8.ValidString(err.Error()) {
+			t.Errorf("%s = %v, want InvalidArgument naming the call", name, err)
+		}
+	}
+	qs, err := tb.cl.ListQueues(tb.ctx)
+	if err != nil || len(qs) != 1 || qs[0].Name != "warteschlange" {
+		t.Fatalf("queues after the refused calls: %v, %v", qs, err)
+	}
+}
