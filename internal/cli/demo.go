@@ -201,10 +201,12 @@ func demoSentence(fifo, pred report.SeedResult, pace demoPace) string {
 			"with no broker at all the simulator's FIFO completes %.0f), so both queues build a backlog by design, "+
 			"and every figure includes it.", pace.workers, pace.offered, pace.capacity)
 	}
-	if thr := math.Min(float64(fifo.ThroughputPerS), float64(pred.ThroughputPerS)); thr < 0.95*math.Min(pace.offered, pace.capacity) {
+	// The most the live run could complete: the arrivals, or less when the
+	// workers cannot keep up with them even in the simulator.
+	limit := math.Min(pace.offered, pace.capacity)
+	if thr := math.Min(float64(fifo.ThroughputPerS), float64(pred.ThroughputPerS)); thr < 0.95*limit {
 		s += fmt.Sprintf(" This machine did not keep up: %.0f msg/s completed where the same jobs on the same workers complete %.0f "+
-			"in the simulator, and the extra backlog inflates every figure; a slower --time-scale shrinks it.",
-			thr, math.Min(pace.offered, pace.capacity))
+			"in the simulator, and the extra backlog inflates every figure; a slower --time-scale shrinks it.", thr, limit)
 	}
 	return s
 }
