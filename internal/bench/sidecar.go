@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -91,7 +92,7 @@ func (d *SidecarDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error
 	q := &sidecarQueue{rabbitQueue: &rabbitQueue{d: d.rabbit, name: spec.Name, policy: spec.Policy}}
 	for i := range SidecarsPerRun {
 		p, err := startProcess(ctx, fmt.Sprintf("harbinger sidecar %d", i), d.bin,
-			[]string{"sidecar", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--amqp-url", d.urls[i%len(d.urls)],
+			[]string{"sidecar", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--amqp-url", nodesFrom(d.urls, i),
 				"--exchange", exchange, "--hold", "--log-level", "warn"},
 			sidecarReady, nil)
 		if err != nil {
@@ -260,4 +261,11 @@ func scrape(url string) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// nodesFrom lists urls starting at the i-th (mod their number), comma-separated:
+// a sidecar's --amqp-url, its own node first and the others to move to.
+func nodesFrom(urls []string, i int) string {
+	i %= len(urls)
+	return strings.Join(append(slices.Clone(urls[i:]), urls[:i]...), ",")
 }

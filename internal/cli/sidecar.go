@@ -26,7 +26,7 @@ func init() {
 const amqpURLEnv = "HARBINGER_AMQP_URL"
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sidecar", "sidecar [-config FILE] [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-report-every D] [-backlog-expiry D] [-log-level L] [-log-format F]", stderr)
+	fs := newFlags("sidecar", "sidecar [-config FILE] [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL[,URL...]] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-report-every D] [-backlog-expiry D] [-log-level L] [-log-format F]", stderr)
 	defURL := os.Getenv(amqpURLEnv)
 	if defURL == "" {
 		defURL = sidecar.DefaultAMQPURL
@@ -37,7 +37,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(httpAddr, "http", sidecar.DefaultHTTP, "old name of -http-addr")
 	logLevel := fs.String("log-level", DefaultLogLevel, "debug, info, warn or error")
 	logFormat := fs.String("log-format", DefaultLogFormat, "text or json")
-	amqpURL := fs.String("amqp-url", defURL, `RabbitMQ URL for shared learning (default from `+amqpURLEnv+`); "-" disables sharing`)
+	amqpURL := fs.String("amqp-url", defURL, `RabbitMQ URL for shared learning (default from `+amqpURLEnv+`); several, comma-separated, name a cluster's nodes: the sidecar uses the first it reaches and moves on when it loses one; "-" disables sharing`)
 	exchange := fs.String("exchange", sidecar.DefaultExchange, "fanout exchange of observations; snapshots use NAME"+".snapshots")
 	maxPriority := fs.Uint("max-priority", rabbitmq.DefaultMaxPriority, "x-max-priority of the queues; long messages get this AMQP priority, the tiers share those below it")
 	tiers := fs.Int("tiers", rabbitmq.DefaultTiers, "number of tiers")

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -103,9 +104,12 @@ func TestClusterFleet(t *testing.T) {
 	id := randomID()
 	exchange := "harbinger.cluster-test." + id
 	urls := c.URLs()
+	// Each sidecar is given every node, its own first, so that the one on
+	// the node killed below moves to another.
+	nodesFrom := func(i int) string { return strings.Join(append(slices.Clone(urls[i:]), urls[:i]...), ",") }
 	sidecars := make([]*sidecarProc, len(urls))
 	for i := range sidecars {
-		sidecars[i] = startSidecarProc(t, bin, urls[i], exchange, "127.0.0.1:0")
+		sidecars[i] = startSidecarProc(t, bin, nodesFrom(i), exchange, "127.0.0.1:0")
 	}
 	for _, s := range sidecars {
 		s.waitConnected(t, ctx)
@@ -167,10 +171,20 @@ func TestClusterFleet(t *testing.T) {
 					t.Error(err)
 				}
 				events <- "killed RabbitMQ node " + c.Nodes()[deadNode].Name
+				// The sidecar that was on it shares through another.
+				node, err := sidecars[deadNode].reconnected(ctx, 2)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if node == nodeOf(urls[deadNode]) {
+					t.Errorf("the sidecar on the killed node %s reconnected to it", node)
+				}
+				events <- "the sidecar on the killed node moved to " + node
 			}},
 			{0.6, func() { sidecars[deadSidecar].kill(); events <- "killed sidecar " + sidecars[deadSidecar].addr }},
 			{0.8, func() {
-				sidecars[deadSidecar] = startSidecarProc(t, bin, urls[deadSidecar], exchange, sidecars[deadSidecar].addr)
+				sidecars[deadSidecar] = startSidecarProc(t, bin, nodesFrom(deadSidecar), exchange, sidecars[deadSidecar].addr)
 				events <- "restarted sidecar on " + sidecars[deadSidecar].addr
 			}},
 		} {
@@ -587,13 +601,14 @@ type sidecarProc struct {
 
 var sidecarListening = regexp.MustCompile(`gRPC on (\S+), metrics on (\S+),`)
 
-// startSidecarProc starts a sidecar sharing on exchange through url,
+// startSidecarProc starts a sidecar sharing on exchange through urls (one
+// or several, comma-separated),
 // serving gRPC on grpcAddr (port 0 picks one), and waits for it to listen.
 // It is killed in t.Cleanup if still running.
-func startSidecarProc(t *testing.T, bin, url, exchange, grpcAddr string) *sidecarProc {
+func startSidecarProc(t *testing.T, bin, urls, exchange, grpcAddr string) *sidecarProc {
 	t.Helper()
 	cmd := exec.Command(bin, "sidecar", "--grpc-addr", grpcAddr, "--http-addr", "127.0.0.1:0",
-		"--amqp-url", url, "--exchange", exchange, "--tiers", fmt.Sprint(clusterTiers), "--log-level", "warn")
+		"--amqp-url", urls, "--exchange", exchange, "--tiers", fmt.Sprint(clusterTiers), "--log-level", "warn")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -646,6 +661,34 @@ func (s *sidecarProc) waitConnected(t *testing.T, ctx context.Context) {
 		case <-tick.C:
 		case <-ctx.Done():
 			t.Fatalf("sidecar %s did not connect to RabbitMQ", s.addr)
+		}
+	}
+}
+
+var amqpNodeMetric = regexp.MustCompile(`harbinger_sidecar_amqp_node\{node="([^"]+)"\} 1`)
+
+// reconnected polls the sidecar's metrics until it has made connects
+// connections to RabbitMQ and is connected, and returns the node it is
+// connected to; it gives up after 15 s.
+func (s *sidecarProc) reconnected(ctx context.Context, connects int) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	want := fmt.Sprintf("harbinger_sidecar_amqp_connections_total %d", connects)
+	for {
+		resp, err := http.Get("http://" + s.httpAddr + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if m := amqpNodeMetric.FindStringSubmatch(string(b)); m != nil && strings.Contains(string(b), want) {
+				return m[1], nil
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return "", fmt.Errorf("sidecar %s did not make its connection number %d to RabbitMQ within 15 s", s.addr, connects)
 		}
 	}
 }

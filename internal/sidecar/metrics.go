@@ -12,8 +12,8 @@ import (
 type collector struct {
 	stats func() Stats
 
-	keys, observations, rejected, evicted, mae, accuracy, boundary, predictions, cold *prometheus.Desc
-	shared, sharedPredictions, batches, snapshots, caughtUp, connected, held, backlog *prometheus.Desc
+	keys, observations, rejected, evicted, mae, accuracy, boundary, predictions, cold                 *prometheus.Desc
+	shared, sharedPredictions, batches, snapshots, caughtUp, connected, node, connects, held, backlog *prometheus.Desc
 }
 
 func newCollector(stats func() Stats) *collector {
@@ -37,6 +37,8 @@ func newCollector(stats func() Stats) *collector {
 		snapshots:         d("harbinger_sidecar_snapshots_total", "Snapshots shared through RabbitMQ.", "direction"),
 		caughtUp:          d("harbinger_sidecar_caught_up_keys_total", "Keys replayed from another sidecar's snapshot."),
 		connected:         d("harbinger_sidecar_amqp_connected", "1 while the sidecar shares learning through RabbitMQ."),
+		node:              d("harbinger_sidecar_amqp_node", "1 for the RabbitMQ node (host:port of --amqp-url) the sidecar shares through; absent while disconnected.", "node"),
+		connects:          d("harbinger_sidecar_amqp_connections_total", "Connections made to RabbitMQ: one more after each reconnect, to the same node or another of --amqp-url's."),
 		held:              d("harbinger_sidecar_held_total", "Long messages given a hold (--hold)."),
 		backlog:           d("harbinger_sidecar_backlog_seconds", "Predicted work published and not yet completed, for queues with attached handlers (--hold).", "queue"),
 	}
@@ -84,6 +86,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		connected = 1
 	}
 	gauge(c.connected, connected)
+	if s.Connected {
+		gauge(c.node, 1, s.Node)
+	}
+	counter(c.connects, s.Connects)
 	counter(c.held, p.Held)
 	for q, w := range p.Backlog {
 		gauge(c.backlog, w.Seconds(), q)

@@ -12,8 +12,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -37,9 +41,14 @@ const (
 
 // Config configures a sidecar. The zero value of a field means its default.
 type Config struct {
-	Listen  string // gRPC address, default 127.0.0.1:7072; port 0 picks one
-	HTTP    string // metrics address (/metrics, /healthz), default 127.0.0.1:7073; "-" disables
-	AMQPURL string // RabbitMQ for shared learning, default the local guest account; "-" disables sharing
+	Listen string // gRPC address, default 127.0.0.1:7072; port 0 picks one
+	HTTP   string // metrics address (/metrics, /healthz), default 127.0.0.1:7073; "-" disables
+	// AMQPURL is RabbitMQ for shared learning, default the local guest
+	// account; "-" disables sharing. Several URLs separated by commas
+	// name the nodes of a cluster: the sidecar connects to the first it
+	// can reach, in order, and when it loses that node it tries the same
+	// node first, then the others (a comma inside a URL is written %2C).
+	AMQPURL string
 	Predict rabbitmq.LocalConfig
 	// Hold makes the sidecar track each queue's backlog from its clients'
 	// predictions, completions and handlers, and hold long messages (see
@@ -86,7 +95,54 @@ func (c Config) validate() error {
 	if c.Predict.MaxPriority == 0 {
 		return errors.New("sidecar: max priority must be 1 to 255")
 	}
+	if c.AMQPURL != "-" {
+		if _, err := ParseAMQPURLs(c.AMQPURL); err != nil {
+			return err
+		}
+	}
 	return c.Share.validate()
+}
+
+// ParseAMQPURLs splits a comma-separated list of AMQP URLs (Config.AMQPURL)
+// and checks each, so that a mistyped URL fails at start instead of being
+// retried forever. Errors name the URL by its place in the list and its
+// host, never its password.
+func ParseAMQPURLs(list string) ([]string, error) {
+	parts := strings.Split(list, ",")
+	urls := make([]string, 0, len(parts))
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return nil, fmt.Errorf("sidecar: AMQP URL %d of %d is empty (URLs are separated by single commas)", i+1, len(parts))
+		}
+		if !utf8.ValidString(p) {
+			return nil, fmt.Errorf("sidecar: AMQP URL %d of %d is not valid UTF-8", i+1, len(parts))
+		}
+		u, err := amqp.ParseURI(p)
+		if err != nil {
+			// url.Parse's errors quote the whole URL, password and all.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return nil, fmt.Errorf("sidecar: AMQP URL %d of %d: %s", i+1, len(parts), strings.ReplaceAll(err.Error(), p, "the URL"))
+		}
+		if u.Host == "" {
+			return nil, fmt.Errorf("sidecar: AMQP URL %d of %d names no host", i+1, len(parts))
+		}
+		urls = append(urls, p)
+	}
+	return urls, nil
+}
+
+// nodeOf names a URL's node for logs and errors: host and port, without
+// credentials.
+func nodeOf(url string) string {
+	u, err := amqp.ParseURI(url)
+	if err != nil {
+		return "?"
+	}
+	return net.JoinHostPort(u.Host, strconv.Itoa(u.Port))
 }
 
 // Stats is everything the sidecar reports: the predictor's figures and the
@@ -95,6 +151,10 @@ type Stats struct {
 	Predictor rabbitmq.LocalStats
 	Share     ShareStats
 	Connected bool
+	// Node is the host:port of the RabbitMQ node it shares through, ""
+	// while disconnected; Connects counts the connections it has made.
+	Node     string
+	Connects uint64
 }
 
 // Sidecar is a running sidecar.
@@ -110,8 +170,13 @@ type Sidecar struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	urls []string // Config.AMQPURL's nodes
+	node int      // the one to try first: the one last connected to
+
 	mu        sync.Mutex
 	share     *Share
+	shareNode string // node of share
+	connects  uint64
 	prevShare ShareStats // counts of shares that have ended
 	connected chan struct{}
 }
@@ -133,6 +198,9 @@ func Start(cfg Config) (*Sidecar, error) {
 		local.SetPeers(cfg.Share.Fleet)
 	}
 	s := &Sidecar{cfg: cfg, local: local, svc: predictsvc.New(local, predictsvc.Config{Hold: cfg.Hold}), connected: make(chan struct{})}
+	if cfg.AMQPURL != "-" {
+		s.urls, _ = ParseAMQPURLs(cfg.AMQPURL) // validated above
+	}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("sidecar: listen %s: %w", cfg.Listen, err)
 	}
@@ -192,9 +260,10 @@ func (s *Sidecar) Stats() Stats {
 	s.mu.Lock()
 	st.Share = s.prevShare
 	if s.share != nil {
-		st.Connected = true
+		st.Connected, st.Node = true, s.shareNode
 		st.Share = addShareStats(st.Share, s.share.Stats())
 	}
+	st.Connects = s.connects
 	s.mu.Unlock()
 	return st
 }
@@ -227,7 +296,7 @@ func (s *Sidecar) connectLoop(ctx context.Context) {
 	log := s.cfg.Logger
 	retry := DefaultRetryFirst
 	for ctx.Err() == nil {
-		conn, sh, err := s.connect(ctx)
+		conn, sh, node, err := s.connect(ctx)
 		if err != nil {
 			log.Warn("sidecar: RabbitMQ unreachable; predicting from local learning only", "err", err, "retry_in", retry)
 			if !s.wait(ctx, retry) {
@@ -237,9 +306,10 @@ func (s *Sidecar) connectLoop(ctx context.Context) {
 			continue
 		}
 		retry = DefaultRetryFirst
-		log.Info("sidecar: sharing learning through RabbitMQ", "id", sh.ID(), "exchange", s.cfg.Share.Exchange)
+		log.Info("sidecar: sharing learning through RabbitMQ", "id", sh.ID(), "exchange", s.cfg.Share.Exchange, "node", node)
 		s.mu.Lock()
-		s.share = sh
+		s.share, s.shareNode = sh, node
+		s.connects++
 		select {
 		case <-s.connected:
 		default:
@@ -255,22 +325,34 @@ func (s *Sidecar) connectLoop(ctx context.Context) {
 		s.mu.Unlock()
 		_ = conn.Close()
 		if ctx.Err() == nil {
-			log.Warn("sidecar: lost RabbitMQ; reconnecting")
+			log.Warn("sidecar: lost RabbitMQ; reconnecting", "node", node)
 		}
 	}
 }
 
-func (s *Sidecar) connect(ctx context.Context) (*amqp.Connection, *Share, error) {
-	conn, err := amqp.DialConfig(s.cfg.AMQPURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
-	if err != nil {
-		return nil, nil, err
+// connect tries each node once, starting with the one it last connected
+// to, and shares through the first that takes it. The error names every
+// node's failure.
+func (s *Sidecar) connect(ctx context.Context) (*amqp.Connection, *Share, string, error) {
+	var errs []error
+	for i := range s.urls {
+		n := (s.node + i) % len(s.urls)
+		node := nodeOf(s.urls[n])
+		conn, err := amqp.DialConfig(s.urls[n], amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", node, err))
+			continue
+		}
+		sh, err := StartShare(ctx, conn, s.local, s.cfg.Share)
+		if err != nil {
+			_ = conn.Close()
+			errs = append(errs, fmt.Errorf("%s: %w", node, err))
+			continue
+		}
+		s.node = n
+		return conn, sh, node, nil
 	}
-	sh, err := StartShare(ctx, conn, s.local, s.cfg.Share)
-	if err != nil {
-		_ = conn.Close()
-		return nil, nil, err
-	}
-	return conn, sh, nil
+	return nil, nil, "", errors.Join(errs...)
 }
 
 // wait waits d on the injected clock, or until ctx is done (false).

@@ -237,3 +237,60 @@ func TestMetricsWithoutRabbitMQ(t *testing.T) {
 		}
 	}
 }
+
+// A sidecar given several nodes shares through the first that takes it,
+// and says which in its stats and metrics; a dead node ahead of a live one
+// costs one refused dial, not a retry period.
+func TestSidecarSkipsDeadNode(t *testing.T) {
+	requireRabbit(t)
+	t.Parallel()
+	dead := "amqp://guest:guest@127.0.0.1:1/" // nothing listens on port 1
+	s, err := Start(Config{Listen: "127.0.0.1:0", HTTP: "127.0.0.1:0", AMQPURL: dead + " , " + amqpURL(),
+		Share: ShareConfig{Exchange: testExchange(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	select {
+	case <-s.Connected():
+	case <-time.After(5 * time.Second):
+		t.Fatal("sidecar did not connect through the second URL")
+	}
+	st := s.Stats()
+	want := nodeOf(amqpURL())
+	if !st.Connected || st.Node != want || st.Connects != 1 {
+		t.Errorf("stats: connected %v, node %q, connects %d; want true, %q, 1", st.Connected, st.Node, st.Connects, want)
+	}
+	body := scrape(t, s)
+	for _, m := range []string{"harbinger_sidecar_amqp_connected 1", `harbinger_sidecar_amqp_node{node="` + want + `"} 1`, "harbinger_sidecar_amqp_connections_total 1"} {
+		if !strings.Contains(body, m) {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
+}
+
+// A URL list that cannot work fails at start, naming the bad entry and
+// never its password.
+func TestSidecarRefusesBadURLs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ urls, want string }{
+		{"amqp://guest:secret@a:5672/,,amqp://b/", "URL 2 of 3 is empty"},
+		{"amqp://guest:secret@a:5672/,", "URL 2 of 2 is empty"},
+		{"http://guest:secret@a/", "URL 1 of 1"},
+		{"amqp://guest:secret@a/,amqp://guest:secret@b:notaport/", "URL 2 of 2"},
+		{"amqp://guest:secret@\xff/", "URL 1 of 1"},
+	} {
+		_, err := Start(Config{Listen: "127.0.0.1:0", HTTP: "-", AMQPURL: tc.urls})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Start with %q: %v, want an error with %q", tc.urls, err, tc.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("the error for %q shows the password: %v", tc.urls, err)
+		}
+	}
+	urls, err := ParseAMQPURLs(" amqp://a/ ,amqps://b:5671/vhost")
+	if err != nil || len(urls) != 2 || urls[0] != "amqp://a/" || urls[1] != "amqps://b:5671/vhost" {
+		t.Errorf("ParseAMQPURLs: %q, %v", urls, err)
+	}
+}
