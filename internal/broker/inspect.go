@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/store"
@@ -20,6 +21,11 @@ type QueueInfo struct {
 	DeadLetters  int
 	Consumers    int
 	Paused       bool // nothing is delivered until it is resumed
+	// OldestWait is how long the job that has waited longest has waited
+	// so far (to the millisecond; asynq's "latency"), zero when none
+	// waits: the signal to alert on when long jobs starve or consumers
+	// fall behind.
+	OldestWait time.Duration
 
 	// Counters since the broker started.
 	Published    uint64
@@ -61,6 +67,9 @@ func (q *queue) info() QueueInfo {
 			Predicted: slices.Clone(q.hist.predicted[:]), Actual: slices.Clone(q.hist.actual[:]),
 			PredictedSum: q.hist.predictedSum, ActualSum: q.hist.actualSum,
 		},
+	}
+	if at, ok := l.OldestWaiting(); ok {
+		in.OldestWait = max(0, q.b.clk.Now().Sub(at))
 	}
 	in.DepthPerTier = make([]int, l.Sched().Config().Levels)
 	for i := range in.DepthPerTier {

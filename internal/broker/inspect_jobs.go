@@ -111,8 +111,10 @@ type Waits struct {
 	P50, P99 time.Duration
 }
 
-// Waits reports how long a queue's waiting jobs have waited. It copies one
-// timestamp per waiting job under the queue's lock and sorts them after.
+// Waits reports how long a queue's waiting jobs have waited, to the
+// millisecond. The queue counts its waiting jobs by the millisecond they
+// entered the line: this copies those counts under the queue's lock (one
+// per distinct millisecond, not per job) and sorts them after.
 func (b *Broker) Waits(name string) (Waits, error) {
 	q, err := b.lookup(name, false)
 	if err != nil {
@@ -120,19 +122,15 @@ func (b *Broker) Waits(name string) (Waits, error) {
 	}
 	now := b.clk.Now()
 	q.mu.Lock()
-	at := make([]int64, 0, q.line.Len())
-	q.line.Each(func(j *delivery.Job) { at = append(at, j.Enqueued().UnixNano()) }, nil, nil, nil)
+	w := Waits{Waiting: q.line.Len()}
+	counts := q.line.AppendWaitCounts(nil)
 	q.mu.Unlock()
-	w := Waits{Waiting: len(at)}
-	if len(at) == 0 {
+	// The p-th percentile wait belongs to the job at rank 1-p in entry
+	// order: the oldest, P99 and P50.
+	at := delivery.WaitQuantiles(counts, 0, 0.01, 0.5)
+	if w.Waiting == 0 {
 		return w, nil
 	}
-	slices.Sort(at)
-	wait := func(p float64) time.Duration {
-		// The p-th percentile wait belongs to the (1-p)-th enqueue time.
-		i := int(float64(len(at)-1) * (1 - p))
-		return max(0, now.Sub(time.Unix(0, at[i])))
-	}
-	w.Oldest, w.P50, w.P99 = wait(1), wait(0.5), wait(0.99)
+	w.Oldest, w.P99, w.P50 = max(0, now.Sub(at[0])), max(0, now.Sub(at[1])), max(0, now.Sub(at[2]))
 	return w, nil
 }

@@ -169,6 +169,9 @@ type Line struct {
 	// first Cancel builds it from every job held, and kept from then on,
 	// so a queue that never cancels pays nothing for it.
 	byID map[string]*Job
+	// waits counts the waiting jobs by when they entered the line, for
+	// OldestWaiting and WaitQuantiles.
+	waits ages
 	// admitted is the record Admit returns, reused by each.
 	admitted store.Record
 
@@ -198,6 +201,15 @@ func (l *Line) Len() int { return l.sq.Len() }
 
 // InFlight is the number of jobs delivered and not settled.
 func (l *Line) InFlight() int { return len(l.leases) }
+
+// OldestWaiting is when the job that has waited longest entered the line
+// (to the millisecond), and false when none waits. O(1).
+func (l *Line) OldestWaiting() (time.Time, bool) { return l.waits.oldest() }
+
+// AppendWaitCounts appends how many waiting jobs entered the line in each
+// millisecond, in no order: one entry per distinct millisecond, not per
+// job. WaitQuantiles reads percentiles of the waits from them.
+func (l *Line) AppendWaitCounts(dst []WaitCount) []WaitCount { return l.waits.appendCounts(dst) }
 
 // DelayedLen is the number of jobs waiting for a due time.
 func (l *Line) DelayedLen() int { return len(l.delayed) }
@@ -348,7 +360,15 @@ func (l *Line) push(j *Job, now time.Time) {
 	if err := l.sq.Push(&j.item, now); err != nil {
 		panic(fmt.Sprintf("delivery: job %s pushed twice: %v", j.ID(), err)) // a bug here, not bad input
 	}
+	l.waits.add(j.enqueued)
 	l.Fx.Ready++
+}
+
+// unwait uncounts j, which has just left the scheduler, from waits.
+func (l *Line) unwait(j *Job) {
+	if !l.waits.remove(j.enqueued) {
+		panic(fmt.Sprintf("delivery: job %s left the line without having entered it", j.ID())) // a bug here, not bad input
+	}
 }
 
 // reset gives j a fresh item in the current scheduler.
@@ -373,6 +393,7 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 		return nil
 	}
 	j := jobOf(it)
+	l.unwait(j)
 	l.logID(store.KindDeliver, j)
 	j.attempt++
 	j.deadline = nanos(now.Add(l.cfg.Lease))
@@ -597,6 +618,7 @@ func (l *Line) deadLetter(j *Job, now time.Time, reason string) {
 func (l *Line) expire(now time.Time) {
 	l.expBuf = l.sq.Expire(now, l.expBuf[:0])
 	for i, it := range l.expBuf {
+		l.unwait(jobOf(it))
 		l.Stats.Expired++
 		l.deadLetter(jobOf(it), now, "expired")
 		l.expBuf[i] = nil
@@ -678,6 +700,7 @@ func (l *Line) Cancel(id string) (State, error) {
 		return Delayed, nil
 	}
 	l.sq.Remove(&j.item)
+	l.unwait(j)
 	l.drop(j)
 	l.Stats.Cancelled++
 	return Waiting, nil
@@ -696,6 +719,7 @@ func (l *Line) Purge() int {
 	l.sq.Each(func(it *sched.Item) { all = append(all, jobOf(it)) })
 	for _, j := range all {
 		l.sq.Remove(&j.item)
+		l.unwait(j)
 		l.drop(j)
 	}
 	return len(all)
@@ -745,6 +769,7 @@ func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
 	slices.SortFunc(waiting, func(a, b *Job) int { return cmp.Compare(a.item.ID, b.item.ID) })
 	for _, j := range waiting {
 		l.sq.Remove(&j.item)
+		l.unwait(j)
 	}
 	l.sq, l.cfg = sq, cfg
 	l.gen++

@@ -58,7 +58,8 @@ func (p place) String() string {
 type refJob struct {
 	id        string
 	place     place
-	order     uint64 // its place in line: set when it first joins one, kept across retries
+	order     uint64    // its place in line: set when it first joins one, kept across retries
+	entered   time.Time // when it took that place
 	attempt   int
 	max       int
 	holder    Holder
@@ -107,7 +108,7 @@ func (m *refLine) find(id string) *refJob {
 func (m *refLine) join(j *refJob, now time.Time, fresh bool) {
 	if fresh {
 		m.order++
-		j.order = m.order
+		j.order, j.entered = m.order, now
 	}
 	j.place, j.holder = pWaiting, 0
 }
@@ -507,6 +508,27 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 	}
 	if l.Len() != len(m.in(pWaiting)) || l.InFlight() != len(m.in(pRunning)) || l.DelayedLen() != len(m.in(pDelayed)) {
 		fail("step %d: counts %d/%d/%d", step, l.Len(), l.InFlight(), l.DelayedLen())
+	}
+	// How long the waiting jobs have waited: the oldest, and the entry
+	// times at a few ranks, to the millisecond.
+	var entered []time.Time
+	for _, r := range m.in(pWaiting) {
+		entered = append(entered, r.entered.Truncate(time.Millisecond))
+	}
+	slices.SortFunc(entered, time.Time.Compare)
+	oldest, ok := l.OldestWaiting()
+	if ok != (len(entered) > 0) || ok && !oldest.Equal(entered[0]) {
+		fail("step %d: oldest waiting %v %v, model %v", step, oldest, ok, entered[:min(1, len(entered))])
+	}
+	qs := []float64{0, 0.5, 0.99, 1}
+	for i, got := range WaitQuantiles(l.AppendWaitCounts(nil), qs...) {
+		var want time.Time
+		if len(entered) > 0 {
+			want = entered[int(qs[i]*float64(len(entered)-1))]
+		}
+		if !got.Equal(want) {
+			fail("step %d: the waiting job at rank %v entered at %v, model %v", step, qs[i], got, want)
+		}
 	}
 	at, ok := l.NextDeadline()
 	wat, wok := m.nextDeadline()

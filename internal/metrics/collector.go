@@ -26,6 +26,7 @@ type Collector struct {
 	published, delivered, acked, nacked, redelivered *prometheus.Desc
 	deadLettered, expired, badDurations              *prometheus.Desc
 	ready, inFlight, delayed, deadLetters, consumers *prometheus.Desc
+	oldestWait                                       *prometheus.Desc
 	duration, tierAccuracy, mae, keys, observations  *prometheus.Desc
 	brokerConsumers, brokerInFlight, draining        *prometheus.Desc
 	logRecords, logBytes, logSize, logSync, logWait  *prometheus.Desc
@@ -49,6 +50,7 @@ func New(in Inspector) *Collector {
 		badDurations:    d("bad_durations_total", "Acks whose duration the predictor refused.", q...),
 		ready:           d("ready", "Jobs waiting, per tier.", "queue", "tier"),
 		inFlight:        d("in_flight", "Jobs delivered and not yet settled.", q...),
+		oldestWait:      d("oldest_wait_seconds", "How long the job that has waited longest has waited so far (to the millisecond), 0 when none waits: a shortest-first broker's starvation signal and a stalled consumer's.", q...),
 		delayed:         d("delayed", "Nacked jobs waiting out their delay.", q...),
 		deadLetters:     d("dead_letters", "Jobs in the dead-letter list.", q...),
 		consumers:       d("consumers", "Open consumers.", q...),
@@ -74,7 +76,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.published, c.delivered, c.acked, c.nacked, c.redelivered, c.deadLettered, c.expired,
 		c.badDurations, c.ready, c.inFlight, c.delayed, c.deadLetters, c.consumers, c.duration,
 		c.tierAccuracy, c.mae, c.keys, c.observations, c.brokerConsumers, c.brokerInFlight, c.draining,
-		c.logRecords, c.logBytes, c.logSize, c.logSync, c.logWait,
+		c.logRecords, c.logBytes, c.logSize, c.logSync, c.logWait, c.oldestWait,
 	} {
 		ch <- d
 	}
@@ -117,6 +119,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n), q.Name, strconv.Itoa(tier))
 		}
 		gauge(c.inFlight, float64(q.InFlight))
+		gauge(c.oldestWait, q.OldestWait.Seconds())
 		gauge(c.delayed, float64(q.Delayed))
 		gauge(c.deadLetters, float64(q.DeadLetters))
 		gauge(c.consumers, float64(q.Consumers))

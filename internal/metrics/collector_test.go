@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/harbinger-mq/harbinger/internal/broker"
@@ -266,5 +267,81 @@ harbinger_log_records_total %d
 	}
 	if k := testutil.CollectAndCount(New(newBroker(t)), "harbinger_log_records_total", "harbinger_log_fsync_duration_seconds"); k != 0 {
 		t.Errorf("a memory-mode broker exports %d log series, want none", k)
+	}
+}
+
+// harbinger_oldest_wait_seconds follows the job that has waited longest on
+// the broker's clock, whichever job the policy runs first, and is 0 once
+// none waits.
+func TestOldestWait(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b, err := broker.New(broker.Config{Clock: clk, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown(context.Background()) })
+	col := New(b)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(col)
+	oldest := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "harbinger_oldest_wait_seconds" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if l := m.GetLabel(); len(l) == 1 && l[0].GetValue() == "jobs" {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		t.Fatal("no harbinger_oldest_wait_seconds series for the queue")
+		return 0
+	}
+	publish := func(jt string) string {
+		t.Helper()
+		res, err := b.Publish(&broker.Message{Queue: "jobs", Producer: "p", JobType: jt, Payload: []byte("ü\xff")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	first := publish("report")
+	clk.Advance(90 * time.Second)
+	publish("email")
+	clk.Advance(30*time.Second + 250*time.Millisecond)
+	if got := oldest(); got != 120.25 {
+		t.Fatalf("oldest wait %v s, want 120.25 (the report's)", got)
+	}
+	c, err := b.Subscribe("jobs", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Next(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 120.25 // the email went first: the report still waits
+	if d.ID == first {
+		want = 30.25
+	}
+	if got := oldest(); got != want {
+		t.Fatalf("after %s was delivered: oldest wait %v s, want %v", d.JobType, got, want)
+	}
+	if err := c.Ack(d.ID, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	c.AddCredit(1)
+	if _, err := c.Next(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := oldest(); got != 0 {
+		t.Fatalf("with nothing waiting: oldest wait %v s, want 0", got)
 	}
 }
