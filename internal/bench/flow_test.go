@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -70,43 +71,59 @@ func TestSidecarArmMethod(t *testing.T) {
 // process of its own, and checks that every message completed and that
 // the predictor's figures come back from the other process.
 func TestFlowHarbingerServe(t *testing.T) {
-	arms, err := ParseArms("harbinger-fifo,harbinger-predictive", FlowArms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	drivers, err := Connect(context.Background(), arms, ConnectOptions{Binary: harbingerBinaryForTest(t),
-		Harbinger: HarbingerOptions{Mode: ServeMemory}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { CloseAll(drivers) })
-	if v := drivers[Harbinger].Version(context.Background()); !strings.Contains(v, "harbinger serve --memory, its own process") {
-		t.Errorf("version %q does not say the broker ran as its own process", v)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	cfg := FlowConfig{Source: productionFlow(t), Seeds: []uint64{1}, Arms: arms,
-		TimeScale: 0.05, Window: 6 * time.Second, DrainTimeout: 10 * time.Second, HarbingerMode: ServeMemory}
-	res, err := RunFlow(ctx, cfg, drivers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, run := range res.Runs {
-		if run.Sent == 0 || run.Sent != len(run.Records) {
-			t.Errorf("%s: %d sent, %d completed", run.Arm, run.Sent, len(run.Records))
-		}
-		if math.IsNaN(run.MAEms) || math.IsNaN(run.TierAccuracy) || run.TierAccuracy < 0 || run.TierAccuracy > 1 {
-			t.Errorf("%s: MAE %v ms, tier accuracy %v: want the serve process's figures", run.Arm, run.MAEms, run.TierAccuracy)
-		}
-	}
-	m := FlowMethod(cfg.WithDefaults(), Describe(ctx, drivers), res.Runs)
-	for _, want := range []string{"`harbinger serve --memory` process per run", "Admin.ListKeys"} {
-		if !strings.Contains(m, want) {
-			t.Errorf("method line lacks %q", want)
-		}
-	}
-	if strings.Contains(m, "inside the harness process") {
-		t.Error("method line says the broker ran inside the harness")
+	for _, tc := range []struct {
+		mode          HarbingerMode
+		version, line string
+	}{
+		{ServeMemory, "harbinger serve --memory, its own process", "`harbinger serve --memory` process per run"},
+		{ServeDurable, "harbinger serve --fsync always, its own process", "`harbinger serve --fsync always` process per run on a fresh data directory (durable"},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			arms, err := ParseArms("harbinger-fifo,harbinger-predictive", FlowArms)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dataDir := t.TempDir()
+			drivers, err := Connect(context.Background(), arms, ConnectOptions{Binary: harbingerBinaryForTest(t),
+				Harbinger: HarbingerOptions{Mode: tc.mode, DataDir: dataDir}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { CloseAll(drivers) })
+			if v := drivers[Harbinger].Version(context.Background()); !strings.Contains(v, tc.version) {
+				t.Errorf("version %q does not say the broker ran as %q", v, tc.version)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+			defer cancel()
+			cfg := FlowConfig{Source: productionFlow(t), Seeds: []uint64{1}, Arms: arms,
+				TimeScale: 0.05, Window: 6 * time.Second, DrainTimeout: 10 * time.Second, HarbingerMode: tc.mode}
+			res, err := RunFlow(ctx, cfg, drivers)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, run := range res.Runs {
+				if run.Sent == 0 || run.Sent != len(run.Records) {
+					t.Errorf("%s: %d sent, %d completed", run.Arm, run.Sent, len(run.Records))
+				}
+				if math.IsNaN(run.MAEms) || math.IsNaN(run.TierAccuracy) || run.TierAccuracy < 0 || run.TierAccuracy > 1 {
+					t.Errorf("%s: MAE %v ms, tier accuracy %v: want the serve process's figures", run.Arm, run.MAEms, run.TierAccuracy)
+				}
+			}
+			m := FlowMethod(cfg.WithDefaults(), Describe(ctx, drivers), res.Runs)
+			for _, want := range []string{tc.line, "Admin.ListKeys"} {
+				if !strings.Contains(m, want) {
+					t.Errorf("method line lacks %q", want)
+				}
+			}
+			if strings.Contains(m, "inside the harness process") {
+				t.Error("method line says the broker ran inside the harness")
+			}
+			// A durable run's brokers each had a data directory of their
+			// own, removed when the run was done.
+			if left, _ := os.ReadDir(dataDir); len(left) != 0 {
+				t.Errorf("%d data directories left behind in %s", len(left), dataDir)
+			}
+		})
 	}
 }
 

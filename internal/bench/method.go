@@ -96,8 +96,8 @@ func flowHarbinger(m HarbingerMode) string {
 		return "a fresh `harbinger serve --memory` process per run, as transient as the RabbitMQ and Redis arms' queues, " +
 			"used through the public client SDK over gRPC on loopback"
 	case ServeDurable:
-		return "a fresh `harbinger serve --fsync always` process per run on a fresh data directory, " +
-			"used through the public client SDK over gRPC on loopback"
+		return "a fresh `harbinger serve --fsync always` process per run on a fresh data directory (durable, as serve starts by default; " +
+			"the RabbitMQ and Redis arms stay transient), used through the public client SDK over gRPC on loopback"
 	}
 	return "a fresh broker per run inside the harness process (a shortcut: it shares the harness's CPU and garbage collector), " +
 		"served over gRPC on loopback and used through the public client SDK"

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,7 +58,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func defaultOut(t time.Time) string { return "bench-out/" + t.Format("20060102-150405") }
 
 func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--rabbitmq-cluster N] [--harbinger-in-process] [--out DIR] [--json]", stderr)
+	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--rabbitmq-cluster N] [--harbinger-in-process|--harbinger-durable] [--out DIR] [--json]", stderr)
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
 	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.FlowArms), ","), "comma-separated arms")
@@ -70,6 +71,9 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		"(RabbitMQ 3.10's quorum queues ignore priorities); 1 starts a single fresh node; 0 uses HARBINGER_AMQP_URL")
 	inProcess := fs.Bool("harbinger-in-process", false, "serve the Harbinger arms from a broker inside the harness process instead of a harbinger serve --memory process per run "+
 		"(a shortcut that shares the harness's CPU and garbage collector, as runs before 2026-12-02 did; the method line says which)")
+	durable := fs.Bool("harbinger-durable", false, "run the Harbinger arms on harbinger serve as it starts by default, durable (--fsync always, a fresh data directory under --data-dir per run), "+
+		"instead of --memory; the RabbitMQ and Redis arms stay as they are (transient messages, no AOF), so this shows what the default costs, not a like-for-like comparison")
+	dataDir := fs.String("data-dir", "", "with --harbinger-durable: parent of the fresh data directories (default the system temp directory; it must be on the disk under test, not tmpfs)")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	start := time.Now()
 	out := fs.String("out", defaultOut(start), "directory for report.md, results.jsonl, summary.json and charts; \"\" writes none")
@@ -77,8 +81,15 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	mode := bench.ServeMemory
-	if *inProcess {
+	switch {
+	case *inProcess && *durable:
+		return errors.New("--harbinger-in-process and --harbinger-durable exclude each other")
+	case *inProcess:
 		mode = bench.InProcess
+	case *durable:
+		mode = bench.ServeDurable
+	case *dataDir != "":
+		return errors.New("--data-dir needs --harbinger-durable")
 	}
 	w, err := loadWorkload(*wl)
 	if err != nil {
@@ -102,7 +113,7 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg := bench.FlowConfig{Source: src, Seeds: seeds, Arms: arms, TimeScale: *scale, DrainTimeout: *drain,
 		Window: *window, Progress: stderr, HarbingerMode: mode}
 	brokers, err := bench.ConnectFlow(ctx, arms, bench.FlowConnect{ConnectOptions: bench.ConnectOptions{Progress: stderr,
-		Harbinger: bench.HarbingerOptions{Mode: mode}}, RabbitCluster: *cluster})
+		Harbinger: bench.HarbingerOptions{Mode: mode, DataDir: *dataDir}}, RabbitCluster: *cluster})
 	if err != nil {
 		return err
 	}
