@@ -105,8 +105,8 @@ func (c Config) validate() error {
 
 // ParseAMQPURLs splits a comma-separated list of AMQP URLs (Config.AMQPURL)
 // and checks each, so that a mistyped URL fails at start instead of being
-// retried forever. Errors name the URL by its place in the list and its
-// host, never its password.
+// retried forever. Errors name the URL by its place in the list, never
+// by its text, which may hold a password.
 func ParseAMQPURLs(list string) ([]string, error) {
 	parts := strings.Split(list, ",")
 	urls := make([]string, 0, len(parts))
