@@ -185,6 +185,9 @@ func toQueueInfo(in broker.QueueInfo) *pb.QueueInfo {
 		Consumers: uint32(in.Consumers), Published: in.Published, Acked: in.Acked, Paused: in.Paused,
 		Delayed: uint64(in.Delayed),
 	}
+	if in.Ready > 0 {
+		out.OldestWait = durationpb.New(in.OldestWait)
+	}
 	for _, n := range in.DepthPerTier {
 		out.DepthPerTier = append(out.DepthPerTier, uint64(n))
 	}

@@ -78,3 +78,17 @@ func BenchmarkDeliveryResponse(b *testing.B) {
 func marshal(buf []byte, m proto.Message) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(buf, m)
 }
+
+// A queue's oldest wait reaches the Admin API only while a job waits.
+func TestQueueInfoOldestWait(t *testing.T) {
+	got := toQueueInfo(broker.QueueInfo{Name: "q", Ready: 3, OldestWait: 1500 * time.Millisecond})
+	if w := got.GetOldestWait(); w == nil || w.AsDuration() != 1500*time.Millisecond {
+		t.Errorf("3 waiting, oldest 1.5 s: oldest_wait %v", w)
+	}
+	if w := toQueueInfo(broker.QueueInfo{Name: "q"}).GetOldestWait(); w != nil {
+		t.Errorf("none waiting: oldest_wait %v, want unset", w)
+	}
+	if _, err := proto.Marshal(got); err != nil {
+		t.Fatal(err)
+	}
+}

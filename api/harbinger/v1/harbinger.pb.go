@@ -2151,7 +2151,11 @@ type QueueInfo struct {
 	// True while the queue is paused: nothing is delivered.
 	Paused bool `protobuf:"varint,10,opt,name=paused,proto3" json:"paused,omitempty"`
 	// Jobs not yet due: scheduled for later, or nacked with a delay.
-	Delayed       uint64 `protobuf:"varint,11,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Delayed uint64 `protobuf:"varint,11,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	// How long the job that has waited longest has waited so far, to the
+	// millisecond; unset when no job waits. (The metric
+	// harbinger_oldest_wait_seconds has the same figure.)
+	OldestWait    *durationpb.Duration `protobuf:"bytes,12,opt,name=oldest_wait,json=oldestWait,proto3" json:"oldest_wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2261,6 +2265,13 @@ func (x *QueueInfo) GetDelayed() uint64 {
 		return x.Delayed
 	}
 	return 0
+}
+
+func (x *QueueInfo) GetOldestWait() *durationpb.Duration {
+	if x != nil {
+		return x.OldestWait
+	}
+	return nil
 }
 
 // DeclareQueueRequest names a queue and its config.
@@ -3793,7 +3804,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\fretry_jitter\x18\x0e \x01(\x01R\vretryJitter\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xd2\x02\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x8e\x03\n" +
 	"\tQueueInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.harbinger.v1.QueueConfigR\x06config\x12$\n" +
@@ -3806,7 +3817,9 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05acked\x18\t \x01(\x04R\x05acked\x12\x16\n" +
 	"\x06paused\x18\n" +
 	" \x01(\bR\x06paused\x12\x18\n" +
-	"\adelayed\x18\v \x01(\x04R\adelayed\"\\\n" +
+	"\adelayed\x18\v \x01(\x04R\adelayed\x12:\n" +
+	"\voldest_wait\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"oldestWait\"\\\n" +
 	"\x13DeclareQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.harbinger.v1.QueueConfigR\x06config\"\x13\n" +
@@ -4042,61 +4055,62 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	55, // 35: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
 	55, // 36: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
 	26, // 37: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	26, // 38: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	27, // 39: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	54, // 40: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	56, // 41: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	33, // 42: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	40, // 43: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	55, // 44: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	55, // 45: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	46, // 46: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	55, // 47: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 48: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 49: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 50: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 51: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	28, // 52: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	29, // 53: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	31, // 54: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	34, // 55: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	36, // 56: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	38, // 57: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	41, // 58: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 59: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	19, // 60: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	20, // 61: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	22, // 62: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	23, // 63: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	25, // 64: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	43, // 65: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	45, // 66: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	48, // 67: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 68: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 69: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 70: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 71: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	27, // 72: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	30, // 73: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	32, // 74: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	35, // 75: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	37, // 76: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	39, // 77: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	42, // 78: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 79: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	19, // 80: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	21, // 81: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	19, // 82: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	24, // 83: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	27, // 84: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	44, // 85: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	47, // 86: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	49, // 87: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	68, // [68:88] is the sub-list for method output_type
-	48, // [48:68] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	55, // 38: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	26, // 39: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	27, // 40: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	54, // 41: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	56, // 42: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	33, // 43: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	40, // 44: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	55, // 45: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	55, // 46: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	46, // 47: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	55, // 48: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 49: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 50: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 51: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 52: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	28, // 53: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	29, // 54: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	31, // 55: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	34, // 56: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	36, // 57: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	38, // 58: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	41, // 59: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 60: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	19, // 61: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	20, // 62: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	22, // 63: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	23, // 64: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	25, // 65: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	43, // 66: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	45, // 67: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	48, // 68: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 69: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 70: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 71: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 72: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	27, // 73: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	30, // 74: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	32, // 75: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	35, // 76: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	37, // 77: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	39, // 78: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	42, // 79: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 80: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	19, // 81: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	21, // 82: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	19, // 83: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	24, // 84: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	27, // 85: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	44, // 86: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	47, // 87: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	49, // 88: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	69, // [69:89] is the sub-list for method output_type
+	49, // [49:69] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }

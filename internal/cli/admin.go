@@ -1,0 +1,371 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/client"
+	"github.com/harbinger-mq/harbinger/internal/auth"
+)
+
+func init() {
+	register("admin", "operate a running broker: list queues, pause, resume, purge, dead letters, cancel, keys", runAdmin)
+}
+
+// adminCommands are admin's subcommands, in the order --help lists them.
+var adminCommands = []struct {
+	name, args, summary string
+	run                 func(ctx context.Context, c *client.Client, a adminArgs) error
+}{
+	{"queues", "", "every queue: policy, ready, in flight, delayed, dead, consumers, the oldest waiting job's wait, paused", adminQueues},
+	{"pause", "QUEUE", "stop delivering a queue's jobs (publishes are still taken)", adminPause},
+	{"resume", "QUEUE", "deliver a paused queue's jobs again", adminResume},
+	{"purge", "QUEUE --confirm QUEUE", "drop every waiting job of a queue (not those in flight or delayed)", adminPurge},
+	{"dead", "QUEUE [--limit N]", "a queue's dead letters, oldest first: id, producer, job type, attempts, when and why", adminDead},
+	{"requeue", "QUEUE (ID... | --all)", "put dead letters back in line as new jobs", adminRequeue},
+	{"drop", "QUEUE (ID... | --all)", "delete dead letters for good", adminDrop},
+	{"cancel", "QUEUE ID", "cancel a job: a waiting or delayed one is removed, a running one's worker is told", adminCancel},
+	{"keys", "QUEUE [--limit N]", "what the queue's predictor learned per key, busiest first", adminKeys},
+}
+
+// adminArgs are what a subcommand gets after the flags.
+type adminArgs struct {
+	pos     []string
+	all     bool
+	limit   int
+	confirm string
+	json    bool
+	out     io.Writer
+}
+
+func adminUsage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: harbinger admin [-addr HOST:PORT] [-token T] [-tls] [-tls-ca FILE] [-tls-cert FILE -tls-key FILE] [-timeout D] [-json] <command> [args]")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range adminCommands {
+		fmt.Fprintf(w, "  %-8s %-22s %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintln(w, "\nFlags (before or after the command):")
+}
+
+func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("admin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { adminUsage(stderr); fs.PrintDefaults() }
+	addr := fs.String("addr", envOr("HARBINGER_ADDR", "127.0.0.1:7070"), "broker gRPC address (env HARBINGER_ADDR)")
+	token := fs.String("token", "", "token, when the broker asks for one (env HARBINGER_TOKEN; a flag shows in ps, the variable does not)")
+	tlsOn := fs.Bool("tls", false, "dial with TLS, verifying the broker against the system's roots (or -tls-ca)")
+	tlsCA := fs.String("tls-ca", "", "PEM CA to verify the broker's TLS certificate with (implies -tls)")
+	tlsCert := fs.String("tls-cert", "", "PEM client certificate, for a broker that asks for one (with -tls-key; implies -tls)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long the command may take")
+	asJSON := fs.Bool("json", false, "print the broker's answer as JSON instead of a table")
+	limit := fs.Int("limit", 100, "dead and keys: most rows shown")
+	all := fs.Bool("all", false, "requeue and drop: every dead letter of the queue")
+	confirm := fs.String("confirm", "", "purge: the queue's name again")
+	// Flags may come before and after the command and its arguments.
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return errUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return errUsage
+	}
+	i := -1
+	for j, c := range adminCommands {
+		if c.name == pos[0] {
+			i = j
+		}
+	}
+	if i < 0 {
+		return fmt.Errorf("unknown command %q (harbinger admin -h lists them)", pos[0])
+	}
+	if *timeout <= 0 {
+		return fmt.Errorf("-timeout must be positive, got %s", *timeout)
+	}
+	if *limit <= 0 {
+		return fmt.Errorf("-limit must be positive, got %d", *limit)
+	}
+	if *token == "" {
+		*token = os.Getenv("HARBINGER_TOKEN")
+	}
+	opts := []client.Option{}
+	if *token != "" {
+		opts = append(opts, client.WithToken(*token))
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return errors.New("-tls-cert and -tls-key go together")
+	}
+	if *tlsOn || *tlsCA != "" || *tlsCert != "" {
+		tc, err := auth.ClientTLS{CAFile: *tlsCA, CertFile: *tlsCert, KeyFile: *tlsKey}.Config()
+		if err != nil {
+			return err
+		}
+		opts = append(opts, client.WithTLS(tc))
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	c, err := client.Dial(ctx, *addr, opts...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, confirm: *confirm, json: *asJSON, out: stdout})
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// want checks the number of positional arguments.
+func (a adminArgs) want(n int, usage string) error {
+	if len(a.pos) != n {
+		return fmt.Errorf("want %s, got %d argument(s): %q", usage, len(a.pos), a.pos)
+	}
+	return nil
+}
+
+// printJSON prints m as indented JSON, every field shown.
+func (a adminArgs) printJSON(m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(a.out, string(b))
+	return err
+}
+
+func (a adminArgs) table(header string, rows [][]string) error {
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+// wait formats a wait as the dashboard does: milliseconds under a second,
+// then seconds, minutes, hours.
+func wait(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + "s"
+	case d < time.Hour:
+		return strconv.FormatFloat(d.Minutes(), 'f', 1, 64) + "m"
+	}
+	return strconv.FormatFloat(d.Hours(), 'f', 1, 64) + "h"
+}
+
+func adminQueues(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(0, "no arguments"); err != nil {
+		return err
+	}
+	qs, err := c.ListQueues(ctx)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(&pb.ListQueuesResponse{Queues: qs})
+	}
+	rows := make([][]string, 0, len(qs))
+	for _, q := range qs {
+		oldest := "-"
+		if w := q.GetOldestWait(); w != nil {
+			oldest = wait(w.AsDuration())
+		}
+		paused := ""
+		if q.GetPaused() {
+			paused = "paused"
+		}
+		rows = append(rows, []string{q.GetName(), q.GetConfig().GetPolicy(), u(q.GetReady()), u(q.GetInFlight()), u(q.GetDelayed()),
+			u(q.GetDeadLetters()), u(uint64(q.GetConsumers())), oldest, paused})
+	}
+	return a.table("QUEUE\tPOLICY\tREADY\tIN FLIGHT\tDELAYED\tDEAD\tCONSUMERS\tOLDEST WAIT\t", rows)
+}
+
+func u(n uint64) string { return strconv.FormatUint(n, 10) }
+
+func adminPause(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE"); err != nil {
+		return err
+	}
+	q, err := c.PauseQueue(ctx, a.pos[0])
+	if err != nil {
+		return err
+	}
+	return a.said(q, "paused %s: %d ready, %d in flight finish", q.GetName(), q.GetReady(), q.GetInFlight())
+}
+
+func adminResume(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE"); err != nil {
+		return err
+	}
+	q, err := c.ResumeQueue(ctx, a.pos[0])
+	if err != nil {
+		return err
+	}
+	return a.said(q, "resumed %s: %d ready", q.GetName(), q.GetReady())
+}
+
+// said prints m as JSON, or the sentence.
+func (a adminArgs) said(m proto.Message, format string, args ...any) error {
+	if a.json {
+		return a.printJSON(m)
+	}
+	_, err := fmt.Fprintf(a.out, format+"\n", args...)
+	return err
+}
+
+func adminPurge(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE --confirm QUEUE"); err != nil {
+		return err
+	}
+	if a.confirm != a.pos[0] {
+		return fmt.Errorf("purge drops every waiting job of %q: give its name again with --confirm %s", a.pos[0], a.pos[0])
+	}
+	n, err := c.PurgeQueue(ctx, a.pos[0])
+	if err != nil {
+		return err
+	}
+	return a.said(&pb.PurgeQueueResponse{Purged: uint64(n)}, "purged %s: %d waiting jobs dropped", a.pos[0], n)
+}
+
+func adminDead(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE"); err != nil {
+		return err
+	}
+	ds, err := c.ListDeadLetters(ctx, a.pos[0], a.limit)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(&pb.ListDeadLettersResponse{DeadLetters: ds})
+	}
+	rows := make([][]string, 0, len(ds))
+	for _, d := range ds {
+		rows = append(rows, []string{d.GetId(), d.GetProducer(), d.GetJobType(), u(uint64(d.GetAttempts())),
+			d.GetDeadAt().AsTime().UTC().Format(time.RFC3339), oneLine(d.GetReason())})
+	}
+	return a.table("ID\tPRODUCER\tJOB TYPE\tATTEMPTS\tDIED (UTC)\tREASON", rows)
+}
+
+// oneLine keeps a table row on one line: a reason may hold newlines or
+// tabs (a handler's error text).
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// deadIDs are the ids a requeue or drop names: some, or --all (the API's
+// empty list).
+func (a adminArgs) deadIDs(verb string) ([]string, error) {
+	if len(a.pos) == 0 {
+		return nil, fmt.Errorf("want QUEUE and the ids to %s, or --all", verb)
+	}
+	ids := a.pos[1:]
+	switch {
+	case a.all && len(ids) > 0:
+		return nil, fmt.Errorf("give ids or --all, not both")
+	case !a.all && len(ids) == 0:
+		return nil, fmt.Errorf("name the dead letters to %s, or give --all for every one of %s", verb, a.pos[0])
+	}
+	return ids, nil
+}
+
+func adminRequeue(ctx context.Context, c *client.Client, a adminArgs) error {
+	ids, err := a.deadIDs("requeue")
+	if err != nil {
+		return err
+	}
+	n, err := c.RequeueDeadLetters(ctx, a.pos[0], ids...)
+	if err != nil {
+		return err
+	}
+	return a.said(&pb.RequeueDeadLettersResponse{Requeued: uint64(n)}, "requeued %d dead letters of %s", n, a.pos[0])
+}
+
+func adminDrop(ctx context.Context, c *client.Client, a adminArgs) error {
+	ids, err := a.deadIDs("drop")
+	if err != nil {
+		return err
+	}
+	n, err := c.DeleteDeadLetters(ctx, a.pos[0], ids...)
+	if err != nil {
+		return err
+	}
+	return a.said(&pb.DeleteDeadLettersResponse{Deleted: uint64(n)}, "dropped %d dead letters of %s", n, a.pos[0])
+}
+
+func adminCancel(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(2, "QUEUE ID"); err != nil {
+		return err
+	}
+	state, err := c.CancelJob(ctx, a.pos[0], a.pos[1])
+	if err != nil {
+		return err
+	}
+	return a.said(&pb.CancelJobResponse{State: state}, "cancelled %s of %s (it was %s)", a.pos[1], a.pos[0], state)
+}
+
+func adminKeys(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE"); err != nil {
+		return err
+	}
+	ks, err := c.ListKeys(ctx, a.pos[0], a.limit)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(&pb.ListKeysResponse{Keys: ks})
+	}
+	rows := make([][]string, 0, len(ks))
+	for _, k := range ks {
+		size := "-"
+		if k.GetSizeBucket() >= 0 {
+			size = strconv.Itoa(int(k.GetSizeBucket()))
+		}
+		state := ""
+		switch {
+		case k.GetCold():
+			state = "cold"
+		case k.GetSpreadGated():
+			state = "spread"
+		}
+		rows = append(rows, []string{k.GetProducer(), k.GetJobType(), size, u(k.GetCount()),
+			ms(k.GetEwmaMs()), ms(k.GetP50Ms()), ms(k.GetP99Ms()), u(uint64(k.GetTier())), state})
+	}
+	return a.table("PRODUCER\tJOB TYPE\tSIZE BUCKET\tCOUNT\tEWMA ms\tP50 ms\tP99 ms\tTIER\t", rows)
+}
+
+func ms(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/client"
+	"github.com/harbinger-mq/harbinger/internal/auth/authtest"
+)
+
+// admin runs `harbinger admin` against addr and returns what it printed
+// and its error.
+func admin(t *testing.T, addr string, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := runAdmin(t.Context(), append([]string{"-addr", addr}, args...), &out, io.Discard)
+	return out.String(), err
+}
+
+func mustAdmin(t *testing.T, addr string, args ...string) string {
+	t.Helper()
+	out, err := admin(t, addr, args...)
+	if err != nil {
+		t.Fatalf("admin %v: %v", args, err)
+	}
+	return out
+}
+
+// row returns the table row whose first column is first.
+func row(t *testing.T, table, first string) []string {
+	t.Helper()
+	for line := range strings.Lines(table) {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == first {
+			return f
+		}
+	}
+	t.Fatalf("no row %q in:\n%s", first, table)
+	return nil
+}
+
+// An operator's session against a real broker: list queues, pause and
+// resume, look at dead letters and requeue them, cancel a job, purge
+// (only with the name typed again), see what the predictor learned; and
+// mistakes refused with a message that says what to do.
+func TestAdminCommands(t *testing.T) {
+	t.Parallel()
+	addr, stop := runServeFor(t, ServeConfig{Memory: true})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ctx := t.Context()
+	cl, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	payload := bytes.Repeat([]byte("ü\xff"), 2048) // 6 KiB, invalid UTF-8 inside
+	var msgs []*client.Message
+	for i := range 6 {
+		msgs = append(msgs, &client.Message{Queue: "mail", Producer: "web", JobType: []string{"émail ✓", "digest"}[i%2], Payload: payload})
+	}
+	if _, err := cl.Publish(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	reportIDs, err := cl.Publish(ctx, &client.Message{Queue: "reports", Producer: "cron", JobType: "monthly"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out := mustAdmin(t, addr, "queues")
+	if !strings.HasPrefix(out, "QUEUE") || !strings.Contains(out, "OLDEST WAIT") {
+		t.Fatalf("queues printed no header:\n%s", out)
+	}
+	if r := row(t, out, "mail"); r[2] != "6" || r[7] == "-" {
+		t.Errorf("mail row %q: want 6 ready and an oldest wait", r)
+	}
+	var listed struct {
+		Queues []struct {
+			Name       string `json:"name"`
+			Ready      string `json:"ready"`
+			OldestWait string `json:"oldestWait"`
+		} `json:"queues"`
+	}
+	if err := json.Unmarshal([]byte(mustAdmin(t, addr, "queues", "-json")), &listed); err != nil || len(listed.Queues) != 2 {
+		t.Fatalf("queues -json: %+v, %v", listed, err)
+	}
+	for _, q := range listed.Queues {
+		if d, err := time.ParseDuration(q.OldestWait); err != nil || d < 0 || d > time.Minute {
+			t.Errorf("%s's oldest wait %q: %v", q.Name, q.OldestWait, err)
+		}
+	}
+
+	// Flags after the command work as before it.
+	if out := mustAdmin(t, addr, "pause", "mail"); !strings.Contains(out, "paused mail: 6 ready") {
+		t.Errorf("pause said %q", out)
+	}
+	if r := row(t, mustAdmin(t, addr, "queues"), "mail"); r[len(r)-1] != "paused" {
+		t.Errorf("mail row after pause: %q", r)
+	}
+	mustAdmin(t, addr, "resume", "mail")
+
+	// Two jobs dead-lettered by a handler whose error spans lines, the
+	// other four acked.
+	wctx, cancel := context.WithCancel(ctx)
+	var handled atomic.Int32
+	worker := make(chan error, 1)
+	go func() {
+		worker <- cl.RunWorker(wctx, client.WorkerConfig{Queue: "mail"}, func(_ context.Context, d *client.Delivery) error {
+			if handled.Add(1) <= 2 {
+				return fmt.Errorf("%w: bad address\n\tat line 2", client.ErrDeadLetter)
+			}
+			return nil
+		})
+	}()
+	var table, keys string
+	for {
+		// The worker's acks and nacks land after its handlers return: ask
+		// until all six have.
+		table, keys = mustAdmin(t, addr, "dead", "mail"), mustAdmin(t, addr, "keys", "mail")
+		if strings.Count(table, "bad address") == 2 && strings.Count(keys, "web") == 2 && row(t, mustAdmin(t, addr, "queues"), "mail")[3] == "0" {
+			break
+		}
+	}
+	cancel()
+	<-worker
+	for line := range strings.Lines(table) {
+		if strings.Contains(line, "bad address") && !strings.HasSuffix(line, "bad address  at line 2\n") {
+			t.Errorf("a dead letter's reason is not on its own line: %q", line)
+		}
+	}
+	if r := row(t, keys, "web"); len(r) < 8 {
+		t.Errorf("keys row %q", r)
+	}
+	if !strings.Contains(keys, "émail ✓") {
+		t.Errorf("keys lost the non-ASCII job type:\n%s", keys)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"requeue", "mail"}, "--all"},
+		{[]string{"requeue", "mail", "x", "--all"}, "not both"},
+		{[]string{"purge", "mail"}, "--confirm mail"},
+		{[]string{"purge", "mail", "--confirm", "reports"}, "--confirm mail"},
+		{[]string{"cancel", "mail"}, "want QUEUE ID"},
+		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"queues", "-limit", "0"}, "-limit must be positive"},
+		{[]string{"pause", "no-such-queue"}, "NotFound"},
+	} {
+		if _, err := admin(t, addr, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("admin %v: %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+	if out := mustAdmin(t, addr, "requeue", "mail", "--all"); out != "requeued 2 dead letters of mail\n" {
+		t.Errorf("requeue said %q", out)
+	}
+	if out := mustAdmin(t, addr, "cancel", "reports", reportIDs[0]); !strings.Contains(out, "(it was waiting)") {
+		t.Errorf("cancel said %q", out)
+	}
+	out = mustAdmin(t, addr, "purge", "mail", "--confirm", "mail")
+	if !strings.HasPrefix(out, "purged mail: ") {
+		t.Errorf("purge said %q", out)
+	}
+	if r := row(t, mustAdmin(t, addr, "queues"), "mail"); r[2] != "0" || r[7] != "-" {
+		t.Errorf("mail row after purge: %q: want 0 ready and no oldest wait", r)
+	}
+}
+
+// admin over TLS with mutual TLS and tokens: the right CA, certificate and
+// token get in; a wrong token gets the broker's Unauthenticated, and no
+// TLS gets nothing.
+func TestAdminTLSAndToken(t *testing.T) {
+	t.Parallel()
+	certs := authtest.NewCerts(t)
+	path, toks := authtest.TokenFile(t, map[string][]string{"ops": {"admin"}, "reader": {"read"}})
+	l := startLive(t, ServeConfig{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey, TLSClientCA: certs.CA, Tokens: path})
+	tlsArgs := []string{"-tls-ca", certs.CA, "-tls-cert", certs.ClientCert, "-tls-key", certs.ClientKey}
+	if out, err := admin(t, l.grpc, append(tlsArgs, "-token", toks["reader"], "queues")...); err != nil || !strings.HasPrefix(out, "QUEUE") {
+		t.Fatalf("queues with a read token: %q, %v", out, err)
+	}
+	if _, err := admin(t, l.grpc, append(tlsArgs, "-token", toks["reader"], "pause", "q")...); err == nil || !strings.Contains(err.Error(), "PermissionDenied") {
+		t.Errorf("pause with a read token: %v, want PermissionDenied", err)
+	}
+	if _, err := admin(t, l.grpc, append(tlsArgs, "-token", "not-a-token", "queues")...); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
+		t.Errorf("a wrong token: %v, want Unauthenticated", err)
+	}
+	if _, err := admin(t, l.grpc, "-timeout", "2s", "-token", toks["ops"], "queues"); err == nil {
+		t.Error("admin without TLS got in to a TLS broker")
+	}
+	if _, err := admin(t, l.grpc, "-tls-cert", certs.ClientCert, "queues"); err == nil || !strings.Contains(err.Error(), "go together") {
+		t.Errorf("-tls-cert without -tls-key: %v", err)
+	}
+}
