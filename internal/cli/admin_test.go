@@ -201,3 +201,20 @@ func TestAdminTLSAndToken(t *testing.T) {
 		t.Errorf("-tls-cert without -tls-key: %v", err)
 	}
 }
+
+// HARBINGER_ADDR and HARBINGER_TOKEN stand in for -addr and -token, so a
+// token need not show in ps.
+func TestAdminFromEnvironment(t *testing.T) {
+	path, toks := authtest.TokenFile(t, map[string][]string{"ops": {"admin"}})
+	l := startLive(t, ServeConfig{Tokens: path})
+	t.Setenv("HARBINGER_ADDR", l.grpc)
+	t.Setenv("HARBINGER_TOKEN", toks["ops"])
+	var out bytes.Buffer
+	if err := runAdmin(t.Context(), []string{"queues"}, &out, io.Discard); err != nil || !strings.HasPrefix(out.String(), "QUEUE") {
+		t.Fatalf("queues from the environment: %q, %v", out.String(), err)
+	}
+	t.Setenv("HARBINGER_TOKEN", "wrong")
+	if err := runAdmin(t.Context(), []string{"queues"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
+		t.Errorf("a wrong token from the environment: %v", err)
+	}
+}
