@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/client"
@@ -38,6 +39,10 @@ var adminCommands = []struct {
 	{"drop", "QUEUE (ID... | --all)", "delete dead letters for good", adminDrop},
 	{"cancel", "QUEUE ID", "cancel a job: a waiting or delayed one is removed, a running one's worker is told", adminCancel},
 	{"keys", "QUEUE [--limit N]", "what the queue's predictor learned per key, busiest first", adminKeys},
+	{"schedules", "", "periodic schedules: queue, when, job type, last and next tick (UTC), jobs fired, paused", adminSchedules},
+	{"pause-schedule", "NAME", "stop a schedule's ticks", adminPauseSchedule(true)},
+	{"resume-schedule", "NAME", "start a paused schedule's ticks again", adminPauseSchedule(false)},
+	{"delete-schedule", "NAME --confirm NAME", "delete a schedule (the jobs it published stay)", adminDeleteSchedule},
 }
 
 // adminArgs are what a subcommand gets after the flags.
@@ -54,7 +59,7 @@ func adminUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: harbinger admin [-addr HOST:PORT] [-token T] [-tls] [-tls-ca FILE] [-tls-cert FILE -tls-key FILE] [-timeout D] [-json] <command> [args]")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range adminCommands {
-		fmt.Fprintf(w, "  %-8s %-22s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  %-15s %-22s %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintln(w, "\nFlags (before or after the command):")
 }
@@ -73,7 +78,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the broker's answer as JSON instead of a table")
 	limit := fs.Int("limit", 100, "dead and keys: most rows shown")
 	all := fs.Bool("all", false, "requeue and drop: every dead letter of the queue")
-	confirm := fs.String("confirm", "", "purge: the queue's name again")
+	confirm := fs.String("confirm", "", "purge and delete-schedule: the name again")
 	// Flags may come before and after the command and its arguments.
 	var pos []string
 	for rest := args; ; {
@@ -271,7 +276,7 @@ func adminDead(ctx context.Context, c *client.Client, a adminArgs) error {
 	rows := make([][]string, 0, len(ds))
 	for _, d := range ds {
 		rows = append(rows, []string{d.GetId(), d.GetProducer(), d.GetJobType(), u(uint64(d.GetAttempts())),
-			d.GetDeadAt().AsTime().UTC().Format(time.RFC3339), oneLine(d.GetReason())})
+			stamp(d.GetDeadAt()), oneLine(d.GetReason())})
 	}
 	return a.table("ID\tPRODUCER\tJOB TYPE\tATTEMPTS\tDIED (UTC)\tREASON", rows)
 }
@@ -369,3 +374,72 @@ func adminKeys(ctx context.Context, c *client.Client, a adminArgs) error {
 }
 
 func ms(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+
+func adminSchedules(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(0, "no arguments"); err != nil {
+		return err
+	}
+	ss, err := c.ListSchedules(ctx)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(&pb.ListSchedulesResponse{Schedules: ss})
+	}
+	rows := make([][]string, 0, len(ss))
+	for _, sc := range ss {
+		when := "every " + sc.GetEvery().AsDuration().String()
+		if sc.GetCron() != "" {
+			when = "cron " + sc.GetCron()
+			if tz := sc.GetTimeZone(); tz != "" {
+				when += " " + tz
+			}
+		}
+		paused := ""
+		if sc.GetPaused() {
+			paused = "paused"
+		}
+		rows = append(rows, []string{sc.GetName(), sc.GetQueue(), when, sc.GetJobType(),
+			stamp(sc.GetLastTick()), stamp(sc.GetNextTick()),
+			u(sc.GetFired()), paused})
+	}
+	return a.table("SCHEDULE\tQUEUE\tWHEN\tJOB TYPE\tLAST TICK\tNEXT TICK\tFIRED\t", rows)
+}
+
+func adminPauseSchedule(pause bool) func(ctx context.Context, c *client.Client, a adminArgs) error {
+	return func(ctx context.Context, c *client.Client, a adminArgs) error {
+		if err := a.want(1, "NAME"); err != nil {
+			return err
+		}
+		sc, err := c.PauseSchedule(ctx, a.pos[0], pause)
+		if err != nil {
+			return err
+		}
+		verb := "resumed"
+		if pause {
+			verb = "paused"
+		}
+		return a.said(sc, "%s schedule %s", verb, sc.GetName())
+	}
+}
+
+func adminDeleteSchedule(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "NAME --confirm NAME"); err != nil {
+		return err
+	}
+	if a.confirm != a.pos[0] {
+		return fmt.Errorf("delete-schedule removes %q for good: give its name again with --confirm %s", a.pos[0], a.pos[0])
+	}
+	if err := c.DeleteSchedule(ctx, a.pos[0]); err != nil {
+		return err
+	}
+	return a.said(&pb.DeleteScheduleResponse{}, "deleted schedule %s", a.pos[0])
+}
+
+// stamp formats a broker's timestamp in UTC, "-" when unset.
+func stamp(ts *timestamppb.Timestamp) string {
+	if !ts.IsValid() {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}

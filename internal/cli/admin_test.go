@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/auth/authtest"
 )
@@ -216,5 +219,54 @@ func TestAdminFromEnvironment(t *testing.T) {
 	t.Setenv("HARBINGER_TOKEN", "wrong")
 	if err := runAdmin(t.Context(), []string{"queues"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
 		t.Errorf("a wrong token from the environment: %v", err)
+	}
+}
+
+// Schedules from the command line: listed with when they fire, paused,
+// resumed, and deleted only with the name typed again.
+func TestAdminSchedules(t *testing.T) {
+	t.Parallel()
+	addr, stop := runServeFor(t, ServeConfig{Memory: true})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	cl, err := client.Dial(t.Context(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, sc := range []*pb.Schedule{
+		{Name: "nightly-report", Queue: "reports", Cron: "30 2 * * *", TimeZone: "Europe/Zurich", JobType: "rapport ✓"},
+		{Name: "sweep", Queue: "maintenance", Every: durationpb.New(time.Hour), JobType: "sweep"},
+	} {
+		if _, err := cl.DeclareSchedule(t.Context(), sc); err != nil {
+			t.Fatalf("declare %s: %v", sc.Name, err)
+		}
+	}
+	out := mustAdmin(t, addr, "schedules")
+	if !strings.Contains(out, "cron 30 2 * * * Europe/Zurich") || !strings.Contains(out, "rapport ✓") || !strings.Contains(out, "every 1h0m0s") {
+		t.Errorf("schedules:\n%s", out)
+	}
+	if r := row(t, out, "sweep"); r[len(r)-1] == "paused" {
+		t.Errorf("sweep listed paused before it was: %q", r)
+	}
+	if out := mustAdmin(t, addr, "pause-schedule", "sweep"); out != "paused schedule sweep\n" {
+		t.Errorf("pause-schedule said %q", out)
+	}
+	if r := row(t, mustAdmin(t, addr, "schedules"), "sweep"); r[len(r)-1] != "paused" {
+		t.Errorf("sweep row after pause: %q", r)
+	}
+	mustAdmin(t, addr, "resume-schedule", "sweep")
+	if _, err := admin(t, addr, "delete-schedule", "sweep"); err == nil || !strings.Contains(err.Error(), "--confirm sweep") {
+		t.Errorf("delete-schedule without --confirm: %v", err)
+	}
+	mustAdmin(t, addr, "delete-schedule", "sweep", "--confirm", "sweep")
+	if out := mustAdmin(t, addr, "schedules"); strings.Contains(out, "sweep") || !strings.Contains(out, "nightly-report") {
+		t.Errorf("after deleting sweep:\n%s", out)
+	}
+	if _, err := admin(t, addr, "pause-schedule", "sweep"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		t.Errorf("pausing a deleted schedule: %v", err)
 	}
 }
