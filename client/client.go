@@ -387,6 +387,13 @@ func (c *Client) ListDeadLetters(ctx context.Context, queue string, limit int) (
 	return resp.DeadLetters, nil
 }
 
+// ListJobs reports up to limit (at most 1000; 0 for that many) of a
+// queue's waiting jobs, in the order they would run if workers asked now,
+// and of its running jobs, the longest running first.
+func (c *Client) ListJobs(ctx context.Context, queue string, limit int) (*pb.ListJobsResponse, error) {
+	return c.admin.ListJobs(ctx, &pb.ListJobsRequest{Queue: queue, Limit: uint32(max(limit, 0))})
+}
+
 // RequeueDeadLetters moves dead letters back to their queue (all when ids
 // is empty) and reports how many moved.
 func (c *Client) RequeueDeadLetters(ctx context.Context, queue string, ids ...string) (int, error) {

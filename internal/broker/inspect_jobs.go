@@ -12,6 +12,10 @@ import (
 // looking at a queue, and each job listed is copied under the queue's lock.
 const MaxJobsListed = 1000
 
+// Now is the time by the broker's clock, against which the times it
+// reports (a job's Enqueued, Leased) are to be read.
+func (b *Broker) Now() time.Time { return b.clk.Now() }
+
 // WaitingJob is a job waiting in line, as WaitingJobs reports it.
 type WaitingJob struct {
 	ID       string

@@ -37,6 +37,7 @@ var adminCommands = []struct {
 	{"dead", "QUEUE [--limit N]", "a queue's dead letters, oldest first: id, producer, job type, attempts, when and why", adminDead},
 	{"requeue", "QUEUE (ID... | --all)", "put dead letters back in line as new jobs", adminRequeue},
 	{"drop", "QUEUE (ID... | --all)", "delete dead letters for good", adminDrop},
+	{"jobs", "QUEUE [--limit N]", "waiting jobs in the order they would run now, then running jobs, the longest running first", adminJobs},
 	{"cancel", "QUEUE ID", "cancel a job: a waiting or delayed one is removed, a running one's worker is told", adminCancel},
 	{"keys", "QUEUE [--limit N]", "what the queue's predictor learned per key, busiest first", adminKeys},
 	{"schedules", "", "periodic schedules: queue, when, job type, last and next tick (UTC), jobs fired, paused", adminSchedules},
@@ -76,7 +77,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long the command may take")
 	asJSON := fs.Bool("json", false, "print the broker's answer as JSON instead of a table")
-	limit := fs.Int("limit", 100, "dead and keys: most rows shown")
+	limit := fs.Int("limit", 100, "dead, jobs and keys: most rows shown (of each list, for jobs)")
 	all := fs.Bool("all", false, "requeue and drop: every dead letter of the queue")
 	confirm := fs.String("confirm", "", "purge and delete-schedule: the name again")
 	// Flags may come before and after the command and its arguments.
@@ -442,4 +443,40 @@ func stamp(ts *timestamppb.Timestamp) string {
 		return "-"
 	}
 	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+func adminJobs(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE"); err != nil {
+		return err
+	}
+	js, err := c.ListJobs(ctx, a.pos[0], a.limit)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(js)
+	}
+	fmt.Fprintf(a.out, "waiting (%d shown, next to run first)\n", len(js.GetWaiting()))
+	rows := make([][]string, 0, len(js.GetWaiting()))
+	for i, j := range js.GetWaiting() {
+		flags := ""
+		switch {
+		case j.GetLong():
+			flags = "long"
+		case j.GetCold():
+			flags = "cold"
+		}
+		rows = append(rows, []string{strconv.Itoa(i + 1), j.GetId(), j.GetProducer(), j.GetJobType(), u(uint64(j.GetTier())),
+			ms(j.GetPredictedMs()), wait(j.GetWaited().AsDuration()), u(uint64(j.GetAttempts())), flags})
+	}
+	if err := a.table("#\tID\tPRODUCER\tJOB TYPE\tTIER\tPREDICTED ms\tWAITED\tATTEMPTS\t", rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "\nrunning (%d shown, longest running first)\n", len(js.GetRunning()))
+	rows = rows[:0]
+	for _, j := range js.GetRunning() {
+		rows = append(rows, []string{j.GetId(), j.GetProducer(), j.GetJobType(), j.GetConsumer(), u(uint64(j.GetAttempt())),
+			ms(j.GetPredictedMs()), wait(j.GetRunning().AsDuration()), stamp(j.GetLeaseDeadline())})
+	}
+	return a.table("ID\tPRODUCER\tJOB TYPE\tCONSUMER\tATTEMPT\tPREDICTED ms\tRUNNING FOR\tLEASE ENDS (UTC)", rows)
 }

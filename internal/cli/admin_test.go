@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -268,5 +270,73 @@ func TestAdminSchedules(t *testing.T) {
 	}
 	if _, err := admin(t, addr, "pause-schedule", "sweep"); err == nil || !strings.Contains(err.Error(), "NotFound") {
 		t.Errorf("pausing a deleted schedule: %v", err)
+	}
+}
+
+// jobs shows what waits, in the order it would run, and what runs, with
+// the worker that holds it.
+func TestAdminJobs(t *testing.T) {
+	t.Parallel()
+	addr, stop := runServeFor(t, ServeConfig{Memory: true})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	ctx := t.Context()
+	cl, err := client.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ids, err := cl.Publish(ctx,
+		&client.Message{Queue: "work", Producer: "web", JobType: "résumé", Payload: bytes.Repeat([]byte{0xff}, 4096)},
+		&client.Message{Queue: "work", Producer: "web", JobType: "thumb"},
+		&client.Message{Queue: "work", Producer: "web", JobType: "thumb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := mustAdmin(t, addr, "jobs", "work")
+	if !strings.HasPrefix(out, "waiting (3 shown") || !strings.Contains(out, "running (0 shown") {
+		t.Fatalf("jobs before any worker:\n%s", out)
+	}
+	for i := range 3 {
+		if r := row(t, out, strconv.Itoa(i+1)); !slices.Contains(ids, r[1]) {
+			t.Errorf("waiting row %d %q names no published job", i+1, r)
+		}
+	}
+
+	release := make(chan struct{})
+	wctx, cancel := context.WithCancel(ctx)
+	worker := make(chan error, 1)
+	go func() {
+		worker <- cl.RunWorker(wctx, client.WorkerConfig{Queue: "work", Name: "worker-ü"}, func(context.Context, *client.Delivery) error {
+			<-release
+			return nil
+		})
+	}()
+	var js struct {
+		Waiting []struct{ ID string } `json:"waiting"`
+		Running []struct {
+			ID, Consumer string
+		} `json:"running"`
+	}
+	for len(js.Running) == 0 {
+		// Asked until the worker holds its first job (each answer is a signal).
+		if err := json.Unmarshal([]byte(mustAdmin(t, addr, "jobs", "work", "-json")), &js); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(js.Waiting) != 2 || js.Running[0].Consumer != "worker-ü" || !slices.Contains(ids, js.Running[0].ID) {
+		t.Errorf("jobs -json with one running: %+v", js)
+	}
+	if out := mustAdmin(t, addr, "jobs", "work", "--limit", "1"); !strings.HasPrefix(out, "waiting (1 shown") {
+		t.Errorf("jobs --limit 1:\n%s", out)
+	}
+	close(release)
+	cancel()
+	<-worker
+	if _, err := admin(t, addr, "jobs", "nowhere"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		t.Errorf("jobs of a queue that does not exist: %v", err)
 	}
 }

@@ -510,6 +510,40 @@ func (a *adminServer) ListDeadLetters(_ context.Context, req *pb.ListDeadLetters
 	return out, nil
 }
 
+func (a *adminServer) ListJobs(_ context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
+	n := int(min(req.Limit, broker.MaxJobsListed))
+	now := a.s.b.Now()
+	waiting, err := a.s.b.WaitingJobs(req.Queue, n)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	running, err := a.s.b.InFlightJobs(req.Queue, n)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.ListJobsResponse{Waiting: make([]*pb.WaitingJob, len(waiting)), Running: make([]*pb.RunningJob, len(running))}
+	for i, j := range waiting {
+		w := &pb.WaitingJob{
+			Id: j.ID, Producer: j.Producer, JobType: j.JobType, Tier: uint32(j.Tier), Level: uint32(j.Level),
+			PredictedMs: float64(j.Cost) / float64(time.Millisecond), Long: j.Long, Cold: j.Cold, Attempts: uint32(j.Attempts),
+			Enqueued: timestamppb.New(j.Enqueued), Waited: durationpb.New(max(0, now.Sub(j.Enqueued))),
+		}
+		if !j.Expires.IsZero() {
+			w.Expires = timestamppb.New(j.Expires)
+		}
+		out.Waiting[i] = w
+	}
+	for i, j := range running {
+		out.Running[i] = &pb.RunningJob{
+			Id: j.ID, Producer: j.Producer, JobType: j.JobType, Consumer: j.Consumer, Attempt: uint32(j.Attempt),
+			PredictedMs: float64(j.Cost) / float64(time.Millisecond),
+			Leased:      timestamppb.New(j.Leased), Running: durationpb.New(max(0, now.Sub(j.Leased))),
+			LeaseDeadline: timestamppb.New(j.Deadline),
+		}
+	}
+	return out, nil
+}
+
 func (a *adminServer) RequeueDeadLetters(_ context.Context, req *pb.RequeueDeadLettersRequest) (*pb.RequeueDeadLettersResponse, error) {
 	n, err := a.s.b.RequeueDeadLetters(req.Queue, req.Ids)
 	if err != nil {

@@ -1409,6 +1409,373 @@ func (x *Delivery) GetPredictedMs() float64 {
 	return 0
 }
 
+// ListJobsRequest selects a queue's jobs.
+type ListJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Most jobs of each list returned; 0, or more than 1000, returns up to
+	// 1000.
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsRequest) Reset() {
+	*x = ListJobsRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsRequest) ProtoMessage() {}
+
+func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
+func (*ListJobsRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListJobsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ListJobsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ListJobsResponse lists a queue's waiting and running jobs.
+type ListJobsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Waiting jobs, next to run first: the scheduler's order now, its tiers,
+	// bounds and expiry included. Jobs published later may still go ahead.
+	Waiting []*WaitingJob `protobuf:"bytes,1,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	// Jobs delivered and not yet settled, the longest running first.
+	Running       []*RunningJob `protobuf:"bytes,2,rep,name=running,proto3" json:"running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListJobsResponse) Reset() {
+	*x = ListJobsResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListJobsResponse) ProtoMessage() {}
+
+func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
+func (*ListJobsResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListJobsResponse) GetWaiting() []*WaitingJob {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetRunning() []*RunningJob {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
+// WaitingJob is a job waiting in line.
+type WaitingJob struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Producer string                 `protobuf:"bytes,2,opt,name=producer,proto3" json:"producer,omitempty"`
+	JobType  string                 `protobuf:"bytes,3,opt,name=job_type,json=jobType,proto3" json:"job_type,omitempty"`
+	// The tier it was given, and the level it waits at now (after aging).
+	Tier  uint32 `protobuf:"varint,4,opt,name=tier,proto3" json:"tier,omitempty"`
+	Level uint32 `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
+	// Its predicted duration in milliseconds.
+	PredictedMs float64 `protobuf:"fixed64,6,opt,name=predicted_ms,json=predictedMs,proto3" json:"predicted_ms,omitempty"`
+	// Predicted far longer than typical (the long-job bound applies), and
+	// whether its key had too few observations to trust.
+	Long bool `protobuf:"varint,7,opt,name=long,proto3" json:"long,omitempty"`
+	Cold bool `protobuf:"varint,8,opt,name=cold,proto3" json:"cold,omitempty"`
+	// Deliveries so far.
+	Attempts uint32 `protobuf:"varint,9,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// When it took its place in line, and how long it has waited since, by
+	// the broker's clock.
+	Enqueued *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=enqueued,proto3" json:"enqueued,omitempty"`
+	Waited   *durationpb.Duration   `protobuf:"bytes,11,opt,name=waited,proto3" json:"waited,omitempty"`
+	// When its TTL runs out; unset for none.
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitingJob) Reset() {
+	*x = WaitingJob{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitingJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitingJob) ProtoMessage() {}
+
+func (x *WaitingJob) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitingJob.ProtoReflect.Descriptor instead.
+func (*WaitingJob) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WaitingJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *WaitingJob) GetProducer() string {
+	if x != nil {
+		return x.Producer
+	}
+	return ""
+}
+
+func (x *WaitingJob) GetJobType() string {
+	if x != nil {
+		return x.JobType
+	}
+	return ""
+}
+
+func (x *WaitingJob) GetTier() uint32 {
+	if x != nil {
+		return x.Tier
+	}
+	return 0
+}
+
+func (x *WaitingJob) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *WaitingJob) GetPredictedMs() float64 {
+	if x != nil {
+		return x.PredictedMs
+	}
+	return 0
+}
+
+func (x *WaitingJob) GetLong() bool {
+	if x != nil {
+		return x.Long
+	}
+	return false
+}
+
+func (x *WaitingJob) GetCold() bool {
+	if x != nil {
+		return x.Cold
+	}
+	return false
+}
+
+func (x *WaitingJob) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WaitingJob) GetEnqueued() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Enqueued
+	}
+	return nil
+}
+
+func (x *WaitingJob) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
+}
+
+func (x *WaitingJob) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+// RunningJob is a job delivered to a consumer and not yet settled.
+type RunningJob struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Producer string                 `protobuf:"bytes,2,opt,name=producer,proto3" json:"producer,omitempty"`
+	JobType  string                 `protobuf:"bytes,3,opt,name=job_type,json=jobType,proto3" json:"job_type,omitempty"`
+	// The consumer's name, as its worker gave it.
+	Consumer string `protobuf:"bytes,4,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// 1 for the first delivery.
+	Attempt uint32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// Its predicted duration in milliseconds.
+	PredictedMs float64 `protobuf:"fixed64,6,opt,name=predicted_ms,json=predictedMs,proto3" json:"predicted_ms,omitempty"`
+	// When this delivery started and how long it has run, by the broker's
+	// clock, and when its lease runs out.
+	Leased        *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=leased,proto3" json:"leased,omitempty"`
+	Running       *durationpb.Duration   `protobuf:"bytes,8,opt,name=running,proto3" json:"running,omitempty"`
+	LeaseDeadline *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=lease_deadline,json=leaseDeadline,proto3" json:"lease_deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunningJob) Reset() {
+	*x = RunningJob{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunningJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunningJob) ProtoMessage() {}
+
+func (x *RunningJob) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
+func (*RunningJob) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RunningJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RunningJob) GetProducer() string {
+	if x != nil {
+		return x.Producer
+	}
+	return ""
+}
+
+func (x *RunningJob) GetJobType() string {
+	if x != nil {
+		return x.JobType
+	}
+	return ""
+}
+
+func (x *RunningJob) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *RunningJob) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *RunningJob) GetPredictedMs() float64 {
+	if x != nil {
+		return x.PredictedMs
+	}
+	return 0
+}
+
+func (x *RunningJob) GetLeased() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Leased
+	}
+	return nil
+}
+
+func (x *RunningJob) GetRunning() *durationpb.Duration {
+	if x != nil {
+		return x.Running
+	}
+	return nil
+}
+
+func (x *RunningJob) GetLeaseDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseDeadline
+	}
+	return nil
+}
+
 // CancelJobRequest names the job to cancel.
 type CancelJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1422,7 +1789,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1801,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1814,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelJobRequest) GetQueue() string {
@@ -1475,7 +1842,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1854,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1867,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CancelJobResponse) GetState() string {
@@ -1548,7 +1915,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1927,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1940,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Schedule) GetName() string {
@@ -1690,7 +2057,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +2069,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +2082,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
 }
 
 // ListSchedulesResponse lists schedules.
@@ -1729,7 +2096,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +2108,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +2121,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -1777,7 +2144,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2156,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2169,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -1830,7 +2197,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +2209,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +2222,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -1874,7 +2241,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2253,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2266,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 // PauseQueueRequest pauses or resumes a queue.
@@ -1915,7 +2282,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2294,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2307,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -2001,7 +2368,7 @@ type QueueConfig struct {
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2380,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2393,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -2162,7 +2529,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2541,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2554,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -2287,7 +2654,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2666,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2679,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -2338,7 +2705,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2717,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2730,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 // ListQueuesResponse lists every queue.
@@ -2377,7 +2744,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2756,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2769,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -2423,7 +2790,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2802,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2815,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -2469,7 +2836,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2848,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,7 +2861,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -2532,7 +2899,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2911,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2924,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -2636,7 +3003,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +3015,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +3028,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -2689,7 +3056,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2701,7 +3068,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2714,7 +3081,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -2737,7 +3104,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +3116,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +3129,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -2790,7 +3157,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3169,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3182,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -2838,7 +3205,7 @@ type DeleteDeadLettersRequest struct {
 
 func (x *DeleteDeadLettersRequest) Reset() {
 	*x = DeleteDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +3217,7 @@ func (x *DeleteDeadLettersRequest) String() string {
 func (*DeleteDeadLettersRequest) ProtoMessage() {}
 
 func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +3230,7 @@ func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteDeadLettersRequest) GetQueue() string {
@@ -2891,7 +3258,7 @@ type DeleteDeadLettersResponse struct {
 
 func (x *DeleteDeadLettersResponse) Reset() {
 	*x = DeleteDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +3270,7 @@ func (x *DeleteDeadLettersResponse) String() string {
 func (*DeleteDeadLettersResponse) ProtoMessage() {}
 
 func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +3283,7 @@ func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteDeadLettersResponse) GetDeleted() uint64 {
@@ -2963,7 +3330,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3342,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3355,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -3095,7 +3462,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3474,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3487,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -3148,7 +3515,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3527,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3540,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -3200,7 +3567,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3579,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3592,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -3282,7 +3649,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3294,7 +3661,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3307,7 +3674,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -3382,7 +3749,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3394,7 +3761,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3407,7 +3774,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -3467,7 +3834,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +3846,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +3859,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -3525,7 +3892,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3537,7 +3904,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3550,7 +3917,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
 }
 
 // AttachRequest changes a queue's count of handlers.
@@ -3566,7 +3933,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3945,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3958,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -3617,7 +3984,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +3996,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +4009,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -3746,7 +4113,39 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\fpredicted_ms\x18\f \x01(\x01R\vpredictedMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"8\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
+	"\x0fListJobsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"z\n" +
+	"\x10ListJobsResponse\x122\n" +
+	"\awaiting\x18\x01 \x03(\v2\x18.harbinger.v1.WaitingJobR\awaiting\x122\n" +
+	"\arunning\x18\x02 \x03(\v2\x18.harbinger.v1.RunningJobR\arunning\"\x85\x03\n" +
+	"\n" +
+	"WaitingJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
+	"\bjob_type\x18\x03 \x01(\tR\ajobType\x12\x12\n" +
+	"\x04tier\x18\x04 \x01(\rR\x04tier\x12\x14\n" +
+	"\x05level\x18\x05 \x01(\rR\x05level\x12!\n" +
+	"\fpredicted_ms\x18\x06 \x01(\x01R\vpredictedMs\x12\x12\n" +
+	"\x04long\x18\a \x01(\bR\x04long\x12\x12\n" +
+	"\x04cold\x18\b \x01(\bR\x04cold\x12\x1a\n" +
+	"\battempts\x18\t \x01(\rR\battempts\x126\n" +
+	"\benqueued\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\benqueued\x121\n" +
+	"\x06waited\x18\v \x01(\v2\x19.google.protobuf.DurationR\x06waited\x124\n" +
+	"\aexpires\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\"\xd8\x02\n" +
+	"\n" +
+	"RunningJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
+	"\bjob_type\x18\x03 \x01(\tR\ajobType\x12\x1a\n" +
+	"\bconsumer\x18\x04 \x01(\tR\bconsumer\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\rR\aattempt\x12!\n" +
+	"\fpredicted_ms\x18\x06 \x01(\x01R\vpredictedMs\x122\n" +
+	"\x06leased\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x06leased\x123\n" +
+	"\arunning\x18\b \x01(\v2\x19.google.protobuf.DurationR\arunning\x12A\n" +
+	"\x0elease_deadline\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\"8\n" +
 	"\x10CancelJobRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\")\n" +
@@ -3920,7 +4319,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xcc\b\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\x97\t\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -3937,7 +4336,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\rPauseSchedule\x12\".harbinger.v1.PauseScheduleRequest\x1a\x16.harbinger.v1.Schedule\x12[\n" +
 	"\x0eDeleteSchedule\x12#.harbinger.v1.DeleteScheduleRequest\x1a$.harbinger.v1.DeleteScheduleResponse\x12F\n" +
 	"\n" +
-	"PauseQueue\x12\x1f.harbinger.v1.PauseQueueRequest\x1a\x17.harbinger.v1.QueueInfo2\xe0\x01\n" +
+	"PauseQueue\x12\x1f.harbinger.v1.PauseQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12I\n" +
+	"\bListJobs\x12\x1d.harbinger.v1.ListJobsRequest\x1a\x1e.harbinger.v1.ListJobsResponse2\xe0\x01\n" +
 	"\tPredictor\x12F\n" +
 	"\aPredict\x12\x1c.harbinger.v1.PredictRequest\x1a\x1d.harbinger.v1.PredictResponse\x12F\n" +
 	"\aObserve\x12\x1c.harbinger.v1.ObserveRequest\x1a\x1d.harbinger.v1.ObserveResponse\x12C\n" +
@@ -3956,7 +4356,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -3975,55 +4375,59 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*CancelNotice)(nil),               // 14: harbinger.v1.CancelNotice
 	(*RequestError)(nil),               // 15: harbinger.v1.RequestError
 	(*Delivery)(nil),                   // 16: harbinger.v1.Delivery
-	(*CancelJobRequest)(nil),           // 17: harbinger.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),          // 18: harbinger.v1.CancelJobResponse
-	(*Schedule)(nil),                   // 19: harbinger.v1.Schedule
-	(*ListSchedulesRequest)(nil),       // 20: harbinger.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 21: harbinger.v1.ListSchedulesResponse
-	(*PauseScheduleRequest)(nil),       // 22: harbinger.v1.PauseScheduleRequest
-	(*DeleteScheduleRequest)(nil),      // 23: harbinger.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),     // 24: harbinger.v1.DeleteScheduleResponse
-	(*PauseQueueRequest)(nil),          // 25: harbinger.v1.PauseQueueRequest
-	(*QueueConfig)(nil),                // 26: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 27: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 28: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 29: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 30: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 31: harbinger.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 32: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 33: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 34: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 35: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 36: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 37: harbinger.v1.RequeueDeadLettersResponse
-	(*DeleteDeadLettersRequest)(nil),   // 38: harbinger.v1.DeleteDeadLettersRequest
-	(*DeleteDeadLettersResponse)(nil),  // 39: harbinger.v1.DeleteDeadLettersResponse
-	(*KeyStats)(nil),                   // 40: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 41: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 42: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 43: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 44: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 45: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 46: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 47: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 48: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 49: harbinger.v1.AttachResponse
-	nil,                                // 50: harbinger.v1.Message.HeadersEntry
-	nil,                                // 51: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 52: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 53: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 54: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 55: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 56: google.protobuf.Timestamp
+	(*ListJobsRequest)(nil),            // 17: harbinger.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 18: harbinger.v1.ListJobsResponse
+	(*WaitingJob)(nil),                 // 19: harbinger.v1.WaitingJob
+	(*RunningJob)(nil),                 // 20: harbinger.v1.RunningJob
+	(*CancelJobRequest)(nil),           // 21: harbinger.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),          // 22: harbinger.v1.CancelJobResponse
+	(*Schedule)(nil),                   // 23: harbinger.v1.Schedule
+	(*ListSchedulesRequest)(nil),       // 24: harbinger.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 25: harbinger.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),       // 26: harbinger.v1.PauseScheduleRequest
+	(*DeleteScheduleRequest)(nil),      // 27: harbinger.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),     // 28: harbinger.v1.DeleteScheduleResponse
+	(*PauseQueueRequest)(nil),          // 29: harbinger.v1.PauseQueueRequest
+	(*QueueConfig)(nil),                // 30: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 31: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 32: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 33: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 34: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 35: harbinger.v1.PurgeQueueRequest
+	(*PurgeQueueResponse)(nil),         // 36: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 37: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 38: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 39: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 40: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 41: harbinger.v1.RequeueDeadLettersResponse
+	(*DeleteDeadLettersRequest)(nil),   // 42: harbinger.v1.DeleteDeadLettersRequest
+	(*DeleteDeadLettersResponse)(nil),  // 43: harbinger.v1.DeleteDeadLettersResponse
+	(*KeyStats)(nil),                   // 44: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 45: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 46: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 47: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 48: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 49: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 50: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 51: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 52: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 53: harbinger.v1.AttachResponse
+	nil,                                // 54: harbinger.v1.Message.HeadersEntry
+	nil,                                // 55: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 56: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 57: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 58: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 59: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 60: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	55, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	50, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	56, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	55, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	55, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	55, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	55, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	59, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	54, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	60, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	59, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	59, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	59, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	59, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,  // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,  // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,  // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -4031,86 +4435,96 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	10, // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11, // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	12, // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	55, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	59, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	55, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	55, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	59, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	59, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	16, // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	15, // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	14, // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	51, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	56, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	55, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	55, // 24: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	56, // 25: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	55, // 26: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	52, // 27: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	56, // 28: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	56, // 29: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
-	19, // 30: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	55, // 31: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	53, // 32: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	55, // 33: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	55, // 34: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	55, // 35: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	55, // 36: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	26, // 37: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	55, // 38: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	26, // 39: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	27, // 40: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	54, // 41: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	56, // 42: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	33, // 43: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	40, // 44: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	55, // 45: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	55, // 46: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	46, // 47: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	55, // 48: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 49: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 50: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 51: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 52: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	28, // 53: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	29, // 54: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	31, // 55: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	34, // 56: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	36, // 57: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	38, // 58: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	41, // 59: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 60: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	19, // 61: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	20, // 62: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	22, // 63: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	23, // 64: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	25, // 65: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	43, // 66: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	45, // 67: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	48, // 68: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 69: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 70: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 71: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 72: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	27, // 73: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	30, // 74: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	32, // 75: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	35, // 76: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	37, // 77: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	39, // 78: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	42, // 79: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 80: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	19, // 81: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	21, // 82: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	19, // 83: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	24, // 84: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	27, // 85: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	44, // 86: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	47, // 87: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	49, // 88: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	69, // [69:89] is the sub-list for method output_type
-	49, // [49:69] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	55, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	60, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	59, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	19, // 24: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
+	20, // 25: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
+	60, // 26: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	59, // 27: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	60, // 28: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	60, // 29: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	59, // 30: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	60, // 31: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	59, // 32: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	60, // 33: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	59, // 34: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	56, // 35: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	60, // 36: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	60, // 37: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	23, // 38: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
+	59, // 39: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	57, // 40: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	59, // 41: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	59, // 42: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	59, // 43: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	59, // 44: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	30, // 45: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	59, // 46: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	30, // 47: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	31, // 48: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	58, // 49: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	60, // 50: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	37, // 51: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	44, // 52: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	59, // 53: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	59, // 54: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	50, // 55: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	59, // 56: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 57: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 58: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 59: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 60: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	32, // 61: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	33, // 62: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	35, // 63: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	38, // 64: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	40, // 65: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	42, // 66: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	45, // 67: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	21, // 68: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	23, // 69: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	24, // 70: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	26, // 71: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	27, // 72: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	29, // 73: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	17, // 74: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	47, // 75: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	49, // 76: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	52, // 77: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 78: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 79: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 80: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 81: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	31, // 82: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	34, // 83: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	36, // 84: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	39, // 85: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	41, // 86: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	43, // 87: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	46, // 88: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	22, // 89: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	23, // 90: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	25, // 91: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	23, // 92: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	28, // 93: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	31, // 94: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	18, // 95: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	48, // 96: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	51, // 97: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	53, // 98: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	78, // [78:99] is the sub-list for method output_type
+	57, // [57:78] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -4136,7 +4550,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   54,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

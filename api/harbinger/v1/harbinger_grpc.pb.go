@@ -282,6 +282,7 @@ const (
 	Admin_PauseSchedule_FullMethodName      = "/harbinger.v1.Admin/PauseSchedule"
 	Admin_DeleteSchedule_FullMethodName     = "/harbinger.v1.Admin/DeleteSchedule"
 	Admin_PauseQueue_FullMethodName         = "/harbinger.v1.Admin/PauseQueue"
+	Admin_ListJobs_FullMethodName           = "/harbinger.v1.Admin/ListJobs"
 )
 
 // AdminClient is the client API for Admin service.
@@ -322,6 +323,10 @@ type AdminClient interface {
 	// queue. Publishes are still taken and jobs in flight finish; the state
 	// survives a restart.
 	PauseQueue(ctx context.Context, in *PauseQueueRequest, opts ...grpc.CallOption) (*QueueInfo, error)
+	// ListJobs reports a queue's waiting jobs in the order they would be
+	// handed out if consumers asked now, and its running jobs, the longest
+	// running first.
+	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
 }
 
 type adminClient struct {
@@ -462,6 +467,16 @@ func (c *adminClient) PauseQueue(ctx context.Context, in *PauseQueueRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListJobsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListJobs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -500,6 +515,10 @@ type AdminServer interface {
 	// queue. Publishes are still taken and jobs in flight finish; the state
 	// survives a restart.
 	PauseQueue(context.Context, *PauseQueueRequest) (*QueueInfo, error)
+	// ListJobs reports a queue's waiting jobs in the order they would be
+	// handed out if consumers asked now, and its running jobs, the longest
+	// running first.
+	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -548,6 +567,9 @@ func (UnimplementedAdminServer) DeleteSchedule(context.Context, *DeleteScheduleR
 }
 func (UnimplementedAdminServer) PauseQueue(context.Context, *PauseQueueRequest) (*QueueInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method PauseQueue not implemented")
+}
+func (UnimplementedAdminServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListJobs not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -804,6 +826,24 @@ func _Admin_PauseQueue_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListJobsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListJobs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListJobs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListJobs(ctx, req.(*ListJobsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -862,6 +902,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PauseQueue",
 			Handler:    _Admin_PauseQueue_Handler,
+		},
+		{
+			MethodName: "ListJobs",
+			Handler:    _Admin_ListJobs_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
