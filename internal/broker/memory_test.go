@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/delivery"
 )
 
@@ -42,5 +44,35 @@ func TestHeapPerWaitingJob(t *testing.T) {
 		t.Errorf("the budget charges a waiting job %.0f bytes, its heap is %.0f: update msgOverhead", est, per)
 	}
 	t.Logf("budget charge per job: %.0f bytes", est)
+	runtime.KeepAlive(b)
+}
+
+// TestHeapPerSparseWaitingJob is TestHeapPerWaitingJob with one job per
+// millisecond of a fake clock instead of thousands: each waiting job then
+// has a millisecond of its own in the queue's count of waits by entry
+// time (OldestWaiting), which costs about 30 bytes more per job.
+func TestHeapPerSparseWaitingJob(t *testing.T) {
+	const jobs = 100_000
+	clk := clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+	b, _ := New(Config{Clock: clk})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range jobs {
+		if _, err := b.Publish(&Message{Queue: "q", Producer: "web", JobType: fmt.Sprint("type-", i%8), Payload: make([]byte, 64)}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / jobs
+	t.Logf("heap per waiting 64-byte job, one per millisecond: %.0f bytes", per)
+	if per > 1024 {
+		t.Fatalf("a waiting job costs %.0f bytes of heap", per)
+	}
+	if w, err := b.Waits("q"); err != nil || w.Oldest != jobs*time.Millisecond {
+		t.Errorf("oldest wait %v, %v; want %v", w.Oldest, err, jobs*time.Millisecond)
+	}
 	runtime.KeepAlive(b)
 }
