@@ -16,11 +16,8 @@ import (
 func TestHeapPerWaitingJob(t *testing.T) {
 	const jobs = 100_000
 	b, _ := New(Config{})
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
 	batch := make([]*Message, 0, 1000)
-	for i := range jobs {
+	per := heapPerJob(t, "", jobs, func(i int) {
 		batch = append(batch, &Message{Queue: "q", Producer: fmt.Sprint("web-", i%4), JobType: fmt.Sprint("type-", i%8), Payload: make([]byte, 64)})
 		if len(batch) == cap(batch) {
 			if _, err := b.Publish(batch...); err != nil {
@@ -28,14 +25,7 @@ func TestHeapPerWaitingJob(t *testing.T) {
 			}
 			batch = batch[:0]
 		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := float64(after.HeapAlloc-before.HeapAlloc) / jobs
-	t.Logf("heap per waiting 64-byte job: %.0f bytes", per)
-	if per > 1024 {
-		t.Fatalf("a waiting job costs %.0f bytes of heap", per)
-	}
+	})
 	// The memory budget (Config.MaxBytes) charges each job an estimate;
 	// it must follow what a job really costs, or the budget bounds
 	// nothing.
@@ -47,6 +37,26 @@ func TestHeapPerWaitingJob(t *testing.T) {
 	runtime.KeepAlive(b)
 }
 
+// heapPerJob runs publish(i) for i below jobs and returns the heap it kept
+// per job, logged with how (what) and checked against a generous bound.
+func heapPerJob(t *testing.T, what string, jobs int, publish func(i int)) float64 {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range jobs {
+		publish(i)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / float64(jobs)
+	t.Logf("heap per waiting 64-byte job%s: %.0f bytes", what, per)
+	if per > 1024 {
+		t.Fatalf("a waiting job costs %.0f bytes of heap", per)
+	}
+	return per
+}
+
 // TestHeapPerSparseWaitingJob is TestHeapPerWaitingJob with one job per
 // millisecond of a fake clock instead of thousands: each waiting job then
 // has a millisecond of its own in the queue's count of waits by entry
@@ -55,22 +65,12 @@ func TestHeapPerSparseWaitingJob(t *testing.T) {
 	const jobs = 100_000
 	clk := clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
 	b, _ := New(Config{Clock: clk})
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for i := range jobs {
+	heapPerJob(t, ", one per millisecond", jobs, func(i int) {
 		if _, err := b.Publish(&Message{Queue: "q", Producer: "web", JobType: fmt.Sprint("type-", i%8), Payload: make([]byte, 64)}); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(time.Millisecond)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	per := float64(after.HeapAlloc-before.HeapAlloc) / jobs
-	t.Logf("heap per waiting 64-byte job, one per millisecond: %.0f bytes", per)
-	if per > 1024 {
-		t.Fatalf("a waiting job costs %.0f bytes of heap", per)
-	}
+	})
 	if w, err := b.Waits("q"); err != nil || w.Oldest != jobs*time.Millisecond {
 		t.Errorf("oldest wait %v, %v; want %v", w.Oldest, err, jobs*time.Millisecond)
 	}

@@ -38,6 +38,24 @@ func mustAdmin(t *testing.T, addr string, args ...string) string {
 	return out
 }
 
+// adminBroker starts a memory-mode serve for the test and returns its
+// address and a client of it; both stop when the test ends.
+func adminBroker(t *testing.T) (string, *client.Client) {
+	t.Helper()
+	addr, stop := runServeFor(t, ServeConfig{Memory: true})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	cl, err := client.Dial(t.Context(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	return addr, cl
+}
+
 // row returns the table row whose first column is first.
 func row(t *testing.T, table, first string) []string {
 	t.Helper()
@@ -56,18 +74,8 @@ func row(t *testing.T, table, first string) []string {
 // mistakes refused with a message that says what to do.
 func TestAdminCommands(t *testing.T) {
 	t.Parallel()
-	addr, stop := runServeFor(t, ServeConfig{Memory: true})
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	addr, cl := adminBroker(t)
 	ctx := t.Context()
-	cl, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	payload := bytes.Repeat([]byte("ü\xff"), 2048) // 6 KiB, invalid UTF-8 inside
 	var msgs []*client.Message
 	for i := range 6 {
@@ -228,17 +236,7 @@ func TestAdminFromEnvironment(t *testing.T) {
 // resumed, and deleted only with the name typed again.
 func TestAdminSchedules(t *testing.T) {
 	t.Parallel()
-	addr, stop := runServeFor(t, ServeConfig{Memory: true})
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
-	cl, err := client.Dial(t.Context(), addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	addr, cl := adminBroker(t)
 	for _, sc := range []*pb.Schedule{
 		{Name: "nightly-report", Queue: "reports", Cron: "30 2 * * *", TimeZone: "Europe/Zurich", JobType: "rapport ✓"},
 		{Name: "sweep", Queue: "maintenance", Every: durationpb.New(time.Hour), JobType: "sweep"},
@@ -277,18 +275,8 @@ func TestAdminSchedules(t *testing.T) {
 // the worker that holds it.
 func TestAdminJobs(t *testing.T) {
 	t.Parallel()
-	addr, stop := runServeFor(t, ServeConfig{Memory: true})
-	defer func() {
-		if err := stop(); err != nil {
-			t.Error(err)
-		}
-	}()
+	addr, cl := adminBroker(t)
 	ctx := t.Context()
-	cl, err := client.Dial(ctx, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ids, err := cl.Publish(ctx,
 		&client.Message{Queue: "work", Producer: "web", JobType: "résumé", Payload: bytes.Repeat([]byte{0xff}, 4096)},
 		&client.Message{Queue: "work", Producer: "web", JobType: "thumb"},
