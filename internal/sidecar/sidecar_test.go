@@ -294,3 +294,39 @@ func TestSidecarRefusesBadURLs(t *testing.T) {
 		t.Errorf("ParseAMQPURLs: %q, %v", urls, err)
 	}
 }
+
+// FuzzParseAMQPURLs: any text gives URLs or an error, never a panic, and
+// an error never shows a password that any entry of the list holds.
+func FuzzParseAMQPURLs(f *testing.F) {
+	for _, s := range []string{"amqp://guest:guest@127.0.0.1:5672/", "amqp://u:p4ss@a/,amqps://u:s3cret@b:99999/",
+		"amqp://u:p%2Cw@a/,", ",,", "amqp://u:hunter22@[::1/", "amqp://u:pa\xffss@h/", "http://u:topsecret@h/"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, list string) {
+		urls, err := ParseAMQPURLs(list)
+		if err == nil {
+			if len(urls) == 0 {
+				t.Fatalf("%q: no URLs and no error", list)
+			}
+			for _, u := range urls {
+				if _, err := amqp.ParseURI(u); err != nil {
+					t.Fatalf("%q: returned %q, which does not parse: %v", list, u, err)
+				}
+			}
+			return
+		}
+		for _, part := range strings.Split(list, ",") {
+			_, rest, ok := strings.Cut(part, "://")
+			if !ok {
+				continue
+			}
+			userinfo, _, ok := strings.Cut(rest, "@")
+			if !ok {
+				continue
+			}
+			if _, pw, ok := strings.Cut(userinfo, ":"); ok && len(pw) >= 6 && strings.Contains(err.Error(), pw) {
+				t.Fatalf("the error for %q shows the password %q: %v", list, pw, err)
+			}
+		}
+	})
+}
