@@ -23,6 +23,7 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/auth"
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/gcpace"
 	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/internal/server"
 	"github.com/harbinger-mq/harbinger/internal/store"
@@ -339,6 +340,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The collector's headroom in bytes, not as a multiple of the live
+	// heap (see gcpace), unless GOGC or GOMEMLIMIT says otherwise.
+	defer gcpace.Start(gcpace.Config{}).Stop()
 	return serve(ctx, cfg, stderr, nil)
 }
 
