@@ -37,6 +37,9 @@ func (h *itemHeap) remove(it *Item) {
 	h.items[last] = nil
 	h.items = h.items[:last]
 	*h.idx(it) = -1
+	if c := cap(h.items); c > 1024 && last < c/4 {
+		h.items = append(make([]*Item, 0, 2*last), h.items...)
+	}
 	if i != last {
 		if !h.down(i) {
 			h.up(i)
