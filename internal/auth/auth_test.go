@@ -55,9 +55,28 @@ func TestScopes(t *testing.T) {
 	if err := parse("read").Check(auth.Admin, "q"); !errors.As(err, &de) || de.Queue != "q" || !strings.Contains(err.Error(), `"t"`) {
 		t.Errorf("Check = %v", err)
 	}
-	for _, bad := range []string{"", "write", "root:x", "Admin"} {
+	for _, bad := range []string{"", "write", "root:x", "Admin", "read:a b", "publish:é\xfe", "consume:a\tb", "admin:\x7f"} {
 		if _, err := auth.ParseScope(bad); err == nil {
 			t.Errorf("ParseScope(%q) = nil error", bad)
+		}
+	}
+	// A prefix that ends in "*" (a queue name may hold one) must not
+	// widen to every queue when written out and read again.
+	sc, err := auth.ParseScope("publish:**")
+	if err != nil || sc.Prefix != "*" {
+		t.Fatalf(`ParseScope("publish:**") = %+v, %v; want the prefix "*"`, sc, err)
+	}
+	if again, err := auth.ParseScope(sc.String()); err != nil || again != sc {
+		t.Errorf("%+v written as %q reads back as %+v, %v", sc, sc.String(), again, err)
+	}
+	for _, name := range []string{"ops", "dépôt ci", "数据 \u2028"} {
+		if err := auth.CheckName(name); err != nil {
+			t.Errorf("CheckName(%q) = %v", name, err)
+		}
+	}
+	for _, name := range []string{"", " ", "a\xffb", "tab\there", "nul\x00"} {
+		if err := auth.CheckName(name); err == nil {
+			t.Errorf("CheckName(%q) = nil error", name)
 		}
 	}
 }
@@ -115,15 +134,17 @@ func TestTokenFileErrors(t *testing.T) {
 	t.Parallel()
 	h := auth.Hash("x")
 	bad := map[string]string{
-		"unknown key":   "tokenz: []\n",
-		"no name":       "tokens:\n  - sha256: " + h + "\n    scopes: [read]\n",
-		"no scopes":     "tokens:\n  - name: a\n    sha256: " + h + "\n",
-		"bad scope":     "tokens:\n  - name: a\n    sha256: " + h + "\n    scopes: [write]\n",
-		"short hash":    "tokens:\n  - name: a\n    sha256: abcd\n    scopes: [read]\n",
-		"same name":     "tokens:\n  - name: a\n    sha256: " + h + "\n    scopes: [read]\n  - name: a\n    sha256: " + auth.Hash("y") + "\n    scopes: [read]\n",
-		"same hash":     "tokens:\n  - name: a\n    sha256: " + h + "\n    scopes: [read]\n  - name: b\n    sha256: " + h + "\n    scopes: [read]\n",
-		"missing file":  "",
-		"not even yaml": "tokens: [\n",
+		"unknown key":                 "tokenz: []\n",
+		"no name":                     "tokens:\n  - sha256: " + h + "\n    scopes: [read]\n",
+		"no scopes":                   "tokens:\n  - name: a\n    sha256: " + h + "\n",
+		"bad scope":                   "tokens:\n  - name: a\n    sha256: " + h + "\n    scopes: [write]\n",
+		"short hash":                  "tokens:\n  - name: a\n    sha256: abcd\n    scopes: [read]\n",
+		"same name":                   "tokens:\n  - name: a\n    sha256: " + h + "\n    scopes: [read]\n  - name: a\n    sha256: " + auth.Hash("y") + "\n    scopes: [read]\n",
+		"same hash":                   "tokens:\n  - name: a\n    sha256: " + h + "\n    scopes: [read]\n  - name: b\n    sha256: " + h + "\n    scopes: [read]\n",
+		"missing file":                "",
+		"not even yaml":               "tokens: [\n",
+		"control character in a name": "tokens:\n  - name: \"a\\tb\"\n    sha256: " + h + "\n    scopes: [read]\n",
+		"a space in a prefix":         "tokens:\n  - name: a\n    sha256: " + h + "\n    scopes: [\"read:a b\"]\n",
 	}
 	for name, body := range bad {
 		path := t.TempDir() + "/tokens.yaml"

@@ -16,6 +16,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -78,12 +80,40 @@ func ParseScope(s string) (Scope, error) {
 	default:
 		return Scope{}, fmt.Errorf("scope %q: permission %q is not read, publish, consume or admin", s, perm)
 	}
+	// A prefix no queue name can start with would grant nothing, and one
+	// of invalid UTF-8 would not survive the token file (YAML reads it
+	// back as other characters).
+	for _, r := range prefix {
+		if r < 0x21 || r == 0x7f || r == utf8.RuneError {
+			return Scope{}, fmt.Errorf("scope %q: the prefix has a space, control character or invalid UTF-8, which no queue name has", s)
+		}
+	}
 	return Scope{Perm: Permission(perm), Prefix: prefix}, nil
 }
 
+// CheckName checks a token's name: it is shown in the broker's log and on
+// the dashboard, so it must be text: not empty, valid UTF-8 and without
+// control characters.
+func CheckName(name string) error {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return errors.New("a token's name must not be empty")
+	case !utf8.ValidString(name):
+		return fmt.Errorf("token name %q is not valid UTF-8", name)
+	case strings.IndexFunc(name, unicode.IsControl) >= 0:
+		return fmt.Errorf("token name %q has a control character", name)
+	}
+	return nil
+}
+
+// String is the scope as ParseScope reads it back: a prefix that ends in
+// "*" gets one more, since ParseScope drops one.
 func (s Scope) String() string {
-	if s.Prefix == "" {
+	switch {
+	case s.Prefix == "":
 		return string(s.Perm)
+	case strings.HasSuffix(s.Prefix, "*"):
+		return string(s.Perm) + ":" + s.Prefix + "*"
 	}
 	return string(s.Perm) + ":" + s.Prefix
 }
@@ -201,6 +231,9 @@ func parseTokens(data []byte) (map[[sha256.Size]byte]*Grant, error) {
 		if e.Name == "" {
 			return nil, fmt.Errorf("token %d has no name", i+1)
 		}
+		if err := CheckName(e.Name); err != nil {
+			return nil, fmt.Errorf("token %d: %w", i+1, err)
+		}
 		if names[e.Name] {
 			return nil, fmt.Errorf("two tokens are named %q", e.Name)
 		}
@@ -269,11 +302,19 @@ func NewToken() (string, error) {
 }
 
 // FileEntry is the token file entry for a token with scopes, ready to
-// paste under "tokens:".
+// paste under "tokens:". The name must pass CheckName and the scopes come
+// from ParseScope: the file then reads back exactly these.
 func FileEntry(name, token string, scopes []Scope) string {
+	return fileEntry(name, Hash(token), scopes)
+}
+
+// fileEntry writes an entry from the token's hash. Go's quoting of valid
+// UTF-8 is a YAML double-quoted string: the escapes it uses (\\, \", \t,
+// \xXX below 0x80, \uXXXX, \UXXXXXXXX) mean the same in both.
+func fileEntry(name, hash string, scopes []Scope) string {
 	ss := make([]string, len(scopes))
 	for i, s := range scopes {
 		ss[i] = fmt.Sprintf("%q", s.String())
 	}
-	return fmt.Sprintf("  - name: %q\n    sha256: %s\n    scopes: [%s]\n", name, Hash(token), strings.Join(ss, ", "))
+	return fmt.Sprintf("  - name: %q\n    sha256: %s\n    scopes: [%s]\n", name, hash, strings.Join(ss, ", "))
 }

@@ -73,7 +73,8 @@ func TestVersionAndToken(t *testing.T) {
 	if err != nil || !g.Allows(auth.Publish, "orders.eu") || g.Allows(auth.Admin, "orders.eu") {
 		t.Errorf("the printed token: %+v, %v", g, err)
 	}
-	for _, args := range [][]string{{"token"}, {"token", "-name", "x"}, {"token", "-name", "x", "-scope", "root"}} {
+	for _, args := range [][]string{{"token"}, {"token", "-name", "x"}, {"token", "-name", "x", "-scope", "root"},
+		{"token", "-name", "a\xffb", "-scope", "read"}, {"token", "-name", "a\nb", "-scope", "read"}, {"token", "-name", "x", "-scope", "read:a b"}} {
 		if code := Main(context.Background(), args, io.Discard, io.Discard); code == 0 {
 			t.Errorf("%v exited 0", args)
 		}

@@ -33,6 +33,9 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		fs.Usage()
 		return errUsage
 	}
+	if err := auth.CheckName(*name); err != nil {
+		return fmt.Errorf("-name: %w", err)
+	}
 	tok, err := auth.NewToken()
 	if err != nil {
 		return err
