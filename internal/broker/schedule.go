@@ -98,17 +98,29 @@ type zoned struct {
 
 func (z zoned) Next(t time.Time) time.Time { return z.s.Next(t.In(z.loc)) }
 
-// next is the first tick strictly after t.
+// next is the first tick strictly after t and not before Start; the zero
+// time when a cron expression has none in the five years after t.
 func (s *Schedule) next(t time.Time) time.Time {
 	if s.cron != nil {
+		if t.Before(s.Start) {
+			t = s.Start.Add(-time.Nanosecond) // a tick at Start itself may fire
+		}
 		return s.cron.Next(t)
 	}
 	if t.Before(s.Start) {
 		return s.Start
 	}
-	n := t.Sub(s.Start)/s.Every + 1
-	return s.Start.Add(n * s.Every)
+	// Whole intervals since Start, then one more: neither product can
+	// overflow, as (d/Every)*Every <= d (DeclareSchedule keeps Start
+	// within maxStartAge, so d does not saturate).
+	d := t.Sub(s.Start)
+	return s.Start.Add(d / s.Every * s.Every).Add(s.Every)
 }
+
+// maxStartAge is how far in the past (or the future) a schedule's Start
+// may be when it is declared: far enough for any real calendar, near
+// enough that the time since it fits a time.Duration for centuries.
+const maxStartAge = 100 * 365 * 24 * time.Hour
 
 // period estimates the time between ticks, for the unique-key window.
 func (s *Schedule) period(from time.Time) time.Duration {
@@ -127,10 +139,24 @@ type schedules struct {
 // DeclareSchedule creates or replaces a schedule; a replaced one keeps
 // its last tick, so redeclaring it fires nothing twice.
 func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
+	now := b.clk.Now()
+	if !s.Start.IsZero() && (s.Start.Before(now.Add(-maxStartAge)) || s.Start.After(now.Add(maxStartAge))) {
+		return Schedule{}, invalid("start", fmt.Sprintf("%v is more than 100 years from now", s.Start.Format(time.RFC3339)))
+	}
 	if err := s.compile(b); err != nil {
 		return Schedule{}, err
 	}
-	now := b.clk.Now()
+	// A date that never comes (February 30) parses; the cron library then
+	// answers each Next with the zero time after searching five years. A
+	// recovered schedule is not checked: it was when it was declared.
+	if s.cron != nil && s.next(now).IsZero() {
+		from := now
+		if s.Start.After(now) {
+			from = s.Start
+		}
+		return Schedule{}, invalid("cron", fmt.Sprintf("%q has no tick in the five years after %s (a date that never comes, such as February 30?)",
+			s.Cron, from.Format(time.RFC3339)))
+	}
 	b.sched.mu.Lock()
 	defer b.sched.mu.Unlock()
 	if b.sched.all == nil {
@@ -237,7 +263,7 @@ func (b *Broker) logSchedule(s *Schedule) error {
 func (b *Broker) armScheduleLocked(now time.Time) {
 	var first time.Time
 	for _, s := range b.sched.all {
-		if !s.Paused && (first.IsZero() || s.NextTick.Before(first)) {
+		if !s.Paused && !s.NextTick.IsZero() && (first.IsZero() || s.NextTick.Before(first)) {
 			first = s.NextTick
 		}
 	}
@@ -266,11 +292,11 @@ func (b *Broker) onScheduleTimer(g uint64) {
 func (b *Broker) fireDueLocked(now time.Time) {
 	for _, name := range slices.Sorted(maps.Keys(b.sched.all)) {
 		s := b.sched.all[name]
-		if s.Paused || s.NextTick.After(now) {
-			continue
+		if s.Paused || s.NextTick.IsZero() || s.NextTick.After(now) {
+			continue // a cron with no tick left has a zero NextTick
 		}
 		tick, skipped := s.NextTick, 0
-		for n := s.next(tick); !n.After(now); n = s.next(n) {
+		for n := s.next(tick); !n.IsZero() && !n.After(now); n = s.next(n) {
 			tick = n
 			if skipped++; skipped > 1_000_000 {
 				break
@@ -280,7 +306,9 @@ func (b *Broker) fireDueLocked(now time.Time) {
 			b.log.Warn("broker: schedule missed ticks while the broker was down; they are skipped",
 				"schedule", s.Name, "skipped", skipped, "from", s.NextTick, "to", tick)
 		}
-		s.NextTick = s.next(tick)
+		if s.NextTick = s.next(tick); s.NextTick.IsZero() {
+			b.log.Warn("broker: schedule has no tick in the five years after this one; it will not fire again unless redeclared", "schedule", s.Name, "tick", tick)
+		}
 		if late := now.Sub(tick); late > s.CatchUp {
 			b.log.Warn("broker: schedule tick is older than its catch-up window; skipped", "schedule", s.Name, "tick", tick, "late", late, "catch_up", s.CatchUp)
 			continue

@@ -2,6 +2,9 @@ package broker
 
 import (
 	"errors"
+	"math/big"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,4 +141,126 @@ func TestScheduleAcrossRestarts(t *testing.T) {
 			t.Fatalf("%d jobs after tick 5", n)
 		}
 	})
+}
+
+// Times a schedule cannot keep are refused when it is declared, with the
+// reason: a cron date that never comes (which the cron library answers
+// only after searching five years on every call) and a start so far away
+// that the time since it overflows.
+func TestScheduleRefusesTimesItCannotKeep(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	now := tb.clk.Now()
+	for _, tc := range []struct {
+		s    Schedule
+		want string
+	}{
+		{Schedule{Name: "feb30", Queue: "q", Cron: "0 0 30 2 *"}, "no tick in the five years"},
+		{Schedule{Name: "april-31", Queue: "q", Cron: "0 12 31 4 *", TimeZone: "Asia/Kolkata"}, "no tick in the five years"},
+		{Schedule{Name: "old", Queue: "q", Every: time.Second, Start: now.AddDate(-101, 0, 0)}, "more than 100 years"},
+		{Schedule{Name: "1700", Queue: "q", Every: 3 * time.Second, Start: time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)}, "more than 100 years"},
+		{Schedule{Name: "far", Queue: "q", Cron: "@daily", Start: now.AddDate(101, 0, 0)}, "more than 100 years"},
+	} {
+		_, err := tb.b.DeclareSchedule(tc.s)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalid saying %q", tc.s.Name, err, tc.want)
+		}
+	}
+	if got := tb.b.Schedules(); len(got) != 0 {
+		t.Errorf("refused schedules were kept: %+v", got)
+	}
+}
+
+// A cron schedule's Start is the first moment a tick may fire, as it is
+// for an interval.
+func TestScheduleCronWaitsForStart(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	start := tb.clk.Now().Add(time.Hour)
+	s, err := tb.b.DeclareSchedule(Schedule{Name: "later", Queue: "q", Cron: "*/15 * * * *", Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.NextTick.Equal(start) {
+		t.Errorf("next tick %v, want the start %v", s.NextTick, start)
+	}
+	tb.clk.Advance(time.Hour - time.Second)
+	if n := ready(t, tb.b, "q"); n != 0 {
+		t.Fatalf("%d ticks fired before the start", n)
+	}
+	tb.clk.Advance(time.Second)
+	if n := ready(t, tb.b, "q"); n != 1 {
+		t.Fatalf("%d ticks at the start, want 1", n)
+	}
+	tb.clk.Advance(15 * time.Minute)
+	if n := ready(t, tb.b, "q"); n != 2 {
+		t.Fatalf("%d ticks a quarter after the start, want 2", n)
+	}
+}
+
+// A cron schedule whose next tick is beyond what the cron library
+// searches (February 29 in 2096, then 2104, as 2100 is no leap year) stops
+// after its tick instead of searching on every timer, and the others go
+// on.
+func TestScheduleWithoutAFurtherTick(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	leap := time.Date(2096, 2, 29, 0, 0, 0, 0, time.UTC)
+	if _, err := tb.b.DeclareSchedule(Schedule{Name: "leap-day", Queue: "leap", Cron: "0 0 29 2 *", Start: leap.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.b.DeclareSchedule(Schedule{Name: "daily", Queue: "daily", Every: 24 * time.Hour, Start: leap.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	tb.clk.Advance(leap.Add(-time.Hour).Sub(tb.clk.Now()))
+	for range 90 * 24 {
+		tb.clk.Advance(time.Hour)
+	}
+	if n := ready(t, tb.b, "leap"); n != 1 {
+		t.Errorf("%d leap-day ticks, want 1", n)
+	}
+	if n := ready(t, tb.b, "daily"); n != 91 {
+		t.Errorf("%d daily ticks in 90 days from the first, want 91", n)
+	}
+	for _, s := range tb.b.Schedules() {
+		if s.Name == "leap-day" && (!s.NextTick.IsZero() || s.Fired != 1) {
+			t.Errorf("leap-day fired %d times and ticks next at %v, want once and none", s.Fired, s.NextTick)
+		}
+	}
+}
+
+// next against a reference in big integers: for random starts within the
+// bound, intervals from a second to centuries and times on either side of
+// the start, the next tick is the first multiple of the interval past t.
+func TestScheduleNextAgainstModel(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(5, 6))
+	now := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	for range 100_000 {
+		s := Schedule{Start: now.Add(time.Duration(r.Int64N(int64(2*maxStartAge))) - maxStartAge)}
+		switch r.IntN(3) {
+		case 0:
+			s.Every = time.Second * time.Duration(1+r.IntN(100))
+		case 1:
+			s.Every = time.Duration(r.Int64N(int64(time.Hour*24*365*290))) + time.Second
+		default:
+			s.Every = time.Duration(1<<63 - 1)
+		}
+		at := now.Add(time.Duration(r.Int64N(int64(20 * 365 * 24 * time.Hour))))
+		got := s.next(at)
+		want := s.Start
+		if !at.Before(s.Start) {
+			d := new(big.Int).Sub(big.NewInt(at.UnixNano()), big.NewInt(s.Start.UnixNano()))
+			k := new(big.Int).Quo(d, big.NewInt(int64(s.Every)))
+			k.Add(k, big.NewInt(1)).Mul(k, big.NewInt(int64(s.Every)))
+			wantNs := new(big.Int).Add(big.NewInt(s.Start.UnixNano()), k)
+			if !wantNs.IsInt64() {
+				continue // past 2262: beyond what UnixNano holds, not a tick anyone waits for
+			}
+			want = time.Unix(0, wantNs.Int64()).UTC()
+		}
+		if !got.Equal(want) {
+			t.Fatalf("start %v every %v: next(%v) = %v, want %v", s.Start, s.Every, at, got, want)
+		}
+	}
 }

@@ -1892,7 +1892,7 @@ type Schedule struct {
 	// A fixed interval instead of cron, counted from start.
 	Every *durationpb.Duration `protobuf:"bytes,5,opt,name=every,proto3" json:"every,omitempty"`
 	// The first tick of every, and the earliest moment a cron tick may
-	// fire; default the declaration.
+	// fire; default the declaration, and at most 100 years from it.
 	Start *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=start,proto3" json:"start,omitempty"`
 	// A tick missed while the broker was down fires once at its start if
 	// it is at most this late; older ones are logged and skipped. Default 1h.
