@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 	_ "time/tzdata" // schedules name time zones; the binary must know them anywhere
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/robfig/cron/v3"
 
@@ -81,13 +83,29 @@ func (s *Schedule) compile(b *Broker) error {
 			}
 			loc = l
 		}
-		sched, err := cronParser.Parse(s.Cron)
+		sched, err := parseCron(s.Cron)
 		if err != nil {
 			return invalid("cron", err.Error())
 		}
 		s.cron = zoned{sched, loc}
 	}
 	return nil
+}
+
+// parseCron reads a cron expression. The zone goes in TimeZone, not in
+// the expression: the parser's own TZ= prefix would be a second zone, and
+// without a space after it the parser panics (robfig/cron v3.0.1), which
+// must not take the broker down; nor must any other panic of the parser.
+func parseCron(spec string) (_ cron.Schedule, err error) {
+	if t := strings.TrimSpace(spec); strings.HasPrefix(t, "TZ=") || strings.HasPrefix(t, "CRON_TZ=") {
+		return nil, fmt.Errorf("%q: give the time zone in time_zone, not in the expression", spec)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%q is not a cron expression the parser can read", spec)
+		}
+	}()
+	return cronParser.Parse(spec)
 }
 
 // zoned evaluates a cron schedule in a time zone.
@@ -140,6 +158,14 @@ type schedules struct {
 // its last tick, so redeclaring it fires nothing twice.
 func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 	now := b.clk.Now()
+	// Stricter than compile, which also reads schedules declared before
+	// these checks: a name is shown and answered as text.
+	if !utf8.ValidString(s.Name) || strings.IndexFunc(s.Name, unicode.IsControl) >= 0 {
+		return Schedule{}, invalid("schedule name", fmt.Sprintf("%q is not valid UTF-8 text without control characters", s.Name))
+	}
+	if !utf8.ValidString(s.Cron) || !utf8.ValidString(s.TimeZone) {
+		return Schedule{}, invalid("schedule", "cron and time_zone must be valid UTF-8")
+	}
 	if !s.Start.IsZero() && (s.Start.Before(now.Add(-maxStartAge)) || s.Start.After(now.Add(maxStartAge))) {
 		return Schedule{}, invalid("start", fmt.Sprintf("%v is more than 100 years from now", s.Start.Format(time.RFC3339)))
 	}

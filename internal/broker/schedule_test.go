@@ -143,10 +143,11 @@ func TestScheduleAcrossRestarts(t *testing.T) {
 	})
 }
 
-// Times a schedule cannot keep are refused when it is declared, with the
+// What a schedule cannot keep is refused when it is declared, with the
 // reason: a cron date that never comes (which the cron library answers
-// only after searching five years on every call) and a start so far away
-// that the time since it overflows.
+// only after searching five years on every call), a start so far away
+// that the time since it overflows, a zone inside the expression, and a
+// name that is not text.
 func TestScheduleRefusesTimesItCannotKeep(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, Config{})
@@ -160,6 +161,11 @@ func TestScheduleRefusesTimesItCannotKeep(t *testing.T) {
 		{Schedule{Name: "old", Queue: "q", Every: time.Second, Start: now.AddDate(-101, 0, 0)}, "more than 100 years"},
 		{Schedule{Name: "1700", Queue: "q", Every: 3 * time.Second, Start: time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)}, "more than 100 years"},
 		{Schedule{Name: "far", Queue: "q", Cron: "@daily", Start: now.AddDate(101, 0, 0)}, "more than 100 years"},
+		// The cron library panics on a TZ= prefix without a space.
+		{Schedule{Name: "tz", Queue: "q", Cron: "TZ=UTC"}, "time_zone"},
+		{Schedule{Name: "cron-tz", Queue: "q", Cron: " CRON_TZ=Asia/Tokyo 0 9 * * *"}, "time_zone"},
+		{Schedule{Name: "bad\xffname", Queue: "q", Every: time.Hour}, "not valid UTF-8"},
+		{Schedule{Name: "tab\tname", Queue: "q", Every: time.Hour}, "control characters"},
 	} {
 		_, err := tb.b.DeclareSchedule(tc.s)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
