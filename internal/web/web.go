@@ -294,9 +294,15 @@ func isForm(r *http.Request) bool {
 }
 
 // back is the page an action's form came from: a path on this dashboard
-// (the form's "back" field), else the queue's page.
+// (the form's "back" field), else the queue's page. Browsers drop tabs and
+// newlines from a URL and read a backslash as a slash, so a path with any
+// of them, a space or another control character could name another site
+// ("/\t/evil.example"): refused too.
 func back(r *http.Request, name string) string {
-	if p := r.FormValue("back"); strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && !strings.ContainsAny(p, "?#\\") {
+	p := r.FormValue("back")
+	ok := strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") &&
+		strings.IndexFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '?' || c == '#' || c == '\\' }) < 0
+	if ok {
 		return p
 	}
 	return "/queues/" + url.PathEscape(name)

@@ -35,7 +35,7 @@ type testBundle struct {
 
 // setup serves a dashboard over a broker on a fake clock; with grants, it
 // asks for tokens.
-func setup(t *testing.T, grants map[string][]string) *testBundle {
+func setup(t testing.TB, grants map[string][]string) *testBundle {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	b, err := broker.New(broker.Config{Clock: clk, Logger: quiet})
@@ -89,7 +89,7 @@ func (tb *testBundle) do(t *testing.T, method, path, token, body, contentType st
 	return resp.StatusCode, string(b), resp.Header
 }
 
-func (tb *testBundle) publish(t *testing.T, msgs ...*broker.Message) {
+func (tb *testBundle) publish(t testing.TB, msgs ...*broker.Message) {
 	t.Helper()
 	if _, err := tb.b.Publish(msgs...); err != nil {
 		t.Fatal(err)
