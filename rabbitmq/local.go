@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/predict"
 )
@@ -212,7 +214,7 @@ func (l *Local) PredictCounted(_ context.Context, k Key, counted time.Duration) 
 // counted, or at the prediction when counted is negative.
 func (l *Local) predict(k Key, counted time.Duration) Priority {
 	l.mu.Lock()
-	pk := l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size)
+	pk := l.keyFor(k)
 	pr := l.p.Predict(pk)
 	if pr.Routed() {
 		pr.Long = l.long.mark(pk, pr.Cost, pr.Long)
@@ -249,7 +251,7 @@ func (l *Local) predict(k Key, counted time.Duration) Priority {
 func (l *Local) Observe(_ context.Context, k Key, d time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.p.Observe(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size), predict.Prediction{}, d); err != nil {
+	if err := l.p.Observe(l.keyFor(k), predict.Prediction{}, d); err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
 	}
 	return nil
@@ -269,7 +271,7 @@ func (l *Local) Observe(_ context.Context, k Key, d time.Duration) error {
 func (l *Local) ObservePeer(_ context.Context, k Key, d time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	pk := l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size)
+	pk := l.keyFor(k)
 	if err := l.p.Observe(pk, predict.Prediction{}, d); err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
 	}
@@ -298,7 +300,7 @@ func (l *Local) RecordPeer(k Key, cost time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.p.Record(cost)
-	l.long.mark(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size), cost, false)
+	l.long.mark(l.keyFor(k), cost, false)
 }
 
 // Forget takes a message that never reached its queue (its publish
@@ -318,7 +320,7 @@ func (l *Local) ObserveStamped(_ context.Context, k Key, s Stamp, took time.Dura
 	defer l.mu.Unlock()
 	l.backlog.completed(k.Queue, s.Predicted)
 	pr := predict.Prediction{Cost: s.Predicted, Tier: s.Tier, Cold: s.Cold, Made: true}
-	if err := l.p.Observe(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size), pr, took); err != nil {
+	if err := l.p.Observe(l.keyFor(k), pr, took); err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
 	}
 	return nil
@@ -355,6 +357,32 @@ type KeyStats struct {
 	Cold           bool
 }
 
+// MaxNameLen is the longest producer or job type a key keeps, in bytes,
+// as the broker's default max-key-len. Keys come from message headers that
+// anything publishing to RabbitMQ can set; a longer name is cut at a
+// character boundary (and invalid UTF-8 replaced), so that its memory is
+// bounded: names that share their first MaxNameLen bytes share a key.
+const MaxNameLen = 256
+
+// keyFor is k as the predictor's key, its names cleaned (MaxNameLen).
+func (l *Local) keyFor(k Key) predict.Key {
+	return l.p.KeyFor(k.Queue, cleanName(k.Producer), cleanName(k.JobType), k.Size)
+}
+
+func cleanName(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= MaxNameLen {
+		return s
+	}
+	cut := MaxNameLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.Clone(s[:cut]) // not a window on a header kept whole
+}
+
 // Keys returns up to limit keys (all when limit <= 0), busiest first.
 func (l *Local) Keys(limit int) []KeyStats {
 	l.mu.Lock()
@@ -370,7 +398,7 @@ func (l *Local) Keys(limit int) []KeyStats {
 // Lookup returns what is known of k.
 func (l *Local) Lookup(k Key) (KeyStats, bool) {
 	l.mu.Lock()
-	s, ok := l.p.Lookup(l.p.KeyFor(k.Queue, k.Producer, k.JobType, k.Size))
+	s, ok := l.p.Lookup(l.keyFor(k))
 	l.mu.Unlock()
 	return keyStats(s), ok
 }

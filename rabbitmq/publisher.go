@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -141,7 +142,9 @@ func stampOf(d amqp.Delivery) (Stamp, bool) {
 // when the message carries no x-harbinger-queue header.
 func KeyOf(queue string, d amqp.Delivery) Key {
 	k := Key{Queue: queue}
-	if s, ok := d.Headers[HeaderQueue].(string); ok && s != "" {
+	// A queue name is at most 255 bytes in AMQP: a header that could not
+	// be one is not taken.
+	if s, ok := d.Headers[HeaderQueue].(string); ok && s != "" && len(s) <= 255 && utf8.ValidString(s) {
 		k.Queue = s
 	}
 	k.Producer, _ = d.Headers[HeaderProducer].(string)

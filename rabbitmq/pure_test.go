@@ -2,8 +2,11 @@ package rabbitmq
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -198,3 +201,49 @@ var (
 	_ backlogTracker = (*Local)(nil)
 	_ backlogTracker = (*Remote)(nil)
 )
+
+// Keys come from headers anyone publishing to RabbitMQ can set: a
+// predictor fed thousands of 64 KB job types keeps names of at most
+// MaxNameLen bytes of valid UTF-8, and a header that cannot be a queue
+// name is not taken for one.
+func TestLocalBoundsNamesFromHeaders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l, err := NewLocal(LocalConfig{MaxKeys: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", 32<<10) // 64 KB
+	for i := range 2000 {
+		k := Key{Queue: "q", Producer: "p\xff" + long, JobType: fmt.Sprint(i) + long}
+		if _, err := l.Predict(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Observe(ctx, k, time.Duration(1+i%7)*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ks := l.Keys(0)
+	if len(ks) == 0 || len(ks) > 500 {
+		t.Fatalf("%d keys tracked, want 1 to 500", len(ks))
+	}
+	for _, s := range ks {
+		for _, name := range []string{s.Key.Producer, s.Key.JobType} {
+			if len(name) > MaxNameLen || !utf8.ValidString(name) {
+				t.Fatalf("a key keeps a name of %d bytes (valid UTF-8: %v)", len(name), utf8.ValidString(name))
+			}
+		}
+	}
+	// Names cut to the same first MaxNameLen bytes share a key.
+	if _, ok := l.Lookup(Key{Queue: "q", Producer: "p\xff" + long[:1000], JobType: "1999" + long}); !ok {
+		t.Error("a name cut to its first MaxNameLen bytes is not found")
+	}
+	d := amqp.Delivery{Headers: amqp.Table{HeaderQueue: strings.Repeat("q", 256), HeaderJobType: "j"}}
+	if got := KeyOf("mine", d); got.Queue != "mine" {
+		t.Errorf("a 256-byte x-harbinger-queue header was taken as the queue (%d bytes)", len(got.Queue))
+	}
+	d.Headers[HeaderQueue] = "bad\xff"
+	if got := KeyOf("mine", d); got.Queue != "mine" {
+		t.Errorf("an x-harbinger-queue header of invalid UTF-8 was taken as the queue")
+	}
+}
