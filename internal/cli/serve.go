@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -308,9 +309,7 @@ func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer
 		if err != nil {
 			return ServeConfig{}, err
 		}
-		dec := yaml.NewDecoder(strings.NewReader(string(data)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		if cfg, err = decodeServeConfig(data); err != nil {
 			return ServeConfig{}, fmt.Errorf("config file %s: %v", path, err)
 		}
 	}
@@ -330,6 +329,18 @@ func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return ServeConfig{}, err
+	}
+	return cfg, nil
+}
+
+// decodeServeConfig reads a config file's YAML; an unknown key is an
+// error, an empty file the zero config.
+func decodeServeConfig(data []byte) (ServeConfig, error) {
+	var cfg ServeConfig
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
 		return ServeConfig{}, err
 	}
 	return cfg, nil
