@@ -92,14 +92,10 @@ func (s *Schedule) compile(b *Broker) error {
 	return nil
 }
 
-// parseCron reads a cron expression. The zone goes in TimeZone, not in
-// the expression: the parser's own TZ= prefix would be a second zone, and
-// without a space after it the parser panics (robfig/cron v3.0.1), which
-// must not take the broker down; nor must any other panic of the parser.
+// parseCron reads a cron expression. The parser panics on some input (a
+// TZ= prefix without a space after it, robfig/cron v3.0.1), which must not
+// take the broker down.
 func parseCron(spec string) (_ cron.Schedule, err error) {
-	if t := strings.TrimSpace(spec); strings.HasPrefix(t, "TZ=") || strings.HasPrefix(t, "CRON_TZ=") {
-		return nil, fmt.Errorf("%q: give the time zone in time_zone, not in the expression", spec)
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%q is not a cron expression the parser can read", spec)
@@ -165,6 +161,12 @@ func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 	}
 	if !utf8.ValidString(s.Cron) || !utf8.ValidString(s.TimeZone) {
 		return Schedule{}, invalid("schedule", "cron and time_zone must be valid UTF-8")
+	}
+	// The zone goes in TimeZone: the parser's own TZ= prefix would be a
+	// second one. (A schedule declared with one before this check still
+	// recovers: compile takes it.)
+	if t := strings.TrimSpace(s.Cron); strings.HasPrefix(t, "TZ=") || strings.HasPrefix(t, "CRON_TZ=") {
+		return Schedule{}, invalid("cron", fmt.Sprintf("%q: give the time zone in time_zone, not in the expression", s.Cron))
 	}
 	if !s.Start.IsZero() && (s.Start.Before(now.Add(-maxStartAge)) || s.Start.After(now.Add(maxStartAge))) {
 		return Schedule{}, invalid("start", fmt.Sprintf("%v is more than 100 years from now", s.Start.Format(time.RFC3339)))

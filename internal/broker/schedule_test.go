@@ -270,3 +270,24 @@ func TestScheduleNextAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// A schedule declared with the cron library's own zone prefix, which
+// DeclareSchedule refuses now and took before, still recovers from the
+// log: an upgrade must not stop the broker from starting.
+func TestScheduleWithZonePrefixRecovers(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 12, 2, 0, 30, 0, 0, time.UTC))
+	st := store.NewMemory()
+	data := []byte(`{"name":"tokyo","queue":"q","cron":"CRON_TZ=Asia/Tokyo 0 9 * * *","start":"2026-12-01T00:00:00Z","catch_up":3600000000000}`)
+	if _, err := st.Append(&store.Record{Kind: store.KindSchedule, ID: "tokyo", Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	b := durable(t, st, clk, Config{})
+	got := b.Schedules()
+	if want := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC); len(got) != 1 || !got[0].NextTick.Equal(want) {
+		t.Fatalf("recovered %+v, want tokyo ticking next at %v (09:00 in Tokyo)", got, want)
+	}
+	if _, err := b.DeclareSchedule(Schedule{Name: "tokyo", Queue: "q", Cron: "CRON_TZ=Asia/Tokyo 0 9 * * *"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("declaring it again: %v, want ErrInvalid", err)
+	}
+}
