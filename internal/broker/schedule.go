@@ -136,6 +136,16 @@ func (s *Schedule) next(t time.Time) time.Time {
 // enough that the time since it fits a time.Duration for centuries.
 const maxStartAge = 100 * 365 * 24 * time.Hour
 
+// uniqueFor is the unique-key window of a tick's job: the catch-up window
+// and two periods, so that a tick fired again after a restart (which only
+// happens within the catch-up window) finds its key still held; at most
+// MaxUniqueFor (30 days, over the longest catch-up of 7), which a monthly
+// schedule's two periods passed, so that its every tick was refused.
+func (s *Schedule) uniqueFor(tick time.Time) time.Duration {
+	p := min(s.period(tick), MaxUniqueFor) // two of it cannot overflow
+	return min(s.CatchUp+2*p, MaxUniqueFor)
+}
+
 // period estimates the time between ticks, for the unique-key window.
 func (s *Schedule) period(from time.Time) time.Duration {
 	n := s.next(from)
@@ -342,7 +352,7 @@ func (b *Broker) fireDueLocked(now time.Time) {
 			continue
 		}
 		m := &Message{Queue: s.Queue, Producer: s.Producer, JobType: s.JobType, Payload: s.Payload, Headers: s.Headers,
-			UniqueKey: fmt.Sprintf("harbinger:schedule:%s:%d", s.Name, tick.UnixNano()), UniqueFor: s.CatchUp + 2*s.period(tick)}
+			UniqueKey: fmt.Sprintf("harbinger:schedule:%s:%d", s.Name, tick.UnixNano()), UniqueFor: s.uniqueFor(tick)}
 		res := b.PublishEach([]*Message{m}, nil)[0]
 		if res.Err != nil {
 			b.log.Error("broker: schedule tick not published", "schedule", s.Name, "tick", tick, "err", res.Err)

@@ -291,3 +291,36 @@ func TestScheduleWithZonePrefixRecovers(t *testing.T) {
 		t.Errorf("declaring it again: %v, want ErrInvalid", err)
 	}
 }
+
+// Schedules with long periods fire: a tick's unique-key window grew with
+// the period past the 30 days a unique key may be held, so a monthly or
+// yearly schedule's every tick was refused.
+func TestScheduleLongPeriodsFire(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	for _, s := range []Schedule{
+		{Name: "monthly", Queue: "monthly", Cron: "@monthly"},
+		{Name: "yearly", Queue: "yearly", Cron: "0 6 1 1 *", TimeZone: "Australia/Sydney"},
+		{Name: "fortnight", Queue: "fortnight", Every: 16 * 24 * time.Hour},
+		{Name: "century", Queue: "century", Every: 100 * 365 * 24 * time.Hour, Start: tb.clk.Now().Add(time.Hour)},
+	} {
+		if _, err := tb.b.DeclareSchedule(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 400 { // 2026-01-01 to 2027-02-05, a day at a time
+		tb.clk.Advance(24 * time.Hour)
+	}
+	for q, want := range map[string]int{"monthly": 13, "yearly": 1, "fortnight": 25, "century": 1} {
+		if n := ready(t, tb.b, q); n != want {
+			t.Errorf("%s fired %d times in 400 days, want %d", q, n, want)
+		}
+	}
+	for _, s := range tb.b.Schedules() {
+		for _, tick := range []time.Time{s.LastTick, s.NextTick} {
+			if w := s.uniqueFor(tick); w <= s.CatchUp || w > MaxUniqueFor {
+				t.Errorf("%s: unique window %v, want over the catch-up %v and at most %v", s.Name, w, s.CatchUp, MaxUniqueFor)
+			}
+		}
+	}
+}
