@@ -18,6 +18,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 )
 
 // Config is how much the heap may grow past what is live before the
@@ -89,8 +90,9 @@ type Pacer struct {
 }
 
 // Start paces the process's collector with c until Stop, unless the
-// environment sets GOGC or GOMEMLIMIT, in which case it returns nil and
-// changes nothing. It takes effect from the first collection after it.
+// environment sets GOGC or GOMEMLIMIT or a Pacer already runs, in which
+// case it returns nil and changes nothing. It takes effect from the first
+// collection after it.
 func Start(c Config) *Pacer {
 	if Overridden(os.Getenv) {
 		return nil
@@ -98,7 +100,14 @@ func Start(c Config) *Pacer {
 	return start(c, nil)
 }
 
+// running is whether a Pacer paces the process: the collector is the
+// process's, so one at a time.
+var running atomic.Bool
+
 func start(c Config, onSet func(int)) *Pacer {
+	if !running.CompareAndSwap(false, true) {
+		return nil
+	}
 	p := &Pacer{cfg: c.withDefaults(), onSet: onSet,
 		sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	p.prev = debug.SetGCPercent(100)
@@ -149,5 +158,6 @@ func (p *Pacer) Stop() {
 	if !p.stopped {
 		p.stopped = true
 		debug.SetGCPercent(p.prev)
+		running.Store(false)
 	}
 }

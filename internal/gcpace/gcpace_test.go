@@ -82,11 +82,19 @@ func TestPacerFollowsTheLiveHeap(t *testing.T) {
 	set := make(chan int, 64)
 	cfg := Config{MinHeadroom: 4 * mib, Fraction: 0.25}
 	p := start(cfg, func(pct int) { set <- pct })
+	if start(cfg, nil) != nil {
+		t.Fatal("a second pacer started beside the first")
+	}
 	defer func() {
 		p.Stop()
 		if got := debug.SetGCPercent(before); got != before {
 			t.Errorf("after Stop GOGC is %d, want %d", got, before)
 		}
+		q := start(cfg, nil)
+		if q == nil {
+			t.Error("no pacer starts after the first stopped")
+		}
+		q.Stop()
 	}()
 
 	// waitFor collects until the pacer sets a percent that ok accepts.
