@@ -324,3 +324,38 @@ func TestScheduleLongPeriodsFire(t *testing.T) {
 		}
 	}
 }
+
+// Interval schedules against a model: for random intervals (a second to
+// 40 days) and starts (before or after the declaration), with the clock
+// advanced in random steps no longer than the interval or the catch-up
+// window, every tick after the declaration fires once and no other.
+func TestScheduleEveryAgainstModel(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(40) {
+		r := rand.New(rand.NewPCG(seed, 17))
+		tb := setup(t, Config{})
+		declared := tb.clk.Now()
+		every := time.Second * time.Duration(1+r.Int64N(40*24*3600))
+		start := declared.Add(time.Duration(r.Int64N(int64(4*every))) - 2*every)
+		s, err := tb.b.DeclareSchedule(Schedule{Name: "s", Queue: "q", Every: every, Start: start, CatchUp: 7 * 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxStep := min(every, s.CatchUp)
+		for range 200 {
+			tb.clk.Advance(time.Duration(1 + r.Int64N(int64(maxStep))))
+		}
+		end := tb.clk.Now()
+		// The model: ticks Start + k*Every after the declaration (at Start
+		// itself when that is still to come), up to now.
+		want := 0
+		for tick := start; !tick.After(end); tick = tick.Add(every) {
+			if tick.After(declared) || (tick.Equal(declared) && start.After(declared)) {
+				want++
+			}
+		}
+		if got := ready(t, tb.b, "q"); got != want {
+			t.Fatalf("seed %d: every %v from %v (declared %v): %d ticks fired by %v, want %d", seed, every, start, declared, got, end, want)
+		}
+	}
+}
