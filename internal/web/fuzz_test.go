@@ -16,10 +16,16 @@ import (
 // a page that renders valid UTF-8, and a redirect must stay on the dashboard as a
 // browser reads it (browsers drop tabs and newlines from a URL, so
 // "/\t/evil.example" is another site).
+//
+// Half the inputs go to a dashboard that asks for tokens, where "{token}"
+// in the target or body stands for an admin token it knows.
 func FuzzDashboard(f *testing.F) {
-	tb := setup(f, nil)
-	tb.publish(f, &broker.Message{Queue: "q", Producer: "p", JobType: "é\u2028", Payload: []byte("x")},
-		&broker.Message{Queue: "q", JobType: "t", Payload: make([]byte, 4096)})
+	open, guarded := setup(f, nil), setup(f, map[string][]string{"admin": {"admin"}})
+	for _, tb := range []*testBundle{open, guarded} {
+		tb.publish(f, &broker.Message{Queue: "q", Producer: "p", JobType: "é\u2028", Payload: []byte("x")},
+			&broker.Message{Queue: "q", JobType: "t", Payload: make([]byte, 4096)})
+	}
+	token := guarded.tokens["admin"]
 	for _, s := range []struct{ method, target, body, ct string }{
 		{"GET", "/", "", ""},
 		{"GET", "/queues/q?limit=5", "", ""},
@@ -32,10 +38,22 @@ func FuzzDashboard(f *testing.F) {
 		{"POST", "/api/v1/queues/q/dead-letters/delete", `{"ids":["\ud800"]}`, "application/json"},
 		{"POST", "/api/v1/queues/q/jobs/cancel", "id=" + strings.Repeat("x", 300), "application/x-www-form-urlencoded"},
 		{"POST", "/api/v1/queues/q/schedules/nope/pause", "", ""},
+		{"GET", "/login?next=/%09/evil.example", "", ""},
+		{"POST", "/login", "token={token}&next=/%09/evil.example", "application/x-www-form-urlencoded"},
+		{"POST", "/login", "token={token}&next=/%5Cevil.example", "application/x-www-form-urlencoded"},
+		{"POST", "/login", "token=wrong&next=/queues/q?limit=5", "application/x-www-form-urlencoded"},
+		{"GET", "/queues/q", "", ""},
 	} {
-		f.Add(s.method, s.target, s.body, s.ct)
+		f.Add(s.method, s.target, s.body, s.ct, false)
+		f.Add(s.method, s.target, s.body, s.ct, true)
 	}
-	f.Fuzz(func(t *testing.T, method, target, body, ct string) {
+	f.Fuzz(func(t *testing.T, method, target, body, ct string, withTokens bool) {
+		tb := open
+		if withTokens {
+			tb = guarded
+			target = strings.ReplaceAll(target, "{token}", token)
+			body = strings.ReplaceAll(body, "{token}", token)
+		}
 		if method != "GET" && method != "POST" {
 			method = "GET"
 		}

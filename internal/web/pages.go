@@ -114,7 +114,7 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 
 // nextPath keeps a sign-in's way back on this dashboard.
 func nextPath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.Contains(p, "\\") {
+	if !localPath(p) {
 		return "/"
 	}
 	return p

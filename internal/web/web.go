@@ -294,18 +294,23 @@ func isForm(r *http.Request) bool {
 }
 
 // back is the page an action's form came from: a path on this dashboard
-// (the form's "back" field), else the queue's page. Browsers drop tabs and
-// newlines from a URL and read a backslash as a slash, so a path with any
-// of them, a space or another control character could name another site
-// ("/\t/evil.example"): refused too.
+// (the form's "back" field, without a query, since one is added), else
+// the queue's page.
 func back(r *http.Request, name string) string {
-	p := r.FormValue("back")
-	ok := strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") &&
-		strings.IndexFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '?' || c == '#' || c == '\\' }) < 0
-	if ok {
+	if p := r.FormValue("back"); localPath(p) && !strings.ContainsAny(p, "?#") {
 		return p
 	}
 	return "/queues/" + url.PathEscape(name)
+}
+
+// localPath reports whether p, as a redirect's target, stays on this
+// dashboard. Browsers drop tabs and newlines from a URL and read a
+// backslash as a slash, so "/\t/evil.example" and "/\\evil.example" name
+// another site: a path with a backslash, a space or a control character is
+// refused, as is one that starts with two slashes.
+func localPath(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") &&
+		strings.IndexFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '\\' }) < 0
 }
 
 // sameOrigin refuses a POST that a browser says came from another site.
