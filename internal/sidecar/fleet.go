@@ -66,16 +66,24 @@ func NewFleet(self string, expiry time.Duration) *Fleet {
 	return &Fleet{self: self, expiry: expiry, peers: make(map[string]*peerReport), adopted: make(map[string]map[string]time.Duration)}
 }
 
+// MaxFleetPeers bounds the peers a sidecar keeps reports of: the ids
+// come from a header anything publishing to the exchange can set.
+const MaxFleetPeers = 1024
+
 // Update folds in a report from peer from that arrived at now. Reports
 // older (by sequence) than the one kept are ignored; a report from a peer
 // this sidecar had declared dead and adopted revives it: the adoption ends.
+// A report from a new peer past MaxFleetPeers, or with more queues than a
+// sidecar tracks (rabbitmq.DefaultMaxQueues), cannot be a sidecar's and
+// is ignored.
 func (f *Fleet) Update(from string, now time.Time, r backlogReport) {
-	if from == "" || from == f.self {
+	if from == "" || from == f.self || len(r.Queues) > rabbitmq.DefaultMaxQueues || len(r.Adopted) > MaxFleetPeers {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p := f.peers[from]; p != nil && r.Seq <= p.seq {
+	p := f.peers[from]
+	if p != nil && r.Seq <= p.seq || p == nil && len(f.peers) >= MaxFleetPeers {
 		return
 	}
 	qs := make(map[string]rabbitmq.QueueTotals, len(r.Queues))

@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -249,5 +250,30 @@ func TestFleetThroughRabbitMQ(t *testing.T) {
 	}
 	if st := pubSide.Stats().Share; st.ReportsSent == 0 || st.ReportsRead == 0 {
 		t.Errorf("share stats %+v, want reports both ways", st)
+	}
+}
+
+// Peer ids and report sizes come from messages anything publishing to the
+// exchange can send: a fleet keeps at most MaxFleetPeers peers and ignores
+// reports no sidecar could send, and what it keeps still counts.
+func TestFleetBoundsPeers(t *testing.T) {
+	t.Parallel()
+	f := NewFleet("self", time.Minute)
+	now := time.Unix(1000, 0)
+	one := backlogReport{Seq: 1, Queues: map[string]queueTotals{"jobs": {Net: int64(time.Second), Consumers: 1}}}
+	for i := range 3 * MaxFleetPeers {
+		f.Update(fmt.Sprint("peer-", i), now, one)
+	}
+	if live, _ := f.Peers(); live != MaxFleetPeers {
+		t.Fatalf("%d peers kept, want %d", live, MaxFleetPeers)
+	}
+	big := backlogReport{Seq: 2, Queues: map[string]queueTotals{}}
+	for i := range rabbitmq.DefaultMaxQueues + 1 {
+		big.Queues[fmt.Sprint("q", i)] = queueTotals{Net: 1, Consumers: 1}
+	}
+	f.Update("peer-0", now, big)
+	if net, c := f.Backlog("jobs"); net != time.Duration(MaxFleetPeers)*time.Second || c != MaxFleetPeers {
+		t.Errorf("fleet backlog of jobs: %v over %d handlers, want %v over %d (the oversized report ignored)",
+			net, c, time.Duration(MaxFleetPeers)*time.Second, MaxFleetPeers)
 	}
 }

@@ -537,8 +537,11 @@ func (s *Share) foldSnapshot(ctx context.Context, from string, body []byte) {
 	}
 	s.stats.snapsRead.Add(1)
 	s.mu.Lock()
-	newPeer := !s.peers[from]
-	s.peers[from] = true
+	// Answered once per peer, and only for as many peers as a fleet keeps.
+	newPeer := !s.peers[from] && len(s.peers) < MaxFleetPeers
+	if newPeer {
+		s.peers[from] = true
+	}
 	s.mu.Unlock()
 	for _, sk := range snap.Keys {
 		k := rabbitmq.Key{Queue: sk.Queue, Producer: sk.Producer, JobType: sk.JobType, Size: sk.Size}
