@@ -136,6 +136,25 @@ func (s *Schedule) next(t time.Time) time.Time {
 // enough that the time since it fits a time.Duration for centuries.
 const maxStartAge = 100 * 365 * 24 * time.Hour
 
+// lastTick is the latest tick at or before now, counting from NextTick
+// (which must not be after now), and how many ticks it passed over. An
+// interval's is computed; a cron expression's is searched, at most a
+// million ticks at a time (a later firing goes on from there).
+func (s *Schedule) lastTick(now time.Time) (tick time.Time, skipped int) {
+	tick = s.NextTick
+	if s.cron == nil {
+		k := now.Sub(tick) / s.Every // NextTick is within maxStartAge of now
+		return tick.Add(k * s.Every), int(k)
+	}
+	for n := s.next(tick); !n.IsZero() && !n.After(now); n = s.next(n) {
+		tick = n
+		if skipped++; skipped >= 1_000_000 {
+			break
+		}
+	}
+	return tick, skipped
+}
+
 // uniqueFor is the unique-key window of a tick's job: the catch-up window
 // and two periods, so that a tick fired again after a restart (which only
 // happens within the catch-up window) finds its key still held; at most
@@ -333,13 +352,7 @@ func (b *Broker) fireDueLocked(now time.Time) {
 		if s.Paused || s.NextTick.IsZero() || s.NextTick.After(now) {
 			continue // a cron with no tick left has a zero NextTick
 		}
-		tick, skipped := s.NextTick, 0
-		for n := s.next(tick); !n.IsZero() && !n.After(now); n = s.next(n) {
-			tick = n
-			if skipped++; skipped > 1_000_000 {
-				break
-			}
-		}
+		tick, skipped := s.lastTick(now)
 		if skipped > 0 {
 			b.log.Warn("broker: schedule missed ticks while the broker was down; they are skipped",
 				"schedule", s.Name, "skipped", skipped, "from", s.NextTick, "to", tick)
