@@ -143,7 +143,9 @@ const maxStartAge = 100 * 365 * 24 * time.Hour
 func (s *Schedule) lastTick(now time.Time) (tick time.Time, skipped int) {
 	tick = s.NextTick
 	if s.cron == nil {
-		k := now.Sub(tick) / s.Every // NextTick is within maxStartAge of now
+		// k*Every <= now-NextTick; were now centuries on, the difference
+		// would saturate and the tick found be earlier, never after now.
+		k := now.Sub(tick) / s.Every
 		return tick.Add(k * s.Every), int(k)
 	}
 	for n := s.next(tick); !n.IsZero() && !n.After(now); n = s.next(n) {
