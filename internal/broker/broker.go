@@ -598,5 +598,6 @@ func equalConfig(a, b QueueConfig) bool {
 		slices.Equal(a.Aging, b.Aging) && a.AgingOff == b.AgingOff && maps.Equal(a.StaticTiers, b.StaticTiers) &&
 		a.MaxDepth == b.MaxDepth && a.MaxAttempts == b.MaxAttempts && a.Lease == b.Lease &&
 		a.DefaultTTL == b.DefaultTTL && a.Shadow == b.Shadow &&
-		a.RetryBase == b.RetryBase && a.RetryMax == b.RetryMax && a.RetryJitter == b.RetryJitter
+		a.RetryBase == b.RetryBase && a.RetryMax == b.RetryMax && a.RetryJitter == b.RetryJitter &&
+		a.MaxInFlight == b.MaxInFlight
 }

@@ -39,6 +39,8 @@ const (
 	MaxLease = 24 * time.Hour
 	// MaxDelay bounds how far ahead a job may be scheduled.
 	MaxDelay = 365 * 24 * time.Hour
+	// MaxInFlightLimit bounds QueueConfig.MaxInFlight.
+	MaxInFlightLimit = 1 << 24
 	// MaxUniqueFor bounds a unique key's window.
 	MaxUniqueFor = 30 * 24 * time.Hour
 	// MaxUniqueKeyLen bounds a unique key, in bytes.
@@ -118,6 +120,10 @@ type QueueConfig struct {
 	StaticTiers map[string]int `yaml:"static_tiers"`
 	// MaxDepth is the most ready jobs before publishes are refused.
 	MaxDepth int `yaml:"max_depth"`
+	// MaxInFlight is the most jobs of the queue delivered and not yet
+	// settled, across every consumer: a bound on the work it sends to
+	// whatever its handlers call. 0 is none.
+	MaxInFlight int `yaml:"max_in_flight"`
 	// MaxAttempts is the default number of deliveries before a job is
 	// dead-lettered.
 	MaxAttempts int `yaml:"max_attempts"`
@@ -233,6 +239,9 @@ func (q QueueConfig) WithDefaults(def QueueConfig) QueueConfig {
 	if q.MaxDepth == 0 {
 		q.MaxDepth = DefaultMaxDepth
 	}
+	if q.MaxInFlight == 0 {
+		q.MaxInFlight = def.MaxInFlight
+	}
 	if q.MaxAttempts == 0 {
 		q.MaxAttempts = def.MaxAttempts
 	}
@@ -286,6 +295,9 @@ func (q QueueConfig) policy() (sched.Policy, error) {
 	}
 	if q.MaxDepth < 0 {
 		return sched.Policy{}, invalid("max_depth", fmt.Sprintf("must not be negative, got %d", q.MaxDepth))
+	}
+	if q.MaxInFlight < 0 || q.MaxInFlight > MaxInFlightLimit {
+		return sched.Policy{}, invalid("max_in_flight", fmt.Sprintf("must be 0 (no limit) to %d, got %d", MaxInFlightLimit, q.MaxInFlight))
 	}
 	if q.MaxAttempts < 0 || q.MaxAttempts > MaxAttemptsLimit {
 		return sched.Policy{}, invalid("max_attempts", fmt.Sprintf("must be 1 to %d, got %d", MaxAttemptsLimit, q.MaxAttempts))

@@ -76,7 +76,13 @@ func (q *queue) applyLocked(now time.Time) {
 	for _, j := range fx.Released {
 		q.b.release(j)
 	}
-	for range fx.Ready {
+	wake := fx.Ready
+	if lim := q.cfg.MaxInFlight; lim > 0 {
+		// Under a limit a settle frees a place for a job already waiting,
+		// and no more consumers are woken than there are places.
+		wake = min(fx.Ready+fx.Settled, max(lim-q.line.InFlight(), 0), q.line.Len())
+	}
+	for range wake {
 		if !q.wakeOneLocked() {
 			break
 		}
@@ -123,6 +129,9 @@ func (q *queue) publishLocked(j *delivery.Job, names delivery.Names, runAt, now 
 
 // deliverLocked pops the next job for c, if one is ready.
 func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
+	if lim := q.cfg.MaxInFlight; lim > 0 && q.line.InFlight() >= lim {
+		return Delivery{}, false
+	}
 	j := q.line.Deliver(c.holder, now)
 	if j == nil {
 		q.applyLocked(now) // it may have expired jobs

@@ -2361,7 +2361,11 @@ type QueueConfig struct {
 	// Longest retry delay; default 1m.
 	RetryMax *durationpb.Duration `protobuf:"bytes,13,opt,name=retry_max,json=retryMax,proto3" json:"retry_max,omitempty"`
 	// Each retry delay is drawn from delay*(1±retry_jitter); default 0.2.
-	RetryJitter   float64 `protobuf:"fixed64,14,opt,name=retry_jitter,json=retryJitter,proto3" json:"retry_jitter,omitempty"`
+	RetryJitter float64 `protobuf:"fixed64,14,opt,name=retry_jitter,json=retryJitter,proto3" json:"retry_jitter,omitempty"`
+	// Most jobs of the queue delivered and not yet settled, across every
+	// consumer (a bound on what its workers send to a service they call);
+	// 0 takes the broker's default, which is no limit.
+	MaxInFlight   uint32 `protobuf:"varint,15,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2490,6 +2494,13 @@ func (x *QueueConfig) GetRetryMax() *durationpb.Duration {
 func (x *QueueConfig) GetRetryJitter() float64 {
 	if x != nil {
 		return x.RetryJitter
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
 	}
 	return 0
 }
@@ -4182,7 +4193,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x16DeleteScheduleResponse\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\x8c\x05\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xb0\x05\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05tiers\x18\x02 \x01(\rR\x05tiers\x12\x18\n" +
@@ -4200,7 +4211,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\n" +
 	"retry_base\x18\f \x01(\v2\x19.google.protobuf.DurationR\tretryBase\x126\n" +
 	"\tretry_max\x18\r \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12!\n" +
-	"\fretry_jitter\x18\x0e \x01(\x01R\vretryJitter\x1a>\n" +
+	"\fretry_jitter\x18\x0e \x01(\x01R\vretryJitter\x12\"\n" +
+	"\rmax_in_flight\x18\x0f \x01(\rR\vmaxInFlight\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x8e\x03\n" +
