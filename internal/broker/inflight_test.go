@@ -7,6 +7,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // TestMaxInFlightAgainstModel drives a queue with a limit on its jobs in
@@ -160,5 +163,23 @@ func TestMaxInFlightWakesAWaitingConsumer(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting consumer was not woken when the job in flight was acked")
+	}
+}
+
+// The limit is part of the queue's declaration, so it survives a restart.
+func TestMaxInFlightRecovers(t *testing.T) {
+	t.Parallel()
+	st := store.NewMemory()
+	clk := clock.NewFake(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+	b := durable(t, st, clk, Config{})
+	if _, err := b.Declare("q", QueueConfig{MaxInFlight: 2}); err != nil {
+		t.Fatal(err)
+	}
+	crash(b)
+	again := durable(t, st, clk, Config{})
+	defer crash(again)
+	info, err := again.Queue("q")
+	if err != nil || info.Config.MaxInFlight != 2 {
+		t.Fatalf("recovered queue %+v, %v; want max in flight 2", info.Config, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -840,5 +841,51 @@ func TestUnaryCallsWithInvalidUTF8(t *testing.T) {
 	qs, err := tb.cl.ListQueues(tb.ctx)
 	if err != nil || len(qs) != 1 || qs[0].Name != "warteschlange" {
 		t.Fatalf("queues after the refused calls: %v, %v", qs, err)
+	}
+}
+
+// A queue's max_in_flight holds through the SDK: six workers with a
+// handler each run at most two jobs at once, every job completes, and the
+// limit is reported back.
+func TestMaxInFlightThroughWorkers(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	info, err := tb.cl.DeclareQueue(tb.ctx, "api-calls", &pb.QueueConfig{MaxInFlight: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetConfig().GetMaxInFlight() != 2 {
+		t.Fatalf("declared config %v, want max_in_flight 2", info.GetConfig())
+	}
+	const jobs = 60
+	for i := range jobs {
+		if _, err := tb.cl.Publish(tb.ctx, &client.Message{Queue: "api-calls", JobType: "call", Payload: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var running, most atomic.Int32
+	done := make(chan struct{}, jobs)
+	ctx, cancel := context.WithCancel(tb.ctx)
+	defer cancel()
+	for range 6 {
+		go tb.cl.RunWorker(ctx, client.WorkerConfig{Queue: "api-calls"}, func(context.Context, *client.Delivery) error {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			runtime.Gosched() // give the others a chance to overlap
+			running.Add(-1)
+			done <- struct{}{}
+			return nil
+		})
+	}
+	for i := range jobs {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d jobs done", i, jobs)
+		}
+	}
+	if m := most.Load(); m > 2 {
+		t.Errorf("%d handlers ran at once, the queue allows 2", m)
 	}
 }
