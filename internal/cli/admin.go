@@ -30,7 +30,7 @@ var adminCommands = []struct {
 	name, args, summary string
 	run                 func(ctx context.Context, c *client.Client, a adminArgs) error
 }{
-	{"queues", "", "every queue: policy, ready, in flight, delayed, dead, consumers, the oldest waiting job's wait, paused", adminQueues},
+	{"queues", "", "every queue: policy, ready, in flight (/ its max_in_flight), delayed, dead, consumers, the oldest waiting job's wait, paused", adminQueues},
 	{"pause", "QUEUE", "stop delivering a queue's jobs (publishes are still taken)", adminPause},
 	{"resume", "QUEUE", "deliver a paused queue's jobs again", adminResume},
 	{"purge", "QUEUE --confirm QUEUE", "drop every waiting job of a queue (not those in flight or delayed)", adminPurge},
@@ -210,7 +210,11 @@ func adminQueues(ctx context.Context, c *client.Client, a adminArgs) error {
 		if q.GetPaused() {
 			paused = "paused"
 		}
-		rows = append(rows, []string{q.GetName(), q.GetConfig().GetPolicy(), u(q.GetReady()), u(q.GetInFlight()), u(q.GetDelayed()),
+		inFlight := u(q.GetInFlight())
+		if lim := q.GetConfig().GetMaxInFlight(); lim > 0 {
+			inFlight += "/" + u(uint64(lim)) // of the queue's limit
+		}
+		rows = append(rows, []string{q.GetName(), q.GetConfig().GetPolicy(), u(q.GetReady()), inFlight, u(q.GetDelayed()),
 			u(q.GetDeadLetters()), u(uint64(q.GetConsumers())), oldest, paused})
 	}
 	return a.table("QUEUE\tPOLICY\tREADY\tIN FLIGHT\tDELAYED\tDEAD\tCONSUMERS\tOLDEST WAIT\t", rows)

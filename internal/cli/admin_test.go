@@ -84,6 +84,9 @@ func TestAdminCommands(t *testing.T) {
 	if _, err := cl.Publish(ctx, msgs...); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := cl.DeclareQueue(ctx, "reports", &pb.QueueConfig{MaxInFlight: 3}); err != nil {
+		t.Fatal(err)
+	}
 	reportIDs, err := cl.Publish(ctx, &client.Message{Queue: "reports", Producer: "cron", JobType: "monthly"})
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +98,9 @@ func TestAdminCommands(t *testing.T) {
 	}
 	if r := row(t, out, "mail"); r[2] != "6" || r[7] == "-" {
 		t.Errorf("mail row %q: want 6 ready and an oldest wait", r)
+	}
+	if r := row(t, out, "reports"); r[3] != "0/3" {
+		t.Errorf("reports row %q: want 0/3 in flight (its limit is 3)", r)
 	}
 	var listed struct {
 		Queues []struct {
