@@ -9,9 +9,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
 // LocalConfig configures an in-process predictor. The zero value of a field
@@ -370,17 +370,11 @@ func (l *Local) keyFor(k Key) predict.Key {
 }
 
 func cleanName(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
+	c := text.Clean(s, MaxNameLen)
+	if len(s) > MaxNameLen {
+		c = strings.Clone(c) // not a window on a header kept whole
 	}
-	if len(s) <= MaxNameLen {
-		return s
-	}
-	cut := MaxNameLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strings.Clone(s[:cut]) // not a window on a header kept whole
+	return c
 }
 
 // Keys returns up to limit keys (all when limit <= 0), busiest first.

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/delivery"
+	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
 // NackAction says what happens to a nacked job.
@@ -215,7 +214,7 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 		adjusted = &AdjustedError{ID: id, Field: "nack delay", Got: delay, Capped: capped}
 		delay = capped
 	}
-	reason = cleanText(reason, maxReason)
+	reason = text.Clean(reason, maxReason)
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged()
@@ -233,23 +232,6 @@ const MaxNackDelay = 24 * time.Hour
 
 // maxReason bounds the reason kept on a dead letter.
 const maxReason = 1024
-
-// cleanText returns s with invalid UTF-8 replaced and cut to at most n
-// bytes on a character boundary, so that it always encodes as a protobuf
-// string.
-func cleanText(s string, n int) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
 
 // Extend renews a delivery's lease to lease from now; 0 means the queue's
 // lease. A lease over MaxLease is capped to it, and a negative one taken as
