@@ -137,17 +137,18 @@ var pageNames = []string{"queues", "queue", "keys", "jobs", "schedules", "login"
 
 func (s *Server) parseTemplates() error {
 	funcs := template.FuncMap{
-		"ms":      fmtMS,
-		"optms":   func(v *float64) string { return optMS(v) },
-		"rate":    fmtRate,
-		"pct":     fmtPct,
-		"tiers":   fmtTiers,
-		"since":   func(t time.Time) string { return fmtMS(ms(s.cfg.Clock.Now().Sub(t))) + " ago" },
-		"clock":   func(t time.Time) string { return t.UTC().Format("15:04:05") },
-		"path":    url.PathEscape,
-		"can":     func(g *auth.Grant, p string, q string) bool { return g != nil && g.Allows(auth.Permission(p), q) },
-		"sorturl": sortURL,
-		"add":     func(a, b int) int { return a + b },
+		"ms":       fmtMS,
+		"optms":    func(v *float64) string { return optMS(v) },
+		"rate":     fmtRate,
+		"pct":      fmtPct,
+		"tiers":    fmtTiers,
+		"inflight": fmtInFlight,
+		"since":    func(t time.Time) string { return fmtMS(ms(s.cfg.Clock.Now().Sub(t))) + " ago" },
+		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
+		"path":     url.PathEscape,
+		"can":      func(g *auth.Grant, p string, q string) bool { return g != nil && g.Allows(auth.Permission(p), q) },
+		"sorturl":  sortURL,
+		"add":      func(a, b int) int { return a + b },
 		"cancelArgs": func(queue, id, back string) map[string]string {
 			return map[string]string{"Queue": queue, "ID": id, "Back": back}
 		},
@@ -222,6 +223,15 @@ func fmtPct(v *float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.1f%%", 100**v)
+}
+
+// fmtInFlight writes a queue's jobs in flight as `harbinger admin queues`
+// does: "2/4" against its max_in_flight, just "2" when it has none.
+func fmtInFlight(n, limit int) string {
+	if limit > 0 {
+		return fmt.Sprintf("%d/%d", n, limit)
+	}
+	return fmt.Sprint(n)
 }
 
 func fmtTiers(ts []int) string {

@@ -488,3 +488,64 @@ func TestKeysShowTheirAccuracy(t *testing.T) {
 		t.Errorf("keys page: %d", code)
 	}
 }
+
+// A queue with max_in_flight shows its jobs in flight against the limit,
+// as `harbinger admin queues` does (1/3); one without shows the count.
+func TestInFlightShowsTheLimit(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	if _, err := tb.b.Declare("limited", broker.QueueConfig{MaxInFlight: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"limited", "open"} {
+		tb.publish(t, &broker.Message{Queue: q}, &broker.Message{Queue: q})
+		c, err := tb.b.Subscribe(q, "w", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Next(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	_, list, _ := tb.do(t, "GET", "/", "", "", "")
+	for q, want := range map[string]string{"limited": "1/3", "open": "1"} {
+		r := element(t, list, `<tr data-queue="`+q+`">`, "</tr>")
+		if cell := `<td class="num" data-col="in-flight">` + want + `</td>`; !strings.Contains(r, cell) {
+			t.Errorf("%s's row on the queues page lacks %s:\n%s", q, cell, r)
+		}
+	}
+	for q, want := range map[string][2]string{"limited": {"1/3", "3"}, "open": {"1", "no limit"}} {
+		code, page, _ := tb.do(t, "GET", "/queues/"+q, "", "", "")
+		if code != 200 {
+			t.Fatalf("GET /queues/%s: %d", q, code)
+		}
+		if got := element(t, page, `<b id="in-flight">`, "</b>"); got != want[0] {
+			t.Errorf("%s's page shows %q in flight, want %q", q, got, want[0])
+		}
+		if got := element(t, page, `<td id="max-in-flight">`, "</td>"); got != want[1] {
+			t.Errorf("%s's settings show max in flight %q, want %q", q, got, want[1])
+		}
+	}
+	var qv QueueView
+	getJSON(t, tb, "/api/v1/queues/limited", &qv)
+	if qv.InFlight != 1 || qv.Config.MaxInFlight != 3 {
+		t.Errorf("read API: in flight %d of max %d, want 1 of 3", qv.InFlight, qv.Config.MaxInFlight)
+	}
+}
+
+// element returns what body holds between the first start and the end
+// after it.
+func element(t *testing.T, body, start, end string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(body, start)
+	if !ok {
+		t.Fatalf("no %s in:\n%s", start, body)
+	}
+	in, _, ok := strings.Cut(rest, end)
+	if !ok {
+		t.Fatalf("no %s after %s", end, start)
+	}
+	return in
+}
