@@ -320,9 +320,10 @@ func (c *Client) Queue(ctx context.Context, name string) (*pb.QueueInfo, error) 
 }
 
 // CancelJob ends a job by id and says where it stood: "waiting" or
-// "delayed" (removed), or "running" (its worker's handler context is
-// cancelled with cause ErrCancelled, and the job is not retried). A job the
-// queue no longer holds gives NotFound.
+// "delayed" (removed), or "running", that is delivered to a worker (its
+// handler's context is cancelled with cause ErrCancelled, or, for a
+// delivery still waiting for a free handler, the handler never runs; the
+// job is not retried). A job the queue no longer holds gives NotFound.
 func (c *Client) CancelJob(ctx context.Context, queue, id string) (string, error) {
 	resp, err := c.admin.CancelJob(ctx, &pb.CancelJobRequest{Queue: queue, Id: id})
 	if err != nil {

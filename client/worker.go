@@ -207,7 +207,12 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	}
 	hctx, cancelHandlers := context.WithCancel(ctx)
 	defer cancelHandlers()
-	jobs := make(chan *Delivery)
+	// A delivery goes straight to an idle handler when there is one, and
+	// otherwise waits in queued, which the broker's credit (Prefetch)
+	// keeps from filling, so that the receiving goroutine never waits for
+	// a handler: it must go on reading cancel notices and answers.
+	direct := make(chan *Delivery)
+	queued := make(chan *Delivery, cfg.Prefetch)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
@@ -216,7 +221,14 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 			defer r.stop()
 			for {
 				select {
-				case d := <-jobs:
+				case <-stop:
+					return
+				default:
+				}
+				select {
+				case d := <-direct:
+					s.handle(hctx, d, h, r)
+				case d := <-queued:
 					s.handle(hctx, d, h, r)
 				case <-stop:
 					return
@@ -246,8 +258,17 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 				continue // a kind of response this SDK does not know
 			}
 			gotAny.Store(true)
+			d := fromProto(pd)
+			s.hold(d)
+			if len(queued) == 0 {
+				select {
+				case direct <- d:
+					continue
+				default:
+				}
+			}
 			select {
-			case jobs <- fromProto(pd):
+			case queued <- d:
 			case <-stop:
 				// Stopping: the broker takes the job back when the stream closes.
 			}
@@ -282,21 +303,38 @@ type session struct {
 	stream grpc.BidiStreamingClient[pb.ConsumeRequest, pb.ConsumeResponse]
 	cfg    WorkerConfig
 
-	runMu     sync.Mutex
-	running   map[string]context.CancelCauseFunc // handlers by delivery id
-	cancelled map[string]bool                    // cancelled before their handler started
+	runMu sync.Mutex
+	held  map[string]*heldJob // deliveries not yet settled, by id
+}
+
+// heldJob is a delivery the session holds: waiting for a handler, or
+// running.
+type heldJob struct {
+	stop      context.CancelCauseFunc // its handler's; nil until it starts
+	cancelled bool                    // the broker cancelled it before its handler started
+}
+
+// hold records d as held before it is handed to a handler, so that a
+// cancel notice that arrives before the handler starts is not lost.
+func (s *session) hold(d *Delivery) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if s.held == nil {
+		s.held = map[string]*heldJob{}
+	}
+	s.held[d.ID] = &heldJob{}
 }
 
 // cancel stops the handler of a job the broker cancelled, or marks it so
-// that it stops as soon as it starts.
+// that its handler never runs. A notice for a job already settled is
+// ignored.
 func (s *session) cancel(id string) {
 	s.runMu.Lock()
-	stop := s.running[id]
-	if stop == nil {
-		if s.cancelled == nil {
-			s.cancelled = map[string]bool{}
-		}
-		s.cancelled[id] = true
+	j := s.held[id]
+	var stop context.CancelCauseFunc
+	if j != nil {
+		j.cancelled = true
+		stop = j.stop
 	}
 	s.runMu.Unlock()
 	if stop != nil {
@@ -310,37 +348,44 @@ func (s *session) send(req *pb.ConsumeRequest) error {
 	return s.stream.Send(req)
 }
 
-// handle runs h on d, renews its lease while it runs, and settles it.
+// handle runs h on d, renews its lease while it runs, and settles it. A
+// job the broker cancelled while it waited is settled without running h.
 func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer) {
-	every := s.cfg.LeaseExtend
-	if every == 0 {
-		every = d.Lease / 2
-	}
-	if every > 0 {
-		r.start(d, every)
-	}
 	jctx, stop := context.WithCancelCause(ctx)
 	s.runMu.Lock()
-	if s.running == nil {
-		s.running = map[string]context.CancelCauseFunc{}
+	j := s.held[d.ID]
+	if j == nil { // delivered twice (its lease ran out meanwhile) and forgotten at the first settle
+		j = &heldJob{}
 	}
-	s.running[d.ID] = stop
-	if s.cancelled[d.ID] {
-		delete(s.cancelled, d.ID)
-		stop(ErrCancelled)
-	}
+	j.stop = stop
+	skip := j.cancelled
 	s.runMu.Unlock()
-	start := time.Now()
-	err := run(jctx, d, h)
-	took := max(time.Since(start), time.Microsecond)
+	var err error
+	took := time.Microsecond
+	if skip {
+		stop(ErrCancelled)
+	} else {
+		every := s.cfg.LeaseExtend
+		if every == 0 {
+			every = d.Lease / 2
+		}
+		if every > 0 {
+			r.start(d, every)
+		}
+		start := time.Now()
+		err = run(jctx, d, h)
+		took = max(time.Since(start), time.Microsecond)
+		if every > 0 {
+			r.stop()
+		}
+	}
 	cancelled := errors.Is(context.Cause(jctx), ErrCancelled)
 	s.runMu.Lock()
-	delete(s.running, d.ID)
+	if s.held[d.ID] == j {
+		delete(s.held, d.ID)
+	}
 	s.runMu.Unlock()
 	stop(nil)
-	if every > 0 {
-		r.stop()
-	}
 	credit := uint32(1)
 	if ctx.Err() != nil {
 		credit = 0 // stopping: ask for nothing more

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/harbinger-mq/harbinger/client"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+)
+
+// A worker that holds more deliveries than it runs (Prefetch above
+// Concurrency) still hears the broker's cancel notices while a delivery
+// waits for a handler: the running job's handler is cancelled, the
+// waiting job that was cancelled never reaches a handler, and the worker
+// carries on with the next job. Before, the goroutine that reads the
+// stream sat handing the waiting delivery over, so no notice was read
+// until the running job ended by itself.
+func TestWorkerCancelWhileDeliveryWaits(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	payload := bytes.Repeat([]byte("größe-"), 1<<10) // 7 KiB of non-ASCII text
+	ids, err := tb.cl.Publish(tb.ctx,
+		&client.Message{Queue: "videos", Producer: "web", JobType: "transcode", Payload: payload},
+		&client.Message{Queue: "videos", Producer: "web", JobType: "thumbnail", Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, waiting := ids[0], ids[1]
+	cl, rec := dialRecorded(t, tb.addr)
+	started := make(chan string, 4)
+	causes := make(chan error, 4)
+	var mu sync.Mutex
+	ran := map[string]int{}
+	stop := runWorker(t, cl, client.WorkerConfig{Queue: "videos", Concurrency: 1, Prefetch: 3}, func(ctx context.Context, d *client.Delivery) error {
+		mu.Lock()
+		ran[d.ID]++
+		mu.Unlock()
+		if !bytes.Equal(d.Payload, payload) && d.JobType != "next" {
+			t.Errorf("%s: payload of %d bytes changed", d.ID, len(d.Payload))
+		}
+		started <- d.ID
+		if d.JobType == "next" {
+			return nil
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	})
+	if got := within(t, started, "the first job"); got != running {
+		t.Fatalf("started %s, want %s", got, running)
+	}
+	tb.waitFor(t, "the second job delivered to the busy worker", func() bool { return tb.info(t, "videos").InFlight == 2 })
+	for _, id := range []string{waiting, running} {
+		if st, err := tb.cl.CancelJob(tb.ctx, "videos", id); err != nil || st != "running" {
+			t.Fatalf("cancel %s: %q, %v", id, st, err)
+		}
+	}
+	if cause := within(t, causes, "the running handler's cancellation"); !errors.Is(cause, client.ErrCancelled) {
+		t.Fatalf("cause = %v, want ErrCancelled", cause)
+	}
+	tb.waitFor(t, "both cancelled jobs settled", func() bool { return tb.info(t, "videos").InFlight == 0 })
+
+	next, err := tb.cl.Publish(tb.ctx, &client.Message{Queue: "videos", Producer: "web", JobType: "next"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := within(t, started, "the next job"); got != next[0] {
+		t.Fatalf("started %s, want %s (the cancelled waiting job ran)", got, next[0])
+	}
+	tb.waitFor(t, "the next job's ack", func() bool { return tb.info(t, "videos").Acked == 1 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	rec.noReconnects(t)
+	if in := tb.info(t, "videos"); in.Cancelled != 2 || in.Ready != 0 || in.DeadLetters != 0 || in.Redelivered != 0 {
+		t.Fatalf("queue: %s; cancelled %d", counts(in), in.Cancelled)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran[running] != 1 || ran[waiting] != 0 || ran[next[0]] != 1 {
+		t.Fatalf("handler runs = %v; want the waiting job never run", ran)
+	}
+}
