@@ -19,6 +19,8 @@ import (
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/auth"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/server"
 )
 
 func init() {
@@ -77,7 +79,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long the command may take")
 	asJSON := fs.Bool("json", false, "print the broker's answer as JSON instead of a table")
-	limit := fs.Int("limit", 100, "dead, jobs and keys: most rows shown (of each list, for jobs)")
+	limit := fs.Int("limit", server.DefaultListLimit, fmt.Sprintf("dead and keys: most rows shown, up to %d; jobs: of each list, up to %d", server.MaxListLimit, broker.MaxJobsListed))
 	all := fs.Bool("all", false, "requeue and drop: every dead letter of the queue")
 	confirm := fs.String("confirm", "", "purge and delete-schedule: the name again")
 	// Flags may come before and after the command and its arguments.
@@ -111,8 +113,15 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *timeout <= 0 {
 		return fmt.Errorf("-timeout must be positive, got %s", *timeout)
 	}
-	if *limit <= 0 {
-		return fmt.Errorf("-limit must be positive, got %d", *limit)
+	// The API's limit is a uint32 the broker caps: a larger number would
+	// wrap (2^32 asks for the default, 2^32+1 for one row) or be cut
+	// without a word.
+	maxLimit := server.MaxListLimit
+	if pos[0] == "jobs" {
+		maxLimit = broker.MaxJobsListed
+	}
+	if *limit <= 0 || *limit > maxLimit {
+		return fmt.Errorf("-limit must be positive and at most %d for %s, got %d", maxLimit, pos[0], *limit)
 	}
 	if *token == "" {
 		*token = os.Getenv("HARBINGER_TOKEN")

@@ -334,3 +334,27 @@ func TestAdminJobs(t *testing.T) {
 		t.Errorf("jobs of a queue that does not exist: %v", err)
 	}
 }
+
+// -limit goes to the broker as a uint32 it caps: 2^32+1 was one row, 2^32
+// the default, 5000 jobs a thousand, all without a word. Now a number the
+// command cannot show is refused.
+func TestAdminLimitInRange(t *testing.T) {
+	t.Parallel()
+	addr, cl := adminBroker(t)
+	if _, err := cl.Publish(t.Context(), &client.Message{Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"dead", "q", "-limit", "4294967297"},
+		{"keys", "q", "-limit", "4294967296"},
+		{"keys", "q", "-limit", "10001"},
+		{"jobs", "q", "-limit", "1001"},
+		{"jobs", "q", "-limit", "-1"},
+	} {
+		if _, err := admin(t, addr, args...); err == nil || !strings.Contains(err.Error(), "-limit must be positive and at most") {
+			t.Errorf("admin %q: %v, want -limit refused", args, err)
+		}
+	}
+	mustAdmin(t, addr, "keys", "q", "-limit", "10000")
+	mustAdmin(t, addr, "jobs", "q", "-limit", "1000")
+}
