@@ -82,7 +82,8 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	limit := fs.Int("limit", server.DefaultListLimit, fmt.Sprintf("dead and keys: most rows shown, up to %d; jobs: of each list, up to %d", server.MaxListLimit, broker.MaxJobsListed))
 	all := fs.Bool("all", false, "requeue and drop: every dead letter of the queue")
 	confirm := fs.String("confirm", "", "purge and delete-schedule: the name again")
-	// Flags may come before and after the command and its arguments.
+	// Flags may come before and after the command and its arguments; "--"
+	// ends them, so a name or id that starts with "-" can be given.
 	var pos []string
 	for rest := args; ; {
 		if err := fs.Parse(rest); err != nil {
@@ -90,6 +91,10 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return err
 			}
 			return errUsage
+		}
+		if n := len(rest) - fs.NArg(); n > 0 && rest[n-1] == "--" {
+			pos = append(pos, fs.Args()...)
+			break
 		}
 		if fs.NArg() == 0 {
 			break

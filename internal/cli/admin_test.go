@@ -358,3 +358,20 @@ func TestAdminLimitInRange(t *testing.T) {
 	mustAdmin(t, addr, "keys", "q", "-limit", "10000")
 	mustAdmin(t, addr, "jobs", "q", "-limit", "1000")
 }
+
+// "--" ends the flags for every argument after it, so a queue, schedule
+// or id that starts with "-" can be named.
+func TestAdminArgsAfterDoubleDash(t *testing.T) {
+	t.Parallel()
+	addr, cl := adminBroker(t)
+	ids, err := cl.Publish(t.Context(), &client.Message{Queue: "-dash"}, &client.Message{Queue: "-dash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := mustAdmin(t, addr, "cancel", "--", "-dash", ids[0]); !strings.Contains(out, "(it was waiting)") {
+		t.Errorf("cancel -- -dash ID: %q", out)
+	}
+	if out, err := admin(t, addr, "drop", "--", "-dash", "-not-an-id"); err != nil || !strings.HasPrefix(out, "dropped 0 dead letters of -dash") {
+		t.Errorf("drop -- -dash -not-an-id: %q, %v", out, err)
+	}
+}
