@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -336,7 +337,7 @@ func adminRequeue(ctx context.Context, c *client.Client, a adminArgs) error {
 	if err != nil {
 		return err
 	}
-	return a.said(&pb.RequeueDeadLettersResponse{Requeued: uint64(n)}, "requeued %d dead letters of %s", n, a.pos[0])
+	return a.said(&pb.RequeueDeadLettersResponse{Requeued: uint64(n)}, "requeued %d dead letters of %s%s", n, a.pos[0], notFound(a.pos[0], ids, n))
 }
 
 func adminDrop(ctx context.Context, c *client.Client, a adminArgs) error {
@@ -348,7 +349,18 @@ func adminDrop(ctx context.Context, c *client.Client, a adminArgs) error {
 	if err != nil {
 		return err
 	}
-	return a.said(&pb.DeleteDeadLettersResponse{Deleted: uint64(n)}, "dropped %d dead letters of %s", n, a.pos[0])
+	return a.said(&pb.DeleteDeadLettersResponse{Deleted: uint64(n)}, "dropped %d dead letters of %s%s", n, a.pos[0], notFound(a.pos[0], ids, n))
+}
+
+// notFound says how many of the ids a requeue or drop named were not
+// among the queue's dead letters (a mistyped id, or one already
+// requeued), as the broker only counts those it found; "" when none.
+func notFound(queue string, ids []string, n int) string {
+	named := len(slices.Compact(slices.Sorted(slices.Values(ids))))
+	if n >= named {
+		return ""
+	}
+	return fmt.Sprintf("; %d of the %d ids named are not among its dead letters (admin dead %s lists them)", named-n, named, queue)
 }
 
 func adminCancel(ctx context.Context, c *client.Client, a adminArgs) error {

@@ -375,3 +375,26 @@ func TestAdminArgsAfterDoubleDash(t *testing.T) {
 		t.Errorf("drop -- -dash -not-an-id: %q, %v", out, err)
 	}
 }
+
+// requeue and drop say when ids they were given are not dead letters of
+// the queue: the broker only counts what it found, and "requeued 4" of
+// five named reads like success.
+func TestAdminDeadIDsNotFound(t *testing.T) {
+	t.Parallel()
+	addr, cl := adminBroker(t)
+	if _, err := cl.Publish(t.Context(), &client.Message{Queue: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"requeue", "q", "nope", "nope"}, "requeued 0 dead letters of q; 1 of the 1 ids named are not among its dead letters (admin dead q lists them)\n"},
+		{[]string{"drop", "q", "a", "b"}, "dropped 0 dead letters of q; 2 of the 2 ids named are not among its dead letters (admin dead q lists them)\n"},
+		{[]string{"drop", "q", "--all"}, "dropped 0 dead letters of q\n"},
+	} {
+		if out := mustAdmin(t, addr, tc.args...); out != tc.want {
+			t.Errorf("admin %q said %q, want %q", tc.args, out, tc.want)
+		}
+	}
+}
