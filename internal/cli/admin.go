@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -181,14 +182,45 @@ func (a adminArgs) printJSON(m proto.Message) error {
 	return err
 }
 
+// table prints rows under header, aligned, every cell through cell.
 func (a adminArgs) table(header string, rows [][]string) error {
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		for i, c := range r {
+			fmt.Fprint(tw, cell(c))
+			if i < len(r)-1 {
+				fmt.Fprint(tw, "\t")
+			}
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
+
+// cell shows text a broker kept (a producer, job type, consumer or
+// schedule name may be any valid UTF-8) as it is, but for the characters a
+// terminal acts on instead of showing: a newline or tab would break the
+// table's rows and columns, an escape sequence could recolour or retitle
+// the operator's terminal, and a bidirectional override reorders what
+// follows. Those are written as Go escapes (\n, \x1b, \u202e).
+func cell(s string) string {
+	if !strings.ContainsFunc(s, unprintable) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unprintable(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func unprintable(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }
 
 // wait formats a wait as the dashboard does: milliseconds under a second,
 // then seconds, minutes, hours.

@@ -398,3 +398,43 @@ func TestAdminDeadIDsNotFound(t *testing.T) {
 		}
 	}
 }
+
+// A job type with a newline, a tab and an escape stays in its row and
+// column, its characters shown, not acted on by the terminal.
+func TestAdminTablesEscapeControlCharacters(t *testing.T) {
+	t.Parallel()
+	addr, cl := adminBroker(t)
+	ids, err := cl.Publish(t.Context(), &client.Message{Queue: "q", Producer: "web\tapp", JobType: "a\nb\tc\x1b[31m\u202e ✓"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := mustAdmin(t, addr, "jobs", "q")
+	if strings.ContainsAny(out, "\t\x1b\u202e") {
+		t.Errorf("jobs printed a tab, an escape or an override:\n%q", out)
+	}
+	var line string
+	for l := range strings.Lines(out) {
+		if strings.Contains(l, ids[0]) {
+			line = l
+		}
+	}
+	if want := `web\tapp  a\nb\tc\x1b[31m\u202e ✓`; !strings.Contains(line, want) {
+		t.Errorf("the job's row %q lacks %q", line, want)
+	}
+}
+
+func TestCell(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"émail ✓ 日本":        "émail ✓ 日本",
+		"a\nb\r\tc":         `a\nb\r\tc`,
+		"\x1b]0;owned\x07":  `\x1b]0;owned\a`,
+		"abc\u202edef":      `abc\u202edef`,
+		"zero\u200bwidth":   `zero\u200bwidth`,
+		"\u0085next\x7fdel": `\u0085next\x7fdel`,
+	} {
+		if got := cell(in); got != want {
+			t.Errorf("cell(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
