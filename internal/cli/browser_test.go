@@ -155,6 +155,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	if row := get(t, br, "read the queues", chromedp.Text(css(`tr[data-queue="media"]`))); !strings.Contains(row, broker.DefaultPolicy) || !strings.Contains(row, "running") {
 		t.Errorf("media's row: %q", row)
 	}
+	inFlight := fmt.Sprintf("%d/%d", p.inflight, p.maxInFlight)
+	if got := get(t, br, "read media's in flight", chromedp.Text(css(`tr[data-queue="media"] td[data-col="in-flight"]`))); got != inFlight {
+		t.Errorf("media's in flight reads %q, want %q (of its max_in_flight)", got, inFlight)
+	}
 	br.shot(t, "dashboard-queues")
 
 	// What it learned, searched and sorted.
@@ -187,6 +191,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		chromedp.WaitVisible(css(`#pause[data-action="resume"]`)),
 	)
 	state := get(t, br, "read the state", chromedp.Text(css(`#state`)))
+	if got := get(t, br, "read the in flight card", chromedp.Text(css(`#in-flight`))); got != inFlight {
+		t.Errorf("media's page shows %q in flight, want %q", got, inFlight)
+	}
 	if q := queueInfo(t, admin, "media"); !q.Paused || state != "paused" {
 		t.Fatalf("after Pause: broker says paused=%v, the page %q", q.Paused, state)
 	}

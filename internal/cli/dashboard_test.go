@@ -99,16 +99,17 @@ var demoJobs = []struct {
 
 // populated is what populate left behind.
 type populated struct {
-	dead     string // id of a dead letter in "media"
-	inflight int    // jobs of "media" held by consumer "worker-1"
-	waiting  int    // jobs of "media" left waiting
-	hold     context.CancelFunc
+	dead        string // id of a dead letter in "media"
+	inflight    int    // jobs of "media" held by consumer "worker-1"
+	maxInFlight int    // "media"'s max_in_flight
+	waiting     int    // jobs of "media" left waiting
+	hold        context.CancelFunc
 }
 
 // populate teaches queue "media" the demo job types through the real Consume
 // stream (acking each with its duration), dead-letters one job, leaves jobs
-// waiting and two in flight with consumer "worker-1", and leaves a few jobs
-// in "emails".
+// waiting and two in flight with consumer "worker-1" under a max_in_flight
+// of four, and leaves a few jobs in "emails".
 func populate(t *testing.T, conn *grpc.ClientConn) populated {
 	t.Helper()
 	ctx := t.Context()
@@ -171,7 +172,10 @@ func populate(t *testing.T, conn *grpc.ClientConn) populated {
 		}
 	}
 	// What waits, and two jobs held by a worker until the test ends.
-	p := populated{dead: dead, inflight: 2, waiting: 23}
+	p := populated{dead: dead, inflight: 2, maxInFlight: 4, waiting: 23}
+	if _, err := pb.NewAdminClient(conn).DeclareQueue(ctx, &pb.DeclareQueueRequest{Name: "media", Config: &pb.QueueConfig{MaxInFlight: uint32(p.maxInFlight)}}); err != nil {
+		t.Fatal(err)
+	}
 	publish("media", p.waiting+p.inflight)
 	hctx, cancel := context.WithCancel(ctx)
 	p.hold = cancel
