@@ -378,6 +378,14 @@ func (c *Client) PurgeQueue(ctx context.Context, name string) (int, error) {
 	return int(resp.Purged), nil
 }
 
+// DeleteQueue removes a queue with its config, predictor and unique keys.
+// The broker refuses (FailedPrecondition) while the queue holds any job,
+// unless force is set, which drops them for good, and while a schedule
+// publishes to it. Workers of the queue stop: RunWorker returns NotFound.
+func (c *Client) DeleteQueue(ctx context.Context, name string, force bool) (*pb.DeleteQueueResponse, error) {
+	return c.admin.DeleteQueue(ctx, &pb.DeleteQueueRequest{Name: name, Force: force})
+}
+
 // ListDeadLetters reports up to limit dead letters (0: the server's
 // default), oldest first.
 func (c *Client) ListDeadLetters(ctx context.Context, queue string, limit int) ([]*pb.DeadLetter, error) {

@@ -240,13 +240,12 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 				q.unlockChanged()
 				q = nil
 			}
-			nq, err := b.lookup(m.Queue, true)
+			nq, err := b.lockQueue(m.Queue, true)
 			if err != nil {
 				out = append(out, Result{Err: err})
 				continue
 			}
 			q = nq
-			q.mu.Lock()
 		}
 		if m.SizeHint == 0 {
 			m.SizeHint = uint64(len(m.Payload))
@@ -380,16 +379,16 @@ func (b *Broker) Subscribe(queueName, consumerName string, prefetch int) (*Consu
 	if prefetch == 0 {
 		prefetch = 1
 	}
-	q, err := b.lookup(queueName, true)
-	if err != nil {
-		return nil, err
-	}
 	if n := b.consumers.Add(1); n > int64(b.cfg.MaxConsumers) {
 		b.consumers.Add(-1)
 		return nil, fmt.Errorf("%w: the limit is %d", ErrTooManyConsumers, b.cfg.MaxConsumers)
 	}
+	q, err := b.lockQueue(queueName, true)
+	if err != nil {
+		b.consumers.Add(-1)
+		return nil, err
+	}
 	c := &Consumer{q: q, name: consumerName, credit: prefetch, ready: make(chan struct{}, 1)}
-	q.mu.Lock()
 	c.holder = q.line.Attach()
 	q.cons[c.holder] = c
 	q.unlockChanged()
@@ -414,6 +413,11 @@ func (b *Broker) Declare(name string, cfg QueueConfig) (QueueInfo, error) {
 		return QueueInfo{}, err
 	}
 	q.mu.Lock()
+	if q.deleted {
+		// Deleted since create found it: declare the new one.
+		q.mu.Unlock()
+		return b.Declare(name, cfg)
+	}
 	if !equalConfig(q.cfg, cfg) {
 		err = q.reconfigureLocked(cfg, pol, b.clk.Now())
 	} else if created && b.cfg.Store != nil && !b.recovering.Load() {
@@ -428,17 +432,113 @@ func (b *Broker) Declare(name string, cfg QueueConfig) (QueueInfo, error) {
 	return q.info(), nil
 }
 
+// lockQueue returns the named queue with its lock held, creating it when
+// create is set. A queue deleted between the lookup and the lock is looked
+// up again, so the caller never works on a deleted queue: what it does goes
+// to the queue of that name now, or fails as for one that never existed.
+func (b *Broker) lockQueue(name string, create bool) (*queue, error) {
+	for {
+		q, err := b.lookup(name, create)
+		if err != nil {
+			return nil, err
+		}
+		q.mu.Lock()
+		if !q.deleted {
+			return q, nil
+		}
+		q.mu.Unlock()
+	}
+}
+
 // Purge drops every ready job of a queue; jobs in flight are kept.
 func (b *Broker) Purge(name string) (int, error) {
-	q, err := b.lookup(name, false)
+	q, err := b.lockQueue(name, false)
 	if err != nil {
 		return 0, err
 	}
-	q.mu.Lock()
 	defer q.unlockChanged()
 	n := q.line.Purge()
 	q.applyLocked(b.clk.Now())
 	return n, nil
+}
+
+// QueueDeleted counts what DeleteQueue dropped: the queue's jobs by state,
+// and the consumers whose subscriptions it ended.
+type QueueDeleted struct {
+	Waiting, Delayed, Running, Dead, Consumers int
+}
+
+func (d QueueDeleted) jobs() int { return d.Waiting + d.Delayed + d.Running + d.Dead }
+
+// DeleteQueue removes a queue and everything that goes with it: its config,
+// predictor, unique keys and pause state. A queue that holds any job
+// (waiting, delayed, running or dead-lettered) is deleted only with force,
+// and then its jobs are dropped for good; one that a schedule publishes to
+// is not deleted at all, since the schedule's next tick would create it
+// again. Its consumers' Next returns ErrQueueDeleted, and whatever they
+// still hold is forgotten: a later ack of it is an unknown message. A
+// publish or subscribe to the name afterwards creates a new queue. On a
+// durable broker the deletion is on disk before DeleteQueue returns.
+func (b *Broker) DeleteQueue(name string, force bool) (QueueDeleted, error) {
+	if b.draining.Load() {
+		return QueueDeleted{}, ErrShuttingDown
+	}
+	if names := b.schedulesInto(name); len(names) > 0 {
+		return QueueDeleted{}, &QueueInUseError{Queue: name, Schedules: names}
+	}
+	b.mu.Lock()
+	old := *b.queues.Load()
+	q := old[name]
+	if q == nil {
+		b.mu.Unlock()
+		return QueueDeleted{}, &QueueNotFoundError{Queue: name}
+	}
+	q.mu.Lock()
+	d := QueueDeleted{Waiting: q.line.Len(), Delayed: q.line.DelayedLen(), Running: q.line.InFlight(),
+		Dead: len(q.line.Dead()), Consumers: len(q.cons)}
+	var err error
+	var pos store.Pos
+	switch {
+	case q.closed:
+		err = ErrShuttingDown
+	case !force && d.jobs() > 0:
+		err = &QueueInUseError{Queue: name, Held: d}
+	case b.cfg.Store != nil:
+		// Logged before anything changes: if the log refuses it, the
+		// queue stays as it was.
+		if pos, err = b.cfg.Store.Append(&store.Record{Kind: store.KindDrop, Queue: name}); err != nil {
+			err = fmt.Errorf("%w: %v; the queue was not deleted", ErrNotDurable, err)
+		}
+	}
+	if err != nil {
+		q.mu.Unlock()
+		b.mu.Unlock()
+		return QueueDeleted{}, err
+	}
+	q.deleted = true
+	release := func(j *delivery.Job) { b.release(j) }
+	q.line.Each(release, release, release, func(e delivery.DeadLetterEntry) { release(e.Job) })
+	for _, c := range q.cons {
+		c.closed = true
+		q.waiters.remove(c)
+		c.signal()
+	}
+	clear(q.cons)
+	b.consumers.Add(-int64(d.Consumers))
+	q.timer.stop()
+	next := maps.Clone(old)
+	delete(next, name)
+	b.queues.Store(&next)
+	q.mu.Unlock()
+	b.mu.Unlock()
+	b.settled(d.Running)
+	b.changes.notify()
+	if pos > 0 {
+		if err := b.cfg.Store.Wait(pos); err != nil {
+			return d, fmt.Errorf("%w: %v; the queue is deleted, but may come back if the broker restarts", ErrNotDurable, err)
+		}
+	}
+	return d, nil
 }
 
 // JobState says where a job stood when it was cancelled.
@@ -456,11 +556,10 @@ const (
 // Delivery.Cancel), and is dropped, not retried, when it settles or its
 // lease ends. It finds the job by scanning the queue: O(jobs held).
 func (b *Broker) Cancel(queueName, id string) (JobState, error) {
-	q, err := b.lookup(queueName, false)
+	q, err := b.lockQueue(queueName, false)
 	if err != nil {
 		return "", err
 	}
-	q.mu.Lock()
 	defer q.unlockChanged()
 	st, err := q.line.Cancel(id)
 	q.applyLocked(b.clk.Now())
@@ -474,11 +573,10 @@ func (b *Broker) Cancel(queueName, id string) (JobState, error) {
 // While paused, publishes are taken and jobs in flight finish as usual. The
 // state survives a restart of a durable broker.
 func (b *Broker) Pause(name string, paused bool) error {
-	q, err := b.lookup(name, false)
+	q, err := b.lockQueue(name, false)
 	if err != nil {
 		return err
 	}
-	q.mu.Lock()
 	defer q.unlockChanged()
 	if q.paused == paused {
 		return nil
@@ -509,11 +607,10 @@ func (b *Broker) DeleteDeadLetters(name string, ids []string) (int, error) {
 }
 
 func (b *Broker) takeDeadLetters(name string, ids []string, requeue bool) (int, error) {
-	q, err := b.lookup(name, false)
+	q, err := b.lockQueue(name, false)
 	if err != nil {
 		return 0, err
 	}
-	q.mu.Lock()
 	defer q.unlockChanged()
 	if q.closed {
 		return 0, ErrShuttingDown
@@ -522,6 +619,17 @@ func (b *Broker) takeDeadLetters(name string, ids []string, requeue bool) (int, 
 	n := q.line.TakeDead(ids, requeue, now)
 	q.applyLocked(now)
 	return n, nil
+}
+
+// settled uncounts n jobs that were in flight, and tells a Shutdown waiting
+// for the last of them.
+func (b *Broker) settled(n int) {
+	if n > 0 && b.inflight.Add(-int64(n)) == 0 && b.draining.Load() {
+		select {
+		case b.drained <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Done is closed when Shutdown has finished.

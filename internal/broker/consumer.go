@@ -65,7 +65,8 @@ func (c *Consumer) Queue() string { return c.q.name }
 
 // Next blocks until the consumer has credit and a job is ready, then
 // delivers it under a lease. It returns ctx's error when ctx ends,
-// ErrShuttingDown once the broker drains, and ErrConsumerClosed after Close.
+// ErrShuttingDown once the broker drains, ErrConsumerClosed after Close and
+// ErrQueueDeleted once its queue is deleted.
 // When a job the consumer holds was cancelled, Next returns a Delivery
 // with Cancel set and that job's ID first: the worker should stop it.
 func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
@@ -75,6 +76,9 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 	for {
 		if c.closed {
 			q.mu.Unlock()
+			if q.deleted {
+				return Delivery{}, ErrQueueDeleted
+			}
 			return Delivery{}, ErrConsumerClosed
 		}
 		if len(c.cancels) > 0 {
@@ -184,6 +188,9 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged()
+	if q.deleted {
+		return unknown(id)
+	}
 	j, err := q.line.Ack(c.holder, id, d)
 	q.applyLocked(q.b.clk.Now())
 	switch {
@@ -218,6 +225,9 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged()
+	if q.deleted {
+		return unknown(id)
+	}
 	now := q.b.clk.Now()
 	err := q.line.Nack(c.holder, id, delivery.NackAction(action), delay, reason, q.b.draining.Load(), now)
 	q.applyLocked(now)
@@ -250,6 +260,9 @@ func (c *Consumer) Extend(id string, lease time.Duration) error {
 		lease = capped
 	}
 	now := q.b.clk.Now()
+	if q.deleted {
+		return unknown(id)
+	}
 	if err := q.line.Extend(c.holder, id, lease, now); err != nil {
 		return unknown(id)
 	}
@@ -263,6 +276,9 @@ func (c *Consumer) Return(id string) {
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged()
+	if q.deleted {
+		return
+	}
 	now := q.b.clk.Now()
 	q.line.Return(c.holder, id, now)
 	q.applyLocked(now)
@@ -272,6 +288,9 @@ func (c *Consumer) Return(id string) {
 func (c *Consumer) InFlight() int {
 	c.q.mu.Lock()
 	defer c.q.mu.Unlock()
+	if c.q.deleted {
+		return 0
+	}
 	return c.q.line.Held(c.holder)
 }
 

@@ -48,6 +48,11 @@ var (
 	// ErrNotDurable: the log could not make a publish durable (a full
 	// disk, a failed fsync); the publish is not confirmed.
 	ErrNotDurable = errors.New("broker: not stored durably")
+	// ErrQueueDeleted: the consumer's queue was deleted.
+	ErrQueueDeleted = errors.New("broker: queue deleted")
+	// ErrQueueInUse: the queue still holds jobs, or a schedule publishes
+	// to it, so it was not deleted.
+	ErrQueueInUse = errors.New("broker: queue in use")
 )
 
 // InvalidError names the field of a request that is wrong and why.
@@ -97,6 +102,26 @@ func (e *QueueNotFoundError) Error() string {
 
 // Is makes errors.Is(err, ErrQueueNotFound) true.
 func (e *QueueNotFoundError) Is(target error) bool { return target == ErrQueueNotFound }
+
+// QueueInUseError says why a queue was not deleted: the jobs it holds,
+// or the schedules that publish to it.
+type QueueInUseError struct {
+	Queue     string
+	Held      QueueDeleted // the jobs a forced delete would drop
+	Schedules []string
+}
+
+func (e *QueueInUseError) Error() string {
+	if len(e.Schedules) > 0 {
+		return fmt.Sprintf("broker: queue %q is not deleted: schedules %q publish to it; delete them first", e.Queue, e.Schedules)
+	}
+	h := e.Held
+	return fmt.Sprintf("broker: queue %q is not deleted: it holds %d waiting, %d delayed, %d running and %d dead-lettered jobs; delete it with force to drop them",
+		e.Queue, h.Waiting, h.Delayed, h.Running, h.Dead)
+}
+
+// Is makes errors.Is(err, ErrQueueInUse) true.
+func (e *QueueInUseError) Is(target error) bool { return target == ErrQueueInUse }
 
 // BadDurationError reports an ack duration the predictor refused. The job was
 // acked all the same.

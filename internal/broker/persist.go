@@ -28,6 +28,7 @@ import (
 //	purge              KindRemove
 //	requeue            KindRequeue
 //	declare            KindDeclare
+//	queue deleted      KindDrop
 //	checkpoint,
 //	shutdown           KindPredictor
 //
@@ -101,6 +102,14 @@ func (b *Broker) recover() error {
 	err := st.Replay(func(r *store.Record) error {
 		records++
 		switch r.Kind {
+		case store.KindDrop:
+			delete(decls, r.Queue)
+			delete(preds, r.Queue)
+			delete(paused, r.Queue)
+			delete(unique, r.Queue)
+			delete(obs, r.Queue)
+			delete(jobs, r.Queue)
+			return nil
 		case store.KindDeclare:
 			decls[r.Queue] = r.Data
 			for _, rj := range jobs[r.Queue] {
@@ -375,6 +384,12 @@ func (b *Broker) checkpoint(ctx context.Context, between func()) error {
 // records in memory, not one per job.
 func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n int, err error) {
 	q.mu.Lock()
+	if q.deleted {
+		// Deleted since the checkpoint listed the queues: its drop record
+		// follows the mark, and nothing may be written after it.
+		q.mu.Unlock()
+		return 0, 0, nil
+	}
 	head := []*store.Record{q.declareRecord(), q.pauseRecord()}
 	q.uniqueRecords(q.b.clk.Now(), func(r *store.Record) { head = append(head, r) })
 	head = append(head, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()})
@@ -400,6 +415,10 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 		}
 		k := min(snap.Len()-next, size)
 		q.mu.Lock()
+		if q.deleted {
+			q.mu.Unlock()
+			return pos, n, nil
+		}
 		for i := next; i < next+k; i++ {
 			r := &recs[len(batch)]
 			r.Job = &jobs[len(batch)]
@@ -443,6 +462,10 @@ func (b *Broker) saveLearning() error {
 	var pos store.Pos
 	for _, q := range *b.queues.Load() {
 		q.mu.Lock()
+		if q.deleted {
+			q.mu.Unlock()
+			continue
+		}
 		p, err := st.Append(&store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()})
 		q.mu.Unlock()
 		if err != nil {

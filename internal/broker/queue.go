@@ -27,6 +27,7 @@ type queue struct {
 	cfg     QueueConfig
 	line    *delivery.Line
 	closed  bool // the broker finished shutting down
+	deleted bool // DeleteQueue removed it: nothing may change it any more
 	paused  bool // publishes are taken, nothing is delivered
 	cons    map[delivery.Holder]*Consumer
 	waiters waitList
@@ -93,12 +94,7 @@ func (q *queue) applyLocked(now time.Time) {
 			c.signal()
 		}
 	}
-	if fx.Settled > 0 && q.b.inflight.Add(-int64(fx.Settled)) == 0 && q.b.draining.Load() {
-		select {
-		case q.b.drained <- struct{}{}:
-		default:
-		}
-	}
+	q.b.settled(fx.Settled)
 	fx.Clear()
 	q.armLocked(now)
 }

@@ -259,6 +259,17 @@ func (b *Broker) Schedules() []Schedule {
 	return out
 }
 
+// schedulesInto names the schedules that publish to queue.
+func (b *Broker) schedulesInto(queue string) []string {
+	var names []string
+	for _, s := range b.Schedules() {
+		if s.Queue == queue {
+			names = append(names, s.Name)
+		}
+	}
+	return names
+}
+
 // PauseSchedule stops (or restarts) a schedule's ticks; ticks that pass
 // while it is paused do not fire.
 func (b *Broker) PauseSchedule(name string, paused bool) (Schedule, error) {

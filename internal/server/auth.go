@@ -68,6 +68,7 @@ var rules = map[string]rule{
 	pb.Admin_DeclareQueue_FullMethodName:       {perm: auth.Admin, queues: queueOf((*pb.DeclareQueueRequest).GetName)},
 	pb.Admin_ListQueues_FullMethodName:         {perm: auth.Read, filter: true},
 	pb.Admin_PurgeQueue_FullMethodName:         {perm: auth.Admin, queues: queueOf((*pb.PurgeQueueRequest).GetName)},
+	pb.Admin_DeleteQueue_FullMethodName:        {perm: auth.Admin, queues: queueOf((*pb.DeleteQueueRequest).GetName)},
 	pb.Admin_ListDeadLetters_FullMethodName:    {perm: auth.Read, queues: queueOf((*pb.ListDeadLettersRequest).GetQueue)},
 	pb.Admin_RequeueDeadLetters_FullMethodName: {perm: auth.Admin, queues: queueOf((*pb.RequeueDeadLettersRequest).GetQueue)},
 	pb.Admin_DeleteDeadLetters_FullMethodName:  {perm: auth.Admin, queues: queueOf((*pb.DeleteDeadLettersRequest).GetQueue)},

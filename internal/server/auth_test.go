@@ -145,6 +145,10 @@ var rpcCalls = map[string]func(ctx context.Context, c *grpc.ClientConn, q string
 		_, err := pb.NewAdminClient(c).PurgeQueue(ctx, &pb.PurgeQueueRequest{Name: q + ".purge"})
 		return err
 	},
+	"DeleteQueue": func(ctx context.Context, c *grpc.ClientConn, q string) error {
+		_, err := pb.NewAdminClient(c).DeleteQueue(ctx, &pb.DeleteQueueRequest{Name: q + ".delete", Force: true})
+		return err
+	},
 	"ListDeadLetters": func(ctx context.Context, c *grpc.ClientConn, q string) error {
 		_, err := pb.NewAdminClient(c).ListDeadLetters(ctx, &pb.ListDeadLettersRequest{Queue: q})
 		return err
@@ -211,7 +215,7 @@ func TestEveryRPCAsksForAToken(t *testing.T) {
 	ctx := t.Context()
 	const q = "orders.eu"
 	admin := ab.dial(t, ab.tokens["admin"])
-	for _, name := range []string{q, q + ".purge", q + ".pause"} {
+	for _, name := range []string{q, q + ".purge", q + ".pause", q + ".delete"} {
 		if _, err := pb.NewBrokerClient(admin).Publish(ctx, &pb.PublishRequest{Messages: []*pb.Message{{Queue: name}}}); err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,8 @@ var errorTable = []struct {
 }{
 	{broker.ErrQueueNotFound, codes.NotFound, "declare it with DeclareQueue or publish to it first"},
 	{broker.ErrScheduleNotFound, codes.NotFound, "list them with ListSchedules"},
+	{broker.ErrQueueDeleted, codes.NotFound, "an operator deleted the queue; subscribing again creates a new one"},
+	{broker.ErrQueueInUse, codes.FailedPrecondition, ""},
 	{broker.ErrPayloadTooLarge, codes.InvalidArgument, "store the body elsewhere and publish a reference, or raise the broker's max payload"},
 	{broker.ErrInvalid, codes.InvalidArgument, ""},
 	{broker.ErrBadDuration, codes.InvalidArgument, ""},

@@ -204,6 +204,9 @@ func FuzzDeclareQueue(f *testing.F) {
 			func() (proto.Message, error) {
 				return s.admin.PurgeQueue(context.Background(), &pb.PurgeQueueRequest{Name: name})
 			},
+			func() (proto.Message, error) {
+				return s.admin.DeleteQueue(context.Background(), &pb.DeleteQueueRequest{Name: name, Force: tier%2 == 0})
+			},
 		} {
 			resp, err := call()
 			checkCode(t, err)

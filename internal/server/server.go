@@ -494,6 +494,15 @@ func (a *adminServer) PurgeQueue(_ context.Context, req *pb.PurgeQueueRequest) (
 	return &pb.PurgeQueueResponse{Purged: uint64(n)}, nil
 }
 
+func (a *adminServer) DeleteQueue(_ context.Context, req *pb.DeleteQueueRequest) (*pb.DeleteQueueResponse, error) {
+	d, err := a.s.b.DeleteQueue(req.Name, req.Force)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.DeleteQueueResponse{Waiting: uint64(d.Waiting), Delayed: uint64(d.Delayed), Running: uint64(d.Running),
+		Dead: uint64(d.Dead), Consumers: uint64(d.Consumers)}, nil
+}
+
 func (a *adminServer) ListDeadLetters(_ context.Context, req *pb.ListDeadLettersRequest) (*pb.ListDeadLettersResponse, error) {
 	dls, err := a.s.b.DeadLetters(req.Queue, listLimit(req.Limit))
 	if err != nil {

@@ -59,10 +59,14 @@ const (
 	// KindSchedule sets periodic schedule ID to Data (JSON); empty Data
 	// deletes it.
 	KindSchedule
+	// KindDrop deletes a queue with everything it held: its config, jobs,
+	// predictor, pause state and unique keys. Records for the same name
+	// after it belong to a new queue.
+	KindDrop
 	kindEnd
 )
 
-var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause", "unique", "schedule"}
+var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause", "unique", "schedule", "drop"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {

@@ -51,6 +51,7 @@ func sample(i int) []*Record {
 		{Kind: KindPause, Queue: "媒体", Data: []byte{1}},
 		{Kind: KindUnique, Queue: "媒体", ID: id, Reason: "order-42 ✓", At: at.Add(time.Hour)},
 		{Kind: KindSchedule, ID: "nightly", Data: []byte(`{"cron":"0 3 * * *"}`)},
+		{Kind: KindDrop, Queue: "媒体"},
 	}
 }
 

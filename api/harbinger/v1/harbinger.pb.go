@@ -2836,6 +2836,141 @@ func (x *PurgeQueueRequest) GetName() string {
 	return ""
 }
 
+// DeleteQueueRequest names the queue to delete.
+type DeleteQueueRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Delete it even if it holds jobs: waiting, delayed, running and
+	// dead-lettered jobs are all dropped, for good.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteQueueRequest) Reset() {
+	*x = DeleteQueueRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteQueueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteQueueRequest) ProtoMessage() {}
+
+func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
+func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteQueueRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeleteQueueRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// DeleteQueueResponse reports the jobs a forced delete dropped (all zero
+// for an empty queue).
+type DeleteQueueResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Waiting uint64                 `protobuf:"varint,1,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Delayed uint64                 `protobuf:"varint,2,opt,name=delayed,proto3" json:"delayed,omitempty"`
+	Running uint64                 `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Dead    uint64                 `protobuf:"varint,4,opt,name=dead,proto3" json:"dead,omitempty"`
+	// Consumers whose streams were ended.
+	Consumers     uint64 `protobuf:"varint,5,opt,name=consumers,proto3" json:"consumers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteQueueResponse) Reset() {
+	*x = DeleteQueueResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteQueueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteQueueResponse) ProtoMessage() {}
+
+func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
+func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DeleteQueueResponse) GetWaiting() uint64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *DeleteQueueResponse) GetDelayed() uint64 {
+	if x != nil {
+		return x.Delayed
+	}
+	return 0
+}
+
+func (x *DeleteQueueResponse) GetRunning() uint64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *DeleteQueueResponse) GetDead() uint64 {
+	if x != nil {
+		return x.Dead
+	}
+	return 0
+}
+
+func (x *DeleteQueueResponse) GetConsumers() uint64 {
+	if x != nil {
+		return x.Consumers
+	}
+	return 0
+}
+
 // PurgeQueueResponse reports what a purge removed.
 type PurgeQueueResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2847,7 +2982,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2859,7 +2994,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2872,7 +3007,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -2910,7 +3045,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2922,7 +3057,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2935,7 +3070,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -3014,7 +3149,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3161,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3174,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -3067,7 +3202,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3214,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3227,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -3115,7 +3250,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3127,7 +3262,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3140,7 +3275,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -3168,7 +3303,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3315,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3328,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -3216,7 +3351,7 @@ type DeleteDeadLettersRequest struct {
 
 func (x *DeleteDeadLettersRequest) Reset() {
 	*x = DeleteDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3363,7 @@ func (x *DeleteDeadLettersRequest) String() string {
 func (*DeleteDeadLettersRequest) ProtoMessage() {}
 
 func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3376,7 @@ func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteDeadLettersRequest) GetQueue() string {
@@ -3269,7 +3404,7 @@ type DeleteDeadLettersResponse struct {
 
 func (x *DeleteDeadLettersResponse) Reset() {
 	*x = DeleteDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3416,7 @@ func (x *DeleteDeadLettersResponse) String() string {
 func (*DeleteDeadLettersResponse) ProtoMessage() {}
 
 func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3429,7 @@ func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteDeadLettersResponse) GetDeleted() uint64 {
@@ -3341,7 +3476,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3488,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3501,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -3473,7 +3608,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3620,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3633,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -3526,7 +3661,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +3673,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +3686,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -3578,7 +3713,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3725,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3738,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -3660,7 +3795,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3807,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3820,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -3760,7 +3895,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +3907,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +3920,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -3845,7 +3980,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3857,7 +3992,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3870,7 +4005,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -3903,7 +4038,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3915,7 +4050,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3928,7 +4063,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
 }
 
 // AttachRequest changes a queue's count of handlers.
@@ -3944,7 +4079,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3956,7 +4091,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3969,7 +4104,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -3995,7 +4130,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4007,7 +4142,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4020,7 +4155,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -4238,7 +4373,16 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x12ListQueuesResponse\x12/\n" +
 	"\x06queues\x18\x01 \x03(\v2\x17.harbinger.v1.QueueInfoR\x06queues\"'\n" +
 	"\x11PurgeQueueRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\",\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\">\n" +
+	"\x12DeleteQueueRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x95\x01\n" +
+	"\x13DeleteQueueResponse\x12\x18\n" +
+	"\awaiting\x18\x01 \x01(\x04R\awaiting\x12\x18\n" +
+	"\adelayed\x18\x02 \x01(\x04R\adelayed\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x04R\arunning\x12\x12\n" +
+	"\x04dead\x18\x04 \x01(\x04R\x04dead\x12\x1c\n" +
+	"\tconsumers\x18\x05 \x01(\x04R\tconsumers\",\n" +
 	"\x12PurgeQueueResponse\x12\x16\n" +
 	"\x06purged\x18\x01 \x01(\x04R\x06purged\"\xe9\x02\n" +
 	"\n" +
@@ -4331,13 +4475,14 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\x97\t\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xeb\t\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
 	"ListQueues\x12\x1f.harbinger.v1.ListQueuesRequest\x1a .harbinger.v1.ListQueuesResponse\x12O\n" +
 	"\n" +
-	"PurgeQueue\x12\x1f.harbinger.v1.PurgeQueueRequest\x1a .harbinger.v1.PurgeQueueResponse\x12^\n" +
+	"PurgeQueue\x12\x1f.harbinger.v1.PurgeQueueRequest\x1a .harbinger.v1.PurgeQueueResponse\x12R\n" +
+	"\vDeleteQueue\x12 .harbinger.v1.DeleteQueueRequest\x1a!.harbinger.v1.DeleteQueueResponse\x12^\n" +
 	"\x0fListDeadLetters\x12$.harbinger.v1.ListDeadLettersRequest\x1a%.harbinger.v1.ListDeadLettersResponse\x12g\n" +
 	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12d\n" +
 	"\x11DeleteDeadLetters\x12&.harbinger.v1.DeleteDeadLettersRequest\x1a'.harbinger.v1.DeleteDeadLettersResponse\x12I\n" +
@@ -4368,7 +4513,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -4406,40 +4551,42 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*ListQueuesRequest)(nil),          // 33: harbinger.v1.ListQueuesRequest
 	(*ListQueuesResponse)(nil),         // 34: harbinger.v1.ListQueuesResponse
 	(*PurgeQueueRequest)(nil),          // 35: harbinger.v1.PurgeQueueRequest
-	(*PurgeQueueResponse)(nil),         // 36: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 37: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 38: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 39: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 40: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 41: harbinger.v1.RequeueDeadLettersResponse
-	(*DeleteDeadLettersRequest)(nil),   // 42: harbinger.v1.DeleteDeadLettersRequest
-	(*DeleteDeadLettersResponse)(nil),  // 43: harbinger.v1.DeleteDeadLettersResponse
-	(*KeyStats)(nil),                   // 44: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 45: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 46: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 47: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 48: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 49: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 50: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 51: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 52: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 53: harbinger.v1.AttachResponse
-	nil,                                // 54: harbinger.v1.Message.HeadersEntry
-	nil,                                // 55: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 56: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 57: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 58: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 59: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 60: google.protobuf.Timestamp
+	(*DeleteQueueRequest)(nil),         // 36: harbinger.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 37: harbinger.v1.DeleteQueueResponse
+	(*PurgeQueueResponse)(nil),         // 38: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 39: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 40: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 41: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 42: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 43: harbinger.v1.RequeueDeadLettersResponse
+	(*DeleteDeadLettersRequest)(nil),   // 44: harbinger.v1.DeleteDeadLettersRequest
+	(*DeleteDeadLettersResponse)(nil),  // 45: harbinger.v1.DeleteDeadLettersResponse
+	(*KeyStats)(nil),                   // 46: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 47: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 48: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 49: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 50: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 51: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 52: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 53: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 54: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 55: harbinger.v1.AttachResponse
+	nil,                                // 56: harbinger.v1.Message.HeadersEntry
+	nil,                                // 57: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 58: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 59: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 60: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 61: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 62: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	59, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	54, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	60, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	59, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	59, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	59, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	59, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	61, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	56, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	62, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	61, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	61, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	61, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	61, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,  // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,  // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,  // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -4447,49 +4594,49 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	10, // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11, // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	12, // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	59, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	61, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	59, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	59, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	61, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	61, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	16, // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	15, // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	14, // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	55, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	60, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	59, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	57, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	62, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	61, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
 	19, // 24: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
 	20, // 25: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
-	60, // 26: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	59, // 27: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	60, // 28: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	60, // 29: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	59, // 30: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	60, // 31: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	59, // 32: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	60, // 33: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	59, // 34: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	56, // 35: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	60, // 36: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	60, // 37: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	62, // 26: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	61, // 27: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	62, // 28: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	62, // 29: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	61, // 30: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	62, // 31: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	61, // 32: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	62, // 33: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	61, // 34: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	58, // 35: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	62, // 36: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	62, // 37: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
 	23, // 38: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	59, // 39: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	57, // 40: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	59, // 41: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	59, // 42: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	59, // 43: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	59, // 44: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	61, // 39: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	59, // 40: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	61, // 41: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	61, // 42: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	61, // 43: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	61, // 44: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
 	30, // 45: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	59, // 46: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	61, // 46: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
 	30, // 47: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
 	31, // 48: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	58, // 49: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	60, // 50: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	37, // 51: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	44, // 52: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	59, // 53: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	59, // 54: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	50, // 55: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	59, // 56: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	60, // 49: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	62, // 50: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	39, // 51: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	46, // 52: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	61, // 53: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	61, // 54: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	52, // 55: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	61, // 56: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
 	4,  // 57: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
 	4,  // 58: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
 	7,  // 59: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
@@ -4497,43 +4644,45 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	32, // 61: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
 	33, // 62: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
 	35, // 63: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	38, // 64: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	40, // 65: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	42, // 66: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	45, // 67: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	21, // 68: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	23, // 69: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	24, // 70: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	26, // 71: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	27, // 72: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	29, // 73: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	17, // 74: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	47, // 75: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	49, // 76: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	52, // 77: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 78: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 79: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 80: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 81: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	31, // 82: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	34, // 83: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	36, // 84: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	39, // 85: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	41, // 86: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	43, // 87: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	46, // 88: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	22, // 89: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	23, // 90: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	25, // 91: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	23, // 92: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	28, // 93: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	31, // 94: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	18, // 95: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	48, // 96: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	51, // 97: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	53, // 98: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	78, // [78:99] is the sub-list for method output_type
-	57, // [57:78] is the sub-list for method input_type
+	36, // 64: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	40, // 65: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	42, // 66: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	44, // 67: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	47, // 68: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	21, // 69: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	23, // 70: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	24, // 71: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	26, // 72: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	27, // 73: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	29, // 74: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	17, // 75: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	49, // 76: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	51, // 77: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	54, // 78: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 79: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 80: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 81: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 82: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	31, // 83: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	34, // 84: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	38, // 85: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	37, // 86: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	41, // 87: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	43, // 88: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	45, // 89: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	48, // 90: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	22, // 91: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	23, // 92: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	25, // 93: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	23, // 94: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	28, // 95: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	31, // 96: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	18, // 97: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	50, // 98: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	53, // 99: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	55, // 100: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	79, // [79:101] is the sub-list for method output_type
+	57, // [57:79] is the sub-list for method input_type
 	57, // [57:57] is the sub-list for extension type_name
 	57, // [57:57] is the sub-list for extension extendee
 	0,  // [0:57] is the sub-list for field type_name
@@ -4562,7 +4711,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -272,6 +272,7 @@ const (
 	Admin_DeclareQueue_FullMethodName       = "/harbinger.v1.Admin/DeclareQueue"
 	Admin_ListQueues_FullMethodName         = "/harbinger.v1.Admin/ListQueues"
 	Admin_PurgeQueue_FullMethodName         = "/harbinger.v1.Admin/PurgeQueue"
+	Admin_DeleteQueue_FullMethodName        = "/harbinger.v1.Admin/DeleteQueue"
 	Admin_ListDeadLetters_FullMethodName    = "/harbinger.v1.Admin/ListDeadLetters"
 	Admin_RequeueDeadLetters_FullMethodName = "/harbinger.v1.Admin/RequeueDeadLetters"
 	Admin_DeleteDeadLetters_FullMethodName  = "/harbinger.v1.Admin/DeleteDeadLetters"
@@ -297,6 +298,12 @@ type AdminClient interface {
 	ListQueues(ctx context.Context, in *ListQueuesRequest, opts ...grpc.CallOption) (*ListQueuesResponse, error)
 	// PurgeQueue drops every ready job of a queue; jobs in flight are kept.
 	PurgeQueue(ctx context.Context, in *PurgeQueueRequest, opts ...grpc.CallOption) (*PurgeQueueResponse, error)
+	// DeleteQueue removes a queue with its config, predictor, unique keys and
+	// pause state. It refuses (FailedPrecondition) while the queue holds any
+	// job, unless force is set, and while a schedule publishes to it. Its
+	// consumers' streams end with NotFound; a publish or subscribe to the
+	// name afterwards creates a new queue.
+	DeleteQueue(ctx context.Context, in *DeleteQueueRequest, opts ...grpc.CallOption) (*DeleteQueueResponse, error)
 	// ListDeadLetters reports a queue's dead-lettered jobs, oldest first.
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	// RequeueDeadLetters moves dead-lettered jobs back to their queue.
@@ -361,6 +368,16 @@ func (c *adminClient) PurgeQueue(ctx context.Context, in *PurgeQueueRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PurgeQueueResponse)
 	err := c.cc.Invoke(ctx, Admin_PurgeQueue_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteQueue(ctx context.Context, in *DeleteQueueRequest, opts ...grpc.CallOption) (*DeleteQueueResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteQueueResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteQueue_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -489,6 +506,12 @@ type AdminServer interface {
 	ListQueues(context.Context, *ListQueuesRequest) (*ListQueuesResponse, error)
 	// PurgeQueue drops every ready job of a queue; jobs in flight are kept.
 	PurgeQueue(context.Context, *PurgeQueueRequest) (*PurgeQueueResponse, error)
+	// DeleteQueue removes a queue with its config, predictor, unique keys and
+	// pause state. It refuses (FailedPrecondition) while the queue holds any
+	// job, unless force is set, and while a schedule publishes to it. Its
+	// consumers' streams end with NotFound; a publish or subscribe to the
+	// name afterwards creates a new queue.
+	DeleteQueue(context.Context, *DeleteQueueRequest) (*DeleteQueueResponse, error)
 	// ListDeadLetters reports a queue's dead-lettered jobs, oldest first.
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	// RequeueDeadLetters moves dead-lettered jobs back to their queue.
@@ -537,6 +560,9 @@ func (UnimplementedAdminServer) ListQueues(context.Context, *ListQueuesRequest) 
 }
 func (UnimplementedAdminServer) PurgeQueue(context.Context, *PurgeQueueRequest) (*PurgeQueueResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PurgeQueue not implemented")
+}
+func (UnimplementedAdminServer) DeleteQueue(context.Context, *DeleteQueueRequest) (*DeleteQueueResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteQueue not implemented")
 }
 func (UnimplementedAdminServer) ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDeadLetters not implemented")
@@ -642,6 +668,24 @@ func _Admin_PurgeQueue_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).PurgeQueue(ctx, req.(*PurgeQueueRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteQueue_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteQueueRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteQueue(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteQueue_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteQueue(ctx, req.(*DeleteQueueRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -862,6 +906,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PurgeQueue",
 			Handler:    _Admin_PurgeQueue_Handler,
+		},
+		{
+			MethodName: "DeleteQueue",
+			Handler:    _Admin_DeleteQueue_Handler,
 		},
 		{
 			MethodName: "ListDeadLetters",
