@@ -26,7 +26,7 @@ import (
 )
 
 func init() {
-	register("admin", "operate a running broker: list queues, pause, resume, purge, dead letters, cancel, keys", runAdmin)
+	register("admin", "operate a running broker: list queues, pause, resume, purge, delete, dead letters, cancel, keys", runAdmin)
 }
 
 // adminCommands are admin's subcommands, in the order --help lists them.
@@ -38,6 +38,7 @@ var adminCommands = []struct {
 	{"pause", "QUEUE", "stop delivering a queue's jobs (publishes are still taken)", adminPause},
 	{"resume", "QUEUE", "deliver a paused queue's jobs again", adminResume},
 	{"purge", "QUEUE --confirm QUEUE", "drop every waiting job of a queue (not those in flight or delayed)", adminPurge},
+	{"delete-queue", "QUEUE --confirm QUEUE", "delete a queue; refused while it holds jobs, unless --force drops them all", adminDeleteQueue},
 	{"dead", "QUEUE [--limit N]", "a queue's dead letters, oldest first: id, producer, job type, attempts, when and why", adminDead},
 	{"requeue", "QUEUE (ID... | --all)", "put dead letters back in line as new jobs", adminRequeue},
 	{"drop", "QUEUE (ID... | --all)", "delete dead letters for good", adminDrop},
@@ -56,6 +57,7 @@ type adminArgs struct {
 	all     bool
 	limit   int
 	confirm string
+	force   bool
 	json    bool
 	out     io.Writer
 }
@@ -83,7 +85,8 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the broker's answer as JSON instead of a table")
 	limit := fs.Int("limit", server.DefaultListLimit, fmt.Sprintf("dead and keys: most rows shown, up to %d; jobs: of each list, up to %d", server.MaxListLimit, broker.MaxJobsListed))
 	all := fs.Bool("all", false, "requeue and drop: every dead letter of the queue")
-	confirm := fs.String("confirm", "", "purge and delete-schedule: the name again")
+	confirm := fs.String("confirm", "", "purge, delete-queue and delete-schedule: the name again")
+	force := fs.Bool("force", false, "delete-queue: delete it even if it holds jobs, dropping every waiting, delayed, running and dead-lettered one")
 	// Flags may come before and after the command and its arguments; "--"
 	// ends them, so a name or id that starts with "-" can be given.
 	var pos []string
@@ -154,7 +157,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer c.Close()
-	return adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, confirm: *confirm, json: *asJSON, out: stdout})
+	return adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, confirm: *confirm, force: *force, json: *asJSON, out: stdout})
 }
 
 func envOr(name, def string) string {
@@ -312,6 +315,21 @@ func adminPurge(ctx context.Context, c *client.Client, a adminArgs) error {
 		return err
 	}
 	return a.said(&pb.PurgeQueueResponse{Purged: uint64(n)}, "purged %s: %d waiting jobs dropped", a.pos[0], n)
+}
+
+func adminDeleteQueue(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE --confirm QUEUE"); err != nil {
+		return err
+	}
+	if a.confirm != a.pos[0] {
+		return fmt.Errorf("delete-queue removes %q with its settings and what its predictor learned: give its name again with --confirm %s", a.pos[0], a.pos[0])
+	}
+	r, err := c.DeleteQueue(ctx, a.pos[0], a.force)
+	if err != nil {
+		return err
+	}
+	return a.said(r, "deleted %s: dropped %d waiting, %d delayed, %d running and %d dead-lettered jobs; %d consumers stopped",
+		a.pos[0], r.GetWaiting(), r.GetDelayed(), r.GetRunning(), r.GetDead(), r.GetConsumers())
 }
 
 func adminDead(ctx context.Context, c *client.Client, a adminArgs) error {

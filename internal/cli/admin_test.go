@@ -193,6 +193,31 @@ func TestAdminCommands(t *testing.T) {
 	if r := row(t, mustAdmin(t, addr, "queues"), "mail"); r[2] != "0" || r[7] != "-" {
 		t.Errorf("mail row after purge: %q: want 0 ready and no oldest wait", r)
 	}
+
+	// delete-queue: the name typed again, refused while the queue holds a
+	// job (saying how many and how to delete anyway), then forced.
+	if _, err := cl.Publish(ctx, &client.Message{Queue: "reports", JobType: "yearly", Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin(t, addr, "delete-queue", "reports"); err == nil || !strings.Contains(err.Error(), "--confirm reports") {
+		t.Errorf("delete-queue without --confirm: %v", err)
+	}
+	if _, err := admin(t, addr, "delete-queue", "reports", "--confirm", "reports"); err == nil ||
+		!strings.Contains(err.Error(), "1 waiting") || !strings.Contains(err.Error(), "force") {
+		t.Errorf("delete-queue of a queue with a waiting job: %v", err)
+	}
+	if out := mustAdmin(t, addr, "delete-queue", "reports", "--confirm", "reports", "--force"); out != "deleted reports: dropped 1 waiting, 0 delayed, 0 running and 0 dead-lettered jobs; 0 consumers stopped\n" {
+		t.Errorf("delete-queue --force said %q", out)
+	}
+	if out := mustAdmin(t, addr, "delete-queue", "mail", "--confirm", "mail", "-json"); !strings.Contains(out, "{") {
+		t.Errorf("delete-queue -json said %q", out)
+	}
+	if out := mustAdmin(t, addr, "queues"); strings.Contains(out, "reports") || strings.Contains(out, "mail") {
+		t.Errorf("queues after deleting both:\n%s", out)
+	}
+	if _, err := admin(t, addr, "delete-queue", "reports", "--confirm", "reports"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		t.Errorf("deleting a deleted queue: %v", err)
+	}
 }
 
 // admin over TLS with mutual TLS and tokens: the right CA, certificate and
