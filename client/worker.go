@@ -314,6 +314,14 @@ type heldJob struct {
 	cancelled bool                    // the broker cancelled it before its handler started
 }
 
+// renewEvery is how often d's lease is renewed; 0 or less for never.
+func (s *session) renewEvery(d *Delivery) time.Duration {
+	if s.cfg.LeaseExtend != 0 {
+		return s.cfg.LeaseExtend
+	}
+	return d.Lease / 2
+}
+
 // hold records d as held before it is handed to a handler, so that a
 // cancel notice that arrives before the handler starts is not lost.
 func (s *session) hold(d *Delivery) {
@@ -348,6 +356,25 @@ func (s *session) send(req *pb.ConsumeRequest) error {
 	return s.stream.Send(req)
 }
 
+// sendIf sends req if ok(), deciding and sending under the send lock, and
+// reports whether it did. A renewal decides so: a job's settle is sent
+// after its renewal stops, so an extend is either sent before the settle
+// or, seeing the renewal stopped, not at all; the broker refuses an extend
+// of a job it no longer holds.
+func (s *session) sendIf(ok func() bool, req *pb.ConsumeRequest) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok() {
+		return false
+	}
+	_ = s.stream.Send(req)
+	return true
+}
+
+func extendRequest(d *Delivery) *pb.ConsumeRequest {
+	return &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Extend{Extend: &pb.Extend{Id: d.ID, Lease: durationpb.New(d.Lease)}}}
+}
+
 // handle runs h on d, renews its lease while it runs, and settles it. A
 // job the broker cancelled while it waited is settled without running h.
 func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer) {
@@ -365,10 +392,7 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer
 	if skip {
 		stop(ErrCancelled)
 	} else {
-		every := s.cfg.LeaseExtend
-		if every == 0 {
-			every = d.Lease / 2
-		}
+		every := s.renewEvery(d)
 		if every > 0 {
 			r.start(d, every)
 		}
@@ -457,7 +481,14 @@ func (r *renewer) fire() {
 	if d == nil {
 		return
 	}
-	_ = r.s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Extend{Extend: &pb.Extend{Id: d.ID, Lease: durationpb.New(d.Lease)}}})
+	current := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.gen == gen
+	}
+	if !r.s.sendIf(current, extendRequest(d)) {
+		return
+	}
 	r.mu.Lock()
 	if r.gen == gen {
 		r.t.Reset(r.every)

@@ -1,0 +1,76 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+)
+
+// recordingStream is a Consume stream that keeps what is sent on it.
+type recordingStream struct {
+	grpc.BidiStreamingClient[pb.ConsumeRequest, pb.ConsumeResponse]
+	mu   sync.Mutex
+	sent []*pb.ConsumeRequest
+}
+
+func (s *recordingStream) Send(r *pb.ConsumeRequest) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, r)
+	return nil
+}
+
+// settledThenExtended reports the first job whose lease was extended
+// after it was acked, if any.
+func (s *recordingStream) settledThenExtended() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	settled := map[string]bool{}
+	for _, r := range s.sent {
+		switch r := r.Request.(type) {
+		case *pb.ConsumeRequest_Ack:
+			settled[r.Ack.Id] = true
+		case *pb.ConsumeRequest_Extend:
+			if settled[r.Extend.Id] {
+				return r.Extend.Id
+			}
+		}
+	}
+	return ""
+}
+
+// However close to a job's ack its lease renewal fires, no extend of
+// the job follows the ack: the broker would refuse it, and the worker
+// report that as an error (by default, a warning in the log). Before, a
+// renewal that had read the job just before it was settled still sent its
+// extend, after the ack.
+func TestNoExtendAfterAck(t *testing.T) {
+	t.Parallel()
+	rs := &recordingStream{}
+	// Renewals fire as soon as they can, again and again.
+	s := &session{stream: rs, cfg: WorkerConfig{LeaseExtend: time.Nanosecond}}
+	r := &renewer{s: s}
+	defer r.stop()
+	handler := func(context.Context, *Delivery) error {
+		runtime.Gosched()
+		return nil
+	}
+	for i := range 1500 {
+		d := &Delivery{ID: fmt.Sprintf("auftrag-%d-ü", i), Lease: 30 * time.Second, Payload: make([]byte, 1<<10)}
+		s.hold(d)
+		for range i % 4 {
+			runtime.Gosched()
+		}
+		s.handle(t.Context(), d, handler, r)
+	}
+	if id := rs.settledThenExtended(); id != "" {
+		t.Fatalf("job %s was extended after its ack", id)
+	}
+}
