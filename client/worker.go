@@ -64,6 +64,8 @@ type WorkerConfig struct {
 	// Prefetch is how many deliveries the worker may hold at once, counting
 	// those being handled; default 1, and never below Concurrency. Keeping it
 	// at Concurrency lets the broker choose each job at the last moment.
+	// A delivery waiting for a free handler has its lease renewed like a
+	// running job's, and one cancelled while it waits never runs.
 	Prefetch int
 	// Name identifies the worker in admin views.
 	Name string
@@ -72,8 +74,9 @@ type WorkerConfig struct {
 	// decides (the job's or the queue's: exponential with jitter), so
 	// workers in every language retry alike.
 	RetryBackoff func(attempt int) time.Duration
-	// LeaseExtend is how often a running job's lease is renewed; 0 renews at
-	// half the lease, negative never.
+	// LeaseExtend is how often the lease of a job the worker holds (running
+	// or waiting for a handler) is renewed; 0 renews at half the lease,
+	// negative never.
 	LeaseExtend time.Duration
 	// MaxReconnectDelay caps the backoff between reconnects; default 5s.
 	MaxReconnectDelay time.Duration
@@ -214,6 +217,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	direct := make(chan *Delivery)
 	queued := make(chan *Delivery, cfg.Prefetch)
 	stop := make(chan struct{})
+	defer s.forget()
 	var wg sync.WaitGroup
 	for range cfg.Concurrency {
 		wg.Go(func() {
@@ -267,6 +271,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 				default:
 				}
 			}
+			s.wait(d)
 			select {
 			case queued <- d:
 			case <-stop:
@@ -312,6 +317,7 @@ type session struct {
 type heldJob struct {
 	stop      context.CancelCauseFunc // its handler's; nil until it starts
 	cancelled bool                    // the broker cancelled it before its handler started
+	renew     *time.Timer             // renews its lease while it waits; nil if it did not wait
 }
 
 // renewEvery is how often d's lease is renewed; 0 or less for never.
@@ -320,6 +326,50 @@ func (s *session) renewEvery(d *Delivery) time.Duration {
 		return s.cfg.LeaseExtend
 	}
 	return d.Lease / 2
+}
+
+// wait renews the lease of d, which found no idle handler, until a
+// handler takes it: its lease runs from the delivery, and a job that
+// waited past it would go back to the queue and run twice. Only a
+// delivery that waits pays for a timer of its own.
+func (s *session) wait(d *Delivery) {
+	every := s.renewEvery(d)
+	if every <= 0 {
+		return
+	}
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	j := s.held[d.ID]
+	if j == nil || j.stop != nil {
+		return
+	}
+	waiting := func() bool {
+		s.runMu.Lock()
+		defer s.runMu.Unlock()
+		return j.stop == nil && s.held[d.ID] == j
+	}
+	j.renew = time.AfterFunc(every, func() {
+		if s.sendIf(waiting, extendRequest(d)) {
+			s.runMu.Lock()
+			if j.stop == nil && s.held[d.ID] == j {
+				j.renew.Reset(every)
+			}
+			s.runMu.Unlock()
+		}
+	})
+}
+
+// forget stops renewing the deliveries no handler took, once the session
+// ends; the broker takes them back when the stream closes.
+func (s *session) forget() {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	for _, j := range s.held {
+		if j.renew != nil {
+			j.renew.Stop()
+		}
+	}
+	clear(s.held)
 }
 
 // hold records d as held before it is handed to a handler, so that a
@@ -385,6 +435,9 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer
 		j = &heldJob{}
 	}
 	j.stop = stop
+	if j.renew != nil {
+		j.renew.Stop() // r renews it from here
+	}
 	skip := j.cancelled
 	s.runMu.Unlock()
 	var err error

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/broker"
@@ -82,5 +83,84 @@ func TestWorkerCancelWhileDeliveryWaits(t *testing.T) {
 	defer mu.Unlock()
 	if ran[running] != 1 || ran[waiting] != 0 || ran[next[0]] != 1 {
 		t.Fatalf("handler runs = %v; want the waiting job never run", ran)
+	}
+}
+
+// A delivery that waits for a free handler (Prefetch above Concurrency)
+// keeps its lease: while the one handler runs a job for three times most
+// of a lease on the broker's clock, the worker renews the lease of the job
+// waiting behind it, which then runs once, is acked once and is never
+// redelivered. Before, only running jobs were renewed, so a job waiting
+// longer than its lease went back to the queue while the worker still
+// meant to run it: it ran twice and its first ack was refused.
+func TestWorkerRenewsWaitingDeliveries(t *testing.T) {
+	t.Parallel()
+	clk := fakeClock()
+	const lease = 10 * time.Second
+	tb := setup(t, broker.Config{Clock: clk, Queue: broker.QueueConfig{Lease: lease}})
+	payload := bytes.Repeat([]byte{0xff, 0x00, 'x'}, 2<<10) // binary, 6 KiB
+	ids, err := tb.cl.Publish(tb.ctx,
+		&client.Message{Queue: "reports", Producer: "büro", JobType: "long", Payload: payload},
+		&client.Message{Queue: "reports", Producer: "büro", JobType: "behind", Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, behind := ids[0], ids[1]
+	cl, rec := dialRecorded(t, tb.addr)
+	reqErrs := make(chan *client.RequestError, 8)
+	started := make(chan string, 4)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseFirst := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseFirst() // a failing test lets the handler, and so RunWorker, return
+	var mu sync.Mutex
+	ran := map[string]int{}
+	stop := runWorker(t, cl, client.WorkerConfig{
+		Queue: "reports", Concurrency: 1, Prefetch: 2, LeaseExtend: 2 * time.Millisecond,
+		OnRequestError: func(err *client.RequestError) { reqErrs <- err },
+	}, func(_ context.Context, d *client.Delivery) error {
+		mu.Lock()
+		ran[d.ID]++
+		mu.Unlock()
+		started <- d.ID
+		if d.ID == first {
+			<-release
+		}
+		return nil
+	})
+	if got := within(t, started, "the first job"); got != first {
+		t.Fatalf("started %s, want %s", got, first)
+	}
+	tb.waitFor(t, "the second job delivered to the busy worker", func() bool { return tb.info(t, "reports").InFlight == 2 })
+	for range 3 {
+		clk.Advance(lease * 8 / 10)
+		want := clk.Now().Add(lease)
+		for _, id := range ids {
+			tb.waitFor(t, "the leases of both jobs renewed", func() bool { return !tb.deadline(t, "reports", id).Before(want) })
+		}
+	}
+	if in := tb.info(t, "reports"); in.InFlight != 2 || in.Ready != 0 || in.Redelivered != 0 {
+		t.Fatalf("after three leases' worth of waiting: %s", counts(in))
+	}
+	releaseFirst()
+	if got := within(t, started, "the waiting job"); got != behind {
+		t.Fatalf("started %s, want %s", got, behind)
+	}
+	tb.waitFor(t, "both acks", func() bool { return tb.info(t, "reports").Acked == 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	rec.noReconnects(t)
+	close(reqErrs)
+	for re := range reqErrs {
+		t.Errorf("the broker refused a request: %v", re)
+	}
+	if in := tb.info(t, "reports"); in.Delivered != 2 || in.Redelivered != 0 || in.Ready != 0 || in.InFlight != 0 {
+		t.Fatalf("queue: %s", counts(in))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran[first] != 1 || ran[behind] != 1 {
+		t.Fatalf("handler runs = %v, want each job once", ran)
 	}
 }
