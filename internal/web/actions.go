@@ -2,15 +2,20 @@ package web
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+
+	"github.com/harbinger-mq/harbinger/internal/broker"
 )
 
 // actionBody is what an action may carry, as a form or as JSON.
 type actionBody struct {
 	IDs     []string `json:"ids"`
 	Confirm string   `json:"confirm"`
+	Force   bool     `json:"force"`
 }
 
 const maxActionBody = 1 << 20
@@ -28,6 +33,18 @@ func readBody(r *http.Request) (actionBody, error) {
 			}
 		}
 		b.Confirm = r.PostForm.Get("confirm")
+		// A checkbox without a value sends "on".
+		switch f := r.PostForm.Get("force"); f {
+		case "":
+		case "on":
+			b.Force = true
+		default:
+			force, err := strconv.ParseBool(f)
+			if err != nil {
+				return b, badRequest("force must be true or false, got %q", f)
+			}
+			b.Force = force
+		}
 		return b, nil
 	}
 	if r.ContentLength == 0 {
@@ -65,6 +82,48 @@ func (s *Server) purge(r *http.Request, name string) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("purged %d waiting jobs from %s", n, name), nil
+}
+
+// QueueDeletedView answers a queue's deletion: what it dropped.
+type QueueDeletedView struct {
+	Done        string `json:"done"`
+	Queue       string `json:"queue"`
+	Waiting     int    `json:"waiting"`
+	Delayed     int    `json:"delayed"`
+	InFlight    int    `json:"in_flight"`
+	DeadLetters int    `json:"dead_letters"`
+	// Consumers is how many subscriptions to the queue were ended.
+	Consumers int `json:"consumers"`
+}
+
+// deleteQueue asks for the queue's name as confirmation, as purge does, and
+// drops the queue's jobs only when told to (force). A form goes on to the
+// queues list once the queue is gone, and back to its page when it stays.
+func (s *Server) deleteQueue(r *http.Request, name string) (outcome, error) {
+	b, err := readBody(r)
+	if err != nil {
+		return outcome{}, err
+	}
+	if b.Confirm != name {
+		return outcome{}, badRequest("not deleted: type the queue's name, %q, to confirm", name)
+	}
+	d, err := s.b.DeleteQueue(name, b.Force)
+	if err != nil {
+		// A durable broker may have deleted the queue and then failed
+		// to make that stick: its page is gone either way.
+		if _, qerr := s.b.Queue(name); errors.Is(qerr, broker.ErrQueueNotFound) {
+			return outcome{next: "/"}, err
+		}
+		return outcome{}, err
+	}
+	done := fmt.Sprintf("deleted %s: dropped %d waiting, %d delayed, %d running and %d dead-lettered jobs; %d consumers stopped",
+		name, d.Waiting, d.Delayed, d.Running, d.Dead, d.Consumers)
+	return outcome{
+		done: done,
+		answer: QueueDeletedView{Done: done, Queue: name, Waiting: d.Waiting, Delayed: d.Delayed,
+			InFlight: d.Running, DeadLetters: d.Dead, Consumers: d.Consumers},
+		next: "/",
+	}, nil
 }
 
 // requeue and deleteDead act on the dead letters listed by id, or on all of

@@ -36,6 +36,8 @@ func FuzzDashboard(f *testing.F) {
 		{"POST", "/api/v1/queues/q/pause", "back=/queues/q", "application/x-www-form-urlencoded"},
 		{"POST", "/api/v1/queues/q/purge", "confirm=q&back=/%09/evil.example", "application/x-www-form-urlencoded"},
 		{"POST", "/api/v1/queues/q/dead-letters/delete", `{"ids":["\ud800"]}`, "application/json"},
+		{"POST", "/api/v1/queues/q/delete", "confirm=q&back=/%09/evil.example", "application/x-www-form-urlencoded"},
+		{"POST", "/api/v1/queues/q/delete", `{"confirm":"q","force":"yes"}`, "application/json"},
 		{"POST", "/api/v1/queues/q/jobs/cancel", "id=" + strings.Repeat("x", 300), "application/x-www-form-urlencoded"},
 		{"POST", "/api/v1/queues/q/schedules/nope/pause", "", ""},
 		{"GET", "/login?next=/%09/evil.example", "", ""},

@@ -160,6 +160,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/v1/queues/{name}/pause", s.action(s.pause(true)))
 	m.HandleFunc("POST /api/v1/queues/{name}/resume", s.action(s.pause(false)))
 	m.HandleFunc("POST /api/v1/queues/{name}/purge", s.action(s.purge))
+	m.HandleFunc("POST /api/v1/queues/{name}/delete", s.act(s.deleteQueue))
 	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/requeue", s.action(s.requeue))
 	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/delete", s.action(s.deleteDead))
 	m.HandleFunc("POST /api/v1/queues/{name}/jobs/cancel", s.action(s.cancel))
@@ -208,6 +209,10 @@ func status(err error) (int, string) {
 		return http.StatusForbidden, strings.TrimPrefix(de.Error(), "auth: ")
 	case errors.As(err, &nf):
 		return http.StatusNotFound, strings.TrimPrefix(err.Error(), "broker: ")
+	case errors.Is(err, broker.ErrQueueInUse):
+		// Its message says what the queue holds, or which schedules
+		// publish to it.
+		return http.StatusConflict, strings.TrimPrefix(err.Error(), "broker: ")
 	case errors.Is(err, broker.ErrShuttingDown):
 		return http.StatusServiceUnavailable, "the broker is shutting down"
 	case errors.Is(err, broker.ErrNotDurable):
@@ -251,11 +256,30 @@ func (s *Server) api(h func(r *http.Request, g *auth.Grant) (any, error)) http.H
 	}
 }
 
-// action wraps a POST that changes something. It refuses requests from
+// action wraps a POST that changes something and says what it did in a
+// sentence; see act.
+func (s *Server) action(h func(r *http.Request, name string) (string, error)) http.HandlerFunc {
+	return s.act(func(r *http.Request, name string) (outcome, error) {
+		done, err := h(r, name)
+		return outcome{done: done}, err
+	})
+}
+
+// outcome is what an action did.
+type outcome struct {
+	done string // a sentence, for the log and the page's message
+	// answer is the JSON a script gets on success; {"done": done} when nil.
+	answer any
+	// next, when set, is the page a form goes to afterwards, success or
+	// not, instead of the one it came from (which may be gone).
+	next string
+}
+
+// act wraps a POST that changes something. It refuses requests from
 // another site (a page elsewhere posting to a dashboard on localhost), asks
 // for admin on the queue, logs what was done, and answers a form with a
 // redirect back to the page it came from.
-func (s *Server) action(h func(r *http.Request, name string) (string, error)) http.HandlerFunc {
+func (s *Server) act(h func(r *http.Request, name string) (outcome, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		g, err := s.grant(r)
@@ -265,26 +289,35 @@ func (s *Server) action(h func(r *http.Request, name string) (string, error)) ht
 		if err == nil {
 			err = g.Check(auth.Admin, name)
 		}
-		var done string
+		var out outcome
 		if err == nil {
-			done, err = h(r, name)
+			out, err = h(r, name)
 		}
 		form := isForm(r)
+		next := func() string {
+			if out.next != "" {
+				return out.next
+			}
+			return back(r, name)
+		}
 		if err != nil {
 			code, msg := status(err)
 			if form {
-				http.Redirect(w, r, back(r, name)+"?error="+url.QueryEscape(msg), http.StatusSeeOther)
+				http.Redirect(w, r, next()+"?error="+url.QueryEscape(msg), http.StatusSeeOther)
 				return
 			}
 			writeJSON(w, code, map[string]string{"error": msg})
 			return
 		}
-		s.cfg.Logger.Info("web: "+done, "queue", name, "token", g.Name)
+		s.cfg.Logger.Info("web: "+out.done, "queue", name, "token", g.Name)
 		if form {
-			http.Redirect(w, r, back(r, name)+"?done="+url.QueryEscape(done), http.StatusSeeOther)
+			http.Redirect(w, r, next()+"?done="+url.QueryEscape(out.done), http.StatusSeeOther)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"done": done})
+		if out.answer == nil {
+			out.answer = map[string]string{"done": out.done}
+		}
+		writeJSON(w, http.StatusOK, out.answer)
 	}
 }
 

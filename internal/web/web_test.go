@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"math"
@@ -548,4 +549,237 @@ func element(t *testing.T, body, start, end string) string {
 		t.Fatalf("no %s after %s", end, start)
 	}
 	return in
+}
+
+// Deleting a queue from its page or the API: the name must be typed, a
+// queue that holds jobs stays unless they are dropped too, one a schedule
+// publishes to stays regardless, and a deleted one leaves the list.
+func TestDeleteQueueAction(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	tb.publish(t, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"},
+		&broker.Message{Queue: "q", Delay: time.Hour})
+	c, err := tb.b.Subscribe("q", "w", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var running string
+	for i := range 2 {
+		d, err := c.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if err := c.Nack(d.ID, broker.NackDeadLetter, 0, "broken"); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		running = d.ID
+	}
+	// q holds one job of each state.
+	held := func(when string) {
+		t.Helper()
+		in, err := tb.b.Queue("q")
+		if err != nil || in.Ready != 1 || in.Delayed != 1 || in.InFlight != 1 || in.DeadLetters != 1 {
+			t.Fatalf("%s: q is %+v (%v), want it with 1 waiting, 1 delayed, 1 running and 1 dead letter", when, in, err)
+		}
+	}
+	held("before")
+	if code, page, _ := tb.do(t, "GET", "/queues/q", "", "", ""); code != 200 || !strings.Contains(page, `action="/api/v1/queues/q/delete"`) ||
+		!strings.Contains(page, "holds jobs (4 now") {
+		t.Fatalf("the queue's page lacks the delete form or its count of jobs: %d", code)
+	}
+
+	const form = "application/x-www-form-urlencoded"
+	for _, body := range []string{"confirm=Q&force=true", "force=true", "confirm=q%20"} {
+		code, _, h := tb.do(t, "POST", "/api/v1/queues/q/delete", "", body, form)
+		if loc := h.Get("Location"); code != 303 || !strings.HasPrefix(loc, "/queues/q?error=") || !strings.Contains(loc, "confirm") {
+			t.Errorf("form %q: %d → %s, want back to the queue's page with an error", body, code, loc)
+		}
+	}
+	for _, body := range []string{`{"confirm":"nope","force":true}`, `{"force":true}`, ""} {
+		code, msg, _ := tb.do(t, "POST", "/api/v1/queues/q/delete", "", body, "application/json")
+		if code != 400 || !strings.Contains(msg, `not deleted: type the queue's name, \"q\", to confirm`) {
+			t.Errorf("JSON %q: %d %s, want 400 asking for the name", body, code, msg)
+		}
+	}
+	if code, msg, _ := tb.do(t, "POST", "/api/v1/queues/q/delete", "", "confirm=q&force=maybe", form); code != 303 {
+		t.Errorf("force=maybe: %d %s", code, msg)
+	}
+	held("after wrong confirmations")
+
+	// Without force the broker refuses and says what the queue holds; the
+	// form's way back shows it.
+	const holds = "it holds 1 waiting, 1 delayed, 1 running and 1 dead-lettered jobs"
+	code, _, h := tb.do(t, "POST", "/api/v1/queues/q/delete", "", "confirm=q", form)
+	loc := h.Get("Location")
+	if code != 303 || !strings.HasPrefix(loc, "/queues/q?error=") {
+		t.Fatalf("refused form: %d → %s, want back to the queue's page", code, loc)
+	}
+	if code, page, _ := tb.do(t, "GET", loc, "", "", ""); code != 200 || !strings.Contains(element(t, page, `<p class="flash err" role="alert">`, "</p>"), holds) {
+		t.Errorf("the page after a refusal: %d, its error lacks %q", code, holds)
+	}
+	if code, msg, _ := tb.do(t, "POST", "/api/v1/queues/q/delete", "", `{"confirm":"q","force":false}`, "application/json"); code != 409 || !strings.Contains(msg, holds) {
+		t.Errorf("refused JSON: %d %s, want 409 saying %q", code, msg, holds)
+	}
+	held("after refusals")
+
+	// A queue a schedule publishes to stays, force or not.
+	tb.publish(t, &broker.Message{Queue: "mail"})
+	if _, err := tb.b.DeclareSchedule(broker.Schedule{Name: "digest", Queue: "mail", Every: time.Hour, JobType: "digest"}); err != nil {
+		t.Fatal(err)
+	}
+	if code, msg, _ := tb.do(t, "POST", "/api/v1/queues/mail/delete", "", `{"confirm":"mail","force":true}`, "application/json"); code != 409 || !strings.Contains(msg, "digest") {
+		t.Errorf("a queue a schedule publishes to: %d %s, want 409 naming the schedule", code, msg)
+	}
+	if _, err := tb.b.Queue("mail"); err != nil {
+		t.Errorf("mail after a refused delete: %v", err)
+	}
+
+	// With force it goes, with its jobs, and the form lands on the list.
+	code, _, h = tb.do(t, "POST", "/api/v1/queues/q/delete", "", "confirm=q&force=on", form)
+	loc = h.Get("Location")
+	if code != 303 || !strings.HasPrefix(loc, "/?done=") {
+		t.Fatalf("forced delete: %d → %s, want the queues list", code, loc)
+	}
+	if _, err := tb.b.Queue("q"); !errors.Is(err, broker.ErrQueueNotFound) {
+		t.Fatalf("after a forced delete the broker has q: %v", err)
+	}
+	if _, err := c.Next(t.Context()); !errors.Is(err, broker.ErrQueueDeleted) {
+		t.Errorf("q's consumer after the delete: %v, want ErrQueueDeleted", err)
+	}
+	if err := c.Ack(running, time.Millisecond); err == nil {
+		t.Error("the dropped running job was acked")
+	}
+	code, list, _ := tb.do(t, "GET", loc, "", "", "")
+	const dropped = "deleted q: dropped 1 waiting, 1 delayed, 1 running and 1 dead-lettered jobs; 1 consumers stopped"
+	if code != 200 || element(t, list, `<p class="flash ok" role="status">`, "</p>") != dropped {
+		t.Errorf("the list after a delete: %d, want the message %q", code, dropped)
+	}
+	if strings.Contains(list, `<tr data-queue="q">`) || !strings.Contains(list, `<tr data-queue="mail">`) {
+		t.Error("the list after deleting q: q is still listed, or mail is not")
+	}
+	var qs QueuesView
+	getJSON(t, tb, "/api/v1/queues", &qs)
+	if len(qs.Queues) != 1 || qs.Queues[0].Name != "mail" {
+		t.Errorf("the read API after deleting q lists %+v", qs.Queues)
+	}
+
+	// An unknown queue: 404, and a form goes to the list.
+	if code, msg, _ := tb.do(t, "POST", "/api/v1/queues/q/delete", "", `{"confirm":"q","force":true}`, "application/json"); code != 404 || !strings.Contains(msg, `queue \"q\" not found`) {
+		t.Errorf("deleting q again: %d %s, want 404", code, msg)
+	}
+	if code, _, h := tb.do(t, "POST", "/api/v1/queues/q/delete", "", "confirm=q&force=true", form); code != 303 || !strings.HasPrefix(h.Get("Location"), "/?error=") {
+		t.Errorf("deleting q again from a form: %d → %s, want the list with an error", code, h.Get("Location"))
+	}
+}
+
+// The JSON answer counts what was dropped.
+func TestDeleteQueueAnswersWithCounts(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	tb.publish(t, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q", Delay: time.Hour})
+	code, body, _ := tb.do(t, "POST", "/api/v1/queues/q/delete", "", `{"confirm":"q","force":true}`, "application/json")
+	if code != 200 {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	var got QueueDeletedView
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := QueueDeletedView{Queue: "q", Waiting: 2, Delayed: 1,
+		Done: "deleted q: dropped 2 waiting, 1 delayed, 0 running and 0 dead-lettered jobs; 0 consumers stopped"}
+	if got != want {
+		t.Errorf("answer %+v, want %+v", got, want)
+	}
+	// An empty queue needs no force.
+	tb.publish(t, &broker.Message{Queue: "empty"})
+	if _, err := tb.b.Purge("empty"); err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := tb.do(t, "POST", "/api/v1/queues/empty/delete", "", `{"confirm":"empty"}`, "application/json"); code != 200 || !strings.Contains(body, `"waiting": 0`) {
+		t.Errorf("deleting an empty queue: %d %s", code, body)
+	}
+	if qs := tb.b.Queues(); len(qs) != 0 {
+		t.Errorf("queues left: %+v", qs)
+	}
+}
+
+// Deleting takes admin on the queue, as purge does, and is refused from
+// another site; a token that may only read the queue sees no delete form.
+func TestDeleteQueueAsksForAdmin(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, map[string][]string{"ops": {"admin:orders."}, "other": {"admin:other."}, "viewer": {"read:orders."}})
+	tb.publish(t, &broker.Message{Queue: "orders.eu"})
+	const path, body = "/api/v1/queues/orders.eu/delete", `{"confirm":"orders.eu","force":true}`
+	wrong := "hbr_" + strings.Repeat("a", 32)
+	for tok, want := range map[string]int{"": 401, wrong: 401, tb.tokens["other"]: 403, tb.tokens["viewer"]: 403} {
+		if code, msg, _ := tb.do(t, "POST", path, tok, body, "application/json"); code != want {
+			t.Errorf("POST %s with token %q: %d, want %d: %s", path, tok, code, want, msg)
+		}
+	}
+	req, err := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+path, strings.NewReader("confirm=orders.eu&force=true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Authorization", "Bearer "+tb.tokens["ops"])
+	req.Header.Set("Origin", "https://evil.example")
+	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != 303 || !strings.Contains(loc, "error=refused") {
+		t.Errorf("a cross-site delete: %d → %s, want back with the refusal", resp.StatusCode, loc)
+	}
+	if in, err := tb.b.Queue("orders.eu"); err != nil || in.Ready != 1 {
+		t.Fatalf("after refused deletes orders.eu is %+v (%v), want it with its job", in, err)
+	}
+	for who, want := range map[string]bool{"viewer": false, "ops": true} {
+		_, page, _ := tb.do(t, "GET", "/queues/orders.eu", tb.tokens[who], "", "")
+		if got := strings.Contains(page, `id="delete-queue"`); got != want {
+			t.Errorf("%s sees the delete form: %v, want %v", who, got, want)
+		}
+	}
+	if code, msg, _ := tb.do(t, "POST", path, tb.tokens["ops"], body, "application/json"); code != 200 {
+		t.Errorf("ops deleting orders.eu: %d %s", code, msg)
+	}
+	if _, err := tb.b.Queue("orders.eu"); !errors.Is(err, broker.ErrQueueNotFound) {
+		t.Errorf("orders.eu after ops deleted it: %v", err)
+	}
+}
+
+// A queue's name may hold any printable character: the page's form, the
+// way back after a refusal and the action all escape it.
+func TestDeleteQueueNamedInAnyScript(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	for _, name := range []string{"rapports-été", "注文/日本?x=1#2%41"} {
+		tb.publish(t, &broker.Message{Queue: name})
+		esc := url.PathEscape(name)
+		action := "/api/v1/queues/" + esc + "/delete"
+		if code, page, _ := tb.do(t, "GET", "/queues/"+esc, "", "", ""); code != 200 || !strings.Contains(page, `action="`+action+`"`) {
+			t.Fatalf("%s's page: %d, its delete form does not post to %s", name, code, action)
+		}
+		confirm := url.Values{"confirm": {name}}
+		code, _, h := tb.do(t, "POST", action, "", confirm.Encode(), "application/x-www-form-urlencoded")
+		if loc := h.Get("Location"); code != 303 || !strings.HasPrefix(loc, "/queues/"+esc+"?error=") {
+			t.Errorf("%s without force: %d → %s, want back to its page", name, code, loc)
+		}
+		if _, err := tb.b.Queue(name); err != nil {
+			t.Fatalf("%s after a refused delete: %v", name, err)
+		}
+		confirm.Set("force", "true")
+		code, _, h = tb.do(t, "POST", action, "", confirm.Encode(), "application/x-www-form-urlencoded")
+		if loc := h.Get("Location"); code != 303 || loc != "/?done="+url.QueryEscape("deleted "+name+": dropped 1 waiting, 0 delayed, 0 running and 0 dead-lettered jobs; 0 consumers stopped") {
+			t.Errorf("%s with force: %d → %s", name, code, loc)
+		}
+		if _, err := tb.b.Queue(name); !errors.Is(err, broker.ErrQueueNotFound) {
+			t.Errorf("%s after a forced delete: %v", name, err)
+		}
+	}
 }
