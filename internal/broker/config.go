@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/predict"
@@ -327,6 +328,13 @@ func (q QueueConfig) policy() (sched.Policy, error) {
 			opts.AgeAfter = append([]time.Duration{0}, q.Aging...)
 		default:
 			return sched.Policy{}, invalid("aging", fmt.Sprintf("want one threshold per tier (%d), got %d", tiers, len(q.Aging)))
+		}
+	}
+	for jt := range q.StaticTiers {
+		// Kept in the config, shown and answered with it, whatever the
+		// policy: a job type must be text, as a message's is.
+		if !utf8.ValidString(jt) {
+			return sched.Policy{}, invalid("static_tiers", fmt.Sprintf("job type %q is not valid UTF-8", jt))
 		}
 	}
 	if q.Policy == sched.Static {
