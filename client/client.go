@@ -386,6 +386,14 @@ func (c *Client) DeleteQueue(ctx context.Context, name string, force bool) (*pb.
 	return c.admin.DeleteQueue(ctx, &pb.DeleteQueueRequest{Name: name, Force: force})
 }
 
+// GetJob reports a job of queue by the id its publish answered: whether it
+// waits, is delayed, runs or is dead-lettered, and what the broker knows of
+// it. NotFound when the queue holds no such job (acked, cancelled, purged,
+// dropped or never published to it).
+func (c *Client) GetJob(ctx context.Context, queue, id string) (*pb.JobInfo, error) {
+	return c.admin.GetJob(ctx, &pb.GetJobRequest{Queue: queue, Id: id})
+}
+
 // ListDeadLetters reports up to limit dead letters (0: the server's
 // default), oldest first.
 func (c *Client) ListDeadLetters(ctx context.Context, queue string, limit int) ([]*pb.DeadLetter, error) {

@@ -541,14 +541,16 @@ func (b *Broker) DeleteQueue(name string, force bool) (QueueDeleted, error) {
 	return d, nil
 }
 
-// JobState says where a job stood when it was cancelled.
+// JobState says where a job stands: when it was cancelled, or when GetJob
+// found it.
 type JobState string
 
-// Job states reported by Cancel.
+// Job states reported by Cancel and GetJob.
 const (
-	JobWaiting = JobState(delivery.Waiting) // in line: removed
-	JobDelayed = JobState(delivery.Delayed) // scheduled or nacked with a delay: removed
-	JobRunning = JobState(delivery.Running) // delivered: its worker is told, and the job ends when it settles
+	JobWaiting = JobState(delivery.Waiting) // in line (Cancel removes it)
+	JobDelayed = JobState(delivery.Delayed) // scheduled or nacked with a delay (Cancel removes it)
+	JobRunning = JobState(delivery.Running) // delivered (Cancel tells its worker, and it ends when it settles)
+	JobDead    = JobState(delivery.Dead)    // a dead letter (GetJob only: Cancel does not take one)
 )
 
 // Cancel ends a job by id: a waiting or delayed job is removed at once; a

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -101,6 +102,69 @@ func (b *Broker) InFlightJobs(name string, limit int) ([]InFlightJob, error) {
 		return cmp.Or(a.Leased.Compare(b.Leased), cmp.Compare(a.ID, b.ID))
 	})
 	return out[:min(len(out), limit)], nil
+}
+
+// JobInfo is one job as GetJob finds it. Payload and Headers are the
+// job's own: the caller must not change them.
+type JobInfo struct {
+	ID, Queue, Producer, JobType string
+	State                        JobState // JobWaiting, JobDelayed, JobRunning or JobDead
+	Payload                      []byte
+	Headers                      map[string]string
+	Attempts                     int // deliveries so far, the current one included while running
+	MaxAttempts                  int
+	PublishedAt                  time.Time
+	// What the predictor said when it took its place in line.
+	Tier       int
+	Cost       time.Duration
+	Long, Cold bool
+
+	Enqueued time.Time // waiting: when it took its place in line
+	Expires  time.Time // when its TTL runs out once due; zero is never
+	Due      time.Time // delayed: when it takes its place in line
+	Consumer string    // running: the consumer's name as given to Subscribe
+	Leased   time.Time // running: when this delivery started
+	Deadline time.Time // running: when its lease runs out
+	Reason   string    // dead: why
+	DeadAt   time.Time // dead: when
+}
+
+// GetJob finds a job of a queue by id. It returns ErrUnknownMessage when
+// the queue holds no such job: acked, cancelled, purged, dropped, or never
+// published to it. The first lookup in a queue indexes its jobs (O(jobs));
+// later ones are O(1).
+func (b *Broker) GetJob(queue, id string) (JobInfo, error) {
+	q, err := b.lookup(queue, false)
+	if err != nil {
+		return JobInfo{}, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	j, state := q.line.Find(id)
+	if j == nil || q.deleted {
+		return JobInfo{}, fmt.Errorf("%w: queue %q holds no job %q (acked, cancelled, purged, dropped or never published to it)", ErrUnknownMessage, queue, id)
+	}
+	info := JobInfo{
+		ID: j.ID(), Queue: q.name, Producer: j.Producer(), JobType: j.JobType(), State: JobState(state),
+		Payload: j.Payload, Headers: j.Headers(), Attempts: j.Attempt(), MaxAttempts: int(j.MaxAttempts),
+		PublishedAt: j.PublishedAt(), Tier: j.Tier(), Cost: j.Cost(), Long: j.Long(), Cold: j.Prediction().Cold, Expires: j.Expires(),
+	}
+	switch state {
+	case delivery.Waiting:
+		info.Enqueued = j.Enqueued()
+	case delivery.Delayed:
+		info.Due = j.Deadline()
+	case delivery.Running:
+		h, leased, _ := q.line.Flight(j)
+		info.Leased, info.Deadline = leased, j.Deadline()
+		if c := q.cons[h]; c != nil {
+			info.Consumer = c.name
+		}
+	case delivery.Dead:
+		d, _ := q.line.DeadEntry(j)
+		info.Reason, info.DeadAt = d.Reason, d.At
+	}
+	return info, nil
 }
 
 // Waits describes how long a queue's waiting jobs have waited so far:

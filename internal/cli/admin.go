@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -43,6 +44,7 @@ var adminCommands = []struct {
 	{"requeue", "QUEUE (ID... | --all)", "put dead letters back in line as new jobs", adminRequeue},
 	{"drop", "QUEUE (ID... | --all)", "delete dead letters for good", adminDrop},
 	{"jobs", "QUEUE [--limit N]", "waiting jobs in the order they would run now, then running jobs, the longest running first", adminJobs},
+	{"job", "QUEUE ID", "one job: waiting, delayed, running or dead, and what the broker knows of it (-json adds its payload)", adminJob},
 	{"cancel", "QUEUE ID", "cancel a job: a waiting or delayed one is removed, a running one's worker is told", adminCancel},
 	{"keys", "QUEUE [--limit N]", "what the queue's predictor learned per key, busiest first", adminKeys},
 	{"schedules", "", "periodic schedules: queue, when, job type, last and next tick (UTC), jobs fired, paused", adminSchedules},
@@ -411,6 +413,50 @@ func notFound(queue string, ids []string, n int) string {
 		return ""
 	}
 	return fmt.Sprintf("; %d of the %d ids named are not among its dead letters (admin dead %s lists them)", named-n, named, queue)
+}
+
+func adminJob(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(2, "QUEUE ID"); err != nil {
+		return err
+	}
+	j, err := c.GetJob(ctx, a.pos[0], a.pos[1])
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(j)
+	}
+	rows := [][]string{
+		{"id", j.GetId()}, {"queue", j.GetQueue()}, {"state", j.GetState()},
+		{"producer", j.GetProducer()}, {"job type", j.GetJobType()},
+		{"attempts", fmt.Sprintf("%d of %d", j.GetAttempts(), j.GetMaxAttempts())},
+		{"published", stamp(j.GetPublishedAt())},
+		{"tier", u(uint64(j.GetTier()))}, {"predicted ms", ms(j.GetPredictedMs())},
+	}
+	add := func(field, v string) {
+		if v != "" && v != "-" {
+			rows = append(rows, []string{field, v})
+		}
+	}
+	if j.GetLong() {
+		add("long", "yes: the long-job bound applies")
+	}
+	if j.GetCold() {
+		add("cold", "yes: too few observations of its key to trust")
+	}
+	add("enqueued", stamp(j.GetEnqueued()))
+	add("expires", stamp(j.GetExpires()))
+	add("due", stamp(j.GetDue()))
+	add("consumer", j.GetConsumer())
+	add("leased", stamp(j.GetLeased()))
+	add("lease ends", stamp(j.GetLeaseDeadline()))
+	add("dead at", stamp(j.GetDeadAt()))
+	add("reason", j.GetReason())
+	rows = append(rows, []string{"payload", fmt.Sprintf("%d bytes", len(j.GetPayload()))})
+	for _, k := range slices.Sorted(maps.Keys(j.GetHeaders())) {
+		rows = append(rows, []string{"header " + k, j.GetHeaders()[k]})
+	}
+	return a.table("FIELD\tVALUE\t", rows)
 }
 
 func adminCancel(ctx context.Context, c *client.Client, a adminArgs) error {

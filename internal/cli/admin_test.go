@@ -56,6 +56,16 @@ func adminBroker(t *testing.T) (string, *client.Client) {
 	return addr, cl
 }
 
+// firstDead is the id of the first dead letter in admin dead's table.
+func firstDead(t *testing.T, table string) string {
+	t.Helper()
+	lines := strings.Split(table, "\n")
+	if len(lines) < 2 || len(strings.Fields(lines[1])) == 0 {
+		t.Fatalf("no dead letter in:\n%s", table)
+	}
+	return strings.Fields(lines[1])[0]
+}
+
 // row returns the table row whose first column is first.
 func row(t *testing.T, table, first string) []string {
 	t.Helper()
@@ -183,8 +193,26 @@ func TestAdminCommands(t *testing.T) {
 	if out := mustAdmin(t, addr, "requeue", "mail", "--all"); out != "requeued 2 dead letters of mail\n" {
 		t.Errorf("requeue said %q", out)
 	}
+	// One job by id: a waiting one, then (below) gone once cancelled.
+	job := mustAdmin(t, addr, "job", "reports", reportIDs[0])
+	for _, want := range [][]string{{"state", "waiting"}, {"producer", "cron"}, {"job", "type", "monthly"}, {"attempts", "0", "of", "5"}, {"cold", "yes:"}} {
+		if r := row(t, job, want[0]); !slices.Equal(r[:len(want)], want) {
+			t.Errorf("job row %q, want %q", r, want)
+		}
+	}
+	var info struct {
+		State   string `json:"state"`
+		Payload []byte `json:"payload"`
+	}
+	// The dead letter requeued above: in line again, its payload whole.
+	if err := json.Unmarshal([]byte(mustAdmin(t, addr, "job", "mail", "-json", firstDead(t, table))), &info); err != nil || info.State != "waiting" || !bytes.Equal(info.Payload, payload) {
+		t.Errorf("job -json of a requeued dead letter: state %q, %d bytes of payload (want %d), %v", info.State, len(info.Payload), len(payload), err)
+	}
 	if out := mustAdmin(t, addr, "cancel", "reports", reportIDs[0]); !strings.Contains(out, "(it was waiting)") {
 		t.Errorf("cancel said %q", out)
+	}
+	if _, err := admin(t, addr, "job", "reports", reportIDs[0]); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		t.Errorf("job of a cancelled job: %v", err)
 	}
 	out = mustAdmin(t, addr, "purge", "mail", "--confirm", "mail")
 	if !strings.HasPrefix(out, "purged mail: ") {

@@ -81,6 +81,7 @@ const (
 	Waiting State = "waiting" // in line: removed
 	Delayed State = "delayed" // scheduled or nacked with a delay: removed
 	Running State = "running" // delivered: its holder is told, and it ends when it settles
+	Dead    State = "dead"    // a dead letter (Find only: Cancel does not take one)
 )
 
 // Effects is what a Line's calls did that the world must hear of, in the
@@ -165,9 +166,9 @@ type Line struct {
 	holders Holder            // the last Holder handed out
 	names   map[Names]*Names
 	expBuf  []*sched.Item
-	// byID finds a held job by its id, for Cancel. It is nil until the
-	// first Cancel builds it from every job held, and kept from then on,
-	// so a queue that never cancels pays nothing for it.
+	// byID finds a held job by its id, for Cancel and Find. It is nil
+	// until the first of them builds it from every job held, and kept
+	// from then on, so a queue that never looks a job up pays nothing.
 	byID map[string]*Job
 	// waits counts the waiting jobs by when they entered the line, for
 	// OldestWaiting and WaitQuantiles.
@@ -675,16 +676,12 @@ func (l *Line) Tick(now time.Time) {
 // dropped, not retried, when it settles or its lease ends. It finds the
 // job by scanning: O(jobs held).
 func (l *Line) Cancel(id string) (State, error) {
-	if l.byID == nil {
-		l.byID = make(map[string]*Job, l.Len())
-		add := func(j *Job) { l.byID[j.ID()] = j }
-		l.Each(add, add, add, func(d DeadLetterEntry) { add(d.Job) })
-	}
-	j := l.byID[id]
-	if j == nil || j.dead {
+	j, state := l.Find(id)
+	switch state {
+	case "", Dead:
 		return "", ErrNotFound
-	}
-	if h, _, ok := l.Flight(j); ok {
+	case Running:
+		h, _, _ := l.Flight(j)
 		if !j.cancelled {
 			j.cancelled = true
 			l.Stats.Cancelled++
@@ -692,8 +689,7 @@ func (l *Line) Cancel(id string) (State, error) {
 			l.Fx.Cancels = append(l.Fx.Cancels, Cancel{Holder: h, ID: id})
 		}
 		return Running, nil
-	}
-	if j.heapIdx >= 0 {
+	case Delayed:
 		l.delayed.remove(j)
 		l.drop(j)
 		l.Stats.Cancelled++
@@ -704,6 +700,41 @@ func (l *Line) Cancel(id string) (State, error) {
 	l.drop(j)
 	l.Stats.Cancelled++
 	return Waiting, nil
+}
+
+// Find returns the job with id and where it stands (Waiting, Delayed,
+// Running or Dead), or nil and "" when the line holds no such job. The
+// first Find or Cancel indexes every job held, O(jobs); from then on a
+// lookup is O(1) and the index follows every job in and out.
+func (l *Line) Find(id string) (*Job, State) {
+	if l.byID == nil {
+		l.byID = make(map[string]*Job, l.Len())
+		add := func(j *Job) { l.byID[j.ID()] = j }
+		l.Each(add, add, add, func(d DeadLetterEntry) { add(d.Job) })
+	}
+	j := l.byID[id]
+	switch {
+	case j == nil:
+		return nil, ""
+	case j.dead:
+		return j, Dead
+	case l.inFlight(j):
+		return j, Running
+	case j.heapIdx >= 0:
+		return j, Delayed
+	}
+	return j, Waiting
+}
+
+// DeadEntry is j's dead-letter entry, if j is a dead letter: O(dead
+// letters).
+func (l *Line) DeadEntry(j *Job) (DeadLetterEntry, bool) {
+	for _, d := range l.dead {
+		if d.Job == j {
+			return d, true
+		}
+	}
+	return DeadLetterEntry{}, false
 }
 
 // inFlight reports whether j is delivered and not settled.
@@ -954,7 +985,7 @@ func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, d
 		ID: j.ID(), Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint(),
 		Payload: j.Payload, Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
 		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: int(j.item.Tier), Cost: j.item.Cost,
-		Long: j.item.Long, Reset: j.gen != l.gen, Enqueued: j.Enqueued(), Expires: j.Expires(),
+		Long: j.item.Long, Cold: j.predCold, Reset: j.gen != l.gen, Enqueued: j.Enqueued(), Expires: j.Expires(),
 		Attempts: int(j.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: j.scheduled,
 	}
 	if state == store.Delayed {
@@ -1014,7 +1045,7 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j.item.SetTier(min(sj.Tier, l.sq.Config().Levels-1))
 	j.item.SetExpires(sj.Expires)
 	j.enqueued = nanos(sj.Enqueued)
-	j.predTier = int8(sj.Tier)
+	j.predTier, j.predCold = int8(sj.Tier), sj.Cold
 	j.gen = l.gen
 	if reset {
 		j.gen = 0 // classified afresh at its push

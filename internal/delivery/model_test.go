@@ -487,6 +487,14 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 				fail("step %d: the index holds %s, which the Line does not", step, id)
 			}
 		}
+		// And Find says where each job stands, as the model does.
+		states := map[place]State{pWaiting: Waiting, pRunning: Running, pDelayed: Delayed, pDead: Dead, pGone: ""}
+		for _, r := range m.jobs {
+			j, st := l.Find(r.id)
+			if st != states[r.place] || (j == nil) != (r.place == pGone) || (j != nil && j.ID() != r.id) {
+				fail("step %d: Find(%s) = %v, %q; the model has it %v", step, r.id, j != nil, st, r.place)
+			}
+		}
 	}
 	for _, r := range m.jobs {
 		p, ok := got[r.id]

@@ -145,6 +145,14 @@ var rpcCalls = map[string]func(ctx context.Context, c *grpc.ClientConn, q string
 		_, err := pb.NewAdminClient(c).PurgeQueue(ctx, &pb.PurgeQueueRequest{Name: q + ".purge"})
 		return err
 	},
+	"GetJob": func(ctx context.Context, c *grpc.ClientConn, q string) error {
+		// NotFound (no such id) once let in: the check is on the queue.
+		_, err := pb.NewAdminClient(c).GetJob(ctx, &pb.GetJobRequest{Queue: q, Id: "none"})
+		if status.Code(err) == codes.NotFound {
+			return nil
+		}
+		return err
+	},
 	"DeleteQueue": func(ctx context.Context, c *grpc.ClientConn, q string) error {
 		_, err := pb.NewAdminClient(c).DeleteQueue(ctx, &pb.DeleteQueueRequest{Name: q + ".delete", Force: true})
 		return err

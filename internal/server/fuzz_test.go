@@ -205,6 +205,13 @@ func FuzzDeclareQueue(f *testing.F) {
 				return s.admin.PurgeQueue(context.Background(), &pb.PurgeQueueRequest{Name: name})
 			},
 			func() (proto.Message, error) {
+				ids := pr.GetResults()
+				if len(ids) == 0 {
+					return s.admin.GetJob(context.Background(), &pb.GetJobRequest{Queue: name, Id: jobType})
+				}
+				return s.admin.GetJob(context.Background(), &pb.GetJobRequest{Queue: name, Id: ids[0].GetId()})
+			},
+			func() (proto.Message, error) {
 				return s.admin.DeleteQueue(context.Background(), &pb.DeleteQueueRequest{Name: name, Force: tier%2 == 0})
 			},
 		} {

@@ -553,6 +553,31 @@ func (a *adminServer) ListJobs(_ context.Context, req *pb.ListJobsRequest) (*pb.
 	return out, nil
 }
 
+func (a *adminServer) GetJob(_ context.Context, req *pb.GetJobRequest) (*pb.JobInfo, error) {
+	j, err := a.s.b.GetJob(req.Queue, req.Id)
+	if errors.Is(err, broker.ErrUnknownMessage) {
+		return nil, status.Error(codes.NotFound, strings.TrimPrefix(err.Error(), "broker: "))
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	ts := func(t time.Time) *timestamppb.Timestamp {
+		if t.IsZero() {
+			return nil
+		}
+		return timestamppb.New(t)
+	}
+	return &pb.JobInfo{
+		Id: j.ID, Queue: j.Queue, Producer: j.Producer, JobType: j.JobType, State: string(j.State),
+		Payload: j.Payload, Headers: j.Headers, Attempts: uint32(j.Attempts), MaxAttempts: uint32(j.MaxAttempts),
+		PublishedAt: ts(j.PublishedAt), Tier: uint32(j.Tier),
+		PredictedMs: float64(j.Cost) / float64(time.Millisecond), Long: j.Long, Cold: j.Cold,
+		Enqueued: ts(j.Enqueued), Expires: ts(j.Expires), Due: ts(j.Due),
+		Consumer: j.Consumer, Leased: ts(j.Leased), LeaseDeadline: ts(j.Deadline),
+		Reason: j.Reason, DeadAt: ts(j.DeadAt),
+	}, nil
+}
+
 func (a *adminServer) RequeueDeadLetters(_ context.Context, req *pb.RequeueDeadLettersRequest) (*pb.RequeueDeadLettersResponse, error) {
 	n, err := a.s.b.RequeueDeadLetters(req.Queue, req.Ids)
 	if err != nil {

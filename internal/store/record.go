@@ -115,6 +115,9 @@ type Job struct {
 	Tier int
 	Cost time.Duration
 	Long bool
+	// Cold: the predictor had too few observations of its key to trust
+	// (Cost is then the typical cost).
+	Cold bool
 	// Reset: the job is to be classified afresh when it is next in line
 	// (its queue was redeclared while it was out of line).
 	Reset bool
@@ -180,6 +183,9 @@ func encodeJob(b []byte, j *Job) []byte {
 	}
 	if j.Scheduled {
 		flags |= 4
+	}
+	if j.Cold {
+		flags |= 8
 	}
 	b = append(b, flags, byte(j.State))
 	b = appendTime(b, j.Enqueued)
@@ -351,8 +357,8 @@ func decodeJob(d *decoder, id string) *Job {
 	j.Tier = d.int()
 	j.Cost = time.Duration(d.varint())
 	flags := d.byte()
-	j.Long, j.Reset, j.Scheduled = flags&1 != 0, flags&2 != 0, flags&4 != 0
-	if flags > 7 {
+	j.Long, j.Reset, j.Scheduled, j.Cold = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
+	if flags > 15 {
 		d.fail("unknown job flags")
 	}
 	j.State = State(d.byte())

@@ -34,7 +34,7 @@ func sample(i int) []*Record {
 		{Kind: KindJob, Queue: "媒体", ID: id, Job: &Job{
 			ID: id, Producer: "wéb", JobType: "thumbnail", SizeHint: 1 << 40, Payload: payload,
 			Headers: map[string]string{"trace": "abc", "ключ": "значение"}, TTL: time.Hour, MaxAttempts: 5,
-			PublishedAt: at, Seq: uint64(i + 1), Tier: 2, Cost: 1500 * time.Millisecond, Long: true,
+			PublishedAt: at, Seq: uint64(i + 1), Tier: 2, Cost: 1500 * time.Millisecond, Long: true, Cold: true,
 			Enqueued: at, Expires: at.Add(time.Hour), Attempts: 1, RetryBase: 2 * time.Second, RetryMax: time.Hour,
 		}},
 		{Kind: KindDeliver, Queue: "媒体", ID: id},

@@ -1409,6 +1409,286 @@ func (x *Delivery) GetPredictedMs() float64 {
 	return 0
 }
 
+// GetJobRequest names a job.
+type GetJobRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Job id, as the publish answered it.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetJobRequest) Reset() {
+	*x = GetJobRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetJobRequest) ProtoMessage() {}
+
+func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
+func (*GetJobRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetJobRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *GetJobRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// JobInfo is one job as GetJob finds it.
+type JobInfo struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Queue    string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	Producer string                 `protobuf:"bytes,3,opt,name=producer,proto3" json:"producer,omitempty"`
+	JobType  string                 `protobuf:"bytes,4,opt,name=job_type,json=jobType,proto3" json:"job_type,omitempty"`
+	// "waiting", "delayed", "running" or "dead".
+	State   string            `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Payload []byte            `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	Headers map[string]string `protobuf:"bytes,7,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Deliveries so far, the current one included while running; and the
+	// most it gets before it is dead-lettered.
+	Attempts    uint32                 `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	MaxAttempts uint32                 `protobuf:"varint,9,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	PublishedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=published_at,json=publishedAt,proto3" json:"published_at,omitempty"`
+	// What the predictor said when it took its place in line: its tier,
+	// predicted duration, whether it is long (the long-job bound applies)
+	// and whether its key had too few observations to trust.
+	Tier        uint32  `protobuf:"varint,11,opt,name=tier,proto3" json:"tier,omitempty"`
+	PredictedMs float64 `protobuf:"fixed64,12,opt,name=predicted_ms,json=predictedMs,proto3" json:"predicted_ms,omitempty"`
+	Long        bool    `protobuf:"varint,13,opt,name=long,proto3" json:"long,omitempty"`
+	Cold        bool    `protobuf:"varint,14,opt,name=cold,proto3" json:"cold,omitempty"`
+	// Waiting: when it took its place in line.
+	Enqueued *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=enqueued,proto3" json:"enqueued,omitempty"`
+	// When its TTL runs out; unset for none.
+	Expires *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=expires,proto3" json:"expires,omitempty"`
+	// Delayed: when it takes its place in line.
+	Due *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=due,proto3" json:"due,omitempty"`
+	// Running: the consumer's name, when this delivery started and when its
+	// lease runs out.
+	Consumer      string                 `protobuf:"bytes,18,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Leased        *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=leased,proto3" json:"leased,omitempty"`
+	LeaseDeadline *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=lease_deadline,json=leaseDeadline,proto3" json:"lease_deadline,omitempty"`
+	// Dead: why and when it was dead-lettered.
+	Reason        string                 `protobuf:"bytes,21,opt,name=reason,proto3" json:"reason,omitempty"`
+	DeadAt        *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=dead_at,json=deadAt,proto3" json:"dead_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobInfo) Reset() {
+	*x = JobInfo{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobInfo) ProtoMessage() {}
+
+func (x *JobInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
+func (*JobInfo) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *JobInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *JobInfo) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *JobInfo) GetProducer() string {
+	if x != nil {
+		return x.Producer
+	}
+	return ""
+}
+
+func (x *JobInfo) GetJobType() string {
+	if x != nil {
+		return x.JobType
+	}
+	return ""
+}
+
+func (x *JobInfo) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *JobInfo) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *JobInfo) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *JobInfo) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *JobInfo) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *JobInfo) GetPublishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishedAt
+	}
+	return nil
+}
+
+func (x *JobInfo) GetTier() uint32 {
+	if x != nil {
+		return x.Tier
+	}
+	return 0
+}
+
+func (x *JobInfo) GetPredictedMs() float64 {
+	if x != nil {
+		return x.PredictedMs
+	}
+	return 0
+}
+
+func (x *JobInfo) GetLong() bool {
+	if x != nil {
+		return x.Long
+	}
+	return false
+}
+
+func (x *JobInfo) GetCold() bool {
+	if x != nil {
+		return x.Cold
+	}
+	return false
+}
+
+func (x *JobInfo) GetEnqueued() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Enqueued
+	}
+	return nil
+}
+
+func (x *JobInfo) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *JobInfo) GetDue() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Due
+	}
+	return nil
+}
+
+func (x *JobInfo) GetConsumer() string {
+	if x != nil {
+		return x.Consumer
+	}
+	return ""
+}
+
+func (x *JobInfo) GetLeased() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Leased
+	}
+	return nil
+}
+
+func (x *JobInfo) GetLeaseDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseDeadline
+	}
+	return nil
+}
+
+func (x *JobInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *JobInfo) GetDeadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeadAt
+	}
+	return nil
+}
+
 // ListJobsRequest selects a queue's jobs.
 type ListJobsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1423,7 +1703,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1715,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1728,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListJobsRequest) GetQueue() string {
@@ -1479,7 +1759,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1771,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1784,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListJobsResponse) GetWaiting() []*WaitingJob {
@@ -1550,7 +1830,7 @@ type WaitingJob struct {
 
 func (x *WaitingJob) Reset() {
 	*x = WaitingJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1842,7 @@ func (x *WaitingJob) String() string {
 func (*WaitingJob) ProtoMessage() {}
 
 func (x *WaitingJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1855,7 @@ func (x *WaitingJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingJob.ProtoReflect.Descriptor instead.
 func (*WaitingJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WaitingJob) GetId() string {
@@ -1685,7 +1965,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1977,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1990,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunningJob) GetId() string {
@@ -1789,7 +2069,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +2081,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +2094,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CancelJobRequest) GetQueue() string {
@@ -1842,7 +2122,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2134,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2147,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CancelJobResponse) GetState() string {
@@ -1915,7 +2195,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2207,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2220,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Schedule) GetName() string {
@@ -2057,7 +2337,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2349,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2362,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 // ListSchedulesResponse lists schedules.
@@ -2096,7 +2376,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2388,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2401,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -2144,7 +2424,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2436,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2449,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -2197,7 +2477,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2489,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2502,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -2241,7 +2521,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2533,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2546,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 // PauseQueueRequest pauses or resumes a queue.
@@ -2282,7 +2562,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2574,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2587,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -2372,7 +2652,7 @@ type QueueConfig struct {
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2664,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2677,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -2540,7 +2820,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2832,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2845,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -2665,7 +2945,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2957,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2970,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -2716,7 +2996,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +3008,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +3021,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 // ListQueuesResponse lists every queue.
@@ -2755,7 +3035,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +3047,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +3060,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -2801,7 +3081,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +3093,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3106,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -2850,7 +3130,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3142,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3155,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteQueueRequest) GetName() string {
@@ -2908,7 +3188,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3200,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3213,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteQueueResponse) GetWaiting() uint64 {
@@ -2982,7 +3262,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3274,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3287,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -3045,7 +3325,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3337,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3350,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -3149,7 +3429,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +3441,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +3454,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -3202,7 +3482,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3494,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3507,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -3250,7 +3530,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3542,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3555,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -3303,7 +3583,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3595,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3608,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -3351,7 +3631,7 @@ type DeleteDeadLettersRequest struct {
 
 func (x *DeleteDeadLettersRequest) Reset() {
 	*x = DeleteDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3643,7 @@ func (x *DeleteDeadLettersRequest) String() string {
 func (*DeleteDeadLettersRequest) ProtoMessage() {}
 
 func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3656,7 @@ func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteDeadLettersRequest) GetQueue() string {
@@ -3404,7 +3684,7 @@ type DeleteDeadLettersResponse struct {
 
 func (x *DeleteDeadLettersResponse) Reset() {
 	*x = DeleteDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3416,7 +3696,7 @@ func (x *DeleteDeadLettersResponse) String() string {
 func (*DeleteDeadLettersResponse) ProtoMessage() {}
 
 func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3429,7 +3709,7 @@ func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteDeadLettersResponse) GetDeleted() uint64 {
@@ -3476,7 +3756,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3768,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3781,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -3608,7 +3888,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3620,7 +3900,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3633,7 +3913,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -3661,7 +3941,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3953,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3966,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -3713,7 +3993,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +4005,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +4018,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -3795,7 +4075,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +4087,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +4100,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -3895,7 +4175,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +4187,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +4200,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -3980,7 +4260,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3992,7 +4272,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4005,7 +4285,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -4038,7 +4318,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4050,7 +4330,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4063,7 +4343,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
 }
 
 // AttachRequest changes a queue's count of handlers.
@@ -4079,7 +4359,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +4371,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +4384,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -4130,7 +4410,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4142,7 +4422,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4155,7 +4435,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -4257,6 +4537,36 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x12\n" +
 	"\x04tier\x18\v \x01(\rR\x04tier\x12!\n" +
 	"\fpredicted_ms\x18\f \x01(\x01R\vpredictedMs\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
+	"\rGetJobRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xe9\x06\n" +
+	"\aJobInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x1a\n" +
+	"\bproducer\x18\x03 \x01(\tR\bproducer\x12\x19\n" +
+	"\bjob_type\x18\x04 \x01(\tR\ajobType\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x18\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\x12<\n" +
+	"\aheaders\x18\a \x03(\v2\".harbinger.v1.JobInfo.HeadersEntryR\aheaders\x12\x1a\n" +
+	"\battempts\x18\b \x01(\rR\battempts\x12!\n" +
+	"\fmax_attempts\x18\t \x01(\rR\vmaxAttempts\x12=\n" +
+	"\fpublished_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vpublishedAt\x12\x12\n" +
+	"\x04tier\x18\v \x01(\rR\x04tier\x12!\n" +
+	"\fpredicted_ms\x18\f \x01(\x01R\vpredictedMs\x12\x12\n" +
+	"\x04long\x18\r \x01(\bR\x04long\x12\x12\n" +
+	"\x04cold\x18\x0e \x01(\bR\x04cold\x126\n" +
+	"\benqueued\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\benqueued\x124\n" +
+	"\aexpires\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12,\n" +
+	"\x03due\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x03due\x12\x1a\n" +
+	"\bconsumer\x18\x12 \x01(\tR\bconsumer\x122\n" +
+	"\x06leased\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x06leased\x12A\n" +
+	"\x0elease_deadline\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\x16\n" +
+	"\x06reason\x18\x15 \x01(\tR\x06reason\x123\n" +
+	"\adead_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\x06deadAt\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
@@ -4475,7 +4785,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xeb\t\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xa9\n" +
+	"\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -4486,7 +4797,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x0fListDeadLetters\x12$.harbinger.v1.ListDeadLettersRequest\x1a%.harbinger.v1.ListDeadLettersResponse\x12g\n" +
 	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12d\n" +
 	"\x11DeleteDeadLetters\x12&.harbinger.v1.DeleteDeadLettersRequest\x1a'.harbinger.v1.DeleteDeadLettersResponse\x12I\n" +
-	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12L\n" +
+	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12<\n" +
+	"\x06GetJob\x12\x1b.harbinger.v1.GetJobRequest\x1a\x15.harbinger.v1.JobInfo\x12L\n" +
 	"\tCancelJob\x12\x1e.harbinger.v1.CancelJobRequest\x1a\x1f.harbinger.v1.CancelJobResponse\x12A\n" +
 	"\x0fDeclareSchedule\x12\x16.harbinger.v1.Schedule\x1a\x16.harbinger.v1.Schedule\x12X\n" +
 	"\rListSchedules\x12\".harbinger.v1.ListSchedulesRequest\x1a#.harbinger.v1.ListSchedulesResponse\x12K\n" +
@@ -4513,7 +4825,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -4532,61 +4844,64 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*CancelNotice)(nil),               // 14: harbinger.v1.CancelNotice
 	(*RequestError)(nil),               // 15: harbinger.v1.RequestError
 	(*Delivery)(nil),                   // 16: harbinger.v1.Delivery
-	(*ListJobsRequest)(nil),            // 17: harbinger.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),           // 18: harbinger.v1.ListJobsResponse
-	(*WaitingJob)(nil),                 // 19: harbinger.v1.WaitingJob
-	(*RunningJob)(nil),                 // 20: harbinger.v1.RunningJob
-	(*CancelJobRequest)(nil),           // 21: harbinger.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),          // 22: harbinger.v1.CancelJobResponse
-	(*Schedule)(nil),                   // 23: harbinger.v1.Schedule
-	(*ListSchedulesRequest)(nil),       // 24: harbinger.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 25: harbinger.v1.ListSchedulesResponse
-	(*PauseScheduleRequest)(nil),       // 26: harbinger.v1.PauseScheduleRequest
-	(*DeleteScheduleRequest)(nil),      // 27: harbinger.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),     // 28: harbinger.v1.DeleteScheduleResponse
-	(*PauseQueueRequest)(nil),          // 29: harbinger.v1.PauseQueueRequest
-	(*QueueConfig)(nil),                // 30: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 31: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 32: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 33: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 34: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 35: harbinger.v1.PurgeQueueRequest
-	(*DeleteQueueRequest)(nil),         // 36: harbinger.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 37: harbinger.v1.DeleteQueueResponse
-	(*PurgeQueueResponse)(nil),         // 38: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 39: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 40: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 41: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 42: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 43: harbinger.v1.RequeueDeadLettersResponse
-	(*DeleteDeadLettersRequest)(nil),   // 44: harbinger.v1.DeleteDeadLettersRequest
-	(*DeleteDeadLettersResponse)(nil),  // 45: harbinger.v1.DeleteDeadLettersResponse
-	(*KeyStats)(nil),                   // 46: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 47: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 48: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 49: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 50: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 51: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 52: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 53: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 54: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 55: harbinger.v1.AttachResponse
-	nil,                                // 56: harbinger.v1.Message.HeadersEntry
-	nil,                                // 57: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 58: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 59: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 60: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 61: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 62: google.protobuf.Timestamp
+	(*GetJobRequest)(nil),              // 17: harbinger.v1.GetJobRequest
+	(*JobInfo)(nil),                    // 18: harbinger.v1.JobInfo
+	(*ListJobsRequest)(nil),            // 19: harbinger.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 20: harbinger.v1.ListJobsResponse
+	(*WaitingJob)(nil),                 // 21: harbinger.v1.WaitingJob
+	(*RunningJob)(nil),                 // 22: harbinger.v1.RunningJob
+	(*CancelJobRequest)(nil),           // 23: harbinger.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),          // 24: harbinger.v1.CancelJobResponse
+	(*Schedule)(nil),                   // 25: harbinger.v1.Schedule
+	(*ListSchedulesRequest)(nil),       // 26: harbinger.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 27: harbinger.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),       // 28: harbinger.v1.PauseScheduleRequest
+	(*DeleteScheduleRequest)(nil),      // 29: harbinger.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),     // 30: harbinger.v1.DeleteScheduleResponse
+	(*PauseQueueRequest)(nil),          // 31: harbinger.v1.PauseQueueRequest
+	(*QueueConfig)(nil),                // 32: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 33: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 34: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 35: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 36: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 37: harbinger.v1.PurgeQueueRequest
+	(*DeleteQueueRequest)(nil),         // 38: harbinger.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 39: harbinger.v1.DeleteQueueResponse
+	(*PurgeQueueResponse)(nil),         // 40: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 41: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 42: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 43: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 44: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 45: harbinger.v1.RequeueDeadLettersResponse
+	(*DeleteDeadLettersRequest)(nil),   // 46: harbinger.v1.DeleteDeadLettersRequest
+	(*DeleteDeadLettersResponse)(nil),  // 47: harbinger.v1.DeleteDeadLettersResponse
+	(*KeyStats)(nil),                   // 48: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 49: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 50: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 51: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 52: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 53: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 54: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 55: harbinger.v1.ObserveResponse
+	(*AttachRequest)(nil),              // 56: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 57: harbinger.v1.AttachResponse
+	nil,                                // 58: harbinger.v1.Message.HeadersEntry
+	nil,                                // 59: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 60: harbinger.v1.JobInfo.HeadersEntry
+	nil,                                // 61: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 62: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 63: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 65: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	61, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	56, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	62, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	61, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	61, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	61, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	61, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	64, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	58, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	65, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	64, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	64, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	64, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	64, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,  // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,  // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,  // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -4594,98 +4909,108 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	10, // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11, // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	12, // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	61, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	64, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	61, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	61, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	64, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	64, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	16, // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	15, // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	14, // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	57, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	62, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	61, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	19, // 24: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
-	20, // 25: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
-	62, // 26: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	61, // 27: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	62, // 28: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	62, // 29: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	61, // 30: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	62, // 31: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	61, // 32: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	62, // 33: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	61, // 34: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	58, // 35: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	62, // 36: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	62, // 37: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
-	23, // 38: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	61, // 39: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	59, // 40: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	61, // 41: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	61, // 42: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	61, // 43: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	61, // 44: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	30, // 45: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	61, // 46: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	30, // 47: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	31, // 48: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	60, // 49: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	62, // 50: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	39, // 51: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	46, // 52: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	61, // 53: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	61, // 54: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	52, // 55: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	61, // 56: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 57: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 58: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 59: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 60: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	32, // 61: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	33, // 62: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	35, // 63: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	36, // 64: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	40, // 65: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	42, // 66: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	44, // 67: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	47, // 68: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	21, // 69: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	23, // 70: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	24, // 71: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	26, // 72: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	27, // 73: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	29, // 74: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	17, // 75: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	49, // 76: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	51, // 77: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	54, // 78: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 79: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 80: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 81: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 82: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	31, // 83: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	34, // 84: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	38, // 85: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	37, // 86: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	41, // 87: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	43, // 88: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	45, // 89: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	48, // 90: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	22, // 91: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	23, // 92: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	25, // 93: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	23, // 94: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	28, // 95: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	31, // 96: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	18, // 97: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	50, // 98: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	53, // 99: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	55, // 100: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	79, // [79:101] is the sub-list for method output_type
-	57, // [57:79] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	59, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	65, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	64, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	60, // 24: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
+	65, // 25: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
+	65, // 26: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
+	65, // 27: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
+	65, // 28: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
+	65, // 29: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
+	65, // 30: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
+	65, // 31: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
+	21, // 32: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
+	22, // 33: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
+	65, // 34: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	64, // 35: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	65, // 36: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	65, // 37: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	64, // 38: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	65, // 39: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	64, // 40: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	65, // 41: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	64, // 42: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	61, // 43: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	65, // 44: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	65, // 45: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	25, // 46: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
+	64, // 47: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	62, // 48: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	64, // 49: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	64, // 50: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	64, // 51: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	64, // 52: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	32, // 53: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	64, // 54: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	32, // 55: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	33, // 56: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	63, // 57: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	65, // 58: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	41, // 59: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	48, // 60: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	64, // 61: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	64, // 62: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	54, // 63: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	64, // 64: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 65: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 66: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 67: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 68: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	34, // 69: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	35, // 70: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	37, // 71: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	38, // 72: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	42, // 73: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	44, // 74: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	46, // 75: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	49, // 76: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 77: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	23, // 78: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	25, // 79: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	26, // 80: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	28, // 81: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	29, // 82: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	31, // 83: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	19, // 84: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	51, // 85: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	53, // 86: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	56, // 87: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 88: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 89: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 90: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 91: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	33, // 92: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	36, // 93: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	40, // 94: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	39, // 95: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	43, // 96: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	45, // 97: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	47, // 98: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	50, // 99: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 100: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	24, // 101: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	25, // 102: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	27, // 103: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	25, // 104: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	30, // 105: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	33, // 106: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	20, // 107: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	52, // 108: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	55, // 109: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	57, // 110: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	88, // [88:111] is the sub-list for method output_type
+	65, // [65:88] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -4711,7 +5036,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   60,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

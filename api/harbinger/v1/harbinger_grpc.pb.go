@@ -277,6 +277,7 @@ const (
 	Admin_RequeueDeadLetters_FullMethodName = "/harbinger.v1.Admin/RequeueDeadLetters"
 	Admin_DeleteDeadLetters_FullMethodName  = "/harbinger.v1.Admin/DeleteDeadLetters"
 	Admin_ListKeys_FullMethodName           = "/harbinger.v1.Admin/ListKeys"
+	Admin_GetJob_FullMethodName             = "/harbinger.v1.Admin/GetJob"
 	Admin_CancelJob_FullMethodName          = "/harbinger.v1.Admin/CancelJob"
 	Admin_DeclareSchedule_FullMethodName    = "/harbinger.v1.Admin/DeclareSchedule"
 	Admin_ListSchedules_FullMethodName      = "/harbinger.v1.Admin/ListSchedules"
@@ -312,6 +313,11 @@ type AdminClient interface {
 	DeleteDeadLetters(ctx context.Context, in *DeleteDeadLettersRequest, opts ...grpc.CallOption) (*DeleteDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
+	// GetJob reports one job by id: where it stands (waiting, delayed,
+	// running or dead-lettered) and what the broker knows of it. NotFound
+	// when the queue holds no such job: acked, cancelled, purged, dropped,
+	// or never published to it.
+	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*JobInfo, error)
 	// CancelJob ends a job by id: a waiting or delayed job is removed; a
 	// running one's consumer is told to stop it, and it is dropped (never
 	// retried) when it settles. NotFound when the queue holds no such job.
@@ -424,6 +430,16 @@ func (c *adminClient) ListKeys(ctx context.Context, in *ListKeysRequest, opts ..
 	return out, nil
 }
 
+func (c *adminClient) GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*JobInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JobInfo)
+	err := c.cc.Invoke(ctx, Admin_GetJob_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) CancelJob(ctx context.Context, in *CancelJobRequest, opts ...grpc.CallOption) (*CancelJobResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CancelJobResponse)
@@ -520,6 +536,11 @@ type AdminServer interface {
 	DeleteDeadLetters(context.Context, *DeleteDeadLettersRequest) (*DeleteDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
+	// GetJob reports one job by id: where it stands (waiting, delayed,
+	// running or dead-lettered) and what the broker knows of it. NotFound
+	// when the queue holds no such job: acked, cancelled, purged, dropped,
+	// or never published to it.
+	GetJob(context.Context, *GetJobRequest) (*JobInfo, error)
 	// CancelJob ends a job by id: a waiting or delayed job is removed; a
 	// running one's consumer is told to stop it, and it is dropped (never
 	// retried) when it settles. NotFound when the queue holds no such job.
@@ -575,6 +596,9 @@ func (UnimplementedAdminServer) DeleteDeadLetters(context.Context, *DeleteDeadLe
 }
 func (UnimplementedAdminServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
+}
+func (UnimplementedAdminServer) GetJob(context.Context, *GetJobRequest) (*JobInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
 }
 func (UnimplementedAdminServer) CancelJob(context.Context, *CancelJobRequest) (*CancelJobResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelJob not implemented")
@@ -762,6 +786,24 @@ func _Admin_ListKeys_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetJobRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetJob(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetJob_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetJob(ctx, req.(*GetJobRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_CancelJob_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CancelJobRequest)
 	if err := dec(in); err != nil {
@@ -926,6 +968,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListKeys",
 			Handler:    _Admin_ListKeys_Handler,
+		},
+		{
+			MethodName: "GetJob",
+			Handler:    _Admin_GetJob_Handler,
 		},
 		{
 			MethodName: "CancelJob",
