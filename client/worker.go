@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -54,6 +55,9 @@ type Handler func(ctx context.Context, d *Delivery) error
 // dead-letter list without further attempts: return
 // fmt.Errorf("%w: bad input", client.ErrDeadLetter).
 var ErrDeadLetter = errors.New("harbinger: dead-letter this job")
+
+// ErrClientClosed is returned by RunWorker when its Client was closed.
+var ErrClientClosed = errors.New("harbinger: client closed")
 
 // WorkerConfig configures RunWorker.
 type WorkerConfig struct {
@@ -116,8 +120,9 @@ func DefaultRetryBackoff(attempt int) time.Duration {
 // RunWorker consumes cfg.Queue until ctx ends, running h for each job and
 // acking it with the time h took, so the broker learns how long each kind
 // of job runs. When the broker goes away it reconnects with backoff; jobs
-// it held are redelivered by the broker. It returns nil once ctx ends, or an
-// error the broker says retrying cannot fix (e.g. an invalid queue name).
+// it held are redelivered by the broker. It returns nil once ctx ends,
+// ErrClientClosed once c is closed, or an error the broker says retrying
+// cannot fix (e.g. an invalid queue name).
 func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) error {
 	if cfg.Queue == "" {
 		return errors.New("harbinger: RunWorker needs a queue")
@@ -149,6 +154,10 @@ func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) err
 		got, err := c.session(ctx, cfg, h)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if c.conn.GetState() == connectivity.Shutdown {
+			// Every later call would fail at once, as this one did.
+			return fmt.Errorf("%w: %w", ErrClientClosed, err)
 		}
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated, codes.Unimplemented:

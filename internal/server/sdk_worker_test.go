@@ -164,3 +164,39 @@ func TestWorkerRenewsWaitingDeliveries(t *testing.T) {
 		t.Fatalf("handler runs = %v, want each job once", ran)
 	}
 }
+
+// Closing the Client stops its workers, as Client.Close says: RunWorker
+// returns ErrClientClosed instead of reconnecting forever on a
+// connection that can never work again.
+func TestWorkerStopsWhenClientCloses(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	cl, err := client.Dial(context.Background(), tb.addr, client.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := make(chan string, 1)
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		done <- cl.RunWorker(ctx, client.WorkerConfig{Queue: "e-mails", Concurrency: 2}, func(_ context.Context, d *client.Delivery) error {
+			handled <- string(d.Payload)
+			return nil
+		})
+	}()
+	if _, err := tb.cl.Publish(tb.ctx, &client.Message{Queue: "e-mails", JobType: "willkommen", Payload: []byte("Grüße")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := within(t, handled, "the job"); got != "Grüße" {
+		t.Fatalf("handled %q", got)
+	}
+	tb.waitFor(t, "the ack", func() bool { return tb.info(t, "e-mails").Acked == 1 })
+	if err := cl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, done, "RunWorker to return after Close"); !errors.Is(err, client.ErrClientClosed) {
+		t.Fatalf("RunWorker = %v, want ErrClientClosed", err)
+	}
+	tb.waitFor(t, "the consumer gone", func() bool { return tb.info(t, "e-mails").Consumers == 0 })
+}
