@@ -116,7 +116,7 @@ func (e *QueueInUseError) Error() string {
 		return fmt.Sprintf("broker: queue %q is not deleted: schedules %q publish to it; delete them first", e.Queue, e.Schedules)
 	}
 	h := e.Held
-	return fmt.Sprintf("broker: queue %q is not deleted: it holds %d waiting, %d delayed, %d running and %d dead-lettered jobs; delete it with force to drop them",
+	return fmt.Sprintf("broker: queue %q is not deleted: it holds %d waiting, %d delayed, %d running and %d dead-lettered jobs; deleting it with force drops them",
 		e.Queue, h.Waiting, h.Delayed, h.Running, h.Dead)
 }
 
