@@ -149,6 +149,15 @@ func (p *Producer) PublishAsync(m *Message, done func(id string, err error)) err
 // PublishEach gives it: a duplicate of a unique job has Duplicate set and
 // the id of the job that holds the key, and nothing was stored for it.
 func (p *Producer) PublishAsyncResult(m *Message, done func(Result)) error {
+	return p.enqueue(context.Background(), m, done)
+}
+
+// enqueue queues m with done, waiting for room in the buffer while ctx
+// allows. If it returns an error, m was not queued and done never runs.
+func (p *Producer) enqueue(ctx context.Context, m *Message, done func(Result)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if done == nil {
 		done = func(Result) {}
 	}
@@ -165,6 +174,8 @@ func (p *Producer) PublishAsyncResult(m *Message, done func(Result)) error {
 		return nil
 	case <-p.closing:
 		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -192,7 +203,8 @@ func checkUTF8(m *pb.Message) error {
 
 // Publish queues m and waits for its id. Many goroutines calling Publish
 // share batches. A duplicate of a unique job returns the first job's id
-// and no error; PublishResult tells it from a new job.
+// and no error; PublishResult tells it from a new job, and says what ctx
+// ending means for m.
 func (p *Producer) Publish(ctx context.Context, m *Message) (string, error) {
 	r, err := p.PublishResult(ctx, m)
 	if err != nil {
@@ -204,10 +216,13 @@ func (p *Producer) Publish(ctx context.Context, m *Message) (string, error) {
 // PublishResult queues m and waits for its Result, as PublishEach gives
 // it. Its error is for the call (ctx ended, the producer closed); a
 // message the broker refused has its reason in Result.Err, and a
-// duplicate of a unique job has Duplicate set.
+// duplicate of a unique job has Duplicate set. If ctx ends before m is
+// queued (the buffer is full while the broker is slow or unreachable),
+// m is not sent; once queued, m is sent even if ctx then ends, and the
+// call returns ctx's error without waiting for its Result.
 func (p *Producer) PublishResult(ctx context.Context, m *Message) (Result, error) {
 	ch := make(chan Result, 1)
-	if err := p.PublishAsyncResult(m, func(r Result) { ch <- r }); err != nil {
+	if err := p.enqueue(ctx, m, func(r Result) { ch <- r }); err != nil {
 		return Result{}, err
 	}
 	select {
