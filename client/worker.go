@@ -18,7 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
-	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
 // Delivery is one job handed to a worker.
@@ -595,5 +594,19 @@ const maxReason = 512
 
 // reason is err's text as a nack reason: invalid UTF-8 replaced (a
 // protobuf string must be valid, or the whole stream fails) and cut to
-// maxReason bytes on a character boundary.
-func reason(err error) string { return text.Clean(err.Error(), maxReason) }
+// maxReason bytes on a character boundary. It is the rule of the broker's
+// internal/text, kept here so that the SDK imports nothing internal.
+func reason(err error) string {
+	s := err.Error()
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
