@@ -300,11 +300,16 @@ func TestByteBudgetUnderFlood(t *testing.T) {
 	if len(settled) != len(accepted) {
 		t.Errorf("%d settled, %d accepted", len(settled), len(accepted))
 	}
-	// Dead letters still hold their bytes; acked jobs gave theirs back.
-	held := tb.b.bytes.Load()
-	if held <= 0 || held > int64(dead)*(payload+1024) {
-		t.Errorf("held %d bytes for %d dead letters", held, dead)
+	// Dead letters still hold their bytes, exactly what they were
+	// charged; acked jobs gave theirs back.
+	j := &delivery.Job{}
+	j.SetPayload(make([]byte, payload))
+	j.SetOptions(map[string]string{"ключ": "значение"}, 0, 0, 0)
+	each := jobSize(j, delivery.Names{Producer: "flood", JobType: "j"}, "q0")
+	if held := tb.b.bytes.Load(); dead == 0 || held != int64(dead)*each {
+		t.Errorf("held %d bytes for %d dead letters of %d bytes each", held, dead, each)
 	}
+	held := tb.b.bytes.Load()
 	t.Logf("accepted %d, refused %d, dead %d, held %d bytes", len(accepted), refused, dead, held)
 }
 

@@ -259,7 +259,8 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 				continue
 			}
 		}
-		j := &delivery.Job{Payload: m.Payload, MaxAttempts: int32(m.MaxAttempts)}
+		j := &delivery.Job{MaxAttempts: int32(m.MaxAttempts)}
+		j.SetPayload(m.Payload)
 		j.SetOptions(m.Headers, m.TTL, m.RetryBase, m.RetryMax)
 		j.SetSizeHint(m.SizeHint)
 		names := delivery.Names{Producer: m.Producer, JobType: m.JobType}
@@ -269,7 +270,7 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 		}
 		b.ids.give(j)
 		if err := q.publishLocked(j, names, m.RunAt, now); err != nil {
-			b.release(j)
+			b.bytes.Add(-jobSize(j, names, q.name))
 			out = append(out, Result{Err: err})
 			continue
 		}
@@ -336,9 +337,12 @@ func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
 // entries.
 const msgOverhead = 256
 
-// jobSize is the bytes a job is charged to the broker's budget.
+// jobSize is the bytes a job is charged to the broker's budget, from what
+// the job keeps and never changes after its publish, so that what is
+// released is what was reserved without the job storing it. A job not yet
+// admitted has no names of its own yet: the caller gives them.
 func jobSize(j *delivery.Job, names delivery.Names, queueName string) int64 {
-	size := int64(msgOverhead + len(j.Payload) + len(queueName) + len(names.Producer) + len(names.JobType))
+	size := int64(msgOverhead + len(j.Payload()) + len(queueName) + len(names.Producer) + len(names.JobType))
 	for k, v := range j.Headers() {
 		size += int64(len(k) + len(v))
 	}
@@ -355,16 +359,15 @@ func (b *Broker) reserve(j *delivery.Job, names delivery.Names, queueName string
 			return &OverBudgetError{Size: size, Held: held, Limit: limit}
 		}
 		if b.bytes.CompareAndSwap(held, held+size) {
-			j.Size = int32(size) // a job is far below 2 GiB (MaxPayloadLimit)
 			return nil
 		}
 	}
 }
 
-// release gives j's bytes back to the budget once the broker lets go of it.
-func (b *Broker) release(j *delivery.Job) {
-	b.bytes.Add(-int64(j.Size))
-	j.Size = 0
+// release gives j's bytes back to the budget once the broker lets go of
+// it (the line hands each job back once: Effects.Released).
+func (q *queue) release(j *delivery.Job) {
+	q.b.bytes.Add(-jobSize(j, delivery.Names{Producer: j.Producer(), JobType: j.JobType()}, q.name))
 }
 
 // Subscribe opens a consumer on a queue (created if needed) with prefetch
@@ -516,8 +519,7 @@ func (b *Broker) DeleteQueue(name string, force bool) (QueueDeleted, error) {
 		return QueueDeleted{}, err
 	}
 	q.deleted = true
-	release := func(j *delivery.Job) { b.release(j) }
-	q.line.Each(release, release, release, func(e delivery.DeadLetterEntry) { release(e.Job) })
+	q.line.Each(q.release, q.release, q.release, func(e delivery.DeadLetterEntry) { q.release(e.Job) })
 	for _, c := range q.cons {
 		c.closed = true
 		q.waiters.remove(c)

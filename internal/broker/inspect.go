@@ -142,7 +142,7 @@ func (b *Broker) DeadLetters(name string, limit int) ([]DeadLetter, error) {
 		j := d.Job
 		out[i] = DeadLetter{
 			ID: j.ID(), Queue: q.name, Producer: j.Producer(), JobType: j.JobType(),
-			Payload: j.Payload, Headers: j.Headers(), Attempts: j.Attempt(),
+			Payload: j.Payload(), Headers: j.Headers(), Attempts: j.Attempt(),
 			Reason: d.Reason, PublishedAt: j.PublishedAt(), DeadAt: d.At,
 		}
 	}

@@ -146,7 +146,7 @@ func (b *Broker) GetJob(queue, id string) (JobInfo, error) {
 	}
 	info := JobInfo{
 		ID: j.ID(), Queue: q.name, Producer: j.Producer(), JobType: j.JobType(), State: JobState(state),
-		Payload: j.Payload, Headers: j.Headers(), Attempts: j.Attempt(), MaxAttempts: int(j.MaxAttempts),
+		Payload: j.Payload(), Headers: j.Headers(), Attempts: j.Attempt(), MaxAttempts: int(j.MaxAttempts),
 		PublishedAt: j.PublishedAt(), Tier: j.Tier(), Cost: j.Cost(), Long: j.Long(), Cold: j.Prediction().Cold, Expires: j.Expires(),
 	}
 	switch state {

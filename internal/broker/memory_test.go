@@ -29,7 +29,9 @@ func TestHeapPerWaitingJob(t *testing.T) {
 	// The memory budget (Config.MaxBytes) charges each job an estimate;
 	// it must follow what a job really costs, or the budget bounds
 	// nothing.
-	est := float64(jobSize(&delivery.Job{Payload: make([]byte, 64)}, delivery.Names{Producer: "web-0", JobType: "type-0"}, "q"))
+	j := &delivery.Job{}
+	j.SetPayload(make([]byte, 64))
+	est := float64(jobSize(j, delivery.Names{Producer: "web-0", JobType: "type-0"}, "q"))
 	if est < 0.8*per || est > 1.25*per {
 		t.Errorf("the budget charges a waiting job %.0f bytes, its heap is %.0f: update msgOverhead", est, per)
 	}

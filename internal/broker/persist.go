@@ -299,9 +299,7 @@ func mapsKeys[V1, V2 any](a map[string]V1, b map[string]V2) map[string]bool {
 // forceReserve charges a recovered job to the budget; recovery never
 // refuses what the broker had accepted.
 func (b *Broker) forceReserve(j *delivery.Job, queueName string) {
-	size := jobSize(j, delivery.Names{Producer: j.Producer(), JobType: j.JobType()}, queueName)
-	j.Size = int32(size)
-	b.bytes.Add(size)
+	b.bytes.Add(jobSize(j, delivery.Names{Producer: j.Producer(), JobType: j.JobType()}, queueName))
 }
 
 // maybeCheckpoint starts a checkpoint when the log has grown past its

@@ -65,7 +65,7 @@ func view(b *Broker) []jobView {
 			hs = append(hs, k+"="+v)
 		}
 		slices.Sort(hs)
-		v := jobView{ID: m.ID(), Queue: q.name, Producer: m.Producer(), JobType: m.JobType(), Payload: string(m.Payload),
+		v := jobView{ID: m.ID(), Queue: q.name, Producer: m.Producer(), JobType: m.JobType(), Payload: string(m.Payload()),
 			Headers: strings.Join(hs, ","), Attempt: m.Attempt(), State: state, Tier: m.Tier(), Long: m.Long(), Seq: m.Seq()}
 		if q.line.Stale(m) {
 			v.Tier, v.Long = -1, false // classified afresh when it is next in line

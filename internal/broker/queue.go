@@ -75,7 +75,7 @@ func (q *queue) applyLocked(now time.Time) {
 		q.logLocked(fx.Records...)
 	}
 	for _, j := range fx.Released {
-		q.b.release(j)
+		q.release(j)
 	}
 	wake := fx.Ready
 	if lim := q.cfg.MaxInFlight; lim > 0 {
@@ -142,7 +142,7 @@ func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
 func (q *queue) delivery(j *delivery.Job) Delivery {
 	return Delivery{
 		ID: j.ID(), Queue: q.name, Producer: j.Producer(), JobType: j.JobType(),
-		SizeHint: j.SizeHint(), Payload: j.Payload, Headers: j.Headers(),
+		SizeHint: j.SizeHint(), Payload: j.Payload(), Headers: j.Headers(),
 		Attempt: j.Attempt(), PublishedAt: j.PublishedAt(), Lease: q.cfg.Lease,
 		Tier: j.Tier(), Predicted: j.Prediction().Cost,
 	}

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"math"
 	"time"
 	"unsafe"
 
@@ -20,17 +21,15 @@ import (
 type Job struct {
 	// The job's id, kept in the job itself rather than in a string of its
 	// own: ID returns a string that points here (see SetID).
-	id          [maxInlineID]byte
-	idLen       uint8  // bytes of id in use; longID when the id is in opts
-	names       *Names // interned by the Line: see Admit
-	Payload     []byte
+	id    [maxInlineID]byte
+	idLen uint8  // bytes of id in use; longID when the id is in opts
+	names *Names // interned by the Line: see Admit
+	// The payload as a pointer and a length rather than a slice: a slice's
+	// capacity is a word no job needs (see Payload).
+	payload     *byte
 	opts        *options // nil for a job with none (most): see SetOptions
+	payloadLen  uint32   // a payload is far below 4 GiB (the broker's MaxPayloadLimit)
 	MaxAttempts int32    // 0 takes the queue's default
-
-	// Size is what the caller charged the job to its memory budget; the
-	// Line only carries it, and hands the job back in Effects.Released
-	// when it lets go of it.
-	Size int32
 
 	attempt   int32 // deliveries so far
 	heapIdx   int32 // in the leases or delayed heap, -1 when in neither
@@ -51,6 +50,18 @@ type Job struct {
 	deadline  int64      // in flight: the lease's end; delayed: when it is due; dead: when it died (nanos)
 	// Who holds a job in flight and since when are the Line's (held), not
 	// every waiting job's.
+}
+
+// Payload is the job's body. The caller must not change it.
+func (j *Job) Payload() []byte { return unsafe.Slice(j.payload, j.payloadLen) }
+
+// SetPayload sets the job's body, which the job keeps (no copy). Set it
+// before Admit (or SetSizeHint), and never after.
+func (j *Job) SetPayload(p []byte) {
+	if uint64(len(p)) > math.MaxUint32 {
+		panic("delivery: a payload of 4 GiB or more") // the broker's limits refuse far smaller ones
+	}
+	j.payload, j.payloadLen = unsafe.SliceData(p), uint32(len(p))
 }
 
 // Names are who published a job and what kind it is. A Line keeps one
@@ -172,7 +183,7 @@ func (j *Job) SetSizeHint(n uint64) {
 	if j.opts != nil {
 		o = *j.opts
 	}
-	o.sizeHint, o.sized = n, n != uint64(len(j.Payload))
+	o.sizeHint, o.sized = n, n != uint64(j.payloadLen)
 	j.setOptions(o)
 }
 
@@ -182,7 +193,7 @@ func (j *Job) SizeHint() uint64 {
 	if j.opts != nil && j.opts.sized {
 		return j.opts.sizeHint
 	}
-	return uint64(len(j.Payload))
+	return uint64(j.payloadLen)
 }
 
 // Headers are the job's headers; the caller must not change them.

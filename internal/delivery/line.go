@@ -983,7 +983,7 @@ func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, d
 	}
 	*sj = store.Job{
 		ID: j.ID(), Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint(),
-		Payload: j.Payload, Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
+		Payload: j.Payload(), Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
 		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: int(j.item.Tier), Cost: j.item.Cost,
 		Long: j.item.Long, Cold: j.predCold, Reset: j.gen != l.gen, Enqueued: j.Enqueued(), Expires: j.Expires(),
 		Attempts: int(j.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: j.scheduled,
@@ -1034,11 +1034,12 @@ func takeSpare[T any](spare *[]*T) *T {
 // writes no records; jobs must come in publish order.
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
-		names:   l.intern(Names{sj.Producer, sj.JobType}),
-		Payload: sj.Payload, MaxAttempts: int32(sj.MaxAttempts), published: nanos(sj.PublishedAt),
+		names:       l.intern(Names{sj.Producer, sj.JobType}),
+		MaxAttempts: int32(sj.MaxAttempts), published: nanos(sj.PublishedAt),
 		attempt: int32(sj.Attempts), heapIdx: -1, scheduled: sj.Scheduled,
 	}
 	j.SetID(sj.ID)
+	j.SetPayload(sj.Payload)
 	j.SetOptions(sj.Headers, sj.TTL, sj.RetryBase, sj.RetryMax)
 	j.SetSizeHint(sj.SizeHint)
 	j.item = sched.Item{ID: sj.Seq, Cost: sj.Cost, Long: sj.Long}
