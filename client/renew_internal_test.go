@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,5 +76,62 @@ func TestNoExtendAfterAck(t *testing.T) {
 	s.forget()
 	if id := rs.settledThenExtended(); id != "" {
 		t.Fatalf("job %s was extended after its ack", id)
+	}
+}
+
+// A job past its timeout: its handler's context ends with ErrTimeout, its
+// lease is renewed no more, and it is nacked for a retry saying so; one
+// whose handler still returns nil is acked.
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	rs := &recordingStream{}
+	s := &session{stream: rs, cfg: WorkerConfig{Timeout: time.Millisecond}}
+	r := &renewer{s: s}
+	defer r.stop()
+
+	// The renewal: one extend before the timeout, none after.
+	d := &Delivery{ID: "bericht-ü", Lease: 30 * time.Second}
+	r.start(d, time.Hour, time.Now().Add(time.Hour)) // fired by hand below
+	r.fire()
+	r.start(d, time.Hour, time.Now().Add(-time.Nanosecond))
+	r.fire()
+	r.stop()
+
+	causes := make(chan error, 2)
+	for i, h := range []Handler{
+		func(ctx context.Context, _ *Delivery) error { <-ctx.Done(); causes <- context.Cause(ctx); return ctx.Err() },
+		func(ctx context.Context, _ *Delivery) error { <-ctx.Done(); causes <- context.Cause(ctx); return nil },
+	} {
+		d := &Delivery{ID: fmt.Sprint("job-", i), Lease: 30 * time.Second, Payload: make([]byte, 2<<10)}
+		s.hold(d)
+		s.handle(t.Context(), d, h, r)
+		if err := <-causes; err != ErrTimeout {
+			t.Errorf("handler %d: its context ended with %v, want ErrTimeout", i, err)
+		}
+	}
+
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var extends int
+	var nack *pb.Nack
+	var ack *pb.Ack
+	for _, req := range rs.sent {
+		switch req := req.Request.(type) {
+		case *pb.ConsumeRequest_Extend:
+			extends++
+		case *pb.ConsumeRequest_Nack:
+			nack = req.Nack
+		case *pb.ConsumeRequest_Ack:
+			ack = req.Ack
+		}
+	}
+	if extends != 1 {
+		t.Errorf("%d extends, want 1: none once the job is past its timeout", extends)
+	}
+	if nack == nil || nack.Id != "job-0" || nack.Action != pb.NackAction_NACK_ACTION_RETRY || !strings.HasPrefix(nack.Reason, "timed out after 1ms: ") {
+		t.Errorf("the job whose handler gave up: %v, want a retry saying it timed out", nack)
+	}
+	if ack == nil || ack.Id != "job-1" {
+		t.Errorf("the job whose handler returned nil after its timeout: %v, want an ack", ack)
 	}
 }

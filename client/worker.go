@@ -55,6 +55,10 @@ type Handler func(ctx context.Context, d *Delivery) error
 // fmt.Errorf("%w: bad input", client.ErrDeadLetter).
 var ErrDeadLetter = errors.New("harbinger: dead-letter this job")
 
+// ErrTimeout is the cause (context.Cause) of a handler's context when the
+// job ran past WorkerConfig.Timeout.
+var ErrTimeout = errors.New("harbinger: job timed out")
+
 // ErrClientClosed is returned by RunWorker when its Client was closed.
 var ErrClientClosed = errors.New("harbinger: client closed")
 
@@ -81,6 +85,15 @@ type WorkerConfig struct {
 	// or waiting for a handler) is renewed; 0 renews at half the lease,
 	// negative never.
 	LeaseExtend time.Duration
+	// Timeout bounds how long one job's handler may run; 0, the default,
+	// is no bound. When it passes, the handler's context is cancelled with
+	// cause ErrTimeout and the job's lease is no longer renewed: a handler
+	// that returns an error then has its job retried (the nack's reason
+	// says it timed out), and one that ignores its context keeps its
+	// handler busy, but the broker gives the job to another worker once
+	// the lease runs out. A handler that returns nil after its timeout
+	// still acks its job.
+	Timeout time.Duration
 	// MaxReconnectDelay caps the backoff between reconnects; default 5s.
 	MaxReconnectDelay time.Duration
 	// OnRequestError is told of every ack, nack or extend the broker
@@ -135,6 +148,9 @@ func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) err
 		if !utf8.ValidString(f.v) {
 			return status.Errorf(codes.InvalidArgument, "harbinger: RunWorker's %s %q is not valid UTF-8", f.what, strings.ToValidUTF8(f.v, "\uFFFD"))
 		}
+	}
+	if cfg.Timeout < 0 {
+		return status.Errorf(codes.InvalidArgument, "harbinger: RunWorker's Timeout %v is negative (0 is no bound)", cfg.Timeout)
 	}
 	cfg.Concurrency = max(cfg.Concurrency, 1)
 	cfg.Prefetch = max(cfg.Prefetch, cfg.Concurrency)
@@ -453,15 +469,26 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer
 	if skip {
 		stop(ErrCancelled)
 	} else {
+		start := time.Now()
+		var until time.Time // renew no lease past it
+		hctx := context.Context(jctx)
+		if t := s.cfg.Timeout; t > 0 {
+			until = start.Add(t)
+			var cancel context.CancelFunc
+			hctx, cancel = context.WithDeadlineCause(jctx, until, ErrTimeout)
+			defer cancel()
+		}
 		every := s.renewEvery(d)
 		if every > 0 {
-			r.start(d, every)
+			r.start(d, every, until)
 		}
-		start := time.Now()
-		err = run(jctx, d, h)
+		err = run(hctx, d, h)
 		took = max(time.Since(start), time.Microsecond)
 		if every > 0 {
 			r.stop()
+		}
+		if err != nil && errors.Is(context.Cause(hctx), ErrTimeout) {
+			err = fmt.Errorf("timed out after %v: %w", s.cfg.Timeout, err)
 		}
 	}
 	cancelled := errors.Is(context.Cause(jctx), ErrCancelled)
@@ -508,14 +535,16 @@ type renewer struct {
 	t     *time.Timer
 	d     *Delivery // the job whose lease it renews; nil between jobs
 	every time.Duration
-	gen   uint64 // counts jobs, so that a late firing for one does nothing for the next
+	until time.Time // no renewal after it (the job's timeout); zero is none
+	gen   uint64    // counts jobs, so that a late firing for one does nothing for the next
 }
 
-// start renews d's lease every every until stop.
-func (r *renewer) start(d *Delivery, every time.Duration) {
+// start renews d's lease every every until stop, or until until if it is
+// not zero.
+func (r *renewer) start(d *Delivery, every time.Duration, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.d, r.every = d, every
+	r.d, r.every, r.until = d, every, until
 	r.gen++
 	if r.t == nil {
 		r.t = time.AfterFunc(every, r.fire)
@@ -537,10 +566,10 @@ func (r *renewer) stop() {
 
 func (r *renewer) fire() {
 	r.mu.Lock()
-	d, gen := r.d, r.gen
+	d, gen, until := r.d, r.gen, r.until
 	r.mu.Unlock()
-	if d == nil {
-		return
+	if d == nil || (!until.IsZero() && time.Now().After(until)) {
+		return // a job past its timeout keeps the lease it has, no more
 	}
 	current := func() bool {
 		r.mu.Lock()
