@@ -99,7 +99,11 @@ func TestTimeout(t *testing.T) {
 
 	causes := make(chan error, 2)
 	for i, h := range []Handler{
-		func(ctx context.Context, _ *Delivery) error { <-ctx.Done(); causes <- context.Cause(ctx); return ctx.Err() },
+		func(ctx context.Context, _ *Delivery) error {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		},
 		func(ctx context.Context, _ *Delivery) error { <-ctx.Done(); causes <- context.Cause(ctx); return nil },
 	} {
 		d := &Delivery{ID: fmt.Sprint("job-", i), Lease: 30 * time.Second, Payload: make([]byte, 2<<10)}
