@@ -45,6 +45,10 @@ func FuzzDashboard(f *testing.F) {
 		{"POST", "/login", "token={token}&next=/%5Cevil.example", "application/x-www-form-urlencoded"},
 		{"POST", "/login", "token=wrong&next=/queues/q?limit=5", "application/x-www-form-urlencoded"},
 		{"GET", "/queues/q", "", ""},
+		{"GET", "/queues/q/jobs/%FF%3Cscript%3E", "", ""},
+		{"GET", "/api/v1/queues/q/jobs/nope%2F..", "", ""},
+		{"GET", "/queues/q/job?id=..", "", ""},
+		{"GET", "/queues/q/job?id=%09/evil.example", "", ""},
 	} {
 		f.Add(s.method, s.target, s.body, s.ct, false)
 		f.Add(s.method, s.target, s.body, s.ct, true)

@@ -121,6 +121,12 @@ func nextPath(p string) string {
 }
 
 func (s *Server) render(w http.ResponseWriter, name string, d pageData) {
+	s.renderStatus(w, http.StatusOK, name, d)
+}
+
+// renderStatus renders a page with an HTTP status other than 200: an error,
+// or a job that is not there.
+func (s *Server) renderStatus(w http.ResponseWriter, code int, name string, d pageData) {
 	t := s.pages[name]
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "layout", d); err != nil {
@@ -130,10 +136,11 @@ func (s *Server) render(w http.ResponseWriter, name string, d pageData) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
 	_, _ = buf.WriteTo(w)
 }
 
-var pageNames = []string{"queues", "queue", "keys", "jobs", "schedules", "login", "error"}
+var pageNames = []string{"queues", "queue", "keys", "jobs", "job", "schedules", "login", "error"}
 
 func (s *Server) parseTemplates() error {
 	funcs := template.FuncMap{
@@ -145,6 +152,9 @@ func (s *Server) parseTemplates() error {
 		"inflight": fmtInFlight,
 		"since":    func(t time.Time) string { return fmtMS(ms(s.cfg.Clock.Now().Sub(t))) + " ago" },
 		"clock":    func(t time.Time) string { return t.UTC().Format("15:04:05") },
+		"stamp":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000 UTC") },
+		"from":     func(t time.Time) string { return fromNow(s.cfg.Clock.Now(), t) },
+		"show":     func(v string) string { return show(v) },
 		"path":     url.PathEscape,
 		"can":      func(g *auth.Grant, p string, q string) bool { return g != nil && g.Allows(auth.Permission(p), q) },
 		"sorturl":  sortURL,

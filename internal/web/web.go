@@ -147,12 +147,15 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /queues/{name}", s.page(s.queuePage))
 	m.HandleFunc("GET /queues/{name}/keys", s.page(s.keysPage))
 	m.HandleFunc("GET /queues/{name}/jobs", s.page(s.jobsPage))
+	m.HandleFunc("GET /queues/{name}/jobs/{id}", s.page(s.jobPage))
+	m.HandleFunc("GET /queues/{name}/job", s.page(s.lookupJob))
 	m.HandleFunc("GET /schedules", s.page(s.schedulesPage))
 
 	m.HandleFunc("GET /api/v1/queues", s.api(s.apiQueues))
 	m.HandleFunc("GET /api/v1/queues/{name}", s.api(s.apiQueue))
 	m.HandleFunc("GET /api/v1/queues/{name}/keys", s.api(s.apiKeys))
 	m.HandleFunc("GET /api/v1/queues/{name}/jobs", s.api(s.apiJobs))
+	m.HandleFunc("GET /api/v1/queues/{name}/jobs/{id}", s.api(s.apiJob))
 	m.HandleFunc("GET /api/v1/queues/{name}/series", s.api(s.apiSeries))
 	m.HandleFunc("GET /api/v1/schedules", s.api(s.apiSchedules))
 
@@ -209,6 +212,10 @@ func status(err error) (int, string) {
 		return http.StatusForbidden, strings.TrimPrefix(de.Error(), "auth: ")
 	case errors.As(err, &nf):
 		return http.StatusNotFound, strings.TrimPrefix(err.Error(), "broker: ")
+	case errors.Is(err, broker.ErrUnknownMessage):
+		// A job the queue does not hold: its message says it may have
+		// ended or never existed.
+		return http.StatusNotFound, strings.TrimPrefix(err.Error(), "broker: ")
 	case errors.Is(err, broker.ErrQueueInUse):
 		// Its message says what the queue holds, or which schedules
 		// publish to it.
@@ -233,8 +240,7 @@ func (s *Server) page(h func(w http.ResponseWriter, r *http.Request, g *auth.Gra
 		}
 		if err := h(w, r, g); err != nil {
 			code, msg := status(err)
-			w.WriteHeader(code)
-			s.render(w, "error", pageData{Title: http.StatusText(code), Signed: s.cfg.Tokens != nil, Grant: g, Data: msg})
+			s.renderStatus(w, code, "error", pageData{Title: http.StatusText(code), Signed: s.cfg.Tokens != nil, Grant: g, Data: msg})
 		}
 	}
 }

@@ -436,8 +436,8 @@ func TestCancelAction(t *testing.T) {
 	if in, _ := tb.b.Queue("q"); in.Ready != 0 || in.Cancelled != 2 {
 		t.Fatalf("after cancelling: %+v", in)
 	}
-	if code, _, _ := tb.do(t, "POST", "/api/v1/queues/q/jobs/cancel", "", `{"ids":["nope"]}`, "application/json"); code == 200 {
-		t.Fatal("cancelled a job that does not exist")
+	if code, body, _ := tb.do(t, "POST", "/api/v1/queues/q/jobs/cancel", "", `{"ids":["nope"]}`, "application/json"); code != http.StatusNotFound {
+		t.Fatalf("cancelling a job that does not exist: %d %s, want 404", code, body)
 	}
 }
 

@@ -19,7 +19,9 @@
     try {
       const res = await fetch(location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } });
       if (res.redirected) { location.assign(res.url); return; }
-      if (!res.ok) return;
+      // A 404 is news too: the job shown has ended, or the queue was
+      // deleted. Other failures may pass: keep the page as it is.
+      if (!res.ok && res.status !== 404) return;
       const doc = new DOMParser().parseFromString(await res.text(), "text/html");
       const next = doc.getElementById("live");
       if (!next || busy()) return;

@@ -1,0 +1,420 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/harbinger-mq/harbinger/internal/broker"
+)
+
+// jobsInEachState leaves queue q with one job of each state and returns
+// their ids. The fake clock starts at 00:00:00 and ends at 00:00:07.
+func jobsInEachState(t *testing.T, tb *testBundle) (waiting, delayed, running, dead string) {
+	t.Helper()
+	if _, err := tb.b.Declare("q", broker.QueueConfig{MaxAttempts: 5, Lease: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := tb.b.Subscribe("q", "worker-1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	next := func(m *broker.Message) string {
+		t.Helper()
+		tb.publish(t, m)
+		d, err := c.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.ID != m.ID {
+			t.Fatalf("delivered %s, want %s", d.ID, m.ID)
+		}
+		return d.ID
+	}
+	// 00:00:00: dead-lettered on its first attempt.
+	dead = next(&broker.Message{Queue: "q", Producer: "shop", JobType: "doomed"})
+	if err := c.Nack(dead, broker.NackDeadLetter, 0, "broken: <b>bad</b>"); err != nil {
+		t.Fatal(err)
+	}
+	c.AddCredit(1)
+	// 00:00:01: delivered, and held.
+	tb.clk.Advance(time.Second)
+	running = next(&broker.Message{Queue: "q", Producer: "shop", JobType: "render"})
+	// 00:00:03: one in line with a TTL, one due in ten minutes.
+	tb.clk.Advance(2 * time.Second)
+	ids, err := tb.b.Publish(
+		&broker.Message{Queue: "q", Producer: "shop", JobType: "mail", TTL: time.Hour, Payload: []byte(`{"to":"a@example.com"}`)},
+		&broker.Message{Queue: "q", Producer: "shop", JobType: "later", Delay: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.clk.Advance(4 * time.Second)
+	return ids[0], ids[1], running, dead
+}
+
+// Each state's page shows the fields of that state, and only those; the
+// JSON carries them with the others null, and the payload's size only.
+func TestJobShowsItsState(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	waiting, delayed, running, dead := jobsInEachState(t, tb)
+	for _, c := range []struct {
+		id, state string
+		fields    map[string]string // the td's id: what it shows
+	}{
+		{waiting, "waiting", map[string]string{
+			"job-type": "mail", "attempts": "0 of 5", "published": "2026-01-01 00:00:03.000 UTC (4 s ago)",
+			"enqueued": "2026-01-01 00:00:03.000 UTC (waited 4 s)", "expires": "2026-01-01 01:00:03.000 UTC (in 59.9 min)",
+		}},
+		{delayed, "delayed", map[string]string{
+			"job-type": "later", "attempts": "0 of 5", "due": "2026-01-01 00:10:03.000 UTC (in 9.9 min)",
+		}},
+		{running, "running", map[string]string{
+			"job-type": "render", "attempts": "1 of 5", "consumer": "worker-1",
+			"leased": "2026-01-01 00:00:01.000 UTC (running for 6 s)", "lease-ends": "2026-01-01 00:00:31.000 UTC (in 24 s)",
+		}},
+		{dead, "dead", map[string]string{
+			"job-type": "doomed", "attempts": "1 of 5", "reason": "nacked: broken: &lt;b&gt;bad&lt;/b&gt;",
+			"dead-at": "2026-01-01 00:00:00.000 UTC (7 s ago)",
+		}},
+	} {
+		code, page, _ := tb.do(t, "GET", "/queues/q/jobs/"+c.id, "", "", "")
+		if code != 200 {
+			t.Fatalf("the %s job's page: %d %s", c.state, code, page)
+		}
+		if got := element(t, page, `id="state">`, "</span>"); got != c.state {
+			t.Errorf("the %s job's page says it is %q", c.state, got)
+		}
+		if got := element(t, page, `<code id="job-id">`, "</code>"); got != c.id {
+			t.Errorf("the %s job's page shows the id %q, want %q", c.state, got, c.id)
+		}
+		for field, want := range c.fields {
+			if got := element(t, page, `id="`+field+`"`, "</td>"); !strings.Contains(got, want) {
+				t.Errorf("the %s job's %s shows %q, want %q", c.state, field, got, want)
+			}
+		}
+		// The fields of the other states are not there.
+		for _, other := range []string{"enqueued", "due", "consumer", "leased", "lease-ends", "reason", "dead-at"} {
+			if _, ok := c.fields[other]; !ok && strings.Contains(page, `id="`+other+`"`) {
+				t.Errorf("the %s job's page shows %s", c.state, other)
+			}
+		}
+	}
+
+	var jv JobView
+	getJSON(t, tb, "/api/v1/queues/q/jobs/"+running, &jv)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if jv.State != "running" || jv.Consumer != "worker-1" || jv.Attempts != 1 || jv.MaxAttempts != 5 ||
+		jv.LeasedAt == nil || !jv.LeasedAt.Equal(t0.Add(time.Second)) || jv.ElapsedMS == nil || *jv.ElapsedMS != 6000 ||
+		jv.LeaseEnds == nil || !jv.LeaseEnds.Equal(t0.Add(31*time.Second)) ||
+		jv.EnqueuedAt != nil || jv.WaitedMS != nil || jv.DueAt != nil || jv.DeadAt != nil || jv.Reason != "" {
+		t.Errorf("the running job's JSON: %+v", jv)
+	}
+	jv = JobView{}
+	getJSON(t, tb, "/api/v1/queues/q/jobs/"+waiting, &jv)
+	if jv.State != "waiting" || jv.JobType != "mail" || jv.Producer != "shop" || jv.PayloadSize != 22 ||
+		jv.EnqueuedAt == nil || !jv.EnqueuedAt.Equal(t0.Add(3*time.Second)) || jv.WaitedMS == nil || *jv.WaitedMS != 4000 ||
+		jv.ExpiresAt == nil || !jv.ExpiresAt.Equal(t0.Add(time.Hour+3*time.Second)) || jv.LeaseEnds != nil || jv.Consumer != "" {
+		t.Errorf("the waiting job's JSON: %+v", jv)
+	}
+	jv = JobView{}
+	getJSON(t, tb, "/api/v1/queues/q/jobs/"+delayed, &jv)
+	if jv.State != "delayed" || jv.DueAt == nil || !jv.DueAt.Equal(t0.Add(10*time.Minute+3*time.Second)) || jv.EnqueuedAt != nil {
+		t.Errorf("the delayed job's JSON: %+v", jv)
+	}
+	jv = JobView{}
+	getJSON(t, tb, "/api/v1/queues/q/jobs/"+dead, &jv)
+	if jv.State != "dead" || jv.Reason != "nacked: broken: <b>bad</b>" || jv.DeadAt == nil || !jv.DeadAt.Equal(t0) || jv.Attempts != 1 {
+		t.Errorf("the dead job's JSON: %+v", jv)
+	}
+	// The payload is left out, as for dead letters; headers are an object.
+	var raw map[string]any
+	getJSON(t, tb, "/api/v1/queues/q/jobs/"+waiting, &raw)
+	if _, ok := raw["payload"]; ok || raw["payload_bytes"] != 22.0 || raw["headers"] == nil || raw["expires_at"] == nil || raw["due_at"] != nil {
+		t.Errorf("the waiting job's JSON: %v", raw)
+	}
+
+	// The lists of jobs link each one to its page; the queue's page and
+	// the jobs page have the lookup form.
+	_, list, _ := tb.do(t, "GET", "/queues/q/jobs", "", "", "")
+	for _, id := range []string{waiting, running, dead} {
+		if !strings.Contains(list, `<a href="/queues/q/jobs/`+id+`" data-job="`+id+`">`) {
+			t.Errorf("the jobs page does not link %s to its page", id)
+		}
+	}
+	for _, p := range []string{"/queues/q", "/queues/q/jobs"} {
+		if _, page, _ := tb.do(t, "GET", p, "", "", ""); !strings.Contains(page, `<form method="get" action="/queues/q/job" class="search" id="lookup">`) {
+			t.Errorf("%s has no lookup form", p)
+		}
+	}
+	// The form goes to the job's page.
+	if code, _, h := tb.do(t, "GET", "/queues/q/job?id=+"+dead+"%20", "", "", ""); code != 303 || h.Get("Location") != "/queues/q/jobs/"+dead {
+		t.Errorf("looking up %s: %d → %q", dead, code, h.Get("Location"))
+	}
+	if code, _, h := tb.do(t, "GET", "/queues/q/job?id=", "", "", ""); code != 303 || !strings.HasPrefix(h.Get("Location"), "/queues/q?error=") {
+		t.Errorf("looking up no id: %d → %q, want back to the queue's page with an error", code, h.Get("Location"))
+	}
+}
+
+// A payload of a mebibyte that is not UTF-8, with characters HTML and a
+// terminal act on, shows as its first bytes escaped: the page stays small
+// and holds none of them raw.
+func TestJobPayloadIsCutAndEscaped(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	payload := bytes.Repeat([]byte{0xff, '<', 0x1b, 0xfe}, 1<<18)
+	ids, err := tb.b.Publish(&broker.Message{Queue: "q", Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, page, _ := tb.do(t, "GET", "/queues/q/jobs/"+ids[0], "", "", "")
+	if code != 200 {
+		t.Fatalf("the job's page: %d %s", code, page)
+	}
+	if len(page) > 64<<10 {
+		t.Errorf("the page of a 1 MiB payload is %d bytes", len(page))
+	}
+	if !utf8.ValidString(page) || strings.ContainsAny(page, "\x1b\x00") {
+		t.Error("the page holds bytes of the payload raw")
+	}
+	if got, want := element(t, page, `<pre class="payload" id="payload">`, "</pre>"), strings.Repeat(`\xff&lt;\x1b\xfe`, PreviewBytes/4); got != want {
+		t.Errorf("the preview is %d bytes, starting %.40q; want %d, starting %.40q", len(got), got, len(want), want)
+	}
+	if got := element(t, page, `id="payload-size">`, "</p>"); !strings.HasPrefix(got, "1048576 bytes; the first 4096 shown, the rest cut.") ||
+		!strings.Contains(got, "3072 bytes or characters that are not printable text are shown as Go escapes") {
+		t.Errorf("the payload's note: %q", got)
+	}
+	code, body, _ := tb.do(t, "GET", "/api/v1/queues/q/jobs/"+ids[0], "", "", "")
+	if code != 200 || len(body) > 4<<10 || !strings.Contains(body, `"payload_bytes": 1048576`) {
+		t.Errorf("the job's JSON: %d, %d bytes: %.400s", code, len(body), body)
+	}
+}
+
+func TestPreviewAndEscape(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in    string
+		lines bool
+		want  string
+		n     int
+	}{
+		{"plain text, é ✓", false, "plain text, é ✓", 0},
+		{"a\nb\tc", false, `a\nb\tc`, 2},
+		{"a\nb\tc", true, "a\nb\tc", 0},
+		{"\x1b[31mred\u202eevil\u2028\x00", true, `\x1b[31mred\u202eevil\u2028\x00`, 4},
+		{"\xff\xc3(\xe2\x82", false, `\xff\xc3(\xe2\x82`, 4},
+		{"<script>&", false, "<script>&", 0}, // the template escapes these
+	} {
+		got, n, escaped := escape(c.in, len(c.in), c.lines)
+		if got != c.want || n != len(c.in) || escaped != c.n {
+			t.Errorf("escape(%q, lines %v) = %q, %d bytes, %d escapes; want %q, %d, %d", c.in, c.lines, got, n, escaped, c.want, len(c.in), c.n)
+		}
+	}
+	// A character the limit falls inside is left out whole.
+	p := preview([]byte(strings.Repeat("€", 2000)), PreviewBytes)
+	if p.Text != strings.Repeat("€", 1365) || p.Shown != 4095 || !p.Cut || p.Escaped != 0 {
+		t.Errorf("a preview of 6000 bytes of €: %d bytes shown, cut %v, %d escapes", p.Shown, p.Cut, p.Escaped)
+	}
+	if p := preview([]byte("short"), PreviewBytes); p.Text != "short" || p.Cut {
+		t.Errorf("a short payload's preview: %+v", p)
+	}
+}
+
+// Headers, the job type and the producer are escaped: text that looks like
+// markup shows as text, and a bidirectional override or a newline as its
+// escape.
+func TestJobHeadersAreEscaped(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	headers := map[string]string{
+		"<script>alert(1)</script>": `<img src=x onerror="alert(2)">`,
+		"bidi":                      "abc\u202edef",
+		"multi":                     "line1\nline2",
+	}
+	ids, err := tb.b.Publish(&broker.Message{Queue: "q", Producer: "<i>p</i>", JobType: "<b>t</b>", Headers: headers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, page, _ := tb.do(t, "GET", "/queues/q/jobs/"+ids[0], "", "", "")
+	if code != 200 {
+		t.Fatalf("the job's page: %d %s", code, page)
+	}
+	for _, raw := range []string{"<script>alert", "<img", "<b>t", "<i>p", "\u202e", "line1\nline2"} {
+		if strings.Contains(page, raw) {
+			t.Errorf("the page holds %q raw", raw)
+		}
+	}
+	table := element(t, page, `<table class="grid" id="headers">`, "</table>")
+	for _, want := range []string{
+		"<tr><td><code>&lt;script&gt;alert(1)&lt;/script&gt;</code></td><td class=\"value\"><code>&lt;img src=x onerror=&#34;alert(2)&#34;&gt;</code></td></tr>",
+		`<tr><td><code>bidi</code></td><td class="value"><code>abc\u202edef</code></td></tr>`,
+		`<tr><td><code>multi</code></td><td class="value"><code>line1\nline2</code></td></tr>`,
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the headers lack %s:\n%s", want, table)
+		}
+	}
+	if got := element(t, page, `<td id="job-type">`, "</td>"); got != "&lt;b&gt;t&lt;/b&gt;" {
+		t.Errorf("the job type shows as %q", got)
+	}
+	var jv JobView
+	getJSON(t, tb, "/api/v1/queues/q/jobs/"+ids[0], &jv)
+	if len(jv.Headers) != 3 || jv.Headers["<script>alert(1)</script>"] != headers["<script>alert(1)</script>"] || jv.Headers["bidi"] != "abc\u202edef" {
+		t.Errorf("the JSON's headers: %q", jv.Headers)
+	}
+}
+
+// A job the queue does not hold, whether it ended or never was, gets the
+// not-found page and a 404; so does an unknown queue.
+func TestJobNotFound(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	ids, err := tb.b.Publish(&broker.Message{Queue: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tb.b.Subscribe("q", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Next(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := tb.do(t, "GET", "/queues/q/jobs/"+ids[0], "", "", ""); code != 200 {
+		t.Fatalf("the running job's page: %d", code)
+	}
+	if err := c.Ack(d.ID, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{ids[0], "never-was"} {
+		code, page, h := tb.do(t, "GET", "/queues/q/jobs/"+id, "", "", "")
+		if code != http.StatusNotFound || !strings.HasPrefix(h.Get("Content-Type"), "text/html") || h.Get("Cache-Control") != "no-store" {
+			t.Errorf("the page of %s: %d (%s, %s), want a 404 page", id, code, h.Get("Content-Type"), h.Get("Cache-Control"))
+		}
+		msg := element(t, page, `id="not-found">`, "</p>")
+		for _, want := range []string{"has ended (acked, cancelled, purged or dropped)", "or never existed"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("the page of %s says %q, lacking %q", id, msg, want)
+			}
+		}
+		if got := element(t, page, `<code id="job-id">`, "</code>"); got != id || !strings.Contains(page, `id="lookup"`) {
+			t.Errorf("the page of %s names %q, or has no lookup form", id, got)
+		}
+		code, body, _ := tb.do(t, "GET", "/api/v1/queues/q/jobs/"+id, "", "", "")
+		var e struct{ Error string }
+		if err := json.Unmarshal([]byte(body), &e); err != nil || code != http.StatusNotFound ||
+			!strings.Contains(e.Error, fmt.Sprintf("holds no job %q (acked, cancelled, purged, dropped or never published to it)", id)) {
+			t.Errorf("the JSON of %s: %d %s", id, code, body)
+		}
+	}
+	code, page, _ := tb.do(t, "GET", "/queues/nope/jobs/"+ids[0], "", "", "")
+	if code != http.StatusNotFound || !strings.Contains(element(t, page, `id="error">`, "</p>"), `queue &#34;nope&#34; not found`) {
+		t.Errorf("a job of an unknown queue: %d", code)
+	}
+	if code, body, _ := tb.do(t, "GET", "/api/v1/queues/nope/jobs/"+ids[0], "", "", ""); code != http.StatusNotFound || !strings.Contains(body, `queue \"nope\" not found`) {
+		t.Errorf("a job of an unknown queue, as JSON: %d %s", code, body)
+	}
+}
+
+// A job's page and JSON take read on its queue; a token without it learns
+// nothing, not even whether the job exists.
+func TestJobAsksForRead(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, map[string][]string{"other": {"admin:other."}, "viewer": {"read:orders."}})
+	ids, err := tb.b.Publish(&broker.Message{Queue: "orders.eu", JobType: "secret-type", Headers: map[string]string{"k": "secret-header"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := "hbr_" + strings.Repeat("a", 32)
+	for _, id := range []string{ids[0], "never-was"} {
+		for _, p := range []string{"/queues/orders.eu/jobs/" + id, "/api/v1/queues/orders.eu/jobs/" + id} {
+			page := !strings.HasPrefix(p, "/api/")
+			for _, tok := range []string{"", wrong} {
+				code, _, h := tb.do(t, "GET", p, tok, "", "")
+				if page && (code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/login")) {
+					t.Errorf("GET %s with token %q: %d → %q, want a redirect to /login", p, tok, code, h.Get("Location"))
+				}
+				if !page && code != http.StatusUnauthorized {
+					t.Errorf("GET %s with token %q: %d, want 401", p, tok, code)
+				}
+			}
+			code, body, _ := tb.do(t, "GET", p, tb.tokens["other"], "", "")
+			if code != http.StatusForbidden || strings.Contains(body, "secret") || strings.Contains(body, "holds no job") {
+				t.Errorf("GET %s with a token for other queues: %d, want 403 saying nothing of the job: %s", p, code, body)
+			}
+			want := http.StatusOK
+			if id == "never-was" {
+				want = http.StatusNotFound
+			}
+			if code, body, _ := tb.do(t, "GET", p, tb.tokens["viewer"], "", ""); code != want {
+				t.Errorf("GET %s as viewer: %d, want %d: %s", p, code, want, body)
+			}
+		}
+	}
+	if code, _, h := tb.do(t, "GET", "/queues/orders.eu/job?id="+ids[0], "", "", ""); code != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/login") {
+		t.Errorf("the lookup without a token: %d → %q", code, h.Get("Location"))
+	}
+}
+
+// A queue named in any script, and an id with characters a URL treats
+// apart, reach the broker as they are.
+func TestJobNamedInAnyScript(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	const odd = "a/b?c=1&d#e%41 é+;"
+	for _, name := range []string{"rapports-été", "注文/日本?x=1#2%41"} {
+		ids, err := tb.b.Publish(&broker.Message{Queue: name, JobType: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		esc := url.PathEscape(name)
+		_, list, _ := tb.do(t, "GET", "/queues/"+esc+"/jobs", "", "", "")
+		link := "/queues/" + esc + "/jobs/" + ids[0]
+		if !strings.Contains(list, `<a href="`+link+`"`) {
+			t.Fatalf("%s's jobs page does not link to %s", name, link)
+		}
+		code, page, _ := tb.do(t, "GET", link, "", "", "")
+		if code != 200 || element(t, page, `<code id="job-id">`, "</code>") != ids[0] || !strings.Contains(page, `<a href="/queues/`+esc+`">`) {
+			t.Errorf("%s's job page: %d", name, code)
+		}
+
+		// The lookup form carries any id to the job's path, and the
+		// broker is asked for that id, not a piece of it.
+		code, _, h := tb.do(t, "GET", "/queues/"+esc+"/job?"+url.Values{"id": {odd}}.Encode(), "", "", "")
+		want := "/queues/" + esc + "/jobs/" + url.PathEscape(odd)
+		if loc := h.Get("Location"); code != 303 || loc != want {
+			t.Fatalf("looking up %q in %s: %d → %q, want %q", odd, name, code, loc, want)
+		}
+		code, page, _ = tb.do(t, "GET", want, "", "", "")
+		if code != http.StatusNotFound || element(t, page, `<code id="job-id">`, "</code>") != "a/b?c=1&amp;d#e%41 é&#43;;" {
+			t.Errorf("%q in %s: %d, the page names %q", odd, name, code, element(t, page, `<code id="job-id">`, "</code>"))
+		}
+		code, body, _ := tb.do(t, "GET", "/api/v1/queues/"+esc+"/jobs/"+url.PathEscape(odd), "", "", "")
+		var e struct{ Error string }
+		if err := json.Unmarshal([]byte(body), &e); err != nil || code != 404 || !strings.Contains(e.Error, fmt.Sprintf("queue %q holds no job %q", name, odd)) {
+			t.Errorf("%q in %s as JSON: %d %s", odd, name, code, body)
+		}
+		// A path cannot carry "." or ".." as a segment: the lookup
+		// answers for them itself.
+		for _, id := range []string{".", ".."} {
+			code, page, _ := tb.do(t, "GET", "/queues/"+esc+"/job?id="+id, "", "", "")
+			if code != http.StatusNotFound || element(t, page, `<code id="job-id">`, "</code>") != id {
+				t.Errorf("looking up %q in %s: %d", id, name, code)
+			}
+		}
+		// An id that is not UTF-8 is shown escaped.
+		code, page, _ = tb.do(t, "GET", "/queues/"+esc+"/jobs/%FF%3Cx", "", "", "")
+		if code != http.StatusNotFound || element(t, page, `<code id="job-id">`, "</code>") != `\xff&lt;x` || !utf8.ValidString(page) {
+			t.Errorf("an id that is not UTF-8 in %s: %d", name, code)
+		}
+	}
+}
