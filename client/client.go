@@ -270,7 +270,7 @@ func (c *Client) publishRaw(ctx context.Context, msgs []*Message) (*pb.PublishRe
 // sendPublish sends req, retrying while the broker is unavailable and ctx
 // allows.
 func (c *Client) sendPublish(ctx context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
-	delay := 50 * time.Millisecond
+	bo := newBackoff(time.Second)
 	for {
 		resp, err := c.broker.Publish(ctx, req, grpc.WaitForReady(true))
 		if err == nil {
@@ -279,14 +279,9 @@ func (c *Client) sendPublish(ctx context.Context, req *pb.PublishRequest) (*pb.P
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return nil, err
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx.Done(), bo.next()) {
 			return nil, err
-		case <-t.C:
 		}
-		delay = min(delay*2, time.Second)
 	}
 }
 

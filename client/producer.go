@@ -135,7 +135,10 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 // unique job (Message.UniqueKey) gets the first job's id and no error,
 // like a new one; PublishAsyncResult tells them apart. done runs on one
 // of the producer's goroutines, possibly while another message's done
-// runs, and must not block; m must not change until it has run.
+// runs, and must not block; m must not change until it has run. To retry
+// a failed message from done, publish it from a goroutine of its own: a
+// publish from inside done waits for room in the buffer that done's own
+// goroutine empties.
 // PublishAsync blocks only while the producer's buffer is full, and
 // returns ErrClosed after Close.
 func (p *Producer) PublishAsync(m *Message, done func(id string, err error)) error {
@@ -326,20 +329,15 @@ type pstream struct {
 // CloseTimeout. Nothing is published yet, so a connection that breaks
 // meanwhile (the broker restarting) is simply tried again.
 func (p *Producer) open() (*pstream, error) {
-	delay := 50 * time.Millisecond
+	bo := newBackoff(time.Second)
 	for {
 		ps, err := p.tryOpen()
 		if err == nil || status.Code(err) != codes.Unavailable || p.reach.Err() != nil {
 			return ps, err
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-p.reach.Done():
-			t.Stop()
+		if !pause(p.reach.Done(), bo.next()) {
 			return nil, p.unreachable(err)
-		case <-t.C:
 		}
-		delay = min(delay*2, time.Second)
 	}
 }
 

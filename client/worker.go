@@ -163,8 +163,7 @@ func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) err
 			log.Warn("harbinger: broker answered a request", "queue", cfg.Queue, "err", err)
 		}
 	}
-	const minDelay = 50 * time.Millisecond
-	delay := minDelay
+	bo := newBackoff(cfg.MaxReconnectDelay)
 	for {
 		got, err := c.session(ctx, cfg, h)
 		if ctx.Err() != nil {
@@ -179,17 +178,13 @@ func (c *Client) RunWorker(ctx context.Context, cfg WorkerConfig, h Handler) err
 			return err
 		}
 		if got {
-			delay = minDelay
+			bo.reset()
 		}
+		delay := bo.next()
 		c.log.Warn("harbinger: worker reconnecting", "queue", cfg.Queue, "in", delay, "err", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pause(ctx.Done(), delay) {
 			return nil
-		case <-t.C:
 		}
-		delay = min(delay*2, cfg.MaxReconnectDelay)
 	}
 }
 
