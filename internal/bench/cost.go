@@ -118,8 +118,13 @@ func newPublisher(ctx context.Context, q Queue, a Arm) (Publisher, error) {
 	return uq.NewUnaryPublisher(ctx)
 }
 
+// BareTCPArm is the bare queue without gRPC (BareTCPServer): what a
+// message would cost over a framed TCP protocol of Harbinger's own. Run
+// with --arms; not part of the registered comparison.
+var BareTCPArm = Arm{"bare-tcp", BareTCP, PolicyFIFO}
+
 // AllCostArms is every arm `bench cost --arms` accepts.
-var AllCostArms = uniqueArms(CostArms, []Arm{InProcessArm}, DurableArms, UnaryArms)
+var AllCostArms = uniqueArms(CostArms, []Arm{InProcessArm, BareTCPArm}, DurableArms, UnaryArms)
 
 func uniqueArms(groups ...[]Arm) []Arm {
 	var out []Arm
@@ -919,6 +924,11 @@ func CostMethod(cfg CostConfig, env Environment) string {
 		if has[BareGRPC] {
 			b.WriteString("bare-grpc is a server in this repository (internal/bench BareQueue, started as `harbinger bench " + BareQueueCommand + "`) that speaks the same gRPC API with the same server options " +
 				"and keeps one slice of waiting messages per queue: no scheduling, predictor, leases, redelivery or store, so it marks the limit of the transport and SDK; ")
+		}
+		if has[BareTCP] {
+			b.WriteString("bare-tcp is the bare queue without gRPC (internal/bench BareTCPServer, started as `harbinger bench " + BareTCPCommand + "`): " +
+				"the same publish, prefetch-1 delivery and ack over plain TCP in length-prefixed frames, each publish answered and the answers flushed when no further request is buffered, as Redis does; " +
+				"it marks what a framed protocol of Harbinger's own, instead of gRPC, would cost per message; ")
 		}
 		b.WriteString("processes started by the harness run on this machine beside it. ")
 	}

@@ -29,6 +29,9 @@ const (
 	HarbingerDurable = "harbinger-durable"
 	// BareGRPC is the bare gRPC queue (BareQueue), a process of its own.
 	BareGRPC = "bare-grpc"
+	// BareTCP is the bare TCP queue (BareTCPServer), a process of its own:
+	// the bare queue without gRPC.
+	BareTCP = "bare-tcp"
 	// RabbitMQ is a RabbitMQ the user runs: classic queues, no confirms.
 	RabbitMQ = "rabbitmq"
 	// RabbitQuorum is the same RabbitMQ with quorum queues, persistent
@@ -245,6 +248,13 @@ func Connect(ctx context.Context, arms []Arm, o ConnectOptions) (map[string]Driv
 				h.Mode = BareServer
 			}
 			drivers[a.Broker] = NewHarbinger(h)
+		case BareTCP:
+			bin, err := binary()
+			if err != nil {
+				CloseAll(drivers)
+				return nil, err
+			}
+			drivers[BareTCP] = NewBareTCP(bin)
 		case RabbitMQ, RabbitQuorum:
 			dial := DialRabbit
 			if a.Broker == RabbitQuorum {

@@ -44,6 +44,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		// Not in the usage: the process bench cost starts for its
 		// bare-grpc arm.
 		return runBareQueue(ctx, args[1:], stdout, stderr)
+	case bench.BareTCPCommand:
+		// Not in the usage either: the process of the bare-tcp arm.
+		return runBareTCP(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		benchUsage(stdout)
 		return flag.ErrHelp
@@ -247,6 +250,23 @@ func runBareQueue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	defer stop()
 	return bench.ServeBareQueue(ctx, *addr, func(a string) { fmt.Fprintln(stdout, bench.BareQueueReady(a)) })
+}
+
+// runBareTCP serves the bare TCP queue of the bare-tcp arm until ctx ends,
+// printing the line bench cost waits for once it listens.
+func runBareTCP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench "+bench.BareTCPCommand, "bench "+bench.BareTCPCommand+" [--addr 127.0.0.1:0] [--cpuprofile FILE]", stderr)
+	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file, closed at shutdown")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	stop, err := startProfiles(*cpuProfile, "")
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return bench.ServeBareTCP(ctx, *addr, func(a string) { fmt.Fprintln(stdout, bench.BareTCPReady(a)) })
 }
 
 // startProfiles starts the CPU and mutex profiles asked for; the returned
