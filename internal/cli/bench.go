@@ -148,7 +148,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	rate := fs.Float64("rate", bench.DefaultCostRate, "offered msg/s of the fixed-rate runs (the durable comparison's goal is at 1000)")
 	armsFlag := fs.String("arms", "registered", "comma-separated arms and groups: registered ("+strings.Join(bench.ArmNames(bench.CostArms), ",")+
 		"), durable ("+strings.Join(bench.ArmNames(bench.DurableArms), ",")+"), unary ("+strings.Join(bench.ArmNames(bench.UnaryArms), ",")+
-		": one unary client.Publish call per message), and "+bench.InProcessArm.Name+" (the broker inside the harness process)")
+		": one unary client.Publish call per message), "+bench.InProcessArm.Name+" (the broker inside the harness process) and "+bench.BareTCPArm.Name+" (the bare queue over plain TCP instead of gRPC)")
 	memJobs := fs.Int("memory-jobs", 0, "also measure the RSS of harbinger serve (memory and durable mode) holding this many waiting 64-byte jobs; 0 skips it (1000000 is the documented figure)")
 	memOnly := fs.Bool("memory-only", false, "run only the --memory-jobs phase, no arms")
 	dataDir := fs.String("data-dir", "", "parent directory of the durable brokers' fresh data directories (default the system temp directory; it must be on the disk under test, not tmpfs)")
