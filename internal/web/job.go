@@ -110,9 +110,12 @@ func (s *Server) apiJob(r *http.Request, g *auth.Grant) (any, error) {
 // does not hold it, the queue and id asked for.
 type jobPageView struct {
 	Queue, ID string
-	Job       *JobView // nil: not found
-	Headers   [][2]string
-	Payload   payloadPreview
+	// Path is the page's own path, escaped, for its forms' way back: the
+	// request's decoded path would lose a queue name's "/" or "?".
+	Path    string
+	Job     *JobView // nil: not found
+	Headers [][2]string
+	Payload payloadPreview
 }
 
 func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, g *auth.Grant) error {
@@ -122,7 +125,7 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, g *auth.Grant) 
 func (s *Server) showJob(w http.ResponseWriter, r *http.Request, g *auth.Grant, id string) error {
 	name := r.PathValue("name")
 	j, err := s.job(g, name, id)
-	v := jobPageView{Queue: name, ID: id}
+	v := jobPageView{Queue: name, ID: id, Path: jobPath(name, id)}
 	code := http.StatusOK
 	switch {
 	case errors.Is(err, broker.ErrUnknownMessage):

@@ -3,9 +3,13 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"html"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -417,4 +421,265 @@ func TestJobNamedInAnyScript(t *testing.T) {
 			t.Errorf("an id that is not UTF-8 in %s: %d", name, code)
 		}
 	}
+}
+
+// The job page offers the actions that fit the job's state, to an admin
+// of its queue only: Cancel while it waits, is delayed or runs; Requeue
+// and Drop once it is dead. Each form comes back to the job's page.
+func TestJobPageOffersItsActions(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, map[string][]string{"ops": {"admin:q"}, "viewer": {"read:q"}, "elsewhere": {"read:q", "admin:r"}})
+	waiting, delayed, running, dead := jobsInEachState(t, tb)
+	buttons := []string{"data-cancel", "data-requeue", "data-drop"}
+	for _, c := range []struct {
+		id, state string
+		want      []string
+	}{
+		{waiting, "waiting", []string{"data-cancel"}},
+		{delayed, "delayed", []string{"data-cancel"}},
+		{running, "running", []string{"data-cancel"}},
+		{dead, "dead", []string{"data-requeue", "data-drop"}},
+	} {
+		code, page, _ := tb.do(t, "GET", "/queues/q/jobs/"+c.id, tb.tokens["ops"], "", "")
+		if code != 200 || element(t, page, `id="state">`, "</span>") != c.state {
+			t.Fatalf("the %s job's page: %d", c.state, code)
+		}
+		for _, b := range buttons {
+			if got, want := strings.Contains(page, b+`="`+c.id+`"`), slices.Contains(c.want, b); got != want {
+				t.Errorf("the %s job's page offers %s: %v, want %v", c.state, b, got, want)
+			}
+		}
+		for _, b := range c.want {
+			action, fields := pageForm(t, page, b+`="`+c.id+`"`)
+			endpoint := map[string]string{"data-cancel": "jobs/cancel", "data-requeue": "dead-letters/requeue", "data-drop": "dead-letters/delete"}[b]
+			if action != "/api/v1/queues/q/"+endpoint || fields.Get("id") != c.id || fields.Get("back") != "/queues/q/jobs/"+c.id {
+				t.Errorf("the %s job's %s form posts %v to %s", c.state, b, fields, action)
+			}
+		}
+		for _, who := range []string{"viewer", "elsewhere"} {
+			code, page, _ := tb.do(t, "GET", "/queues/q/jobs/"+c.id, tb.tokens[who], "", "")
+			if code != 200 || strings.Contains(page, `id="actions"`) || strings.Contains(page, `method="post" action="/api/`) {
+				t.Errorf("%s, who may not act on q, sees actions on the %s job's page (%d)", who, c.state, code)
+			}
+		}
+	}
+	// A job the queue does not hold has nothing to act on.
+	if code, page, _ := tb.do(t, "GET", "/queues/q/jobs/never-was", tb.tokens["ops"], "", ""); code != 404 || strings.Contains(page, `id="actions"`) {
+		t.Errorf("the page of a job that never was: %d, with actions %v", code, strings.Contains(page, `id="actions"`))
+	}
+}
+
+// Cancelling a waiting or delayed job from its page removes it: the
+// browser lands back on the page, which says it did and that the queue no
+// longer holds the job. A running one's worker is told to stop.
+func TestJobPageCancels(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	waiting, delayed, _, _ := jobsInEachState(t, tb)
+	for _, id := range []string{waiting, delayed} {
+		_, page, _ := tb.do(t, "GET", "/queues/q/jobs/"+id, "", "", "")
+		code, loc := tb.submit(t, page, `data-cancel="`+id+`"`, nil)
+		if code != http.StatusSeeOther || !strings.HasPrefix(loc, "/queues/q/jobs/"+id+"?done=") {
+			t.Fatalf("cancelling %s from its page: %d → %q, want back to its page", id, code, loc)
+		}
+		code, page, _ = tb.do(t, "GET", loc, "", "", "")
+		if code != http.StatusNotFound || !strings.Contains(page, `id="not-found"`) {
+			t.Errorf("%s's page after cancelling it: %d, want not found", id, code)
+		}
+		if got := element(t, page, `<p class="flash ok" role="status">`, "</p>"); !strings.HasPrefix(got, "cancelled "+id+" (") {
+			t.Errorf("%s's page after cancelling it says %q", id, got)
+		}
+		if _, err := tb.b.GetJob("q", id); !errors.Is(err, broker.ErrUnknownMessage) {
+			t.Errorf("the broker after cancelling %s: %v, want it gone", id, err)
+		}
+	}
+
+	// A running job stays until its worker lets it go: the page says so.
+	ids, err := tb.b.Publish(&broker.Message{Queue: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tb.b.Subscribe("r", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Next(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	_, page, _ := tb.do(t, "GET", "/queues/r/jobs/"+ids[0], "", "", "")
+	if code, loc := tb.submit(t, page, `data-cancel="`+ids[0]+`"`, nil); code != http.StatusSeeOther || !strings.HasPrefix(loc, "/queues/r/jobs/"+ids[0]+"?done=") {
+		t.Fatalf("cancelling the running job from its page: %d → %q", code, loc)
+	}
+	if d, err := c.Next(t.Context()); err != nil || !d.Cancel || d.ID != ids[0] {
+		t.Fatalf("the running job's worker was not told: %+v, %v", d, err)
+	}
+}
+
+// Requeueing a dead letter from its page puts it back in line, and the
+// page, landed on again, shows it waiting with the action that now fits;
+// dropping one ends it.
+func TestJobPageRequeuesAndDrops(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	_, _, _, dead := jobsInEachState(t, tb)
+	_, page, _ := tb.do(t, "GET", "/queues/q/jobs/"+dead, "", "", "")
+	code, loc := tb.submit(t, page, `data-requeue="`+dead+`"`, nil)
+	if code != http.StatusSeeOther || !strings.HasPrefix(loc, "/queues/q/jobs/"+dead+"?done=") {
+		t.Fatalf("requeueing from the page: %d → %q, want back to it", code, loc)
+	}
+	code, page, _ = tb.do(t, "GET", loc, "", "", "")
+	if code != 200 || element(t, page, `id="state">`, "</span>") != "waiting" ||
+		element(t, page, `<p class="flash ok" role="status">`, "</p>") != "requeued 1 dead letters of q" {
+		t.Errorf("the page after requeueing: %d, %s", code, element(t, page, `<h1>`, "</h1>"))
+	}
+	if !strings.Contains(page, `data-cancel="`+dead+`"`) || strings.Contains(page, `data-requeue=`) {
+		t.Error("the requeued job's page does not offer Cancel alone")
+	}
+	if j, err := tb.b.GetJob("q", dead); err != nil || j.State != broker.JobWaiting || j.Attempts != 0 {
+		t.Errorf("the broker after the requeue: %+v, %v; want it waiting, with fresh attempts", j, err)
+	}
+
+	dropped := deadLetter(t, tb, "d")
+	_, page, _ = tb.do(t, "GET", "/queues/d/jobs/"+dropped, "", "", "")
+	code, loc = tb.submit(t, page, `data-drop="`+dropped+`"`, nil)
+	if code != http.StatusSeeOther || !strings.HasPrefix(loc, "/queues/d/jobs/"+dropped+"?done=") {
+		t.Fatalf("dropping from the page: %d → %q", code, loc)
+	}
+	if code, page, _ := tb.do(t, "GET", loc, "", "", ""); code != http.StatusNotFound ||
+		element(t, page, `<p class="flash ok" role="status">`, "</p>") != "deleted 1 dead letters of d" {
+		t.Errorf("the page after dropping: %d", code)
+	}
+	if in, _ := tb.b.Queue("d"); in.DeadLetters != 0 || in.Ready != 0 {
+		t.Errorf("after the drop d holds %d dead letters and %d ready", in.DeadLetters, in.Ready)
+	}
+}
+
+// The job page's forms, posted from another site, are refused as the
+// other actions are: back to the page with the refusal, the job as it was.
+func TestJobPageActionsRefuseOtherSites(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	waiting, _, _, dead := jobsInEachState(t, tb)
+	for _, c := range []struct{ id, button, state string }{
+		{waiting, "data-cancel", "waiting"},
+		{dead, "data-requeue", "dead"},
+		{dead, "data-drop", "dead"},
+	} {
+		for _, hdr := range []map[string]string{{"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}} {
+			_, page, _ := tb.do(t, "GET", "/queues/q/jobs/"+c.id, "", "", "")
+			code, loc := tb.submit(t, page, c.button+`="`+c.id+`"`, hdr)
+			if code != http.StatusSeeOther || !strings.HasPrefix(loc, "/queues/q/jobs/"+c.id+"?error=refused") {
+				t.Errorf("%s on %s with %v: %d → %q, want back with the refusal", c.button, c.state, hdr, code, loc)
+			}
+			if j, err := tb.b.GetJob("q", c.id); err != nil || string(j.State) != c.state {
+				t.Fatalf("%s from another site (%v) left the %s job %q, %v", c.button, hdr, c.state, j.State, err)
+			}
+			_, page, _ = tb.do(t, "GET", loc, "", "", "")
+			if !strings.Contains(element(t, page, `<p class="flash err" role="alert">`, "</p>"), "refused") {
+				t.Errorf("the page after a refused %s does not say so", c.button)
+			}
+		}
+	}
+}
+
+// A queue's name with a "/" or "?" in it: the way back still leads to the
+// job's page.
+func TestJobPageActionsNamedInAnyScript(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	const name = "注文/日本?x=1#2%41"
+	ids, err := tb.b.Publish(&broker.Message{Queue: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := "/queues/" + url.PathEscape(name) + "/jobs/" + ids[0]
+	_, body, _ := tb.do(t, "GET", page, "", "", "")
+	code, loc := tb.submit(t, body, `data-cancel="`+ids[0]+`"`, nil)
+	if code != http.StatusSeeOther || !strings.HasPrefix(loc, page+"?done=") {
+		t.Fatalf("cancelling from %s: %d → %q, want back to it", page, code, loc)
+	}
+	if code, _, _ := tb.do(t, "GET", loc, "", "", ""); code != http.StatusNotFound {
+		t.Errorf("the page after cancelling: %d, want 404", code)
+	}
+}
+
+// deadLetter publishes a job to queue q and dead-letters it.
+func deadLetter(t *testing.T, tb *testBundle, q string) string {
+	t.Helper()
+	c, err := tb.b.Subscribe(q, "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tb.publish(t, &broker.Message{Queue: q})
+	d, err := c.Next(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nack(d.ID, broker.NackDeadLetter, 0, "broken"); err != nil {
+		t.Fatal(err)
+	}
+	return d.ID
+}
+
+var (
+	formAttr    = regexp.MustCompile(`\b(action|formaction)="([^"]*)"`)
+	hiddenInput = regexp.MustCompile(`<input type="hidden" name="([^"]*)" value="([^"]*)">`)
+)
+
+// pageForm finds the button of page that carries marker (an attribute
+// and its value) and returns what a browser would post when it is
+// pressed: to the button's formaction, else its form's action, the form's
+// hidden fields.
+func pageForm(t *testing.T, page, marker string) (string, url.Values) {
+	t.Helper()
+	at := strings.Index(page, marker)
+	if at < 0 {
+		t.Fatalf("no button with %s on the page", marker)
+	}
+	start := strings.LastIndex(page[:at], "<form ")
+	end := strings.Index(page[at:], "</form>")
+	if start < 0 || end < 0 || strings.Contains(page[start:at], "</form>") {
+		t.Fatalf("the button with %s is in no form", marker)
+	}
+	form := page[start : at+end]
+	var action string
+	if m := formAttr.FindStringSubmatch(form[:strings.Index(form, ">")]); m != nil && m[1] == "action" {
+		action = m[2]
+	}
+	button := page[strings.LastIndex(page[:at], "<button") : at+strings.Index(page[at:], ">")]
+	if m := formAttr.FindStringSubmatch(button); m != nil && m[1] == "formaction" {
+		action = m[2]
+	}
+	fields := url.Values{}
+	for _, in := range hiddenInput.FindAllStringSubmatch(form, -1) {
+		fields.Add(html.UnescapeString(in[1]), html.UnescapeString(in[2]))
+	}
+	return html.UnescapeString(action), fields
+}
+
+// submit presses the button of page that carries marker, as a browser
+// would from the dashboard's own page unless hdr says otherwise, and
+// returns the status and where it sends the browser.
+func (tb *testBundle) submit(t *testing.T, page, marker string, hdr map[string]string) (int, string) {
+	t.Helper()
+	action, fields := pageForm(t, page, marker)
+	req, err := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+action, strings.NewReader(fields.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", tb.hs.URL)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Location")
 }
