@@ -110,8 +110,8 @@ func (s *Server) apiJob(r *http.Request, g *auth.Grant) (any, error) {
 // does not hold it, the queue and id asked for.
 type jobPageView struct {
 	Queue, ID string
-	// Path is the page's own path, escaped, for its forms' way back: the
-	// request's decoded path would lose a queue name's "/" or "?".
+	// Path is the job page's path, escaped, for its forms' way back: the
+	// lookup form shows the page at its own path.
 	Path    string
 	Job     *JobView // nil: not found
 	Headers [][2]string

@@ -22,15 +22,17 @@ type pageData struct {
 	Grant      *auth.Grant
 	Done, Err  string // the outcome of the last action
 	Prometheus string
-	Path       string // this page's path, for the forms' way back
-	Data       any
+	// Path is this page's path, escaped, for the forms' way back: the
+	// decoded one would split a queue name holding "/" or "?".
+	Path string
+	Data any
 }
 
 func (s *Server) data(r *http.Request, g *auth.Grant, title string, v any) pageData {
 	return pageData{
 		Title: title, Queue: r.PathValue("name"), Signed: s.cfg.Tokens != nil, Grant: g,
 		Done: r.URL.Query().Get("done"), Err: r.URL.Query().Get("error"),
-		Prometheus: s.cfg.PrometheusURL, Path: r.URL.Path, Data: v,
+		Prometheus: s.cfg.PrometheusURL, Path: r.URL.EscapedPath(), Data: v,
 	}
 }
 

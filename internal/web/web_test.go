@@ -783,3 +783,26 @@ func TestDeleteQueueNamedInAnyScript(t *testing.T) {
 		}
 	}
 }
+
+// An action from the jobs page of a queue whose name holds "/" or "?"
+// comes back to that page, not to a path its name was split into.
+func TestJobsPageWayBackNamedInAnyScript(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	for _, name := range []string{"a/b", "x?y#z", "注文/日本"} {
+		ids, err := tb.b.Publish(&broker.Message{Queue: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs := "/queues/" + url.PathEscape(name) + "/jobs"
+		_, page, _ := tb.do(t, "GET", jobs, "", "", "")
+		code, loc := tb.submit(t, page, `data-cancel="`+ids[0]+`"`, nil)
+		if code != http.StatusSeeOther || !strings.HasPrefix(loc, jobs+"?done=") {
+			t.Errorf("cancelling from %s: %d → %q, want back to it", jobs, code, loc)
+			continue
+		}
+		if code, _, _ := tb.do(t, "GET", loc, "", "", ""); code != 200 {
+			t.Errorf("%s after the cancel: %d", jobs, code)
+		}
+	}
+}
