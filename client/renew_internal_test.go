@@ -1,8 +1,10 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -137,5 +139,45 @@ func TestTimeout(t *testing.T) {
 	}
 	if ack == nil || ack.Id != "job-1" {
 		t.Errorf("the job whose handler returned nil after its timeout: %v, want an ack", ack)
+	}
+}
+
+// A handler's panic retries its job with the value as the reason and logs
+// the stack; a panic with an error wrapping ErrDeadLetter dead-letters it,
+// as returning that error does.
+func TestHandlerPanic(t *testing.T) {
+	t.Parallel()
+	rs := &recordingStream{}
+	var logged bytes.Buffer
+	s := &session{stream: rs, log: slog.New(slog.NewTextHandler(&logged, nil))}
+	r := &renewer{s: s}
+	defer r.stop()
+	for i, h := range []Handler{
+		func(context.Context, *Delivery) error { panic("boom ✗") },
+		func(context.Context, *Delivery) error { panic(fmt.Errorf("%w: unreadable", ErrDeadLetter)) },
+	} {
+		d := &Delivery{ID: fmt.Sprint("job-", i), JobType: "résumé", Lease: 30 * time.Second}
+		s.hold(d)
+		s.handle(t.Context(), d, h, r)
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if len(rs.sent) != 2 {
+		t.Fatalf("sent %d requests, want two nacks", len(rs.sent))
+	}
+	for i, want := range []struct {
+		action pb.NackAction
+		reason string
+	}{
+		{pb.NackAction_NACK_ACTION_RETRY, "handler panicked: boom ✗"},
+		{pb.NackAction_NACK_ACTION_DEAD_LETTER, "handler panicked: harbinger: dead-letter this job: unreadable"},
+	} {
+		n := rs.sent[i].GetNack()
+		if n == nil || n.Action != want.action || n.Reason != want.reason {
+			t.Errorf("panic %d settled with %v, want %v %q", i, rs.sent[i], want.action, want.reason)
+		}
+	}
+	if out := logged.String(); strings.Count(out, "handler panicked") != 2 || !strings.Contains(out, "TestHandlerPanic") {
+		t.Errorf("the log does not carry both panics with their stacks:\n%s", out)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,7 +223,7 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 		return false, err
 	}
 	close(opened)
-	s := &session{stream: stream, cfg: cfg}
+	s := &session{stream: stream, cfg: cfg, log: c.log}
 	if err := s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Subscribe{Subscribe: &pb.Subscribe{
 		Queue: cfg.Queue, Prefetch: uint32(cfg.Prefetch), ConsumerName: cfg.Name,
 	}}}); err != nil {
@@ -326,6 +328,7 @@ type session struct {
 	mu     sync.Mutex // gRPC allows one Send at a time
 	stream grpc.BidiStreamingClient[pb.ConsumeRequest, pb.ConsumeResponse]
 	cfg    WorkerConfig
+	log    *slog.Logger // nil logs nothing (tests)
 
 	runMu sync.Mutex
 	held  map[string]*heldJob // deliveries not yet settled, by id
@@ -479,6 +482,11 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer
 		}
 		err = run(hctx, d, h)
 		took = max(time.Since(start), time.Microsecond)
+		if p, ok := errors.AsType[*panicError](err); ok && s.log != nil {
+			// The nack's reason has room for the value, not the stack.
+			s.log.Error("harbinger: handler panicked; the job will be retried", "queue", s.cfg.Queue, "id", d.ID,
+				"job_type", d.JobType, "panic", p.value, "stack", string(p.stack))
+		}
 		if every > 0 {
 			r.stop()
 		}
@@ -606,10 +614,26 @@ func ackRequest(id string, took time.Duration, credit uint32) *pb.ConsumeRequest
 func run(ctx context.Context, d *Delivery, h Handler) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panicked: %v", r)
+			err = &panicError{value: r, stack: debug.Stack()}
 		}
 	}()
 	return h(ctx, d)
+}
+
+// panicError is a handler's panic: its value, which the nack's reason
+// carries, and the goroutine's stack, which the worker logs.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
+
+// Unwrap lets errors.Is see an error the handler panicked with, such as
+// one wrapping ErrDeadLetter.
+func (e *panicError) Unwrap() error {
+	err, _ := e.value.(error)
+	return err
 }
 
 // maxReason bounds the reason sent with a nack; the broker keeps 1,024
