@@ -95,6 +95,14 @@ func TestGetJobInEveryState(t *testing.T) {
 		check(t, b, false)
 		check(t, durable(t, st, clk, Config{Queue: QueueConfig{MaxAttempts: 3, Lease: time.Minute}}), true)
 
+		// A running job cancelled stays running, marked, until its worker
+		// lets it go.
+		if _, err := b.Cancel("q", run); err != nil {
+			t.Fatal(err)
+		}
+		if j, err := b.GetJob("q", run); err != nil || j.State != JobRunning || !j.Cancelled {
+			t.Errorf("the running job after a cancel: %+v, %v", j, err)
+		}
 		// Gone once cancelled; the index follows.
 		if _, err := b.Cancel("q", wait); err != nil {
 			t.Fatal(err)

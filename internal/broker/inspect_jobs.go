@@ -123,10 +123,13 @@ type JobInfo struct {
 	Expires  time.Time // when its TTL runs out once due; zero is never
 	Due      time.Time // delayed: when it takes its place in line
 	Consumer string    // running: the consumer's name as given to Subscribe
-	Leased   time.Time // running: when this delivery started
-	Deadline time.Time // running: when its lease runs out
-	Reason   string    // dead: why
-	DeadAt   time.Time // dead: when
+	// Running and cancelled: its worker was told to stop, and it ends,
+	// not retried, when the worker lets it go.
+	Cancelled bool
+	Leased    time.Time // running: when this delivery started
+	Deadline  time.Time // running: when its lease runs out
+	Reason    string    // dead: why
+	DeadAt    time.Time // dead: when
 }
 
 // GetJob finds a job of a queue by id. It returns ErrUnknownMessage when
@@ -156,7 +159,7 @@ func (b *Broker) GetJob(queue, id string) (JobInfo, error) {
 		info.Due = j.Deadline()
 	case delivery.Running:
 		h, leased, _ := q.line.Flight(j)
-		info.Leased, info.Deadline = leased, j.Deadline()
+		info.Leased, info.Deadline, info.Cancelled = leased, j.Deadline(), j.Cancelled()
 		if c := q.cons[h]; c != nil {
 			info.Consumer = c.name
 		}

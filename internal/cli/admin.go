@@ -448,6 +448,9 @@ func adminJob(ctx context.Context, c *client.Client, a adminArgs) error {
 	add("expires", stamp(j.GetExpires()))
 	add("due", stamp(j.GetDue()))
 	add("consumer", j.GetConsumer())
+	if j.GetCancelled() {
+		add("cancelled", "yes: its worker was told to stop; it ends, not retried, when the worker lets it go")
+	}
 	add("leased", stamp(j.GetLeased()))
 	add("lease ends", stamp(j.GetLeaseDeadline()))
 	add("dead at", stamp(j.GetDeadAt()))

@@ -574,7 +574,7 @@ func (a *adminServer) GetJob(_ context.Context, req *pb.GetJobRequest) (*pb.JobI
 		PredictedMs: float64(j.Cost) / float64(time.Millisecond), Long: j.Long, Cold: j.Cold,
 		Enqueued: ts(j.Enqueued), Expires: ts(j.Expires), Due: ts(j.Due),
 		Consumer: j.Consumer, Leased: ts(j.Leased), LeaseDeadline: ts(j.Deadline),
-		Reason: j.Reason, DeadAt: ts(j.DeadAt),
+		Reason: j.Reason, DeadAt: ts(j.DeadAt), Cancelled: j.Cancelled,
 	}, nil
 }
 

@@ -46,6 +46,7 @@ type JobView struct {
 	ExpiresAt  *time.Time `json:"expires_at"`  // when its TTL runs out once due; null is never
 	DueAt      *time.Time `json:"due_at"`      // delayed: when it takes its place in line
 	Consumer   string     `json:"consumer"`    // running: the consumer's name
+	Cancelled  bool       `json:"cancelled"`   // running: its worker was told to stop
 	LeasedAt   *time.Time `json:"leased_at"`   // running: when this delivery started
 	ElapsedMS  *float64   `json:"elapsed_ms"`  // running
 	LeaseEnds  *time.Time `json:"lease_ends"`  // running
@@ -80,7 +81,7 @@ func jobView(now time.Time, j broker.JobInfo) JobView {
 	case broker.JobRunning:
 		el := now.Sub(j.Leased)
 		elapsed := ms(el)
-		v.Consumer, v.LeasedAt, v.ElapsedMS, v.LeaseEnds = j.Consumer, at(j.Leased), &elapsed, at(j.Deadline)
+		v.Consumer, v.LeasedAt, v.ElapsedMS, v.LeaseEnds, v.Cancelled = j.Consumer, at(j.Leased), &elapsed, at(j.Deadline), j.Cancelled
 		v.Overrunning = j.Cost > 0 && el > j.Cost
 	case broker.JobDead:
 		v.Reason, v.DeadAt = j.Reason, at(j.DeadAt)

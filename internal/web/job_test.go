@@ -514,6 +514,17 @@ func TestJobPageCancels(t *testing.T) {
 	if d, err := c.Next(t.Context()); err != nil || !d.Cancel || d.ID != ids[0] {
 		t.Fatalf("the running job's worker was not told: %+v, %v", d, err)
 	}
+	// Still running until its worker lets it go, now marked cancelled and
+	// with nothing more to press.
+	code, page, _ := tb.do(t, "GET", "/queues/r/jobs/"+ids[0], "", "", "")
+	if code != http.StatusOK || !strings.Contains(page, `id="cancelled"`) || strings.Contains(page, `data-cancel="`+ids[0]+`"`) {
+		t.Errorf("the cancelled running job's page (%d) does not say it was cancelled, or still offers Cancel", code)
+	}
+	var jv JobView
+	getJSON(t, tb, "/api/v1/queues/r/jobs/"+ids[0], &jv)
+	if jv.State != "running" || !jv.Cancelled {
+		t.Errorf("the cancelled running job's JSON: %+v", jv)
+	}
 }
 
 // Requeueing a dead letter from its page puts it back in line, and the

@@ -1499,8 +1499,11 @@ type JobInfo struct {
 	Leased        *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=leased,proto3" json:"leased,omitempty"`
 	LeaseDeadline *timestamppb.Timestamp `protobuf:"bytes,20,opt,name=lease_deadline,json=leaseDeadline,proto3" json:"lease_deadline,omitempty"`
 	// Dead: why and when it was dead-lettered.
-	Reason        string                 `protobuf:"bytes,21,opt,name=reason,proto3" json:"reason,omitempty"`
-	DeadAt        *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=dead_at,json=deadAt,proto3" json:"dead_at,omitempty"`
+	Reason string                 `protobuf:"bytes,21,opt,name=reason,proto3" json:"reason,omitempty"`
+	DeadAt *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=dead_at,json=deadAt,proto3" json:"dead_at,omitempty"`
+	// Running and cancelled: its worker was told to stop, and the job ends,
+	// not retried, when the worker lets it go.
+	Cancelled     bool `protobuf:"varint,23,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1687,6 +1690,13 @@ func (x *JobInfo) GetDeadAt() *timestamppb.Timestamp {
 		return x.DeadAt
 	}
 	return nil
+}
+
+func (x *JobInfo) GetCancelled() bool {
+	if x != nil {
+		return x.Cancelled
+	}
+	return false
 }
 
 // ListJobsRequest selects a queue's jobs.
@@ -4542,7 +4552,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
 	"\rGetJobRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xe9\x06\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x87\a\n" +
 	"\aJobInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x1a\n" +
@@ -4566,7 +4576,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x06leased\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x06leased\x12A\n" +
 	"\x0elease_deadline\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\x16\n" +
 	"\x06reason\x18\x15 \x01(\tR\x06reason\x123\n" +
-	"\adead_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\x06deadAt\x1a:\n" +
+	"\adead_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\x06deadAt\x12\x1c\n" +
+	"\tcancelled\x18\x17 \x01(\bR\tcancelled\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
