@@ -553,6 +553,9 @@ const (
 	JobDelayed = JobState(delivery.Delayed) // scheduled or nacked with a delay (Cancel removes it)
 	JobRunning = JobState(delivery.Running) // delivered (Cancel tells its worker, and it ends when it settles)
 	JobDead    = JobState(delivery.Dead)    // a dead letter (GetJob only: Cancel does not take one)
+	// Ended, and still reported by GetJob (QueueConfig.KeepDone).
+	JobDone      = JobState(delivery.Done)      // acked
+	JobCancelled = JobState(delivery.Cancelled) // cancelled
 )
 
 // Cancel ends a job by id: a waiting or delayed job is removed at once; a
@@ -566,7 +569,7 @@ func (b *Broker) Cancel(queueName, id string) (JobState, error) {
 		return "", err
 	}
 	defer q.unlockChanged()
-	st, err := q.line.Cancel(id)
+	st, err := q.line.Cancel(id, b.clk.Now())
 	q.applyLocked(b.clk.Now())
 	if err != nil {
 		return "", fmt.Errorf("%w: %q is not waiting, delayed or running in queue %q (finished, dead-lettered or never published)", ErrUnknownMessage, id, queueName)
@@ -712,5 +715,5 @@ func equalConfig(a, b QueueConfig) bool {
 		a.MaxDepth == b.MaxDepth && a.MaxAttempts == b.MaxAttempts && a.Lease == b.Lease &&
 		a.DefaultTTL == b.DefaultTTL && a.Shadow == b.Shadow &&
 		a.RetryBase == b.RetryBase && a.RetryMax == b.RetryMax && a.RetryJitter == b.RetryJitter &&
-		a.MaxInFlight == b.MaxInFlight
+		a.MaxInFlight == b.MaxInFlight && a.KeepDone == b.KeepDone
 }

@@ -42,6 +42,8 @@ const (
 	MaxDelay = 365 * 24 * time.Hour
 	// MaxInFlightLimit bounds QueueConfig.MaxInFlight.
 	MaxInFlightLimit = 1 << 24
+	// MaxKeepDone bounds QueueConfig.KeepDone: each costs about 120 bytes.
+	MaxKeepDone = 1_000_000
 	// MaxUniqueFor bounds a unique key's window.
 	MaxUniqueFor = 30 * 24 * time.Hour
 	// MaxUniqueKeyLen bounds a unique key, in bytes.
@@ -125,6 +127,10 @@ type QueueConfig struct {
 	// settled, across every consumer: a bound on the work it sends to
 	// whatever its handlers call. 0 is none.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// KeepDone is how many of the queue's jobs that ended (acked or
+	// cancelled) GetJob still reports, the most recent kept; in memory
+	// only, about 120 bytes each. 0 is none.
+	KeepDone int `yaml:"keep_done"`
 	// MaxAttempts is the default number of deliveries before a job is
 	// dead-lettered.
 	MaxAttempts int `yaml:"max_attempts"`
@@ -243,6 +249,9 @@ func (q QueueConfig) WithDefaults(def QueueConfig) QueueConfig {
 	if q.MaxInFlight == 0 {
 		q.MaxInFlight = def.MaxInFlight
 	}
+	if q.KeepDone == 0 {
+		q.KeepDone = def.KeepDone
+	}
 	if q.MaxAttempts == 0 {
 		q.MaxAttempts = def.MaxAttempts
 	}
@@ -296,6 +305,9 @@ func (q QueueConfig) policy() (sched.Policy, error) {
 	}
 	if q.MaxDepth < 0 {
 		return sched.Policy{}, invalid("max_depth", fmt.Sprintf("must not be negative, got %d", q.MaxDepth))
+	}
+	if q.KeepDone < 0 || q.KeepDone > MaxKeepDone {
+		return sched.Policy{}, invalid("keep_done", fmt.Sprintf("must be 0 (none) to %d, got %d", MaxKeepDone, q.KeepDone))
 	}
 	if q.MaxInFlight < 0 || q.MaxInFlight > MaxInFlightLimit {
 		return sched.Policy{}, invalid("max_in_flight", fmt.Sprintf("must be 0 (no limit) to %d, got %d", MaxInFlightLimit, q.MaxInFlight))

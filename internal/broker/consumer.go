@@ -191,8 +191,9 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 	if q.deleted {
 		return unknown(id)
 	}
-	j, err := q.line.Ack(c.holder, id, d)
-	q.applyLocked(q.b.clk.Now())
+	now := q.b.clk.Now()
+	j, err := q.line.Ack(c.holder, id, d, now)
+	q.applyLocked(now)
 	switch {
 	case errors.Is(err, delivery.ErrNotHeld):
 		return unknown(id)

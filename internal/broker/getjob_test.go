@@ -124,3 +124,63 @@ func TestGetJobInEveryState(t *testing.T) {
 		_ = b.Shutdown(ctx)
 	})
 }
+
+// A queue that keeps its ended jobs (KeepDone) reports the last ones to
+// end, acked (with the time its worker reported) or cancelled, and
+// forgets the older; not across a restart, which keeps the setting.
+func TestGetJobKeepsEndedJobs(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		if _, err := b.Declare("q", QueueConfig{Policy: "fifo", KeepDone: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Declare("bad", QueueConfig{KeepDone: MaxKeepDone + 1}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("keep_done over its bound: %v", err)
+		}
+		ids, err := b.Publish(&Message{Queue: "q", Producer: "wéb", JobType: "thumbnail", Payload: make([]byte, 4<<10)},
+			&Message{Queue: "q", JobType: "later", Delay: time.Hour}, &Message{Queue: "q", JobType: "third"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Subscribe("q", "w", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := next(t, c)
+		clk.Advance(3 * time.Second)
+		if err := c.Ack(d.ID, 2500*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		ended := clk.Now()
+		if j, err := b.GetJob("q", ids[0]); err != nil || j.State != JobDone || j.Took != 2500*time.Millisecond ||
+			!j.EndedAt.Equal(ended) || j.Attempts != 1 || j.Producer != "wéb" || j.JobType != "thumbnail" || j.Payload != nil {
+			t.Errorf("the acked job: %+v, %v", j, err)
+		}
+		if _, err := b.Cancel("q", ids[1]); err != nil {
+			t.Fatal(err)
+		}
+		if j, err := b.GetJob("q", ids[1]); err != nil || j.State != JobCancelled || j.Took != 0 {
+			t.Errorf("the cancelled job: %+v, %v", j, err)
+		}
+		c.AddCredit(1)
+		if err := c.Ack(next(t, c).ID, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// Three ended, two kept: the first is gone.
+		if _, err := b.GetJob("q", ids[0]); !errors.Is(err, ErrUnknownMessage) {
+			t.Errorf("the oldest of three ended jobs with keep_done 2: %v", err)
+		}
+		if j, err := b.GetJob("q", ids[2]); err != nil || j.State != JobDone {
+			t.Errorf("the newest ended job: %+v, %v", j, err)
+		}
+		r := durable(t, st, clk, Config{})
+		if in, err := r.Queue("q"); err != nil || in.Config.KeepDone != 2 {
+			t.Errorf("keep_done after a restart: %+v, %v", in.Config, err)
+		}
+		if _, err := r.GetJob("q", ids[2]); !errors.Is(err, ErrUnknownMessage) {
+			t.Errorf("an ended job after a restart: %v, want it forgotten (kept in memory only)", err)
+		}
+		c.Close()
+	})
+}

@@ -108,7 +108,7 @@ func (b *Broker) InFlightJobs(name string, limit int) ([]InFlightJob, error) {
 // job's own: the caller must not change them.
 type JobInfo struct {
 	ID, Queue, Producer, JobType string
-	State                        JobState // JobWaiting, JobDelayed, JobRunning or JobDead
+	State                        JobState // JobWaiting, JobDelayed, JobRunning, JobDead; JobDone, JobCancelled
 	Payload                      []byte
 	Headers                      map[string]string
 	Attempts                     int // deliveries so far, the current one included while running
@@ -130,12 +130,18 @@ type JobInfo struct {
 	Deadline  time.Time // running: when its lease runs out
 	Reason    string    // dead: why
 	DeadAt    time.Time // dead: when
+	// Ended (JobDone or JobCancelled, while among the queue's last
+	// QueueConfig.KeepDone to end): when, and for a done job the time its
+	// worker reported. Payload, headers and prediction are not kept.
+	EndedAt time.Time
+	Took    time.Duration
 }
 
-// GetJob finds a job of a queue by id. It returns ErrUnknownMessage when
-// the queue holds no such job: acked, cancelled, purged, dropped, or never
-// published to it. The first lookup in a queue indexes its jobs (O(jobs));
-// later ones are O(1).
+// GetJob finds a job of a queue by id: one it holds, or one among the
+// last QueueConfig.KeepDone to end (acked or cancelled). It returns
+// ErrUnknownMessage when the queue has no such job: ended and not kept,
+// purged, dropped, or never published to it. The first lookup in a queue
+// indexes its jobs (O(jobs)); later ones are O(1).
 func (b *Broker) GetJob(queue, id string) (JobInfo, error) {
 	q, err := b.lookup(queue, false)
 	if err != nil {
@@ -144,8 +150,14 @@ func (b *Broker) GetJob(queue, id string) (JobInfo, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	j, state := q.line.Find(id)
+	if j == nil && !q.deleted {
+		if d, ok := q.line.FindDone(id); ok {
+			return JobInfo{ID: d.ID, Queue: q.name, Producer: d.Producer, JobType: d.JobType, State: JobState(d.State),
+				Attempts: d.Attempts, EndedAt: d.At, Took: d.Took}, nil
+		}
+	}
 	if j == nil || q.deleted {
-		return JobInfo{}, fmt.Errorf("%w: queue %q holds no job %q (acked, cancelled, purged, dropped or never published to it)", ErrUnknownMessage, queue, id)
+		return JobInfo{}, fmt.Errorf("%w: queue %q holds no job %q (ended and not kept, purged, dropped or never published to it)", ErrUnknownMessage, queue, id)
 	}
 	info := JobInfo{
 		ID: j.ID(), Queue: q.name, Producer: j.Producer(), JobType: j.JobType(), State: JobState(state),

@@ -57,7 +57,7 @@ func (q *queue) lineConfig(cfg QueueConfig) delivery.Config {
 	return delivery.Config{
 		MaxDepth: cfg.MaxDepth, MaxAttempts: cfg.MaxAttempts, Lease: cfg.Lease, DefaultTTL: cfg.DefaultTTL,
 		RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax, RetryJitter: cfg.RetryJitter, MaxDelay: MaxNackDelay,
-		MaxDuration: bc.MaxDuration, MaxDead: bc.MaxDeadLetters, MaxNames: bc.MaxKeysPerQueue,
+		MaxDuration: bc.MaxDuration, MaxDead: bc.MaxDeadLetters, MaxNames: bc.MaxKeysPerQueue, KeepDone: cfg.KeepDone,
 		Durable: bc.Store != nil,
 	}
 }

@@ -426,6 +426,18 @@ func adminJob(ctx context.Context, c *client.Client, a adminArgs) error {
 	if a.json {
 		return a.printJSON(j)
 	}
+	if j.GetEndedAt().IsValid() {
+		// Ended and kept (keep_done): only what the queue keeps of it.
+		rows := [][]string{
+			{"id", j.GetId()}, {"queue", j.GetQueue()}, {"state", j.GetState()},
+			{"producer", j.GetProducer()}, {"job type", j.GetJobType()},
+			{"attempts", u(uint64(j.GetAttempts()))}, {"ended", stamp(j.GetEndedAt())},
+		}
+		if j.GetTook() != nil {
+			rows = append(rows, []string{"took", j.GetTook().AsDuration().String()})
+		}
+		return a.table("FIELD\tVALUE\t", rows)
+	}
 	rows := [][]string{
 		{"id", j.GetId()}, {"queue", j.GetQueue()}, {"state", j.GetState()},
 		{"producer", j.GetProducer()}, {"job type", j.GetJobType()},

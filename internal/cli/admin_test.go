@@ -491,3 +491,44 @@ func TestCell(t *testing.T) {
 		}
 	}
 }
+
+// admin job on a job that ended, on a queue that keeps its ended jobs:
+// done, when and how long it took, and nothing it no longer has.
+func TestAdminJobEnded(t *testing.T) {
+	t.Parallel()
+	addr, cl := adminBroker(t)
+	ctx := t.Context()
+	if _, err := cl.DeclareQueue(ctx, "kept", &pb.QueueConfig{KeepDone: 100}); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := cl.Publish(ctx, &client.Message{Queue: "kept", Producer: "wéb", JobType: "rapport", Payload: bytes.Repeat([]byte("x"), 4<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	worker := make(chan error, 1)
+	go func() {
+		worker <- cl.RunWorker(wctx, client.WorkerConfig{Queue: "kept"}, func(context.Context, *client.Delivery) error {
+			close(ran)
+			return nil
+		})
+	}()
+	<-ran
+	cancel() // a stopping worker sends its last ack and waits for the broker to read it
+	if err := <-worker; err != nil {
+		t.Fatal(err)
+	}
+	out := mustAdmin(t, addr, "job", "kept", ids[0])
+	for _, want := range [][]string{{"state", "done"}, {"producer", "wéb"}, {"attempts", "1"}} {
+		if r := row(t, out, want[0]); !slices.Equal(r, want) {
+			t.Errorf("row %q, want %q", r, want)
+		}
+	}
+	if r := row(t, out, "took"); len(r) != 2 {
+		t.Errorf("took row %q", r)
+	}
+	if strings.Contains(out, "payload") || strings.Contains(out, "predicted") {
+		t.Errorf("admin job shows what an ended job no longer has:\n%s", out)
+	}
+}

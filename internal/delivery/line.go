@@ -48,6 +48,7 @@ type Config struct {
 	MaxDuration time.Duration // the longest duration an ack may teach the predictor
 	MaxDead     int           // dead letters kept; the oldest is dropped past it
 	MaxNames    int           // distinct (producer, job type) pairs interned
+	KeepDone    int           // jobs that ended (acked or cancelled) FindDone still reports; 0 is none
 	// Durable makes the Line write records to Effects.Records; without it
 	// none are built.
 	Durable bool
@@ -170,6 +171,8 @@ type Line struct {
 	// until the first of them builds it from every job held, and kept
 	// from then on, so a queue that never looks a job up pays nothing.
 	byID map[string]*Job
+	// done keeps the last Config.KeepDone jobs to end, for FindDone.
+	done doneLog
 	// waits counts the waiting jobs by when they entered the line, for
 	// OldestWaiting and WaitQuantiles.
 	waits ages
@@ -426,7 +429,7 @@ func (l *Line) settle(j *Job) {
 // d. It returns the job. A duration of zero, negative or over
 // Config.MaxDuration acks the job all the same and returns
 // ErrBadDuration: a job is never lost or redelivered for a clock glitch.
-func (l *Line) Ack(h Holder, id string, d time.Duration) (*Job, error) {
+func (l *Line) Ack(h Holder, id string, d time.Duration, now time.Time) (*Job, error) {
 	j := l.heldBy(h, id)
 	if j == nil {
 		return nil, ErrNotHeld
@@ -436,8 +439,10 @@ func (l *Line) Ack(h Holder, id string, d time.Duration) (*Job, error) {
 	l.Stats.Acked++
 	if j.cancelled {
 		l.logID(store.KindRemove, j) // it ran anyway; nothing to learn from a cut-short run
+		l.done.add(l.cfg.KeepDone, j, Cancelled, 0, now)
 		return j, nil
 	}
+	l.done.add(l.cfg.KeepDone, j, Done, d, now)
 	if d <= 0 || d > l.cfg.MaxDuration {
 		l.logID(store.KindAck, j)
 		l.Stats.BadDurations++
@@ -462,7 +467,7 @@ func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration,
 	l.settle(j)
 	l.Stats.Nacked++
 	if j.cancelled {
-		l.drop(j)
+		l.dropCancelled(j, now)
 		return nil
 	}
 	if reason == "" {
@@ -535,7 +540,7 @@ func (l *Line) Return(h Holder, id string, now time.Time) {
 	}
 	l.settle(j)
 	if j.cancelled {
-		l.drop(j) // cancelled while on its way: it must not run again
+		l.dropCancelled(j, now) // cancelled while on its way: it must not run again
 		return
 	}
 	l.logID(store.KindReturn, j)
@@ -574,7 +579,7 @@ func (l *Line) heldSorted(h Holder) []*Job {
 // once it has had its attempts. A cancelled job is dropped.
 func (l *Line) retry(j *Job, now time.Time, reason string) {
 	if j.cancelled {
-		l.drop(j)
+		l.dropCancelled(j, now)
 		return
 	}
 	if j.attempt >= j.MaxAttempts {
@@ -582,6 +587,12 @@ func (l *Line) retry(j *Job, now time.Time, reason string) {
 		return
 	}
 	l.push(j, now)
+}
+
+// dropCancelled ends a cancelled job, which FindDone then reports.
+func (l *Line) dropCancelled(j *Job, now time.Time) {
+	l.drop(j)
+	l.done.add(l.cfg.KeepDone, j, Cancelled, 0, now)
 }
 
 // drop ends a job the Line no longer holds anywhere.
@@ -675,7 +686,7 @@ func (l *Line) Tick(now time.Time) {
 // running one stays with its holder, who is told (Effects.Cancels), and is
 // dropped, not retried, when it settles or its lease ends. It finds the
 // job by scanning: O(jobs held).
-func (l *Line) Cancel(id string) (State, error) {
+func (l *Line) Cancel(id string, now time.Time) (State, error) {
 	j, state := l.Find(id)
 	switch state {
 	case "", Dead:
@@ -691,13 +702,13 @@ func (l *Line) Cancel(id string) (State, error) {
 		return Running, nil
 	case Delayed:
 		l.delayed.remove(j)
-		l.drop(j)
+		l.dropCancelled(j, now)
 		l.Stats.Cancelled++
 		return Delayed, nil
 	}
 	l.sq.Remove(&j.item)
 	l.unwait(j)
-	l.drop(j)
+	l.dropCancelled(j, now)
 	l.Stats.Cancelled++
 	return Waiting, nil
 }
@@ -725,6 +736,11 @@ func (l *Line) Find(id string) (*Job, State) {
 	}
 	return j, Waiting
 }
+
+// FindDone reports a job that ended (acked, or cancelled) and is still
+// among the last Config.KeepDone to end. Jobs purged, dropped as dead
+// letters or expired are not kept.
+func (l *Line) FindDone(id string) (DoneJob, bool) { return l.done.find(id) }
 
 // DeadEntry is j's dead-letter entry, if j is a dead letter: O(dead
 // letters).
@@ -803,6 +819,7 @@ func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
 		l.unwait(j)
 	}
 	l.sq, l.cfg = sq, cfg
+	l.done.resize(cfg.KeepDone)
 	l.gen++
 	for _, j := range waiting {
 		l.reset(j)
@@ -820,7 +837,7 @@ func (l *Line) Shutdown(now time.Time) int {
 		j := l.leases[0]
 		l.settle(j)
 		if j.cancelled {
-			l.drop(j)
+			l.dropCancelled(j, now)
 			continue
 		}
 		l.logID(store.KindReturn, j)

@@ -101,7 +101,7 @@ func TestShutdownReturnsInFlight(t *testing.T) {
 	publish(t, l, t0, "a", "b", "c")
 	h := l.Attach()
 	a, b := l.Deliver(h, t0), l.Deliver(h, t0)
-	if _, err := l.Cancel(b.ID()); err != nil {
+	if _, err := l.Cancel(b.ID(), t0); err != nil {
 		t.Fatal(err)
 	}
 	if n := l.Shutdown(t0); n != 1 {
@@ -311,7 +311,7 @@ func TestCancelByID(t *testing.T) {
 	t.Parallel()
 	l := newLine(t, modelConfig())
 	now := t0
-	if _, err := l.Cancel("nobody"); !errors.Is(err, ErrNotFound) {
+	if _, err := l.Cancel("nobody", now); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("cancel of an unknown id: %v", err) // builds the index
 	}
 	publish(t, l, now, "run", "dead", "acked", "wait") // one key: handed out in this order
@@ -324,25 +324,25 @@ func TestCancelByID(t *testing.T) {
 	for range 3 {
 		l.Deliver(h, now)
 	}
-	if _, err := l.Ack(h, "acked", time.Second); err != nil {
+	if _, err := l.Ack(h, "acked", time.Second, now); err != nil {
 		t.Fatalf("ack: %v", err)
 	}
 	_ = l.Nack(h, "dead", DeadLetter, 0, "poison", false, now)
 	restored := l.Restore(&store.Job{ID: "restored", Seq: 99, State: store.Ready, Payload: []byte("from the log")}, false, now)
 	for id, want := range map[string]State{"wait": Waiting, "run": Running, "later": Delayed, "restored": Waiting} {
-		if got, err := l.Cancel(id); err != nil || got != want {
+		if got, err := l.Cancel(id, now); err != nil || got != want {
 			t.Errorf("Cancel(%s) = %v, %v; want %v", id, got, err, want)
 		}
 	}
 	for _, id := range []string{"dead", "acked", "wait", "later", "restored"} {
-		if _, err := l.Cancel(id); !errors.Is(err, ErrNotFound) {
+		if _, err := l.Cancel(id, now); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Cancel(%s) again: %v, want ErrNotFound", id, err)
 		}
 	}
 	if !restored.gone {
 		t.Error("the cancelled restored job is still held")
 	}
-	if got, err := l.Cancel("run"); err != nil || got != Running {
+	if got, err := l.Cancel("run", now); err != nil || got != Running {
 		t.Errorf("a second cancel of the running job: %v, %v", got, err)
 	}
 }
@@ -399,7 +399,7 @@ func TestDurableCycleReusesRecords(t *testing.T) {
 		if l.Deliver(h, t0) != j {
 			t.Fatal("the job just published was not delivered")
 		}
-		if _, err := l.Ack(h, j.ID(), time.Millisecond); err != nil {
+		if _, err := l.Ack(h, j.ID(), time.Millisecond, t0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := st.Append(l.Fx.Records...); err != nil {

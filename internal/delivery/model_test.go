@@ -305,7 +305,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			}
 			d := time.Duration(1+rng.IntN(1000)) * time.Millisecond
 			log = append(log, "ack "+r.id)
-			if _, err := l.Ack(r.holder, r.id, d); err != nil {
+			if _, err := l.Ack(r.holder, r.id, d, now); err != nil {
 				fail("Ack(%s): %v", r.id, err)
 			}
 			r.place = pGone
@@ -376,7 +376,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			}
 			r := m.jobs[rng.IntN(len(m.jobs))]
 			log = append(log, "cancel "+r.id)
-			st, err := l.Cancel(r.id)
+			st, err := l.Cancel(r.id, now)
 			want := map[place]State{pWaiting: Waiting, pDelayed: Delayed, pRunning: Running}[r.place]
 			if want == "" {
 				if err != ErrNotFound {

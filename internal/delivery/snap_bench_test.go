@@ -49,7 +49,7 @@ func BenchmarkCancel(b *testing.B) {
 	}
 	next := 0
 	for b.Loop() {
-		if _, err := l.Cancel(strconv.Itoa(next)); err != nil {
+		if _, err := l.Cancel(strconv.Itoa(next), t0); err != nil {
 			b.Fatal(err)
 		}
 		next++

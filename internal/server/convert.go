@@ -116,7 +116,7 @@ func fromQueueConfig(c *pb.QueueConfig) (broker.QueueConfig, error) {
 	q := broker.QueueConfig{
 		Policy: c.Policy, Tiers: int(c.Tiers), AgingOff: c.AgingOff,
 		MaxDepth: int(c.MaxDepth), MaxAttempts: int(min(c.MaxAttempts, math.MaxInt32)), Shadow: c.Shadow,
-		MaxInFlight: int(min(c.MaxInFlight, math.MaxInt32)),
+		MaxInFlight: int(min(c.MaxInFlight, math.MaxInt32)), KeepDone: int(min(c.KeepDone, math.MaxInt32)),
 	}
 	for _, w := range c.Weights {
 		q.Weights = append(q.Weights, int(min(w, math.MaxInt32)))
@@ -158,7 +158,7 @@ func toQueueConfig(q broker.QueueConfig) *pb.QueueConfig {
 	c := &pb.QueueConfig{
 		Policy: q.Policy, Tiers: uint32(q.Tiers), AgingOff: q.AgingOff,
 		MaxDepth: uint64(q.MaxDepth), MaxAttempts: uint32(q.MaxAttempts), MaxInFlight: uint32(q.MaxInFlight),
-		Lease: durationpb.New(q.Lease), Shadow: q.Shadow,
+		KeepDone: uint32(q.KeepDone), Lease: durationpb.New(q.Lease), Shadow: q.Shadow,
 		RetryBase: durationpb.New(q.RetryBase), RetryMax: durationpb.New(q.RetryMax), RetryJitter: q.RetryJitter,
 	}
 	if q.DefaultTTL > 0 {

@@ -553,6 +553,14 @@ func (a *adminServer) ListJobs(_ context.Context, req *pb.ListJobsRequest) (*pb.
 	return out, nil
 }
 
+// took is a done job's reported time, unset for any other.
+func took(j broker.JobInfo) *durationpb.Duration {
+	if j.State != broker.JobDone {
+		return nil
+	}
+	return durationpb.New(j.Took)
+}
+
 func (a *adminServer) GetJob(_ context.Context, req *pb.GetJobRequest) (*pb.JobInfo, error) {
 	j, err := a.s.b.GetJob(req.Queue, req.Id)
 	if errors.Is(err, broker.ErrUnknownMessage) {
@@ -574,7 +582,7 @@ func (a *adminServer) GetJob(_ context.Context, req *pb.GetJobRequest) (*pb.JobI
 		PredictedMs: float64(j.Cost) / float64(time.Millisecond), Long: j.Long, Cold: j.Cold,
 		Enqueued: ts(j.Enqueued), Expires: ts(j.Expires), Due: ts(j.Due),
 		Consumer: j.Consumer, Leased: ts(j.Leased), LeaseDeadline: ts(j.Deadline),
-		Reason: j.Reason, DeadAt: ts(j.DeadAt), Cancelled: j.Cancelled,
+		Reason: j.Reason, DeadAt: ts(j.DeadAt), Cancelled: j.Cancelled, EndedAt: ts(j.EndedAt), Took: took(j),
 	}, nil
 }
 

@@ -54,6 +54,11 @@ type JobView struct {
 	Overrunning bool       `json:"overrunning"`
 	Reason      string     `json:"reason"`  // dead: why
 	DeadAt      *time.Time `json:"dead_at"` // dead
+	// Ended: "done" or "cancelled", kept by a queue with keep_done; only
+	// these, the names and attempts are kept of it.
+	Ended   bool       `json:"ended"`
+	EndedAt *time.Time `json:"ended_at"`
+	TookMS  *float64   `json:"took_ms"` // done: the time its worker reported
 }
 
 func jobView(now time.Time, j broker.JobInfo) JobView {
@@ -85,6 +90,12 @@ func jobView(now time.Time, j broker.JobInfo) JobView {
 		v.Overrunning = j.Cost > 0 && el > j.Cost
 	case broker.JobDead:
 		v.Reason, v.DeadAt = j.Reason, at(j.DeadAt)
+	case broker.JobDone, broker.JobCancelled:
+		v.Ended, v.EndedAt = true, at(j.EndedAt)
+		if j.State == broker.JobDone {
+			took := ms(j.Took)
+			v.TookMS = &took
+		}
 	}
 	return v
 }

@@ -316,7 +316,7 @@ func TestJobNotFound(t *testing.T) {
 		code, body, _ := tb.do(t, "GET", "/api/v1/queues/q/jobs/"+id, "", "", "")
 		var e struct{ Error string }
 		if err := json.Unmarshal([]byte(body), &e); err != nil || code != http.StatusNotFound ||
-			!strings.Contains(e.Error, fmt.Sprintf("holds no job %q (acked, cancelled, purged, dropped or never published to it)", id)) {
+			!strings.Contains(e.Error, fmt.Sprintf("holds no job %q (ended and not kept, purged, dropped or never published to it)", id)) {
 			t.Errorf("the JSON of %s: %d %s", id, code, body)
 		}
 	}
@@ -693,4 +693,42 @@ func (tb *testBundle) submit(t *testing.T, page, marker string, hdr map[string]s
 	}
 	resp.Body.Close()
 	return resp.StatusCode, resp.Header.Get("Location")
+}
+
+// A queue that keeps its ended jobs (keep_done) shows an acked one's page:
+// done, when, how long it took; no payload, headers or actions.
+func TestJobPageOfAnEndedJob(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	if _, err := tb.b.Declare("kept", broker.QueueConfig{KeepDone: 10}); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := tb.b.Publish(&broker.Message{Queue: "kept", Producer: "wéb", JobType: "<script>x</script>", Payload: []byte("secret payload")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tb.b.Subscribe("kept", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := c.Next(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ack(d.ID, 1500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	code, page, _ := tb.do(t, "GET", "/queues/kept/jobs/"+ids[0], "", "", "")
+	if code != http.StatusOK || element(t, page, `id="state">`, "</span>") != "done" || element(t, page, `<td id="took">`, "</td>") != "1.5 s" {
+		t.Fatalf("the ended job's page: %d, state %q, took %q", code, element(t, page, `id="state">`, "</span>"), element(t, page, `<td id="took">`, "</td>"))
+	}
+	if strings.Contains(page, "<script>x</script>") || strings.Contains(page, "secret payload") || strings.Contains(page, `id="actions"`) {
+		t.Error("the ended job's page shows its job type unescaped, a payload it no longer has, or actions")
+	}
+	var jv JobView
+	getJSON(t, tb, "/api/v1/queues/kept/jobs/"+ids[0], &jv)
+	if jv.State != "done" || !jv.Ended || jv.TookMS == nil || *jv.TookMS != 1500 || jv.EndedAt == nil {
+		t.Errorf("the ended job's JSON: %+v", jv)
+	}
 }

@@ -60,6 +60,7 @@ type ConfigView struct {
 	StaticTiers  map[string]int `json:"static_tiers,omitempty"`
 	MaxDepth     int            `json:"max_depth"`
 	MaxInFlight  int            `json:"max_in_flight"` // 0 is no limit
+	KeepDone     int            `json:"keep_done"`     // ended jobs GetJob still reports; 0 is none
 	MaxAttempts  int            `json:"max_attempts"`
 	LeaseMS      float64        `json:"lease_ms"`
 	DefaultTTLMS float64        `json:"default_ttl_ms"`
@@ -196,7 +197,7 @@ func queueView(in broker.QueueInfo, w broker.Waits, rates rates) QueueView {
 func configView(c broker.QueueConfig) ConfigView {
 	v := ConfigView{
 		Policy: c.Policy, Tiers: c.Tiers, Weights: c.Weights, AgingOff: c.AgingOff, StaticTiers: c.StaticTiers,
-		MaxDepth: c.MaxDepth, MaxInFlight: c.MaxInFlight, MaxAttempts: c.MaxAttempts, LeaseMS: ms(c.Lease), DefaultTTLMS: ms(c.DefaultTTL), Shadow: c.Shadow,
+		MaxDepth: c.MaxDepth, MaxInFlight: c.MaxInFlight, KeepDone: c.KeepDone, MaxAttempts: c.MaxAttempts, LeaseMS: ms(c.Lease), DefaultTTLMS: ms(c.DefaultTTL), Shadow: c.Shadow,
 	}
 	for _, a := range c.Aging {
 		v.AgingMS = append(v.AgingMS, ms(a))

@@ -1471,7 +1471,8 @@ type JobInfo struct {
 	Queue    string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
 	Producer string                 `protobuf:"bytes,3,opt,name=producer,proto3" json:"producer,omitempty"`
 	JobType  string                 `protobuf:"bytes,4,opt,name=job_type,json=jobType,proto3" json:"job_type,omitempty"`
-	// "waiting", "delayed", "running" or "dead".
+	// "waiting", "delayed", "running" or "dead"; "done" or "cancelled" for
+	// a job that ended, while the queue keeps it (QueueConfig.keep_done).
 	State   string            `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
 	Payload []byte            `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
 	Headers map[string]string `protobuf:"bytes,7,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -1503,7 +1504,12 @@ type JobInfo struct {
 	DeadAt *timestamppb.Timestamp `protobuf:"bytes,22,opt,name=dead_at,json=deadAt,proto3" json:"dead_at,omitempty"`
 	// Running and cancelled: its worker was told to stop, and the job ends,
 	// not retried, when the worker lets it go.
-	Cancelled     bool `protobuf:"varint,23,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	Cancelled bool `protobuf:"varint,23,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	// Ended ("done": acked, or "cancelled"), reported while it is among the
+	// queue's last keep_done to end: when, and for a done job the time its
+	// worker reported. Its payload, headers and prediction are not kept.
+	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	Took          *durationpb.Duration   `protobuf:"bytes,25,opt,name=took,proto3" json:"took,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1697,6 +1703,20 @@ func (x *JobInfo) GetCancelled() bool {
 		return x.Cancelled
 	}
 	return false
+}
+
+func (x *JobInfo) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *JobInfo) GetTook() *durationpb.Duration {
+	if x != nil {
+		return x.Took
+	}
+	return nil
 }
 
 // ListJobsRequest selects a queue's jobs.
@@ -2655,7 +2675,11 @@ type QueueConfig struct {
 	// Most jobs of the queue delivered and not yet settled, across every
 	// consumer (a bound on what its workers send to a service they call);
 	// 0 takes the broker's default, which is no limit.
-	MaxInFlight   uint32 `protobuf:"varint,15,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	MaxInFlight uint32 `protobuf:"varint,15,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	// How many of the queue's jobs that ended (acked or cancelled) GetJob
+	// still reports, the most recent first to stay; kept in memory, not
+	// across a restart. 0 takes the broker's default, which is none.
+	KeepDone      uint32 `protobuf:"varint,16,opt,name=keep_done,json=keepDone,proto3" json:"keep_done,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2791,6 +2815,13 @@ func (x *QueueConfig) GetRetryJitter() float64 {
 func (x *QueueConfig) GetMaxInFlight() uint32 {
 	if x != nil {
 		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetKeepDone() uint32 {
+	if x != nil {
+		return x.KeepDone
 	}
 	return 0
 }
@@ -4552,7 +4583,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
 	"\rGetJobRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\x87\a\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\xed\a\n" +
 	"\aJobInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x1a\n" +
@@ -4577,7 +4608,9 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x0elease_deadline\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\rleaseDeadline\x12\x16\n" +
 	"\x06reason\x18\x15 \x01(\tR\x06reason\x123\n" +
 	"\adead_at\x18\x16 \x01(\v2\x1a.google.protobuf.TimestampR\x06deadAt\x12\x1c\n" +
-	"\tcancelled\x18\x17 \x01(\bR\tcancelled\x1a:\n" +
+	"\tcancelled\x18\x17 \x01(\bR\tcancelled\x125\n" +
+	"\bended_at\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12-\n" +
+	"\x04took\x18\x19 \x01(\v2\x19.google.protobuf.DurationR\x04took\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
@@ -4649,7 +4682,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x16DeleteScheduleResponse\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xb0\x05\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xcd\x05\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05tiers\x18\x02 \x01(\rR\x05tiers\x12\x18\n" +
@@ -4668,7 +4701,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"retry_base\x18\f \x01(\v2\x19.google.protobuf.DurationR\tretryBase\x126\n" +
 	"\tretry_max\x18\r \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12!\n" +
 	"\fretry_jitter\x18\x0e \x01(\x01R\vretryJitter\x12\"\n" +
-	"\rmax_in_flight\x18\x0f \x01(\rR\vmaxInFlight\x1a>\n" +
+	"\rmax_in_flight\x18\x0f \x01(\rR\vmaxInFlight\x12\x1b\n" +
+	"\tkeep_done\x18\x10 \x01(\rR\bkeepDone\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x8e\x03\n" +
@@ -4938,90 +4972,92 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	65, // 29: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
 	65, // 30: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
 	65, // 31: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
-	21, // 32: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
-	22, // 33: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
-	65, // 34: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	64, // 35: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	65, // 36: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	65, // 37: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	64, // 38: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	65, // 39: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	64, // 40: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	65, // 41: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	64, // 42: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	61, // 43: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	65, // 44: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	65, // 45: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
-	25, // 46: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	64, // 47: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	62, // 48: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	64, // 49: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	64, // 50: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	64, // 51: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	64, // 52: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	32, // 53: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	64, // 54: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	32, // 55: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	33, // 56: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	63, // 57: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	65, // 58: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	41, // 59: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	48, // 60: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	64, // 61: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	64, // 62: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	54, // 63: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	64, // 64: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 65: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 66: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 67: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 68: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	34, // 69: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	35, // 70: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	37, // 71: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	38, // 72: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	42, // 73: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	44, // 74: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	46, // 75: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	49, // 76: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 77: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	23, // 78: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	25, // 79: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	26, // 80: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	28, // 81: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	29, // 82: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	31, // 83: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	19, // 84: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	51, // 85: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	53, // 86: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	56, // 87: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 88: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 89: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 90: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 91: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	33, // 92: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	36, // 93: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	40, // 94: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	39, // 95: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	43, // 96: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	45, // 97: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	47, // 98: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	50, // 99: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 100: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	24, // 101: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	25, // 102: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	27, // 103: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	25, // 104: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	30, // 105: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	33, // 106: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	20, // 107: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	52, // 108: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	55, // 109: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	57, // 110: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	88, // [88:111] is the sub-list for method output_type
-	65, // [65:88] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	65, // 32: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
+	64, // 33: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
+	21, // 34: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
+	22, // 35: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
+	65, // 36: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	64, // 37: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	65, // 38: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	65, // 39: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	64, // 40: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	65, // 41: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	64, // 42: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	65, // 43: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	64, // 44: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	61, // 45: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	65, // 46: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	65, // 47: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	25, // 48: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
+	64, // 49: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	62, // 50: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	64, // 51: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	64, // 52: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	64, // 53: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	64, // 54: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	32, // 55: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	64, // 56: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	32, // 57: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	33, // 58: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	63, // 59: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	65, // 60: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	41, // 61: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	48, // 62: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	64, // 63: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	64, // 64: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	54, // 65: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	64, // 66: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	4,  // 67: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 68: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 69: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 70: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	34, // 71: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	35, // 72: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	37, // 73: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	38, // 74: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	42, // 75: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	44, // 76: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	46, // 77: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	49, // 78: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 79: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	23, // 80: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	25, // 81: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	26, // 82: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	28, // 83: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	29, // 84: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	31, // 85: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	19, // 86: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	51, // 87: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	53, // 88: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	56, // 89: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	5,  // 90: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 91: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 92: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 93: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	33, // 94: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	36, // 95: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	40, // 96: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	39, // 97: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	43, // 98: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	45, // 99: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	47, // 100: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	50, // 101: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 102: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	24, // 103: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	25, // 104: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	27, // 105: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	25, // 106: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	30, // 107: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	33, // 108: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	20, // 109: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	52, // 110: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	55, // 111: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	57, // 112: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	90, // [90:113] is the sub-list for method output_type
+	67, // [67:90] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }

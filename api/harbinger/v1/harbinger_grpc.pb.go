@@ -314,9 +314,10 @@ type AdminClient interface {
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
 	// GetJob reports one job by id: where it stands (waiting, delayed,
-	// running or dead-lettered) and what the broker knows of it. NotFound
-	// when the queue holds no such job: acked, cancelled, purged, dropped,
-	// or never published to it.
+	// running or dead-lettered, or done or cancelled while the queue keeps
+	// it: QueueConfig.keep_done) and what the broker knows of it. NotFound
+	// when the queue has no such job: ended and not kept, purged, dropped, or
+	// never published to it.
 	GetJob(ctx context.Context, in *GetJobRequest, opts ...grpc.CallOption) (*JobInfo, error)
 	// CancelJob ends a job by id: a waiting or delayed job is removed; a
 	// running one's consumer is told to stop it, and it is dropped (never
@@ -537,9 +538,10 @@ type AdminServer interface {
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
 	// GetJob reports one job by id: where it stands (waiting, delayed,
-	// running or dead-lettered) and what the broker knows of it. NotFound
-	// when the queue holds no such job: acked, cancelled, purged, dropped,
-	// or never published to it.
+	// running or dead-lettered, or done or cancelled while the queue keeps
+	// it: QueueConfig.keep_done) and what the broker knows of it. NotFound
+	// when the queue has no such job: ended and not kept, purged, dropped, or
+	// never published to it.
 	GetJob(context.Context, *GetJobRequest) (*JobInfo, error)
 	// CancelJob ends a job by id: a waiting or delayed job is removed; a
 	// running one's consumer is told to stop it, and it is dropped (never
