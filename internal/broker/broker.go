@@ -561,8 +561,8 @@ const (
 // Cancel ends a job by id: a waiting or delayed job is removed at once; a
 // running one stays with its worker, which is told to stop it (see
 // Delivery.Cancel), and is dropped, not retried, when it settles or its
-// lease ends. The queue's first Cancel or GetJob indexes its jobs by id
-// (O(jobs held)); later ones are O(1).
+// lease ends. The queue's first Cancel indexes its jobs by id (O(jobs
+// held)); later ones are O(1).
 func (b *Broker) Cancel(queueName, id string) (JobState, error) {
 	q, err := b.lockQueue(queueName, false)
 	if err != nil {

@@ -140,8 +140,9 @@ type JobInfo struct {
 // GetJob finds a job of a queue by id: one it holds, or one among the
 // last QueueConfig.KeepDone to end (acked or cancelled). It returns
 // ErrUnknownMessage when the queue has no such job: ended and not kept,
-// purged, dropped, or never published to it. The first lookup in a queue
-// indexes its jobs (O(jobs)); later ones are O(1).
+// purged, dropped, or never published to it. It uses the queue's index by
+// id when a Cancel has built one, and otherwise scans the queue without
+// building it (see delivery.Line.Lookup).
 func (b *Broker) GetJob(queue, id string) (JobInfo, error) {
 	q, err := b.lookup(queue, false)
 	if err != nil {
@@ -149,7 +150,7 @@ func (b *Broker) GetJob(queue, id string) (JobInfo, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	j, state := q.line.Find(id)
+	j, state := q.line.Lookup(id)
 	if j == nil && !q.deleted {
 		if d, ok := q.line.FindDone(id); ok {
 			return JobInfo{ID: d.ID, Queue: q.name, Producer: d.Producer, JobType: d.JobType, State: JobState(d.State),

@@ -476,6 +476,19 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 		func(j *Job) { got[j.ID()] = pDelayed; attempts[j.ID()] = j.Attempt() },
 		func(d DeadLetterEntry) { got[d.Job.ID()] = pDead; attempts[d.Job.ID()] = d.Job.Attempt() },
 	)
+	// Lookup says where each job stands, as the model does, with the index
+	// or without it, and never builds one.
+	states := map[place]State{pWaiting: Waiting, pRunning: Running, pDelayed: Delayed, pDead: Dead, pGone: ""}
+	indexed := l.byID != nil
+	for _, r := range m.jobs {
+		j, st := l.Lookup(r.id)
+		if st != states[r.place] || (j == nil) != (r.place == pGone) || (j != nil && j.ID() != r.id) {
+			fail("step %d: Lookup(%s) = %v, %q; the model has it %v", step, r.id, j != nil, st, r.place)
+		}
+	}
+	if !indexed && l.byID != nil {
+		fail("step %d: Lookup built the index", step)
+	}
 	// Once a Cancel has built the index by id, it holds every job the
 	// Line holds, and nothing else.
 	if l.byID != nil {
@@ -488,7 +501,6 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 			}
 		}
 		// And Find says where each job stands, as the model does.
-		states := map[place]State{pWaiting: Waiting, pRunning: Running, pDelayed: Delayed, pDead: Dead, pGone: ""}
 		for _, r := range m.jobs {
 			j, st := l.Find(r.id)
 			if st != states[r.place] || (j == nil) != (r.place == pGone) || (j != nil && j.ID() != r.id) {
