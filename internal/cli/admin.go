@@ -44,7 +44,7 @@ var adminCommands = []struct {
 	{"requeue", "QUEUE (ID... | --all)", "put dead letters back in line as new jobs", adminRequeue},
 	{"drop", "QUEUE (ID... | --all)", "delete dead letters for good", adminDrop},
 	{"jobs", "QUEUE [--limit N]", "waiting jobs in the order they would run now, then running jobs, the longest running first", adminJobs},
-	{"job", "QUEUE ID", "one job: waiting, delayed, running or dead, and what the broker knows of it (-json adds its payload)", adminJob},
+	{"job", "QUEUE ID", "one job: waiting, delayed, running or dead (or done or cancelled, on a queue with keep_done), and what the broker knows of it (-json adds its payload)", adminJob},
 	{"cancel", "QUEUE ID", "cancel a job: a waiting or delayed one is removed, a running one's worker is told", adminCancel},
 	{"keys", "QUEUE [--limit N]", "what the queue's predictor learned per key, busiest first", adminKeys},
 	{"schedules", "", "periodic schedules: queue, when, job type, last and next tick (UTC), jobs fired, paused", adminSchedules},
