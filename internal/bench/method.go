@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sort"
@@ -18,11 +19,15 @@ type Environment struct {
 	GoVersion string
 	CPUs      int
 	MaxProcs  int
+	// EnvMaxProcs is GOMAXPROCS as set in the environment, "" when unset:
+	// the Go broker processes the harness starts inherit it.
+	EnvMaxProcs string
 }
 
 // Describe asks each driver for its server's version.
 func Describe(ctx context.Context, drivers map[string]Driver) Environment {
-	e := Environment{Brokers: map[string]string{}, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), MaxProcs: runtime.GOMAXPROCS(0)}
+	e := Environment{Brokers: map[string]string{}, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), MaxProcs: runtime.GOMAXPROCS(0),
+		EnvMaxProcs: os.Getenv("GOMAXPROCS")}
 	for name, d := range drivers {
 		if d != nil {
 			e.Brokers[name] = d.Version(ctx)
@@ -33,7 +38,16 @@ func Describe(ctx context.Context, drivers map[string]Driver) Environment {
 
 // Host describes the client side: Go version and cores.
 func (e Environment) Host() string {
-	return fmt.Sprintf("client: %s on %d cores (GOMAXPROCS %d), every broker on the same machine", e.GoVersion, e.CPUs, e.MaxProcs)
+	return fmt.Sprintf("client: %s on %d cores (GOMAXPROCS %d), every broker on the same machine%s", e.GoVersion, e.CPUs, e.MaxProcs, e.inherited())
+}
+
+// inherited says that the Go brokers the harness started ran with the
+// environment's GOMAXPROCS too, when it was set.
+func (e Environment) inherited() string {
+	if e.EnvMaxProcs == "" {
+		return ""
+	}
+	return "; GOMAXPROCS=" + e.EnvMaxProcs + " was set in the environment, so the Go brokers the harness started (harbinger serve, the bare queues, nats-server) ran with it as well; Redis and RabbitMQ are not Go programs"
 }
 
 func (e Environment) String() string {
@@ -46,8 +60,8 @@ func (e Environment) String() string {
 	for _, n := range names {
 		parts = append(parts, e.Brokers[n])
 	}
-	return fmt.Sprintf("brokers: %s; client: %s on %d cores (GOMAXPROCS %d), every broker on the same machine",
-		strings.Join(parts, "; "), e.GoVersion, e.CPUs, e.MaxProcs)
+	return fmt.Sprintf("brokers: %s; client: %s on %d cores (GOMAXPROCS %d), every broker on the same machine%s",
+		strings.Join(parts, "; "), e.GoVersion, e.CPUs, e.MaxProcs, e.inherited())
 }
 
 // FlowMethod is the method paragraph of a flow report.
