@@ -35,7 +35,7 @@ func logFromBytes(data []byte, base time.Time) []*store.Record {
 	at := func() time.Time { return base.Add(time.Duration(int8(next())) * time.Minute) }
 	var recs []*store.Record
 	for len(data) > 0 && len(recs) < 64 {
-		r := &store.Record{Kind: store.Kind(next()%14 + 1), Queue: []string{"q", "r", "é\u2028"}[next()%3], ID: fmt.Sprint("j", next()%5)}
+		r := &store.Record{Kind: store.Kind(next()%15 + 1), Queue: []string{"q", "r", "é\u2028"}[next()%3], ID: fmt.Sprint("j", next()%5)}
 		switch r.Kind {
 		case store.KindJob:
 			j := &store.Job{ID: r.ID, Producer: "p", JobType: fmt.Sprint("t", next()%3), Payload: make([]byte, int(next())*16),
