@@ -71,6 +71,12 @@ type Config struct {
 	// every cold or spread-gated one. These are the jobs shortest-first
 	// would starve. Negative disables.
 	LongShare float64
+	// LongKeys, when positive, also marks Long the messages of the
+	// costliest keys: those whose predicted cost is among the top LongKeys
+	// share of the warm keys tracked (at least one key), however little
+	// of the recent work they make up. Only with LongShare. 0 is off (a
+	// rule measured, not yet the default: docs/policy.md).
+	LongKeys float64
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -134,6 +140,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("predict: max duration must be positive, got %v", c.MaxDuration)
 	case math.IsNaN(c.LongShare) || c.LongShare > 1:
 		return fmt.Errorf("predict: long share must be at most 1 (or negative to disable), got %v", c.LongShare)
+	case !(c.LongKeys >= 0 && c.LongKeys <= 1):
+		return fmt.Errorf("predict: long keys must be 0 (off) to 1, got %v", c.LongKeys)
 	case c.Estimator != EstimateEWMA && c.Estimator != EstimateMedian:
 		return fmt.Errorf("predict: unknown estimator %q (want %q or %q)", c.Estimator, EstimateEWMA, EstimateMedian)
 	}
@@ -185,7 +193,10 @@ type Predictor struct {
 	sincePlan  int
 	boundaries []float64 // ms; len Tiers-1; message goes to first tier whose boundary >= cost
 	longMS     float64   // warm predictions at or above this cost are Long
+	keyCutMS   float64   // and those at or above this one (LongKeys)
+	sinceKeys  int       // predictions since keyCutMS was computed
 	sorted     []float64 // scratch for recomputing boundaries
+	keyCosts   []float64 // scratch for recomputing keyCutMS
 	typicalMS  float64   // EWMA over all observations, the cost given to cold keys
 
 	observations, rejected, evicted uint64
@@ -201,10 +212,11 @@ func New(cfg Config) (*Predictor, error) {
 		return nil, err
 	}
 	return &Predictor{
-		cfg:    cfg,
-		keys:   make(map[Key]*entry),
-		recent: make([]float64, cfg.Window),
-		longMS: math.Inf(1),
+		cfg:      cfg,
+		keys:     make(map[Key]*entry),
+		recent:   make([]float64, cfg.Window),
+		longMS:   math.Inf(1),
+		keyCutMS: math.Inf(1),
 	}, nil
 }
 
@@ -238,10 +250,7 @@ func (p *Predictor) Predict(k Key) Prediction {
 		e.tier = mid
 		return pr
 	}
-	cost := e.ewmaMS
-	if p.cfg.Estimator == EstimateMedian {
-		cost = e.p50
-	}
+	cost := p.costOf(e)
 	pr.Cost = msToDuration(cost)
 	p.record(cost)
 	pr.Tier = p.tierOf(cost)
@@ -342,10 +351,44 @@ func (p *Predictor) record(ms float64) {
 		p.boundaries = boundaries(p.sorted, p.cfg.Tiers, p.boundaries)
 		p.longMS = longCut(p.sorted, p.cfg.LongShare)
 	}
+	// The keys' cut visits every key, so it is recomputed no more often
+	// than once per key's worth of predictions: O(log keys) a prediction.
+	p.sinceKeys++
+	if p.cfg.LongKeys > 0 && (warming || p.sinceKeys >= max(p.cfg.RecomputeEvery, len(p.keys))) {
+		p.sinceKeys = 0
+		p.keyCutMS = p.keyCut()
+	}
+}
+
+// keyCut is the predicted cost from which a warm key is among the
+// costliest LongKeys share of the warm keys (at least one); +Inf with no
+// warm key.
+func (p *Predictor) keyCut() float64 {
+	costs := p.keyCosts[:0]
+	for _, e := range p.keys {
+		if e.count >= uint64(p.cfg.MinObservations) {
+			costs = append(costs, p.costOf(e))
+		}
+	}
+	p.keyCosts = costs
+	if len(costs) == 0 {
+		return math.Inf(1)
+	}
+	slices.Sort(costs)
+	top := max(int(math.Ceil(float64(len(costs))*p.cfg.LongKeys)), 1)
+	return costs[len(costs)-top]
+}
+
+// costOf is what a warm key's messages are predicted to cost, in ms.
+func (p *Predictor) costOf(e *entry) float64 {
+	if p.cfg.Estimator == EstimateMedian {
+		return e.p50
+	}
+	return e.ewmaMS
 }
 
 func (p *Predictor) isLong(ms float64) bool {
-	return p.cfg.LongShare > 0 && ms >= p.longMS
+	return p.cfg.LongShare > 0 && (ms >= p.longMS || ms >= p.keyCutMS)
 }
 
 // Boundaries computes tier boundaries from a sample of costs: the

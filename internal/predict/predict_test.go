@@ -48,6 +48,8 @@ func TestConfigValidate(t *testing.T) {
 		{"max keys", Config{MaxKeys: -1}, "max keys must be at least 1"},
 		{"max duration", Config{MaxDuration: -1}, "max duration must be positive"},
 		{"long share", Config{LongShare: 1.5}, "long share must be at most 1"},
+		{"long keys", Config{LongKeys: -0.1}, "long keys must be 0 (off) to 1"},
+		{"long keys NaN", Config{LongKeys: math.NaN()}, "long keys must be 0 (off) to 1"},
 		{"estimator", Config{Estimator: "mode"}, `unknown estimator "mode"`},
 	}
 	for _, tt := range tests {
@@ -613,5 +615,84 @@ func TestRecordIgnoresNonPositive(t *testing.T) {
 	p.Record(ms(7))
 	if b := p.Summary().Boundaries; len(b) != 1 || b[0] != ms(7) {
 		t.Fatalf("boundaries %v, want [7ms]", b)
+	}
+}
+
+// With LongKeys, the messages of the costliest twentieth of the warm keys
+// are long even when the work-share cut leaves them out: here a frequent
+// 1 s kind makes up the top of the recent work, and two rare kinds of 300
+// and 400 ms, costlier than all the others, are left out by the cut. With
+// LongKeys 0.05 (3 of 41 kinds) they are long too, and nothing else is
+// added. The cut follows the keys' costs as they change, within a key's
+// worth of predictions, and survives a snapshot.
+func TestLongKeys(t *testing.T) {
+	t.Parallel()
+	keyOf := func(i int) Key { return Key{Queue: "q", Producer: "wéb", JobType: "kind-" + strconv.Itoa(i), SizeBucket: -1} }
+	const big, rare1, rare2 = 38, 39, 40
+	cost := func(i int) time.Duration {
+		switch i {
+		case big:
+			return time.Second
+		case rare1:
+			return 300 * time.Millisecond
+		case rare2:
+			return 400 * time.Millisecond
+		}
+		return ms(float64(i + 1))
+	}
+	run := func(cfg Config) (*Predictor, map[int]bool) {
+		p := mustNew(t, cfg)
+		for i := range 41 {
+			for range 3 {
+				observe(t, p, keyOf(i), Prediction{}, cost(i))
+			}
+		}
+		long := map[int]bool{}
+		for n := range 6000 {
+			i := n % 38
+			switch {
+			case n%200 == 0:
+				i = rare1 + (n/200)%2
+			case n%3 == 0:
+				i = big
+			}
+			if p.Predict(keyOf(i)).Long {
+				long[i] = true
+			}
+		}
+		return p, long
+	}
+	_, off := run(Config{LongShare: 0.01})
+	if !off[big] || off[rare1] || off[rare2] {
+		t.Fatalf("without LongKeys: long kinds %v; the test needs the cut to take the 1 s kind and leave the rare ones out", off)
+	}
+	p, on := run(Config{LongShare: 0.01, LongKeys: 0.05})
+	if !on[rare1] || !on[rare2] || !on[big] {
+		t.Errorf("with LongKeys 0.05 the three costliest of 41 kinds are not all long: %v", on)
+	}
+	for i := range 38 {
+		if on[i] {
+			t.Errorf("kind %d (%v) is long with LongKeys: only the top twentieth should be added", i, cost(i))
+		}
+	}
+	// Kind 0 becomes the costliest of all: long within a key's worth of
+	// predictions.
+	for range 20 {
+		observe(t, p, keyOf(0), Prediction{}, 5*time.Second)
+	}
+	longNow := false
+	for range DefaultRecomputeEvery + 1 {
+		longNow = p.Predict(keyOf(0)).Long
+	}
+	if !longNow {
+		t.Error("a kind that became the costliest is not long after a recompute")
+	}
+	// A snapshot restored keeps the cut.
+	q := mustNew(t, Config{LongShare: 0.01, LongKeys: 0.05})
+	if err := q.Restore("q", p.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if !q.Predict(keyOf(rare2)).Long {
+		t.Error("after a restore the costliest rare kind is not long")
 	}
 }

@@ -93,6 +93,10 @@ func (p *Predictor) Restore(queue string, data []byte) error {
 	slices.Sort(p.sorted)
 	p.boundaries = boundaries(p.sorted, p.cfg.Tiers, p.boundaries)
 	p.longMS = longCut(p.sorted, p.cfg.LongShare)
+	p.sinceKeys = 0
+	if p.cfg.LongKeys > 0 {
+		p.keyCutMS = p.keyCut()
+	}
 	p.typicalMS = s.TypicalMS
 	p.observations, p.rejected, p.evicted = s.Observations, s.Rejected, s.Evicted
 	p.absErrMS, p.maeN, p.tierHits, p.tierN = s.AbsErrMS, s.MAEN, s.TierHits, s.TierN
