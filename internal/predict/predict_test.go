@@ -627,7 +627,9 @@ func TestRecordIgnoresNonPositive(t *testing.T) {
 // worth of predictions, and survives a snapshot.
 func TestLongKeys(t *testing.T) {
 	t.Parallel()
-	keyOf := func(i int) Key { return Key{Queue: "q", Producer: "wéb", JobType: "kind-" + strconv.Itoa(i), SizeBucket: -1} }
+	keyOf := func(i int) Key {
+		return Key{Queue: "q", Producer: "wéb", JobType: "kind-" + strconv.Itoa(i), SizeBucket: -1}
+	}
 	const big, rare1, rare2 = 38, 39, 40
 	cost := func(i int) time.Duration {
 		switch i {
