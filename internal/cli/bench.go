@@ -238,7 +238,20 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // runBareQueue serves the bare gRPC queue of the bare-grpc arm until ctx
 // ends, printing the line bench cost waits for once it listens.
 func runBareQueue(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench "+bench.BareQueueCommand, "bench "+bench.BareQueueCommand+" [--addr 127.0.0.1:0] [--cpuprofile FILE]", stderr)
+	return runBareServer(ctx, bench.BareQueueCommand, bench.ServeBareQueue, bench.BareQueueReady, args, stdout, stderr)
+}
+
+// runBareTCP serves the bare TCP queue of the bare-tcp arm until ctx ends,
+// printing the line bench cost waits for once it listens.
+func runBareTCP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runBareServer(ctx, bench.BareTCPCommand, bench.ServeBareTCP, bench.BareTCPReady, args, stdout, stderr)
+}
+
+// runBareServer is the hidden subcommand name: it serves with serve on
+// --addr until ctx ends, printing ready's line once it listens.
+func runBareServer(ctx context.Context, name string, serve func(context.Context, string, func(string)) error, ready func(string) string,
+	args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench "+name, "bench "+name+" [--addr 127.0.0.1:0] [--cpuprofile FILE]", stderr)
 	addr := fs.String("addr", "127.0.0.1:0", "listen address")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file, closed at shutdown (to compare with harbinger serve --cpuprofile)")
 	if err := parse(fs, args); err != nil {
@@ -249,24 +262,7 @@ func runBareQueue(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer stop()
-	return bench.ServeBareQueue(ctx, *addr, func(a string) { fmt.Fprintln(stdout, bench.BareQueueReady(a)) })
-}
-
-// runBareTCP serves the bare TCP queue of the bare-tcp arm until ctx ends,
-// printing the line bench cost waits for once it listens.
-func runBareTCP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench "+bench.BareTCPCommand, "bench "+bench.BareTCPCommand+" [--addr 127.0.0.1:0] [--cpuprofile FILE]", stderr)
-	addr := fs.String("addr", "127.0.0.1:0", "listen address")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file, closed at shutdown")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	stop, err := startProfiles(*cpuProfile, "")
-	if err != nil {
-		return err
-	}
-	defer stop()
-	return bench.ServeBareTCP(ctx, *addr, func(a string) { fmt.Fprintln(stdout, bench.BareTCPReady(a)) })
+	return serve(ctx, *addr, func(a string) { fmt.Fprintln(stdout, ready(a)) })
 }
 
 // startProfiles starts the CPU and mutex profiles asked for; the returned
