@@ -204,6 +204,7 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		add(by(ArmSJF, "sjf", nil)),
 		add(by(ArmOracleSJF, "oracle-sjf", nil)),
 		add(by(ArmPrevious, "previous", nil)),
+		add(by(ArmNoLongKeys, "no-long-keys", nil)),
 		add(def(ArmGuardTight, func(a *sim.Arm) { a.Options.Guard = new(guardTight) })),
 		add(def(ArmGuardMid, func(a *sim.Arm) { a.Options.Guard = new(guardMid) })),
 		add(def(ArmGuardLoose, func(a *sim.Arm) { a.Options.Guard = new(guardLoose) })),

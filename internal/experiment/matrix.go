@@ -46,6 +46,10 @@ const (
 	// ArmPrevious is the bounded policy as it shipped before its guard on
 	// every message (sim arm "previous").
 	ArmPrevious = "previous"
+	// ArmNoLongKeys is the default without its long keys
+	// (sched.DefaultLongKeys): only the work-share cut and unpredictable
+	// messages long, the default before 2026-12-03.
+	ArmNoLongKeys = "no long keys"
 )
 
 // The guard's settings around the default's, for the matrix's sensitivity
@@ -61,12 +65,12 @@ const (
 )
 
 // matrixArms are the arms of every matrix cell.
-var matrixArms = []string{ArmFIFO, ArmDefault, ArmShare20, ArmPrevious, ArmOracle, ArmOracleSJF,
+var matrixArms = []string{ArmFIFO, ArmDefault, ArmNoLongKeys, ArmShare20, ArmPrevious, ArmOracle, ArmOracleSJF,
 	ArmGuardTight, ArmGuardMid, ArmGuardLoose, ArmOvertakeAny, ArmSJF,
 	ArmVirtual, ArmVirtualDispatch, ArmOracleVirtual}
 
 // sensitivityArms are the rows of the sensitivity table, the default first.
-var sensitivityArms = []string{ArmDefault, ArmShare20, ArmGuardTight, ArmGuardMid, ArmGuardLoose, ArmOvertakeAny, ArmPrevious, ArmSJF, ArmOracle,
+var sensitivityArms = []string{ArmDefault, ArmNoLongKeys, ArmShare20, ArmGuardTight, ArmGuardMid, ArmGuardLoose, ArmOvertakeAny, ArmPrevious, ArmSJF, ArmOracle,
 	ArmVirtual, ArmVirtualDispatch, ArmOracleVirtual}
 
 // virtualArms are the columns of the virtual FIFO table, the default first.

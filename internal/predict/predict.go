@@ -74,8 +74,9 @@ type Config struct {
 	// LongKeys, when positive, also marks Long the messages of the
 	// costliest keys: those whose predicted cost is among the top LongKeys
 	// share of the warm keys tracked (at least one key), however little
-	// of the recent work they make up. Only with LongShare. 0 is off (a
-	// rule measured, not yet the default: docs/policy.md).
+	// of the recent work they make up. Only with LongShare. Zero or
+	// negative is off: the predictor alone does not do it, the bounded
+	// policy asks for it (sched.DefaultLongKeys).
 	LongKeys float64
 }
 
@@ -140,8 +141,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("predict: max duration must be positive, got %v", c.MaxDuration)
 	case math.IsNaN(c.LongShare) || c.LongShare > 1:
 		return fmt.Errorf("predict: long share must be at most 1 (or negative to disable), got %v", c.LongShare)
-	case !(c.LongKeys >= 0 && c.LongKeys <= 1):
-		return fmt.Errorf("predict: long keys must be 0 (off) to 1, got %v", c.LongKeys)
+	case math.IsNaN(c.LongKeys) || c.LongKeys > 1:
+		return fmt.Errorf("predict: long keys must be at most 1 (0 or negative is off), got %v", c.LongKeys)
 	case c.Estimator != EstimateEWMA && c.Estimator != EstimateMedian:
 		return fmt.Errorf("predict: unknown estimator %q (want %q or %q)", c.Estimator, EstimateEWMA, EstimateMedian)
 	}

@@ -48,8 +48,8 @@ func TestConfigValidate(t *testing.T) {
 		{"max keys", Config{MaxKeys: -1}, "max keys must be at least 1"},
 		{"max duration", Config{MaxDuration: -1}, "max duration must be positive"},
 		{"long share", Config{LongShare: 1.5}, "long share must be at most 1"},
-		{"long keys", Config{LongKeys: -0.1}, "long keys must be 0 (off) to 1"},
-		{"long keys NaN", Config{LongKeys: math.NaN()}, "long keys must be 0 (off) to 1"},
+		{"long keys", Config{LongKeys: 1.5}, "long keys must be at most 1"},
+		{"long keys NaN", Config{LongKeys: math.NaN()}, "long keys must be at most 1"},
 		{"estimator", Config{Estimator: "mode"}, `unknown estimator "mode"`},
 	}
 	for _, tt := range tests {

@@ -59,6 +59,14 @@ var (
 	// work on the long bound's near-FIFO order that it cost the mean and
 	// the longest class's wait (docs/policy.md).
 	DefaultLongShare = 0.01
+	// DefaultLongKeys is the share of a queue's warm keys whose messages
+	// the bounded policy's predictor marks long besides the work-share cut
+	// (predict.Config's LongKeys): the costliest twentieth, at least one
+	// key. A rare, costly kind of job carries too little of the recent
+	// work to reach the 1% cut, and is then left to the guard, which lets
+	// it start up to half its FIFO latency late; this keeps the costliest
+	// kinds of job to their FIFO start (docs/policy.md).
+	DefaultLongKeys = 0.05
 	// DefaultOvertake is the guard's overtaking ratio (Bound.Overtake):
 	// once FIFO would have started a message, only messages predicted at
 	// most a quarter of its cost may still go ahead of it.
@@ -82,7 +90,11 @@ type Policy struct {
 	// DefaultLongShare); zero leaves the predictor's own default. A share
 	// set in the predictor's configuration wins.
 	LongShare float64
-	Shadow    bool // predict and record, but route everything to level 0
+	// LongKeys is the predictor's long-keys share for this policy (see
+	// DefaultLongKeys); zero leaves the predictor's own (off). A share set
+	// in the predictor's configuration wins; negative there turns it off.
+	LongKeys float64
+	Shadow   bool // predict and record, but route everything to level 0
 }
 
 // PolicyOptions carries the settings a queue may override; zero fields take
@@ -196,7 +208,7 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 			bound.DispatchClock = o.VirtualFIFO && o.DispatchClock
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Strict, ShortestFirst: true, Bound: bound}
-		p.LongShare = DefaultLongShare
+		p.LongShare, p.LongKeys = DefaultLongShare, DefaultLongKeys
 		if o.AgingOff {
 			p.Sched.Bound = nil
 		}

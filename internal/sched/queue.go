@@ -19,10 +19,13 @@ type Queue struct {
 // predictor's tier count is the policy's levels when its tiers route
 // messages, else pol.Tiers (when set): a shadow queue routes on one level
 // but predicts as many tiers as the queue is configured for. The policy's
-// long share applies unless pcfg sets one.
+// long share and long-keys share apply unless pcfg sets them.
 func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
 	if pcfg.LongShare == 0 {
 		pcfg.LongShare = pol.LongShare
+	}
+	if pcfg.LongKeys == 0 {
+		pcfg.LongKeys = pol.LongKeys
 	}
 	switch {
 	case pol.UsePredictor && !pol.Shadow:

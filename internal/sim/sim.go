@@ -77,10 +77,10 @@ var StandardArms = []string{"fifo", "static", "predictive", "weighted", "oracle"
 // most expensive fifth of the recent work long), "virtual-fifo" and
 // "virtual-fifo-dispatch" (the default with FIFO's progress taken from a
 // virtual FIFO run on the simulated workers, on the wall clock or the
-// dispatch clock: sched.Bound.VirtualFIFO), "long-keys" (the default with
-// the costliest twentieth of the warm keys long too: predict.Config.LongKeys,
-// measured, not yet the default) and "shadow"; any sched policy name also
-// works as an arm.
+// dispatch clock: sched.Bound.VirtualFIFO), "no-long-keys" (the default
+// without its long keys: only the work-share cut and unpredictable messages
+// long, as it was before sched.DefaultLongKeys) and "shadow"; any sched
+// policy name also works as an arm.
 func ArmByName(name string, types []workload.JobType) (Arm, error) {
 	a := Arm{Name: name}
 	switch name {
@@ -116,18 +116,19 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 	case "virtual-fifo-dispatch":
 		a.Policy = sched.Bounded
 		a.Options.VirtualFIFO, a.Options.DispatchClock = true, true
-	case "long-keys":
+	case "no-long-keys":
 		a.Policy = sched.Bounded
-		a.Predictor.LongKeys = LongKeysShare
+		a.Predictor.LongKeys = -1
 	case "previous":
 		a.Policy = sched.Bounded
 		a.Options.GuardOff = true
 		a.Options.Stretch = new(PreviousStretch)
 		a.Options.MinSlack = PreviousMinSlack
 		a.Predictor.LongShare = PreviousLongShare
+		a.Predictor.LongKeys = -1
 	default:
 		if _, err := sched.NewPolicy(name, sched.PolicyOptions{StaticTiers: StaticMap(types)}); err != nil {
-			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, oracle-sjf, previous, virtual-fifo, virtual-fifo-dispatch, long-keys or a policy name)", name, strings.Join(StandardArms, ", "))
+			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, oracle-sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys or a policy name)", name, strings.Join(StandardArms, ", "))
 		}
 		a.Policy = name
 		a.Options.StaticTiers = StaticMap(types)
@@ -135,8 +136,6 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 	return a, nil
 }
 
-// LongKeysShare is the "long-keys" arm's predict.Config.LongKeys.
-const LongKeysShare = 0.05
 
 // The long-message bound of the "previous" arm: the bounded policy's
 // defaults before the guard.

@@ -286,7 +286,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Run with a bad arm: error %v", err)
 	}
 	// Every named arm resolves.
-	for _, name := range append(slices.Clone(StandardArms), "strict-aging", "no-aging", "sjf", "oracle-sjf", "previous", "virtual-fifo", "virtual-fifo-dispatch", "long-keys", "shadow", "bounded") {
+	for _, name := range append(slices.Clone(StandardArms), "strict-aging", "no-aging", "sjf", "oracle-sjf", "previous", "virtual-fifo", "virtual-fifo-dispatch", "no-long-keys", "shadow", "bounded") {
 		if _, err := ArmByName(name, w.JobTypes); err != nil {
 			t.Errorf("ArmByName(%q): %v", name, err)
 		}
