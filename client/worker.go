@@ -49,7 +49,9 @@ func fromProto(d *pb.Delivery) *Delivery {
 
 // Handler runs one job. Returning nil acks it with the measured duration;
 // an error nacks it for a retry after WorkerConfig.RetryBackoff, or sends it
-// straight to the dead-letter list if the error wraps ErrDeadLetter.
+// straight to the dead-letter list if the error wraps ErrDeadLetter. A
+// panic is a failure like an error (logged with its stack), and so is a
+// call to runtime.Goexit; either way the worker goes on taking jobs.
 type Handler func(ctx context.Context, d *Delivery) error
 
 // ErrDeadLetter, wrapped in a handler's error, sends the job to the
@@ -240,26 +242,36 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	stop := make(chan struct{})
 	defer s.forget()
 	var wg sync.WaitGroup
-	for range cfg.Concurrency {
-		wg.Go(func() {
-			r := &renewer{s: s}
-			defer r.stop()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				select {
-				case d := <-direct:
-					s.handle(hctx, d, h, r)
-				case d := <-queued:
-					s.handle(hctx, d, h, r)
-				case <-stop:
-					return
-				}
+	var slot func()
+	slot = func() {
+		r := &renewer{s: s}
+		defer r.stop()
+		done := false
+		defer func() {
+			if !done { // a handler called runtime.Goexit: this slot goes on in a new goroutine
+				wg.Go(slot)
 			}
-		})
+		}()
+		for {
+			select {
+			case <-stop:
+				done = true
+				return
+			default:
+			}
+			select {
+			case d := <-direct:
+				s.handle(hctx, d, h, r)
+			case d := <-queued:
+				s.handle(hctx, d, h, r)
+			case <-stop:
+				done = true
+				return
+			}
+		}
+	}
+	for range cfg.Concurrency {
+		wg.Go(slot)
 	}
 	recvErr := make(chan error, 1)
 	var gotAny atomic.Bool
@@ -464,6 +476,20 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer
 	s.runMu.Unlock()
 	var err error
 	took := time.Microsecond
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// The handler called runtime.Goexit (t.FailNow, say), which no
+		// recover stops: settle the job as a failure on the way out, so
+		// that it is retried now rather than when its lease runs out.
+		r.stop()
+		if s.log != nil {
+			s.log.Error("harbinger: handler called runtime.Goexit; the job will be retried", "queue", s.cfg.Queue, "id", d.ID, "job_type", d.JobType)
+		}
+		s.settle(ctx, jctx, stop, d, j, errGoexit, took)
+	}()
 	if skip {
 		stop(ErrCancelled)
 	} else {
@@ -494,6 +520,16 @@ func (s *session) handle(ctx context.Context, d *Delivery, h Handler, r *renewer
 			err = fmt.Errorf("timed out after %v: %w", s.cfg.Timeout, err)
 		}
 	}
+	returned = true
+	s.settle(ctx, jctx, stop, d, j, err, took)
+}
+
+// errGoexit is the failure of a handler that called runtime.Goexit.
+var errGoexit = errors.New("handler called runtime.Goexit")
+
+// settle forgets d and sends the broker its outcome: an ack when err is
+// nil, else the nack err calls for.
+func (s *session) settle(ctx, jctx context.Context, stop context.CancelCauseFunc, d *Delivery, j *heldJob, err error, took time.Duration) {
 	cancelled := errors.Is(context.Cause(jctx), ErrCancelled)
 	s.runMu.Lock()
 	if s.held[d.ID] == j {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -199,4 +200,46 @@ func TestWorkerStopsWhenClientCloses(t *testing.T) {
 		t.Fatalf("RunWorker = %v, want ErrClientClosed", err)
 	}
 	tb.waitFor(t, "the consumer gone", func() bool { return tb.info(t, "e-mails").Consumers == 0 })
+}
+
+// A handler that calls runtime.Goexit (t.FailNow in a handler under test,
+// say) ends its goroutine past any recover. The worker still settles the
+// job as a failure, so the broker retries it at once rather than when its
+// lease runs out, and the slot goes on taking jobs: with one slot, the
+// next job runs too. Before, the job sat in flight for its whole lease
+// and the worker never ran another.
+func TestWorkerHandlerGoexit(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	payload := bytes.Repeat([]byte("\xffnot utf-8 ✗"), 400) // 5 KiB, invalid UTF-8 included
+	ids, err := tb.cl.Publish(tb.ctx,
+		&client.Message{Queue: "mail", Producer: "web", JobType: "exits", Payload: payload},
+		&client.Message{Queue: "mail", Producer: "web", JobType: "send", Payload: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, rec := dialRecorded(t, tb.addr)
+	acked := make(chan string, 4)
+	stop := runWorker(t, cl, client.WorkerConfig{Queue: "mail", Concurrency: 1}, func(ctx context.Context, d *client.Delivery) error {
+		if !bytes.Equal(d.Payload, payload) {
+			t.Errorf("%s: payload of %d bytes changed", d.ID, len(d.Payload))
+		}
+		if d.JobType == "exits" && d.Attempt == 1 {
+			runtime.Goexit()
+		}
+		acked <- d.ID
+		return nil
+	})
+	got := map[string]bool{within(t, acked, "a job after the Goexit"): true, within(t, acked, "the second job"): true}
+	if !got[ids[0]] || !got[ids[1]] {
+		t.Fatalf("ran %v, want both %v", got, ids)
+	}
+	tb.waitFor(t, "both acks", func() bool { return tb.info(t, "mail").Acked == 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	rec.noReconnects(t)
+	if in := tb.info(t, "mail"); in.Nacked != 1 || in.Redelivered != 1 || in.InFlight != 0 || in.Ready != 0 || in.DeadLetters != 0 {
+		t.Fatalf("queue: %s; nacked %d", counts(in), in.Nacked)
+	}
 }
