@@ -315,8 +315,8 @@ func (r *Results) holdsBoth(si int, load float64, arms []string) []string {
 
 // longRule describes the default policy's bound on long messages in words.
 func longRule() string {
-	return fmt.Sprintf("a message is long when it is among the most expensive recent messages that together make up %s of the recent predicted work (the cut moved to the widest relative gap between neighbouring costs nearby), or when its key is cold or spread-gated; a long message gets a deadline at about %.2g of the wait FIFO would give it, counted in predicted work, and overdue messages go first",
-		sharePct(sched.DefaultLongShare), 1+sched.DefaultStretch)
+	return fmt.Sprintf("a message is long when it is among the most expensive recent messages that together make up %s of the recent predicted work (the cut moved to the widest relative gap between neighbouring costs nearby), or when its key is among the costliest %s of the queue's warm keys (at least one), or when its key is cold or spread-gated; a long message gets a deadline at about %.2g of the wait FIFO would give it, counted in predicted work, and overdue messages go first",
+		sharePct(sched.DefaultLongShare), sharePct(sched.DefaultLongKeys), 1+sched.DefaultStretch)
 }
 
 // guardRule describes the default policy's guard on every message in words.
