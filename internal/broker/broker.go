@@ -537,7 +537,8 @@ func (b *Broker) DeleteQueue(name string, force bool) (QueueDeleted, error) {
 	b.changes.notify()
 	if pos > 0 {
 		if err := b.cfg.Store.Wait(pos); err != nil {
-			return d, fmt.Errorf("%w: %v; the queue is deleted, but may come back if the broker restarts", ErrNotDurable, err)
+			return d, fmt.Errorf("%w: %v; the queue is deleted (it dropped %d waiting, %d delayed, %d running and %d dead-lettered jobs and stopped %d consumers), but it may come back with them if the broker restarts",
+				ErrNotDurable, err, d.Waiting, d.Delayed, d.Running, d.Dead, d.Consumers)
 		}
 	}
 	return d, nil
