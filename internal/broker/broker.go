@@ -40,6 +40,7 @@ type Broker struct {
 	changes changes
 
 	consumers atomic.Int64
+	queueGen  atomic.Uint64 // numbers the queues made, for QueueInfo.Generation
 	inflight  atomic.Int64
 	bytes     atomic.Int64 // held by every message not yet settled for good; see reserve
 

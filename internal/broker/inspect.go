@@ -12,7 +12,11 @@ import (
 // QueueInfo is a snapshot of one queue: its config and counters. The gRPC
 // Admin service and the metrics collector both read it.
 type QueueInfo struct {
-	Name         string
+	Name string
+	// Generation tells a queue from an earlier one of the same name that
+	// was deleted: each queue the broker makes takes a larger number, so
+	// counters that fall back to zero are a new queue, not a reset.
+	Generation   uint64
 	Config       QueueConfig
 	DepthPerTier []int // ready jobs per level, level 0 first
 	Ready        int
@@ -56,7 +60,7 @@ func (q *queue) info() QueueInfo {
 	defer q.mu.Unlock()
 	l, st := q.line, q.line.Stats
 	in := QueueInfo{
-		Name: q.name, Config: q.cfg, Ready: l.Len(), Delayed: l.DelayedLen(),
+		Name: q.name, Generation: q.gen, Config: q.cfg, Ready: l.Len(), Delayed: l.DelayedLen(),
 		DeadLetters: len(l.Dead()), Consumers: len(q.cons), InFlight: l.InFlight(), Paused: q.paused,
 		Published: st.Published, Delivered: st.Delivered, Acked: st.Acked, Nacked: st.Nacked,
 		Redelivered: st.Redelivered, DeadLettered: st.DeadLettered, Expired: st.Expired,

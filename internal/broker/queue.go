@@ -22,6 +22,7 @@ import (
 type queue struct {
 	b    *Broker
 	name string
+	gen  uint64 // QueueInfo.Generation
 
 	mu      sync.Mutex
 	cfg     QueueConfig
@@ -45,7 +46,7 @@ func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue
 	if err != nil {
 		return nil, invalid("policy", err.Error())
 	}
-	q := &queue{b: b, name: name, cfg: cfg, cons: map[delivery.Holder]*Consumer{}}
+	q := &queue{b: b, name: name, gen: b.queueGen.Add(1), cfg: cfg, cons: map[delivery.Holder]*Consumer{}}
 	q.line = delivery.New(name, q.lineConfig(cfg), sq)
 	return q, nil
 }

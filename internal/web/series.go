@@ -11,6 +11,7 @@ import (
 // sample is what the sampler keeps of one queue at one moment: counters, so
 // rates come from the difference between two samples, and gauges.
 type sample struct {
+	gen              uint64 // broker.QueueInfo.Generation
 	published, acked uint64
 	durCount         uint64
 	durSum           float64 // seconds
@@ -76,7 +77,7 @@ func (s *series) sample() {
 	for _, in := range qs {
 		w, _ := s.b.Waits(in.Name)
 		t.queues[in.Name] = sample{
-			published: in.Published, acked: in.Acked,
+			gen: in.Generation, published: in.Published, acked: in.Acked,
 			durCount: in.Durations.Count, durSum: in.Durations.ActualSum,
 			ready: in.Ready, inFlight: in.InFlight, oldest: w.Oldest,
 		}
@@ -113,7 +114,7 @@ func (s *series) rates(queue string) rates {
 	p, ok1 := a.queues[queue]
 	q, ok2 := b.queues[queue]
 	dt := b.at.Sub(a.at).Seconds()
-	if !ok1 || !ok2 || dt <= 0 {
+	if !ok1 || !ok2 || p.gen != q.gen || dt <= 0 {
 		return rates{}
 	}
 	pub := delta(p.published, q.published) / dt
@@ -153,7 +154,12 @@ func (s *series) view(queue string) SeriesView {
 		if !ok2 || dt <= 0 {
 			continue
 		}
-		if !ok1 { // the queue appeared in this interval
+		if !ok1 || p.gen != q.gen { // the queue appeared in this interval
+			if ok1 {
+				// Deleted and made again: the points before are the
+				// old queue's, not this one's.
+				v.Points = v.Points[:0]
+			}
 			p = sample{}
 		}
 		pt := Point{
@@ -168,8 +174,7 @@ func (s *series) view(queue string) SeriesView {
 	return v
 }
 
-// delta is how much a counter grew from a to b; a queue deleted and made
-// again starts from zero, which counts as no growth.
+// delta is how much a counter grew from a to b, zero if it fell.
 func delta(a, b uint64) float64 {
 	if b < a {
 		return 0

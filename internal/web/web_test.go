@@ -806,3 +806,36 @@ func TestJobsPageWayBackNamedInAnyScript(t *testing.T) {
 		}
 	}
 }
+
+// A queue deleted and made again under the same name starts a new chart:
+// the old queue's points are not drawn as the new one's, and its first
+// interval counts from zero, even when the old queue's counters were
+// lower than the new one's (where a falling counter would not show it).
+func TestSeriesOfQueueMadeAgain(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	big := &broker.Message{Queue: "q", JobType: "größe", Payload: make([]byte, 8<<10)}
+	tb.publish(t, big)
+	for range 3 {
+		tb.clk.Advance(DefaultSampleEvery)
+	}
+	var sv SeriesView
+	getJSON(t, tb, "/api/v1/queues/q/series", &sv)
+	if len(sv.Points) < 3 {
+		t.Fatalf("the first queue's chart has %d points, want at least 3", len(sv.Points))
+	}
+	if _, err := tb.b.DeleteQueue("q", true); err != nil {
+		t.Fatal(err)
+	}
+	tb.publish(t, big, big, big) // the new queue's Published (3) passes the old one's (1)
+	tb.clk.Advance(DefaultSampleEvery)
+	getJSON(t, tb, "/api/v1/queues/q/series", &sv)
+	if len(sv.Points) != 1 || sv.Points[0].Ready != 3 || sv.Points[0].PublishPerS != 3/DefaultSampleEvery.Seconds() {
+		t.Fatalf("the chart of the queue made again: %+v, want one point of 3 publishes", sv.Points)
+	}
+	var qv QueueView
+	getJSON(t, tb, "/api/v1/queues/q", &qv)
+	if qv.PublishPerS != nil {
+		t.Errorf("the queue made again has a publish rate (%v/s) from an interval it did not live through", *qv.PublishPerS)
+	}
+}
