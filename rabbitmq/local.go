@@ -31,6 +31,12 @@ type LocalConfig struct {
 	// priority, as are cold and gated keys' messages; default 0.2, negative
 	// disables (tiers only).
 	LongShare float64
+	// LongKeys: the messages of the costliest keys, those whose predicted
+	// cost is among the top LongKeys share of the warm keys (at least
+	// one), are Long too, as in the broker's default policy; default
+	// DefaultLongKeys, negative disables. With LongShare negative no
+	// message is Long and this does nothing.
+	LongKeys float64
 	// Hold is the share of its FIFO wait a long message is held before it
 	// takes the top priority (see HoldQueueArgs), default DefaultHold;
 	// negative disables holding. It applies only to queues that Consume
@@ -46,6 +52,11 @@ type LocalConfig struct {
 	// attaching handlers to ever new queue names.
 	MaxQueues int
 }
+
+// DefaultLongKeys is LocalConfig.LongKeys' default: the costliest
+// twentieth of the warm keys, the broker's default policy's share
+// (docs/policy.md).
+const DefaultLongKeys = 0.05
 
 // DefaultMaxQueues is LocalConfig.MaxQueues' default: far more queues than
 // one process or sidecar drains, far fewer than would cost real memory.
@@ -71,6 +82,9 @@ func (c LocalConfig) WithDefaults() LocalConfig {
 	}
 	if c.MaxQueues == 0 {
 		c.MaxQueues = DefaultMaxQueues
+	}
+	if c.LongKeys == 0 {
+		c.LongKeys = DefaultLongKeys
 	}
 	return c
 }
@@ -98,6 +112,7 @@ func (c LocalConfig) predictConfig() predict.Config {
 		MaxKeys:         c.MaxKeys,
 		NoSizeBucket:    c.NoSizeBucket,
 		LongShare:       c.LongShare,
+		LongKeys:        c.LongKeys,
 	}
 }
 

@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -103,5 +104,76 @@ func TestLongKeysTop(t *testing.T) {
 	off := newLongKeys(10, 1, -1)
 	if off.mark(key("a"), 1, false) || !off.mark(key("a"), 1, true) {
 		t.Error("with the long share off, the predictor's verdict must stand")
+	}
+}
+
+// Local marks long the messages of the costliest twentieth of the warm
+// keys, as the broker's default policy does: of 41 kinds, two rare ones
+// that carry too little of the recent work for the cut and are not the
+// single costliest key (a frequent 1 s kind is) are long by default, and
+// not with LongKeys negative. No cheaper kind is made long.
+func TestLocalLongKeys(t *testing.T) {
+	t.Parallel()
+	keyOf := func(i int) Key { return Key{Queue: "q", Producer: "wéb", JobType: "kind-" + strconv.Itoa(i)} }
+	const big, rare1, rare2 = 38, 39, 40
+	cost := func(i int) time.Duration {
+		switch i {
+		case big:
+			return time.Second
+		case rare1:
+			return 300 * time.Millisecond
+		case rare2:
+			return 400 * time.Millisecond
+		}
+		return time.Duration(i+1) * time.Millisecond
+	}
+	run := func(cfg LocalConfig) map[int]bool {
+		l, err := NewLocal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 41 {
+			for range 3 {
+				if err := l.Observe(t.Context(), keyOf(i), cost(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		long := map[int]bool{}
+		for n := range 7000 {
+			i := n % 38
+			switch {
+			case n%200 == 0:
+				i = rare1 + (n/200)%2
+			case n%3 == 0:
+				i = big
+			}
+			pr, err := l.Predict(t.Context(), keyOf(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Counted once the window of recent predictions is full:
+			// before, the few in it are all the top key has to go by.
+			if n >= 1024 && pr.Long {
+				long[i] = true
+			}
+		}
+		return long
+	}
+	if c := (LocalConfig{}).WithDefaults(); c.LongKeys != DefaultLongKeys {
+		t.Fatalf("default LongKeys %v, want %v", c.LongKeys, DefaultLongKeys)
+	}
+	off := run(LocalConfig{LongShare: 0.01, LongKeys: -1})
+	if !off[big] || off[rare1] || off[rare2] {
+		t.Fatalf("without long keys: long kinds %v; the test needs the cut and the top key to take only the 1 s kind", off)
+	}
+	on := run(LocalConfig{LongShare: 0.01})
+	if !on[big] || !on[rare1] || !on[rare2] {
+		t.Errorf("by default the three costliest of 41 kinds are not all long: %v", on)
+	}
+	for i := range 38 {
+		if on[i] {
+			t.Errorf("kind %d (%v) is long: only the costliest twentieth of the kinds should be", i, cost(i))
+		}
 	}
 }
