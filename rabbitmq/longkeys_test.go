@@ -116,14 +116,10 @@ func TestLocalLongKeys(t *testing.T) {
 	t.Parallel()
 	keyOf := func(i int) Key { return Key{Queue: "q", Producer: "wéb", JobType: "kind-" + strconv.Itoa(i)} }
 	const big, rare1, rare2 = 38, 39, 40
+	special := map[int]time.Duration{big: time.Second, rare1: 300 * time.Millisecond, rare2: 400 * time.Millisecond}
 	cost := func(i int) time.Duration {
-		switch i {
-		case big:
-			return time.Second
-		case rare1:
-			return 300 * time.Millisecond
-		case rare2:
-			return 400 * time.Millisecond
+		if d, ok := special[i]; ok {
+			return d
 		}
 		return time.Duration(i+1) * time.Millisecond
 	}
