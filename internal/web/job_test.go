@@ -280,19 +280,8 @@ func TestJobHeadersAreEscaped(t *testing.T) {
 func TestJobNotFound(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, nil)
-	ids, err := tb.b.Publish(&broker.Message{Queue: "q"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := tb.b.Subscribe("q", "w", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	d, err := c.Next(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := tb.publish(t, &broker.Message{Queue: "q"})
+	c, d := tb.take(t, "q")
 	if code, _, _ := tb.do(t, "GET", "/queues/q/jobs/"+ids[0], "", "", ""); code != 200 {
 		t.Fatalf("the running job's page: %d", code)
 	}
@@ -495,18 +484,8 @@ func TestJobPageCancels(t *testing.T) {
 	}
 
 	// A running job stays until its worker lets it go: the page says so.
-	ids, err := tb.b.Publish(&broker.Message{Queue: "r"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := tb.b.Subscribe("r", "w", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Next(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	ids := tb.publish(t, &broker.Message{Queue: "r"})
+	c, _ := tb.take(t, "r")
 	_, page, _ := tb.do(t, "GET", "/queues/r/jobs/"+ids[0], "", "", "")
 	if code, loc := tb.submit(t, page, `data-cancel="`+ids[0]+`"`, nil); code != http.StatusSeeOther || !strings.HasPrefix(loc, "/queues/r/jobs/"+ids[0]+"?done=") {
 		t.Fatalf("cancelling the running job from its page: %d → %q", code, loc)
@@ -703,19 +682,8 @@ func TestJobPageOfAnEndedJob(t *testing.T) {
 	if _, err := tb.b.Declare("kept", broker.QueueConfig{KeepDone: 10}); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := tb.b.Publish(&broker.Message{Queue: "kept", Producer: "wéb", JobType: "<script>x</script>", Payload: []byte("secret payload")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := tb.b.Subscribe("kept", "w", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	d, err := c.Next(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := tb.publish(t, &broker.Message{Queue: "kept", Producer: "wéb", JobType: "<script>x</script>", Payload: []byte("secret payload")})
+	c, d := tb.take(t, "kept")
 	if err := c.Ack(d.ID, 1500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

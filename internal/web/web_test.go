@@ -90,11 +90,29 @@ func (tb *testBundle) do(t *testing.T, method, path, token, body, contentType st
 	return resp.StatusCode, string(b), resp.Header
 }
 
-func (tb *testBundle) publish(t testing.TB, msgs ...*broker.Message) {
+func (tb *testBundle) publish(t testing.TB, msgs ...*broker.Message) []string {
 	t.Helper()
-	if _, err := tb.b.Publish(msgs...); err != nil {
+	ids, err := tb.b.Publish(msgs...)
+	if err != nil {
 		t.Fatal(err)
 	}
+	return ids
+}
+
+// take subscribes a consumer of one job at a time to queue q, closed when
+// the test ends, and returns it with the first job it is given.
+func (tb *testBundle) take(t *testing.T, q string) (*broker.Consumer, broker.Delivery) {
+	t.Helper()
+	c, err := tb.b.Subscribe(q, "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	d, err := c.Next(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, d
 }
 
 // teach acks n jobs of each job type in queue q with its duration.
@@ -410,19 +428,8 @@ func getJSON(t *testing.T, tb *testBundle, path string, v any) {
 func TestCancelAction(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, nil)
-	ids, err := tb.b.Publish(&broker.Message{Queue: "q", JobType: "run"}, &broker.Message{Queue: "q", JobType: "wait"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := tb.b.Subscribe("q", "w", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	running, err := c.Next(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := tb.publish(t, &broker.Message{Queue: "q", JobType: "run"}, &broker.Message{Queue: "q", JobType: "wait"})
+	c, running := tb.take(t, "q")
 	if code, body, _ := tb.do(t, "GET", "/queues/q/jobs", "", "", ""); code != 200 || !strings.Contains(body, `data-cancel="`+ids[1]+`"`) || !strings.Contains(body, `data-cancel="`+running.ID+`"`) {
 		t.Fatalf("jobs page without cancel buttons: %d", code)
 	}
