@@ -64,8 +64,8 @@ type Handler func(ctx context.Context, d amqp.Delivery) error
 // nil, after requeueing what it had not started) or the channel closes (it
 // returns ErrChannelClosed). Each handler call is timed; on success the
 // message is acked and, once the ack is sent, the duration is reported to p
-// under the key in the message's headers. A handler error or panic nacks the
-// message with requeue and reports nothing: a failed attempt is not learned
+// under the key in the message's headers. A handler error, panic or call to
+// runtime.Goexit nacks the message with requeue and reports nothing: a failed attempt is not learned
 // as a success. If the ack itself fails, RabbitMQ will redeliver the message,
 // so its duration is not reported either.
 func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, opts ConsumerOptions, h func(ctx context.Context, d amqp.Delivery) error) error {
@@ -89,16 +89,25 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, o
 	w.reports = startReporter(p)
 	defer w.reports.stop()
 	var wg sync.WaitGroup
-	for range opts.Workers {
-		wg.Go(func() {
-			for d := range deliveries {
-				if ctx.Err() != nil {
-					_ = d.Nack(false, true)
-					continue
-				}
-				w.handle(ctx, d)
+	var loop func()
+	loop = func() {
+		done := false
+		defer func() {
+			if !done { // a handler called runtime.Goexit: this worker goes on in a new goroutine
+				wg.Go(loop)
 			}
-		})
+		}()
+		for d := range deliveries {
+			if ctx.Err() != nil {
+				_ = d.Nack(false, true)
+				continue
+			}
+			w.handle(ctx, d)
+		}
+		done = true
+	}
+	for range opts.Workers {
+		wg.Go(loop)
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -134,7 +143,17 @@ type worker struct {
 
 func (w worker) handle(ctx context.Context, d amqp.Delivery) {
 	start := w.now()
+	returned := false
+	defer func() {
+		if !returned {
+			// The handler called runtime.Goexit, which no recover stops:
+			// a failure like a panic, so the message goes back now rather
+			// than when the channel closes.
+			_ = d.Nack(false, true)
+		}
+	}()
 	err := callHandler(ctx, w.h, d)
+	returned = true
 	took := w.now().Sub(start)
 	if err != nil {
 		_ = d.Nack(false, true)

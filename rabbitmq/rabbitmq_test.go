@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,6 +93,7 @@ func TestConsumeLearnsOnlySuccess(t *testing.T) {
 	}{
 		{"handler error", func(*amqp.Channel) error { return errors.New("boom") }},
 		{"handler panic", func(*amqp.Channel) error { panic("boom") }},
+		{"handler calls runtime.Goexit", func(*amqp.Channel) error { runtime.Goexit(); return nil }},
 		{"channel closed mid-message", func(ch *amqp.Channel) error { _ = ch.Close(); return nil }},
 	}
 	for _, tt := range tests {
