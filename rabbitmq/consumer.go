@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -57,7 +58,8 @@ func randomTag() string {
 }
 
 // Handler handles one delivery. Returning an error (or panicking) requeues
-// the message; returning nil acks it.
+// the message, or rejects it if the error wraps ErrReject; returning nil
+// acks it.
 type Handler func(ctx context.Context, d amqp.Delivery) error
 
 // Consume consumes queue with manual acks until ctx is done (it then returns
@@ -65,7 +67,8 @@ type Handler func(ctx context.Context, d amqp.Delivery) error
 // returns ErrChannelClosed). Each handler call is timed; on success the
 // message is acked and, once the ack is sent, the duration is reported to p
 // under the key in the message's headers. A handler error, panic or call to
-// runtime.Goexit nacks the message with requeue and reports nothing: a failed attempt is not learned
+// runtime.Goexit nacks the message with requeue (without, if the error
+// wraps ErrReject) and reports nothing: a failed attempt is not learned
 // as a success. If the ack itself fails, RabbitMQ will redeliver the message,
 // so its duration is not reported either.
 func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, opts ConsumerOptions, h func(ctx context.Context, d amqp.Delivery) error) error {
@@ -156,7 +159,7 @@ func (w worker) handle(ctx context.Context, d amqp.Delivery) {
 	returned = true
 	took := w.now().Sub(start)
 	if err != nil {
-		_ = d.Nack(false, true)
+		_ = d.Nack(false, !errors.Is(err, ErrReject))
 		return
 	}
 	if err := d.Ack(false); err != nil {
@@ -258,7 +261,11 @@ type backlogTracker interface {
 func callHandler(ctx context.Context, h func(ctx context.Context, d amqp.Delivery) error, d amqp.Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("%w: %w", ErrHandlerPanic, e) // errors.Is sees ErrReject in it
+			} else {
+				err = fmt.Errorf("%w: %v", ErrHandlerPanic, r)
+			}
 		}
 	}()
 	return h(ctx, d)

@@ -69,8 +69,17 @@ const (
 
 var (
 	// ErrHandlerPanic wraps a panic recovered from a consumer's handler; the
-	// message is requeued as for any other handler error.
+	// message is requeued as for any other handler error (unless the panic's
+	// value is an error wrapping ErrReject).
 	ErrHandlerPanic = errors.New("rabbitmq: handler panicked")
+	// ErrReject: a handler returns an error wrapping it (or panics with
+	// one) to reject the message without requeueing it, for a message no
+	// retry can fix (unreadable, invalid). RabbitMQ then dead-letters it
+	// where the queue has a dead-letter exchange (x-dead-letter-exchange,
+	// or a policy's dead-letter-exchange) and drops it where it has none.
+	// Any other error requeues the message, which RabbitMQ redelivers
+	// without limit: a classic queue does not count deliveries.
+	ErrReject = errors.New("rabbitmq: reject this message")
 	// ErrChannelClosed: the AMQP channel closed under a consumer. Unacked
 	// messages are redelivered by RabbitMQ; open a new channel and consume again.
 	ErrChannelClosed = errors.New("rabbitmq: channel closed")

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"sync/atomic"
@@ -231,4 +232,98 @@ func (hanging) Predict(ctx context.Context, _ *harbingerv1.PredictRequest) (*har
 func (hanging) Observe(ctx context.Context, _ *harbingerv1.ObserveRequest) (*harbingerv1.ObserveResponse, error) {
 	<-ctx.Done()
 	return nil, ctx.Err()
+}
+
+// A handler that returns an error wrapping ErrReject, or panics with one,
+// rejects its message without requeue: RabbitMQ dead-letters it into the
+// queue's dead-letter queue and never redelivers it, and the predictor
+// learns nothing from it. The good message is acked and learned.
+func TestConsumeRejects(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn := dial(t)
+	ch := channel(t, conn)
+	q, dlq := unique("reject"), unique("reject-dlq")
+	deleteQueues(t, conn, q, dlq)
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-max-priority": int32(3),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := rabbitmq.NewPublisher(ch, l, rabbitmq.PublisherOptions{MaxPriority: 3})
+	body := func(s string) []byte { return append([]byte(s+":"), make([]byte, 4<<10)...) }
+	for _, jt := range []string{"unreadable", "invalid-ünïcode", "good"} {
+		k := rabbitmq.Key{Queue: q, Producer: "p", JobType: jt}
+		if err := pub.Publish(ctx, "", q, k, amqp.Publishing{Body: body(jt)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls atomic.Int32
+	done := make(chan struct{})
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- rabbitmq.Consume(cctx, channel(t, conn), q, l, rabbitmq.ConsumerOptions{}, func(_ context.Context, d amqp.Delivery) error {
+			calls.Add(1)
+			if d.Redelivered {
+				t.Errorf("%s redelivered after it was rejected", d.Headers[rabbitmq.HeaderJobType])
+			}
+			switch d.Headers[rabbitmq.HeaderJobType] {
+			case "unreadable":
+				return fmt.Errorf("%w: truncated body", rabbitmq.ErrReject)
+			case "invalid-ünïcode":
+				panic(fmt.Errorf("decode: %w", rabbitmq.ErrReject))
+			}
+			close(done)
+			return nil
+		})
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the good message was not handled")
+	}
+	var dead []string
+	for len(dead) < 2 && ctx.Err() == nil {
+		d, ok, err := ch.Get(dlq, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			dead = append(dead, fmt.Sprint(d.Headers[rabbitmq.HeaderJobType]))
+		}
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatalf("Consume after cancel returned %v", err)
+	}
+	if len(dead) != 2 || dead[0] != "unreadable" || dead[1] != "invalid-ünïcode" {
+		t.Fatalf("dead-lettered %v, want both rejected messages", dead)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("handler ran %d times, want 3 (no retry of a rejected message)", n)
+	}
+	if _, ok := l.Lookup(rabbitmq.Key{Queue: q, Producer: "p", JobType: "unreadable"}); ok {
+		t.Error("a rejected message was learned")
+	}
+	if st, ok := l.Lookup(rabbitmq.Key{Queue: q, Producer: "p", JobType: "good"}); !ok || st.Count != 1 {
+		t.Errorf("the good message learned %+v, want one observation", st)
+	}
+	qi, err := ch.QueueDeclarePassive(q, true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-max-priority": int32(3),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
+	})
+	if err != nil || qi.Messages != 0 {
+		t.Errorf("queue holds %d messages (%v), want 0", qi.Messages, err)
+	}
 }
