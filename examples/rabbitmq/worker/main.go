@@ -71,6 +71,12 @@ func run(ctx context.Context, amqpURL, sidecar, queue string, workers int, idle 
 	activity := make(chan struct{}, 1)
 	handle := func(hctx context.Context, d amqp.Delivery) error {
 		jt, _ := d.Headers[rabbitmq.HeaderJobType].(string)
+		took, known := durations[jt]
+		if !known {
+			// No retry makes an unknown job runnable: reject it rather
+			// than have RabbitMQ redeliver it for ever.
+			return fmt.Errorf("%w: unknown job type %q", rabbitmq.ErrReject, jt)
+		}
 		if at, ok := rabbitmq.PublishedAt(d); ok {
 			mu.Lock()
 			waits[jt] = append(waits[jt], time.Since(at))
@@ -81,7 +87,7 @@ func run(ctx context.Context, amqpURL, sidecar, queue string, workers int, idle 
 		default:
 		}
 		select {
-		case <-time.After(durations[jt]):
+		case <-time.After(took):
 			return nil
 		case <-hctx.Done():
 			return hctx.Err() // requeued
