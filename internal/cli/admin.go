@@ -502,15 +502,18 @@ func adminKeys(ctx context.Context, c *client.Client, a adminArgs) error {
 		if k.GetSizeBucket() >= 0 {
 			size = strconv.Itoa(int(k.GetSizeBucket()))
 		}
-		state := ""
+		var state []string
 		switch {
 		case k.GetCold():
-			state = "cold"
+			state = append(state, "cold")
 		case k.GetSpreadGated():
-			state = "spread"
+			state = append(state, "spread")
+		}
+		if k.GetLong() {
+			state = append(state, "long")
 		}
 		rows = append(rows, []string{k.GetProducer(), k.GetJobType(), size, u(k.GetCount()),
-			ms(k.GetEwmaMs()), ms(k.GetP50Ms()), ms(k.GetP99Ms()), u(uint64(k.GetTier())), state})
+			ms(k.GetEwmaMs()), ms(k.GetP50Ms()), ms(k.GetP99Ms()), u(uint64(k.GetTier())), strings.Join(state, ",")})
 	}
 	return a.table("PRODUCER\tJOB TYPE\tSIZE BUCKET\tCOUNT\tEWMA ms\tP50 ms\tP99 ms\tTIER\t", rows)
 }

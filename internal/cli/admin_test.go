@@ -169,6 +169,11 @@ func TestAdminCommands(t *testing.T) {
 	if r := row(t, keys, "web"); len(r) < 8 {
 		t.Errorf("keys row %q", r)
 	}
+	// Both keys have fewer than three observations: cold, and so long
+	// under the default policy.
+	if n := strings.Count(keys, "cold,long"); n != 2 {
+		t.Errorf("keys marked cold,long: %d, want 2:\n%s", n, keys)
+	}
 	if !strings.Contains(keys, "émail ✓") {
 		t.Errorf("keys lost the non-ASCII job type:\n%s", keys)
 	}

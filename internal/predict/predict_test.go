@@ -677,6 +677,13 @@ func TestLongKeys(t *testing.T) {
 			t.Errorf("kind %d (%v) is long with LongKeys: only the top twentieth should be added", i, cost(i))
 		}
 	}
+	// The keys' stats say the same, without predicting.
+	for i := range 41 {
+		ks, ok := p.Lookup(keyOf(i))
+		if !ok || ks.Long != on[i] {
+			t.Errorf("kind %d: stats say long %v, predictions %v", i, ks.Long, on[i])
+		}
+	}
 	// Kind 0 becomes the costliest of all: long within a key's worth of
 	// predictions.
 	for range 20 {

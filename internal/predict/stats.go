@@ -15,6 +15,10 @@ type KeyStats struct {
 	Tier        int
 	Cold        bool
 	SpreadGated bool
+	// Long: the key's next message would be marked long (Prediction.Long):
+	// it is cold or spread-gated, or its cost is at or above the
+	// work-share cut or among the costliest keys (Config.LongKeys).
+	Long bool
 	// The key's predicted against actual, over its routed predictions
 	// (Scored of them): mean absolute error, and the share whose tier was
 	// the one the duration earned (both 0 while Scored is 0: read them only
@@ -53,6 +57,7 @@ func (p *Predictor) stats(e *entry) KeyStats {
 		ks.TierAccuracy = float64(e.tierHits) / float64(e.scored)
 	}
 	ks.SpreadGated = !ks.Cold && p.cfg.SpreadGate > 0 && e.p50 > 0 && e.p99/e.p50 > p.cfg.SpreadGate
+	ks.Long = p.cfg.LongShare > 0 && (ks.Cold || ks.SpreadGated || p.isLong(p.costOf(e)))
 	return ks
 }
 

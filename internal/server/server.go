@@ -635,7 +635,7 @@ func (a *adminServer) ListKeys(_ context.Context, req *pb.ListKeysRequest) (*pb.
 			Producer: k.Key.Producer, JobType: k.Key.JobType, SizeBucket: int32(k.Key.SizeBucket),
 			Count: k.Count, EwmaMs: ms(k.EWMA), P50Ms: ms(k.P50), P99Ms: ms(k.P99),
 			MaeMs: ms(k.MAE), TierAccuracy: k.TierAccuracy, Scored: k.Scored,
-			Tier: uint32(k.Tier), Cold: k.Cold, SpreadGated: k.SpreadGated,
+			Tier: uint32(k.Tier), Cold: k.Cold, SpreadGated: k.SpreadGated, Long: k.Long,
 		}
 	}
 	return out, nil

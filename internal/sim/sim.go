@@ -136,7 +136,6 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 	return a, nil
 }
 
-
 // The long-message bound of the "previous" arm: the bounded policy's
 // defaults before the guard.
 const (

@@ -97,6 +97,9 @@ type KeyView struct {
 	Tier        int     `json:"tier"`
 	Cold        bool    `json:"cold"`         // too few observations: routed by default
 	SpreadGated bool    `json:"spread_gated"` // p99/p50 too wide to trust: routed by default
+	// Long: its next job would be marked long, and under the default
+	// policy start no later than FIFO would start it.
+	Long bool `json:"long"`
 	// Predicted against actual over the key's routed predictions (Scored
 	// of them); null while none were scored.
 	MAEMS        *float64 `json:"mae_ms"`
@@ -258,7 +261,7 @@ func keyView(k predict.KeyStats) KeyView {
 	return KeyView{
 		Producer: k.Key.Producer, JobType: k.Key.JobType, SizeBucket: int(k.Key.SizeBucket),
 		Count: k.Count, EWMAMS: ms(k.EWMA), P50MS: ms(k.P50), P99MS: ms(k.P99),
-		Tier: k.Tier, Cold: k.Cold, SpreadGated: k.SpreadGated, Scored: k.Scored,
+		Tier: k.Tier, Cold: k.Cold, SpreadGated: k.SpreadGated, Long: k.Long, Scored: k.Scored,
 	}.scored(k)
 }
 

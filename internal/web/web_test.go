@@ -294,6 +294,8 @@ func TestReadAPI(t *testing.T) {
 	getJSON(t, tb, "/api/v1/queues/q/keys?sort=ewma", &kv)
 	if len(kv.Keys) != 3 || kv.Keys[0].JobType != "short" || kv.Keys[1].JobType != "medium" || kv.Keys[2].JobType != "long" {
 		t.Errorf("keys by EWMA: %+v", kv.Keys)
+	} else if kv.Keys[0].Long || kv.Keys[1].Long || !kv.Keys[2].Long {
+		t.Errorf("long keys: %v %v %v, want only the 3 s kind (the costliest of three)", kv.Keys[0].Long, kv.Keys[1].Long, kv.Keys[2].Long)
 	}
 	getJSON(t, tb, "/api/v1/queues/q/keys?q=LON", &kv)
 	if len(kv.Keys) != 1 || kv.Keys[0].JobType != "long" || kv.Total != 3 {

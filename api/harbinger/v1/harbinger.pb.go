@@ -3788,9 +3788,14 @@ type KeyStats struct {
 	// Predicted against actual over the key's routed predictions (scored of
 	// them): mean absolute error in milliseconds, and the share whose tier
 	// was the one the duration earned. Both 0 while scored is 0.
-	MaeMs         float64 `protobuf:"fixed64,11,opt,name=mae_ms,json=maeMs,proto3" json:"mae_ms,omitempty"`
-	TierAccuracy  float64 `protobuf:"fixed64,12,opt,name=tier_accuracy,json=tierAccuracy,proto3" json:"tier_accuracy,omitempty"`
-	Scored        uint64  `protobuf:"varint,13,opt,name=scored,proto3" json:"scored,omitempty"`
+	MaeMs        float64 `protobuf:"fixed64,11,opt,name=mae_ms,json=maeMs,proto3" json:"mae_ms,omitempty"`
+	TierAccuracy float64 `protobuf:"fixed64,12,opt,name=tier_accuracy,json=tierAccuracy,proto3" json:"tier_accuracy,omitempty"`
+	Scored       uint64  `protobuf:"varint,13,opt,name=scored,proto3" json:"scored,omitempty"`
+	// True when the key's next job would be marked long: cold, too spread
+	// to predict, or among the costliest recent work or kinds of job. Under
+	// the default policy a long job starts no later than FIFO would start
+	// it (docs/policy.md).
+	Long          bool `protobuf:"varint,14,opt,name=long,proto3" json:"long,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3914,6 +3919,13 @@ func (x *KeyStats) GetScored() uint64 {
 		return x.Scored
 	}
 	return 0
+}
+
+func (x *KeyStats) GetLong() bool {
+	if x != nil {
+		return x.Long
+	}
+	return false
 }
 
 // ListKeysRequest selects a queue's predictor keys.
@@ -4768,7 +4780,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\"5\n" +
 	"\x19DeleteDeadLettersResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\xde\x02\n" +
+	"\adeleted\x18\x01 \x01(\x04R\adeleted\"\xf2\x02\n" +
 	"\bKeyStats\x12\x1a\n" +
 	"\bproducer\x18\x01 \x01(\tR\bproducer\x12\x19\n" +
 	"\bjob_type\x18\x02 \x01(\tR\ajobType\x12\x1f\n" +
@@ -4784,7 +4796,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	" \x01(\bR\vspreadGated\x12\x15\n" +
 	"\x06mae_ms\x18\v \x01(\x01R\x05maeMs\x12#\n" +
 	"\rtier_accuracy\x18\f \x01(\x01R\ftierAccuracy\x12\x16\n" +
-	"\x06scored\x18\r \x01(\x04R\x06scored\"=\n" +
+	"\x06scored\x18\r \x01(\x04R\x06scored\x12\x12\n" +
+	"\x04long\x18\x0e \x01(\bR\x04long\"=\n" +
 	"\x0fListKeysRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\">\n" +
