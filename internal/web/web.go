@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/auth"
 	"github.com/harbinger-mq/harbinger/internal/broker"
@@ -346,9 +347,11 @@ func back(r *http.Request, name string) string {
 // dashboard. Browsers drop tabs and newlines from a URL and read a
 // backslash as a slash, so "/\t/evil.example" and "/\\evil.example" name
 // another site: a path with a backslash, a space or a control character is
-// refused, as is one that starts with two slashes.
+// refused, as is one that starts with two slashes. So is one that is not
+// UTF-8: no page of the dashboard has such a path, and the sign-in page
+// would echo it into its form.
 func localPath(p string) bool {
-	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") &&
+	return strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") && utf8.ValidString(p) &&
 		strings.IndexFunc(p, func(c rune) bool { return c <= ' ' || c == 0x7f || c == '\\' }) < 0
 }
 
