@@ -283,10 +283,10 @@ func (q QueueConfig) WithDefaults(def QueueConfig) QueueConfig {
 	if q.RetryJitter == 0 {
 		q.RetryJitter = DefaultRetryJitter
 	}
-	if q.Weights == nil && q.Policy == def.Policy {
+	if len(q.Weights) == 0 && q.Policy == def.Policy {
 		q.Weights = slices.Clone(def.Weights)
 	}
-	if q.Aging == nil && q.Policy == def.Policy {
+	if len(q.Aging) == 0 && q.Policy == def.Policy {
 		q.Aging = slices.Clone(def.Aging)
 	}
 	return q

@@ -146,7 +146,7 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 		return Policy{}, fmt.Errorf("sched: tiers must be 1 to %d, got %d", predict.MaxTiers, tiers)
 	}
 	ageAfter := o.AgeAfter
-	if ageAfter == nil {
+	if len(ageAfter) == 0 { // none given, or an empty list: the defaults
 		ageAfter = make([]time.Duration, tiers)
 		for i := 1; i < tiers; i++ {
 			ageAfter[i] = DefaultAgeAfter
@@ -181,7 +181,7 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 		p.Sched = Config{Levels: tiers, Discipline: Strict, Aging: aging(AgingStep), AgeAfter: ageAfter}
 	case WeightedP:
 		w := o.Weights
-		if w == nil {
+		if len(w) == 0 { // none given, or an empty list: the defaults
 			w = defaultWeights(tiers)
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Weighted, Weights: w, Aging: aging(AgingPausing), AgeAfter: ageAfter}

@@ -41,6 +41,8 @@ func TestNewPolicy(t *testing.T) {
 			Config{Levels: 5, Discipline: Strict, Aging: AgingStep, AgeAfter: []time.Duration{0, DefaultAgeAfter, DefaultAgeAfter, DefaultAgeAfter, DefaultAgeAfter}}, true, false},
 		{"weighted", WeightedP, PolicyOptions{},
 			Config{Levels: 3, Discipline: Weighted, Weights: []int{8, 3, 1}, Aging: AgingPausing, AgeAfter: age3}, true, false},
+		{"weighted, empty lists", WeightedP, PolicyOptions{Weights: []int{}, AgeAfter: []time.Duration{}},
+			Config{Levels: 3, Discipline: Weighted, Weights: []int{8, 3, 1}, Aging: AgingPausing, AgeAfter: age3}, true, false},
 		{"weighted 5 tiers", WeightedP, PolicyOptions{Tiers: 5, AgeAfter: []time.Duration{0, 1, 2, 3, 4}},
 			Config{Levels: 5, Discipline: Weighted, Weights: []int{8, 5, 3, 2, 1}, Aging: AgingPausing, AgeAfter: []time.Duration{0, 1, 2, 3, 4}}, true, false},
 		{"weighted 1 tier", WeightedP, PolicyOptions{Tiers: 1},
