@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"sync"
 	"time"
 
@@ -25,6 +27,11 @@ type ConsumerOptions struct {
 	// OnObserveError, if set, is told when the predictor did not take an
 	// observation. The message is acked regardless.
 	OnObserveError func(error)
+	// MaxAttempts, when positive, bounds how often a failing message is
+	// handled: a failure before the last attempt sends the message to the
+	// back of its queue (see HeaderFailures) and the last one rejects it,
+	// as ErrReject does. Zero requeues every failure, without limit.
+	MaxAttempts int
 }
 
 // WithDefaults returns o with every zero field set to its default.
@@ -47,6 +54,8 @@ func (o ConsumerOptions) validate() error {
 		return fmt.Errorf("rabbitmq: prefetch must be at least 1, got %d", o.Prefetch)
 	case o.Workers < 1:
 		return fmt.Errorf("rabbitmq: workers must be at least 1, got %d", o.Workers)
+	case o.MaxAttempts < 0:
+		return fmt.Errorf("rabbitmq: max attempts must not be negative (0 is no limit), got %d", o.MaxAttempts)
 	}
 	return nil
 }
@@ -58,7 +67,8 @@ func randomTag() string {
 }
 
 // Handler handles one delivery. Returning an error (or panicking) requeues
-// the message, or rejects it if the error wraps ErrReject; returning nil
+// the message, or rejects it if the error wraps ErrReject or it was the
+// message's last attempt (ConsumerOptions.MaxAttempts); returning nil
 // acks it.
 type Handler func(ctx context.Context, d amqp.Delivery) error
 
@@ -67,10 +77,11 @@ type Handler func(ctx context.Context, d amqp.Delivery) error
 // returns ErrChannelClosed). Each handler call is timed; on success the
 // message is acked and, once the ack is sent, the duration is reported to p
 // under the key in the message's headers. A handler error, panic or call to
-// runtime.Goexit nacks the message with requeue (without, if the error
-// wraps ErrReject) and reports nothing: a failed attempt is not learned
-// as a success. If the ack itself fails, RabbitMQ will redeliver the message,
-// so its duration is not reported either.
+// runtime.Goexit is a failure, settled as ConsumerOptions.MaxAttempts and
+// ErrReject say, and reports nothing: a failed attempt is not learned as a
+// success, and a rejected message leaves the queue's backlog. If the ack
+// itself fails, RabbitMQ will redeliver the message, so its duration is not
+// reported either.
 func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, opts ConsumerOptions, h func(ctx context.Context, d amqp.Delivery) error) error {
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
@@ -88,7 +99,7 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, o
 		bt.Attach(ctx, queue, opts.Workers)
 		defer bt.Attach(context.WithoutCancel(ctx), queue, -opts.Workers)
 	}
-	w := worker{queue: queue, p: p, h: h, onObserveError: opts.OnObserveError, now: time.Now}
+	w := worker{queue: queue, ch: ch, p: p, h: h, onObserveError: opts.OnObserveError, maxAttempts: opts.MaxAttempts, now: time.Now}
 	w.reports = startReporter(p)
 	defer w.reports.stop()
 	var wg sync.WaitGroup
@@ -105,7 +116,7 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, o
 				_ = d.Nack(false, true)
 				continue
 			}
-			w.handle(ctx, d)
+			w.handle(ctx, d, queue)
 		}
 		done = true
 	}
@@ -136,30 +147,33 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, o
 // worker runs one handler call: time it, settle the message, report the
 // duration of a success.
 type worker struct {
-	queue          string
+	queue          string        // the queue of the messages' keys
+	ch             *amqp.Channel // where a failed message goes back (maxAttempts)
 	p              Predictor
 	h              func(ctx context.Context, d amqp.Delivery) error
 	onObserveError func(error)
+	maxAttempts    int
 	now            func() time.Time
 	reports        *reporter // nil: report in the handler's goroutine
 }
 
-func (w worker) handle(ctx context.Context, d amqp.Delivery) {
+// handle runs the handler on d, delivered from the queue named from.
+func (w worker) handle(ctx context.Context, d amqp.Delivery, from string) {
 	start := w.now()
 	returned := false
 	defer func() {
 		if !returned {
 			// The handler called runtime.Goexit, which no recover stops:
-			// a failure like a panic, so the message goes back now rather
-			// than when the channel closes.
-			_ = d.Nack(false, true)
+			// a failure like a panic, settled now rather than when the
+			// channel closes.
+			w.fail(ctx, d, from, errGoexit)
 		}
 	}()
 	err := callHandler(ctx, w.h, d)
 	returned = true
 	took := w.now().Sub(start)
 	if err != nil {
-		_ = d.Nack(false, !errors.Is(err, ErrReject))
+		w.fail(ctx, d, from, err)
 		return
 	}
 	if err := d.Ack(false); err != nil {
@@ -174,6 +188,74 @@ func (w worker) handle(ctx context.Context, d amqp.Delivery) {
 	}
 	if !w.reports.send(report) {
 		report()
+	}
+}
+
+// errGoexit is the failure of a handler that called runtime.Goexit.
+var errGoexit = errors.New("rabbitmq: handler called runtime.Goexit")
+
+// fail settles a message whose handling failed with err: rejected when err
+// wraps ErrReject or this was its last attempt, else back in its queue.
+// With a limit on attempts it goes back as a copy at the back of the queue
+// that counts its failures (HeaderFailures), published before the original
+// is acked: a consumer that dies in between leaves both, so the message
+// may run once more than its limit, but it is never lost. Without a limit
+// it is requeued where it was, as is a message that failed while the
+// consumer was stopping (ctx done).
+func (w worker) fail(ctx context.Context, d amqp.Delivery, from string, err error) {
+	stopping := ctx.Err() != nil // no fault of the message's: not counted
+	if errors.Is(err, ErrReject) || (w.maxAttempts > 0 && Failures(d)+1 >= w.maxAttempts && !stopping) {
+		if d.Nack(false, false) == nil {
+			w.forget(ctx, d)
+		}
+		return
+	}
+	if w.maxAttempts == 0 || stopping {
+		_ = d.Nack(false, true)
+		return
+	}
+	if w.ch.PublishWithContext(ctx, "", from, false, false, retryOf(d, Failures(d)+1)) != nil {
+		_ = d.Nack(false, true) // the channel is failing; RabbitMQ keeps the original
+		return
+	}
+	_ = d.Ack(false)
+}
+
+// forget takes a rejected message out of its queue's backlog: it will
+// never complete, and counted it would lengthen every later hold.
+func (w worker) forget(ctx context.Context, d amqp.Delivery) {
+	bt, ok := w.p.(backlogTracker)
+	if !ok {
+		return
+	}
+	if s, ok := stampOf(d); ok {
+		bt.Forget(context.WithoutCancel(ctx), w.queue, s.Predicted)
+	}
+}
+
+// Failures is how many times d failed before this delivery, as counted by
+// a consumer with ConsumerOptions.MaxAttempts (HeaderFailures); 0 when it
+// carries no count.
+func Failures(d amqp.Delivery) int {
+	switch n := d.Headers[HeaderFailures].(type) {
+	case int32:
+		return max(int(n), 0)
+	case int64:
+		return int(max(min(n, math.MaxInt32), 0))
+	}
+	return 0
+}
+
+// retryOf is d published again with failures counted in its headers.
+func retryOf(d amqp.Delivery, failures int) amqp.Publishing {
+	h := make(amqp.Table, len(d.Headers)+1)
+	maps.Copy(h, d.Headers)
+	h[HeaderFailures] = int32(min(failures, math.MaxInt32))
+	return amqp.Publishing{
+		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: d.DeliveryMode, Priority: d.Priority, CorrelationId: d.CorrelationId,
+		ReplyTo: d.ReplyTo, Expiration: d.Expiration, MessageId: d.MessageId,
+		Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId, AppId: d.AppId, Body: d.Body,
 	}
 }
 

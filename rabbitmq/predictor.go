@@ -65,6 +65,7 @@ const (
 	HeaderPredictedNS = "x-harbinger-predicted-ns" // Priority.Predicted, for the queue's backlog and the predictor's error
 	HeaderCold        = "x-harbinger-cold"         // set (true) when the prediction was the default, not the key's own
 	HeaderAged        = "x-harbinger-aged"         // set on a message served early because it waited past AgeAfter
+	HeaderFailures    = "x-harbinger-failures"     // failed attempts so far, on a message a consumer with MaxAttempts sent back (Failures)
 )
 
 var (
@@ -78,7 +79,8 @@ var (
 	// where the queue has a dead-letter exchange (x-dead-letter-exchange,
 	// or a policy's dead-letter-exchange) and drops it where it has none.
 	// Any other error requeues the message, which RabbitMQ redelivers
-	// without limit: a classic queue does not count deliveries.
+	// without limit (a classic queue does not count deliveries) unless the
+	// consumer sets MaxAttempts.
 	ErrReject = errors.New("rabbitmq: reject this message")
 	// ErrChannelClosed: the AMQP channel closed under a consumer. Unacked
 	// messages are redelivered by RabbitMQ; open a new channel and consume again.

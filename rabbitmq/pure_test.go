@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -245,5 +246,38 @@ func TestLocalBoundsNamesFromHeaders(t *testing.T) {
 	d.Headers[HeaderQueue] = "bad\xff"
 	if got := KeyOf("mine", d); got.Queue != "mine" {
 		t.Errorf("an x-harbinger-queue header of invalid UTF-8 was taken as the queue")
+	}
+}
+
+func TestFailuresAndRetry(t *testing.T) {
+	for _, c := range []struct {
+		v    any
+		want int
+	}{
+		{nil, 0}, {int32(2), 2}, {int64(5), 5}, {int64(-3), 0}, {int32(-1), 0},
+		{int64(1) << 40, math.MaxInt32}, {"3", 0}, {float64(2), 0},
+	} {
+		d := amqp.Delivery{Headers: amqp.Table{}}
+		if c.v != nil {
+			d.Headers[HeaderFailures] = c.v
+		}
+		if got := Failures(d); got != c.want {
+			t.Errorf("Failures with %T(%v) = %d, want %d", c.v, c.v, got, c.want)
+		}
+	}
+	orig := amqp.Table{"trace": "t-ü", HeaderFailures: int32(1)}
+	d := amqp.Delivery{Headers: orig, Body: []byte("\xffbody"), Priority: 3, DeliveryMode: amqp.Persistent, MessageId: "m-1", ContentType: "application/json"}
+	r := retryOf(d, 2)
+	if r.Headers[HeaderFailures] != int32(2) || r.Headers["trace"] != "t-ü" || orig[HeaderFailures] != int32(1) {
+		t.Errorf("retry headers %v, original now %v", r.Headers, orig)
+	}
+	if string(r.Body) != "\xffbody" || r.Priority != 3 || r.DeliveryMode != amqp.Persistent || r.MessageId != "m-1" || r.ContentType != "application/json" {
+		t.Errorf("the retry lost the message's properties: %+v", r)
+	}
+	if err := (ConsumerOptions{MaxAttempts: -1}).WithDefaults().validate(); err == nil {
+		t.Error("a negative MaxAttempts was accepted")
+	}
+	if err := (TierConsumerOptions{MaxAttempts: -1}).withDefaults(3).validate(3); err == nil {
+		t.Error("a negative tier MaxAttempts was accepted")
 	}
 }

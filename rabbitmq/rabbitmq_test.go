@@ -1,11 +1,15 @@
 package rabbitmq_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -325,5 +329,263 @@ func TestConsumeRejects(t *testing.T) {
 	})
 	if err != nil || qi.Messages != 0 {
 		t.Errorf("queue holds %d messages (%v), want 0", qi.Messages, err)
+	}
+}
+
+// TestConsumeMaxAttempts runs a message that always fails, one that fails
+// twice and then succeeds, and good ones behind them, with a limit of three
+// attempts: the first goes to the dead-letter queue after its third
+// failure, each failure sends a message to the back of its queue rather
+// than straight back to the consumer, the second is learned once, and the
+// queue's backlog ends empty (a rejected message leaves it).
+func TestConsumeMaxAttempts(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn := dial(t)
+	ch := channel(t, conn)
+	q, dlq := unique("attempts"), unique("attempts-dlq")
+	deleteQueues(t, conn, q, dlq)
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-max-priority": int32(rabbitmq.DefaultMaxPriority),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another key's durations make the cold default, which the backlog
+	// counts for every message here, more than nothing.
+	for range 3 {
+		if err := l.Observe(ctx, rabbitmq.Key{Queue: q, Producer: "p", JobType: "seen"}, 20*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const maxAttempts, goods = 3, 5
+	published := make(chan struct{})
+	var (
+		mu    sync.Mutex
+		order []string
+		seen  = map[string]int{}
+	)
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- rabbitmq.Consume(cctx, channel(t, conn), q, l, rabbitmq.ConsumerOptions{MaxAttempts: maxAttempts}, func(_ context.Context, d amqp.Delivery) error {
+			<-published // the backlog is in place before the first attempt settles
+			jt := fmt.Sprint(d.Headers[rabbitmq.HeaderJobType])
+			mu.Lock()
+			order = append(order, jt)
+			seen[jt]++
+			n := seen[jt]
+			mu.Unlock()
+			want := n - 1
+			if jt == "good" {
+				want = 0 // five messages of one key
+			}
+			if got := rabbitmq.Failures(d); got != want {
+				t.Errorf("%s attempt %d carries %d failures, want %d", jt, n, got, want)
+			}
+			switch {
+			case jt == "poison-ünïcode":
+				return errors.New("always fails")
+			case jt == "flaky" && n < maxAttempts:
+				return fmt.Errorf("fails on attempt %d", n)
+			}
+			return nil
+		})
+	}()
+	// Consume attaches to the queue before the first message arrives: only
+	// then does the predictor count the queue's backlog.
+	eventually(t, 5*time.Second, "the consumer attached", func() bool { _, ok := l.Totals()[q]; return ok })
+	pub := rabbitmq.NewPublisher(ch, l, rabbitmq.PublisherOptions{})
+	body := append([]byte("\xff\xfe not UTF-8 "), make([]byte, 4<<10)...)
+	for _, jt := range append([]string{"poison-ünïcode", "flaky"}, slices.Repeat([]string{"good"}, goods)...) {
+		if err := pub.Publish(ctx, "", q, rabbitmq.Key{Queue: q, Producer: "p", JobType: jt}, amqp.Publishing{Body: body, Headers: amqp.Table{"trace": "t-1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(published)
+	dead, err := getOne(ctx, ch, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jt := dead.Headers[rabbitmq.HeaderJobType]; jt != "poison-ünïcode" {
+		t.Fatalf("dead-lettered %v, want the poison message", jt)
+	}
+	if got := rabbitmq.Failures(dead); got != maxAttempts-1 {
+		t.Errorf("the dead letter counts %d failures before its last attempt, want %d", got, maxAttempts-1)
+	}
+	if !bytes.Equal(dead.Body, body) || dead.Headers["trace"] != "t-1" || dead.Priority != rabbitmq.DefaultMaxPriority {
+		t.Errorf("the dead letter lost its body, headers or priority: %d bytes, trace %v, priority %d", len(dead.Body), dead.Headers["trace"], dead.Priority)
+	}
+	eventually(t, 5*time.Second, "every message settled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen["flaky"] == maxAttempts && seen["good"] == goods
+	})
+	eventually(t, 5*time.Second, "the backlog emptied", func() bool { return l.Totals()[q].Net == 0 })
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatalf("Consume after cancel returned %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["poison-ünïcode"] != maxAttempts {
+		t.Errorf("the poison message ran %d times, want %d", seen["poison-ünïcode"], maxAttempts)
+	}
+	// A failed message went to the back: its second attempt came after
+	// every good message published behind it.
+	second := -1
+	for i, jt := range order {
+		if jt == "poison-ünïcode" && second == -1 && i > 0 {
+			second = i
+		}
+	}
+	if lastGood := slices.Index(order, "good") + goods - 1; second < lastGood {
+		t.Errorf("the poison message's second attempt was the %dth handled, before the good ones: %v", second+1, order)
+	}
+	if st, ok := l.Lookup(rabbitmq.Key{Queue: q, Producer: "p", JobType: "flaky"}); !ok || st.Count != 1 {
+		t.Errorf("the flaky message learned %+v, want one observation (its success)", st)
+	}
+	if _, ok := l.Lookup(rabbitmq.Key{Queue: q, Producer: "p", JobType: "poison-ünïcode"}); ok {
+		t.Error("a failing message was learned")
+	}
+}
+
+// getOne waits for a message in queue and takes it.
+func getOne(ctx context.Context, ch *amqp.Channel, queue string) (amqp.Delivery, error) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil || ok {
+			return d, err
+		}
+		select {
+		case <-ctx.Done():
+			return amqp.Delivery{}, fmt.Errorf("nothing in %s: %w", queue, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// TestConsumeTiersMaxAttempts: on quorum tier queues a failing message goes
+// back to the back of its own tier's queue, counted, and is rejected at
+// its last attempt while the messages behind it run.
+func TestConsumeTiersMaxAttempts(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn := dial(t)
+	ch := channel(t, conn)
+	tq := rabbitmq.TierQueues{Name: unique("attempts.tiers"), Quorum: true}
+	deleteQueues(t, conn, tq.Queue(0), tq.Queue(1), tq.Queue(2))
+	if err := tq.Declare(ch); err != nil {
+		t.Fatal(err)
+	}
+	l, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := rabbitmq.NewTierPublisher(ch, l, tq, rabbitmq.PublisherOptions{})
+	for _, jt := range []string{"poison", "good", "good"} {
+		if err := pub.Publish(ctx, rabbitmq.Key{Queue: tq.Name, Producer: "p", JobType: jt}, amqp.Publishing{Body: make([]byte, 2<<10)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu     sync.Mutex
+		order  []string
+		routed []string
+	)
+	cctx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- rabbitmq.ConsumeTiers(cctx, channel(t, conn), tq, l, rabbitmq.TierConsumerOptions{MaxAttempts: 2}, func(_ context.Context, d amqp.Delivery) error {
+			mu.Lock()
+			defer mu.Unlock()
+			jt := fmt.Sprint(d.Headers[rabbitmq.HeaderJobType])
+			if order = append(order, jt); jt != "poison" {
+				return nil
+			}
+			routed = append(routed, d.RoutingKey)
+			if got := rabbitmq.Failures(d); got != len(routed)-1 {
+				t.Errorf("poison attempt %d carries %d failures", len(routed), got)
+			}
+			return errors.New("always fails")
+		})
+	}()
+	eventually(t, 10*time.Second, "four messages handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 4
+	})
+	eventually(t, 5*time.Second, "the tier queues emptied", func() bool {
+		for i := range 3 {
+			st, err := ch.QueueDeclarePassive(tq.Queue(i), true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+			if err != nil || st.Messages != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"poison", "good", "good", "poison"}; !slices.Equal(order, want) {
+		t.Errorf("handled %v, want %v", order, want)
+	}
+	// The retry went back to the queue of the message's tier.
+	if len(routed) != 2 || routed[0] != routed[1] || !strings.HasPrefix(routed[0], tq.Name+".t") {
+		t.Errorf("the poison message came from %v, want its tier's queue twice", routed)
+	}
+}
+
+// TestConsumeStoppingDoesNotCount: a handler that fails because its
+// consumer is stopping has not failed the message, even at its last
+// attempt: the message is requeued uncounted, not rejected.
+func TestConsumeStoppingDoesNotCount(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn := dial(t)
+	ch := channel(t, conn)
+	q := unique("stopping")
+	deleteQueues(t, conn, q)
+	if err := rabbitmq.DeclarePriorityQueue(ch, q, rabbitmq.DefaultMaxPriority); err != nil {
+		t.Fatal(err)
+	}
+	l, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rabbitmq.NewPublisher(ch, l, rabbitmq.PublisherOptions{}).Publish(ctx, "", q, rabbitmq.Key{Queue: q, JobType: "slow"}, amqp.Publishing{Body: []byte("job")}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	err = rabbitmq.Consume(cctx, channel(t, conn), q, l, rabbitmq.ConsumerOptions{MaxAttempts: 1}, func(hctx context.Context, _ amqp.Delivery) error {
+		stop() // as an interrupt would
+		return hctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := getOne(ctx, ch, q)
+	if err != nil {
+		t.Fatalf("the message is gone: %v", err)
+	}
+	if n := rabbitmq.Failures(d); n != 0 || string(d.Body) != "job" {
+		t.Errorf("the requeued message counts %d failures, body %q", n, d.Body)
 	}
 }

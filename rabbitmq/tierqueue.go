@@ -100,6 +100,9 @@ type TierConsumerOptions struct {
 	// OnObserveError, if set, is told when the predictor did not take an
 	// observation.
 	OnObserveError func(error)
+	// MaxAttempts bounds how often a failing message is handled, as
+	// ConsumerOptions.MaxAttempts does; zero is no limit.
+	MaxAttempts int
 }
 
 // DefaultTierPrefetch is ConsumeTiers' default per-tier prefetch.
@@ -141,6 +144,9 @@ func (o TierConsumerOptions) validate(tiers int) error {
 	}
 	if o.AgeAfter < 0 {
 		return fmt.Errorf("rabbitmq: age-after must not be negative, got %v", o.AgeAfter)
+	}
+	if o.MaxAttempts < 0 {
+		return fmt.Errorf("rabbitmq: max attempts must not be negative (0 is no limit), got %d", o.MaxAttempts)
 	}
 	return nil
 }
@@ -185,7 +191,7 @@ func ConsumeTiers(ctx context.Context, ch *amqp.Channel, tq TierQueues, p Predic
 			}
 		}()
 	}
-	w := worker{queue: tq.Name, p: p, h: h, onObserveError: opts.OnObserveError, now: time.Now}
+	w := worker{queue: tq.Name, ch: ch, p: p, h: h, onObserveError: opts.OnObserveError, maxAttempts: opts.MaxAttempts, now: time.Now}
 	w.reports = startReporter(p)
 	defer w.reports.stop()
 	pk := newPicker(opts.Weights, opts.AgeAfter)
@@ -236,7 +242,7 @@ func ConsumeTiers(ctx context.Context, ch *amqp.Channel, tq TierQueues, p Predic
 		d := held[t][0]
 		held[t] = held[t][1:]
 		heldN--
-		w.handle(ctx, d)
+		w.handle(ctx, d, tq.Queue(t))
 	}
 }
 

@@ -108,7 +108,10 @@ func run(ctx context.Context, amqpURL, sidecar, queue string, workers int, idle 
 			}
 		}
 	}()
-	err = rabbitmq.Consume(ctx, ch, queue, p, rabbitmq.ConsumerOptions{Workers: workers, Prefetch: workers}, handle)
+	// A job that fails five times is rejected: dropped here, since the
+	// example queue has no dead-letter exchange (give it one, for example
+	// with a RabbitMQ policy, to keep such jobs).
+	err = rabbitmq.Consume(ctx, ch, queue, p, rabbitmq.ConsumerOptions{Workers: workers, Prefetch: workers, MaxAttempts: 5}, handle)
 	mu.Lock()
 	defer mu.Unlock()
 	types := make([]string, 0, len(waits))
