@@ -705,3 +705,100 @@ func TestLongKeys(t *testing.T) {
 		t.Error("after a restore the costliest rare kind is not long")
 	}
 }
+
+// BenchmarkKeyCut is the pause a queue with 100,000 warm keys takes once
+// per key's worth of predictions, when the costliest keys' cut
+// (Config.LongKeys) is recomputed.
+func BenchmarkKeyCut(b *testing.B) {
+	p := mustNew(b, Config{MaxKeys: 200_000})
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 100_000 {
+		k := p.KeyFor("queue", "producer", "job-"+strconv.Itoa(i), 0)
+		for range DefaultMinObservations {
+			if err := p.Observe(k, Prediction{}, time.Duration(1+rng.IntN(10_000))*time.Millisecond); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		p.keyCutMS = p.keyCut()
+	}
+}
+
+// TestKeyCutMatchesSort checks the costliest keys' cut, kept from a dense
+// array of the warm keys' costs, against the reference: every warm key's
+// cost, from the map, sorted. Keys come, warm up and are evicted (MaxKeys
+// below the keys in use), costs tie often, and a snapshot is restored
+// midway; both estimators.
+func TestKeyCutMatchesSort(t *testing.T) {
+	for _, est := range []string{EstimateEWMA, EstimateMedian} {
+		t.Run(est, func(t *testing.T) {
+			p := mustNew(t, Config{MaxKeys: 100, LongKeys: 0.05, Estimator: est})
+			rng := rand.New(rand.NewPCG(5, 6))
+			reference := func() float64 {
+				var costs []float64
+				for _, e := range p.keys {
+					if e.count >= uint64(p.cfg.MinObservations) {
+						costs = append(costs, p.costOf(e))
+					}
+				}
+				if len(costs) == 0 {
+					return math.Inf(1)
+				}
+				slices.Sort(costs)
+				return costs[len(costs)-max(int(math.Ceil(float64(len(costs))*p.cfg.LongKeys)), 1)]
+			}
+			for i := range 20_000 {
+				k := p.KeyFor("q", "producer-ü", "job-"+strconv.Itoa(rng.IntN(300)), 0)
+				d := time.Duration(1+rng.IntN(20)) * time.Millisecond // many ties
+				if err := p.Observe(k, p.Predict(k), d); err != nil {
+					t.Fatal(err)
+				}
+				if i == 10_000 {
+					snap := p.Snapshot()
+					p = mustNew(t, p.cfg)
+					if err := p.Restore("q", snap); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if i%97 == 0 {
+					if got, want := p.keyCut(), reference(); got != want {
+						t.Fatalf("after %d observations the key cut is %v, want %v", i+1, got, want)
+					}
+					if len(p.warm) != len(p.warmCosts) || len(p.warm) > len(p.keys) {
+						t.Fatalf("%d warm keys with %d costs, of %d keys", len(p.warm), len(p.warmCosts), len(p.keys))
+					}
+					for j, e := range p.warm {
+						if int(e.warmIdx) != j || p.keys[e.key] != e {
+							t.Fatalf("warm key %d (%v) says index %d, in the map %v", j, e.key, e.warmIdx, p.keys[e.key] == e)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestNthSmallest(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 2000 {
+		n := 1 + rng.IntN(60)
+		xs := make([]float64, n)
+		for i := range xs {
+			switch rng.IntN(3) {
+			case 0:
+				xs[i] = float64(rng.IntN(4)) // ties
+			case 1:
+				xs[i] = float64(i) // runs already in order
+			default:
+				xs[i] = rng.Float64() * 1e6
+			}
+		}
+		sorted := slices.Sorted(slices.Values(xs))
+		k := rng.IntN(n)
+		if got := nthSmallest(slices.Clone(xs), k); got != sorted[k] {
+			t.Fatalf("nthSmallest(%v, %d) = %v, want %v", xs, k, got, sorted[k])
+		}
+	}
+}

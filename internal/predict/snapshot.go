@@ -71,6 +71,8 @@ func (p *Predictor) Restore(queue string, data []byte) error {
 	}
 	p.keys = make(map[Key]*entry, min(len(s.Keys), p.cfg.MaxKeys))
 	p.head, p.tail = nil, nil
+	clear(p.warm)
+	p.warm, p.warmCosts = p.warm[:0], p.warmCosts[:0]
 	for _, k := range s.Keys {
 		key := Key{Queue: queue, Producer: k.Producer, JobType: k.JobType, SizeBucket: k.SizeBucket}
 		if p.keys[key] != nil {
@@ -82,6 +84,7 @@ func (p *Predictor) Restore(queue string, data []byte) error {
 		e.absErrMS, e.scored, e.tierHits = k.AbsErrMS, k.Scored, min(k.TierHits, k.Scored)
 		e.p50 = e.hist.quantileMS(0.5)
 		e.p99 = e.hist.quantileMS(0.99)
+		p.noteCost(e)
 	}
 	p.recentN, p.recentPos, p.sincePlan = 0, 0, 0
 	for _, ms := range s.Recent[max(len(s.Recent)-len(p.recent), 0):] {
