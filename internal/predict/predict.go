@@ -203,7 +203,7 @@ type Predictor struct {
 	// keyCut reads one dense array rather than walking the keys' map.
 	warm      []*entry
 	warmCosts []float64
-	typicalMS  float64   // EWMA over all observations, the cost given to cold keys
+	typicalMS float64 // EWMA over all observations, the cost given to cold keys
 
 	observations, rejected, evicted uint64
 	absErrMS                        float64
