@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -107,11 +108,14 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("--arms: %w", err)
 	}
-	if *scale <= 0 {
-		return fmt.Errorf("--time-scale must be positive, got %g", *scale)
+	if !(*scale > 0) || math.IsInf(*scale, 1) {
+		return fmt.Errorf("--time-scale must be a positive number, got %g", *scale)
 	}
 	if *drain <= 0 {
 		return fmt.Errorf("--drain-timeout must be positive, got %s", *drain)
+	}
+	if *window < 0 {
+		return fmt.Errorf("--arrival-window must not be negative, got %s", *window)
 	}
 	cfg := bench.FlowConfig{Source: src, Seeds: seeds, Arms: arms, TimeScale: *scale, DrainTimeout: *drain,
 		Window: *window, Progress: stderr, HarbingerMode: mode}
@@ -178,8 +182,8 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("--warmup must not be negative, got %s", *warm)
 	case *reps < 1:
 		return fmt.Errorf("--reps must be at least 1, got %d", *reps)
-	case !(*rate > 0):
-		return fmt.Errorf("--rate must be positive, got %g", *rate)
+	case !(*rate > 0) || math.IsInf(*rate, 1):
+		return fmt.Errorf("--rate must be a positive number, got %g", *rate)
 	case *memJobs < 0:
 		return fmt.Errorf("--memory-jobs must not be negative, got %d", *memJobs)
 	case *memOnly && *memJobs == 0:

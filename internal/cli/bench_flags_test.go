@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"io"
 	"strings"
 	"testing"
@@ -20,5 +21,46 @@ func TestBenchFlowModeFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("bench flow %v: %v, want an error with %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// Numbers bench flow cannot run with are refused, naming their flag,
+// before any broker is started or dialled: a NaN or infinite time scale
+// and a negative arrival window were let through to the run, which
+// refused them only after connecting every arm's broker (and, without
+// RabbitMQ at hand, failed on that instead).
+func TestBenchFlowRefusesNonsenseBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--time-scale", "NaN"}, "--time-scale must be a positive number"},
+		{[]string{"--time-scale", "+Inf"}, "--time-scale must be a positive number"},
+		{[]string{"--arrival-window", "-1s"}, "--arrival-window must not be negative"},
+	} {
+		var stderr strings.Builder
+		// The in-process broker keeps what a run would start small.
+		args := append(tc.args, "--harbinger-in-process", "--arms", "harbinger-fifo", "--out", "")
+		err := runBenchFlow(t.Context(), args, io.Discard, &stderr)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("bench flow %v: %v, want an error starting %q", tc.args, err, tc.want)
+		}
+		if stderr.Len() > 0 {
+			t.Errorf("bench flow %v started: %q", tc.args, stderr.String())
+		}
+	}
+}
+
+// bench cost refuses an infinite --rate before building or starting
+// anything, as it does a negative one; the run refused it only after
+// every broker was up.
+func TestBenchCostRefusesInfiniteRate(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a run that gets past the flags stops at its first step
+	err := runBenchCost(ctx, []string{"--rate", "+Inf", "--out", ""}, io.Discard, io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), "--rate must be a positive number") {
+		t.Errorf("bench cost --rate +Inf: %v, want it refused naming --rate", err)
 	}
 }

@@ -31,8 +31,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *scale < 0 {
-		return fmt.Errorf("--time-scale must be positive (or 0 to measure), got %g", *scale)
+	if !(*scale >= 0) || math.IsInf(*scale, 1) {
+		return fmt.Errorf("--time-scale must be a positive number (or 0 to measure), got %g", *scale)
 	}
 	w, err := loadWorkload(*wl)
 	if err != nil {

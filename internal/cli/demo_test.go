@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -48,5 +50,24 @@ func TestDemoSentenceNamesWhoseBacklog(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A time scale that is not a finite number is refused before the demo
+// starts: NaN passed the "negative" check and ran the demo with
+// durations no clock can keep ("squeezed NaNx into about NaN s").
+func TestDemoRefusesTimeScaleNotANumber(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a demo that starts anyway gives up at once
+	for _, v := range []string{"NaN", "+Inf", "-1"} {
+		var stdout strings.Builder
+		err := runDemo(ctx, []string{"--time-scale", v}, &stdout, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--time-scale") {
+			t.Errorf("demo --time-scale %s: %v, want it refused naming --time-scale", v, err)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("demo --time-scale %s started: %q", v, stdout.String())
+		}
 	}
 }

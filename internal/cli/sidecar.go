@@ -61,6 +61,9 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return errors.New("TLS needs both -tls-cert and -tls-key")
 	}
+	if *tlsClientCA != "" && *tlsCert == "" {
+		return errors.New("-tls-client-ca (mutual TLS) needs -tls-cert and -tls-key too")
+	}
 	if err := exposure.checkExposure(); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,20 @@ func TestSidecarClientWithToken(t *testing.T) {
 	}
 	if st := r.Stats(); st.Fallbacks != 0 {
 		t.Fatalf("the call fell back: %+v", st)
+	}
+}
+
+// -tls-client-ca without a certificate of the sidecar's own asks for
+// mutual TLS that plaintext cannot give: serve refuses it, and the sidecar
+// started in plaintext without a word, every caller let in.
+func TestSidecarRefusesClientCAWithoutCert(t *testing.T) {
+	t.Parallel()
+	certs := authtest.NewCerts(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // a sidecar that starts anyway stops at once
+	var stderr strings.Builder
+	err := runSidecar(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-http-addr", "off", "-amqp-url", "-", "-tls-client-ca", certs.CA}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "-tls-client-ca") {
+		t.Fatalf("sidecar -tls-client-ca without -tls-cert: %v, want it refused naming -tls-client-ca", err)
 	}
 }

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"flag"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 )
 
@@ -29,6 +32,25 @@ func TestPolicyFlagsApply(t *testing.T) {
 		err := bad.apply(arms())
 		if err == nil || !strings.Contains(err.Error(), "is not a number") {
 			t.Errorf("apply(%+v) = %v, want a not-a-number error", bad, err)
+		}
+	}
+}
+
+// The learning-policy flags state the defaults the scheduler really uses:
+// --stretch said -0.25 and --long-share 0.2, the bounded policy's values
+// before its guard, long after sched had moved to -0.05 and 0.01.
+func TestSimHelpStatesPolicyDefaults(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	var p policyFlags
+	p.register(fs)
+	for name, want := range map[string]string{
+		"stretch":    fmt.Sprintf("(default %g)", sched.DefaultStretch),
+		"long-share": fmt.Sprintf("(default %g;", sched.DefaultLongShare),
+		"age-after":  fmt.Sprintf("(default %v)", sched.DefaultAgeAfter),
+	} {
+		if u := fs.Lookup(name).Usage; !strings.Contains(u, want) {
+			t.Errorf("--%s usage %q lacks %q", name, u, want)
 		}
 	}
 }

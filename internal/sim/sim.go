@@ -128,7 +128,7 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 		a.Predictor.LongKeys = -1
 	default:
 		if _, err := sched.NewPolicy(name, sched.PolicyOptions{StaticTiers: StaticMap(types)}); err != nil {
-			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, oracle-sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys or a policy name)", name, strings.Join(StandardArms, ", "))
+			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys or a policy name)", name, strings.Join(StandardArms, ", "))
 		}
 		a.Policy = name
 		a.Options.StaticTiers = StaticMap(types)
