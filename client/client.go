@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strings"
 	"time"
@@ -120,8 +121,12 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	// Static windows, as the broker's: gRPC's bandwidth estimator would
 	// otherwise ping the broker for nearly every small message. The
 	// stream window holds a full-size delivery of the default limits.
+	// The broker bounds every answer by its own send limit, sized for the
+	// largest job it accepts; gRPC's default receive limit of 4 MiB would
+	// refuse GetJob or ListDeadLetters of a job a broker with a larger max
+	// payload took.
 	dial = append(dial, grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow),
-		grpc.WithChainUnaryInterceptor(encodeErrors))
+		grpc.WithChainUnaryInterceptor(encodeErrors), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
 	dial = append(dial, o.dial...)
 	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {
@@ -207,13 +212,17 @@ func (m *Message) proto() *pb.Message {
 	return p
 }
 
-// Publish sends messages in one request. It returns the ids of the
-// messages the broker stored, in order, and, when any was not stored, a
-// *PublishError that says which and why (the others are stored: publish
-// only the failed ones again, or they are duplicated). A message whose
-// strings (queue, producer, job type, headers, unique key) are not valid
-// UTF-8 cannot be encoded: it is refused here with InvalidArgument, alone,
-// and the rest are sent. While the broker is
+// Publish sends messages in one request, or, when they are together
+// larger than the broker reads in one, in as few as fit. It returns the
+// ids of the messages the broker stored, in order, and, when any was not
+// stored, a *PublishError that says which and why (the others are stored:
+// publish only the failed ones again, or they are duplicated). A message
+// whose strings (queue, producer, job type, headers, unique key) are not
+// valid UTF-8 cannot be encoded, and one larger than any request may carry
+// cannot be sent: either is refused here with InvalidArgument, alone, and
+// the rest are sent. If a request fails as a whole after an earlier one of
+// the call was answered, its messages and the later ones are reported in
+// the *PublishError with its error. While the broker is
 // unreachable (e.g. restarting) it waits and retries as long as ctx allows;
 // a retry after a connection broke mid-call may publish a batch twice,
 // which at-least-once delivery allows. For many small publishes from a hot
@@ -229,42 +238,76 @@ func (c *Client) Publish(ctx context.Context, msgs ...*Message) ([]string, error
 	return results(resp, len(msgs))
 }
 
-// publishRaw sends one PublishRequest, retrying while the broker is
-// unavailable and ctx allows, and answers one result per message of msgs.
-// A message that cannot be encoded (a string that is not valid UTF-8) is
-// answered here with InvalidArgument and not sent: protobuf would refuse
-// the whole request for it.
+// publishRaw sends msgs, retrying while the broker is unavailable and ctx
+// allows, and answers one result per message of msgs. A message that
+// cannot be encoded (a string that is not valid UTF-8) is answered here
+// with InvalidArgument and not sent: protobuf would refuse the whole
+// request for it. Messages larger together than every broker reads in one
+// request (gRPC's default limit) are cut to the broker's own limit, and
+// one no request can carry is answered here with InvalidArgument: the
+// broker would refuse the whole request for it, with the code of a full
+// queue.
 func (c *Client) publishRaw(ctx context.Context, msgs []*Message) (*pb.PublishResponse, error) {
-	req := &pb.PublishRequest{Messages: make([]*pb.Message, 0, len(msgs))}
-	var local []*pb.PublishResult // by index in msgs; nil while every message is sendable
+	out := make([]*pb.PublishResult, len(msgs)) // by index in msgs
+	pms := make([]*pb.Message, len(msgs))
+	sendable := make([]int, 0, len(msgs))
+	size := 0
 	for i, m := range msgs {
 		pm := m.proto()
 		if err := checkUTF8(pm); err != nil {
-			if local == nil {
-				local = make([]*pb.PublishResult, len(msgs))
-			}
-			local[i] = &pb.PublishResult{Code: uint32(codes.InvalidArgument), Error: status.Convert(err).Message()}
+			out[i] = refused(err)
 			continue
 		}
-		req.Messages = append(req.Messages, pm)
+		pms[i] = pm
+		sendable = append(sendable, i)
+		size += messageSize(pm)
 	}
-	if len(req.Messages) == 0 {
-		return &pb.PublishResponse{Results: local}, nil
+	parts := [][]int{sendable}
+	if size > fallbackRequestBytes-requestSlack {
+		lim, err := c.fetchLimits(ctx, math.MaxInt, math.MaxInt)
+		if err != nil {
+			return nil, err
+		}
+		parts = lim.cut(pms, sendable, out)
 	}
-	resp, err := c.sendPublish(ctx, req)
-	if err != nil || local == nil {
-		return resp, err
-	}
-	if len(resp.Results) != len(req.Messages) {
-		return nil, errMismatch
-	}
-	sent := resp.Results
-	for i := range local {
-		if local[i] == nil {
-			local[i], sent = sent[0], sent[1:]
+	answered := false // some request of the call was answered: its messages may be stored
+	for k, part := range parts {
+		if len(part) == 0 {
+			continue
+		}
+		req := &pb.PublishRequest{Messages: make([]*pb.Message, len(part))}
+		for j, i := range part {
+			req.Messages[j] = pms[i]
+		}
+		resp, err := c.sendPublish(ctx, req)
+		if err == nil && len(resp.Results) != len(part) {
+			err = errMismatch
+		}
+		if err != nil {
+			if !answered {
+				return nil, err
+			}
+			// What the earlier requests stored stays stored: only the
+			// messages of this request and later ones are to publish again.
+			for _, rest := range parts[k:] {
+				for _, i := range rest {
+					out[i] = refused(err)
+				}
+			}
+			break
+		}
+		answered = true
+		for j, i := range part {
+			out[i] = resp.Results[j]
 		}
 	}
-	return &pb.PublishResponse{Results: local}, nil
+	return &pb.PublishResponse{Results: out}, nil
+}
+
+// refused is the result of a message that was not stored because of err.
+func refused(err error) *pb.PublishResult {
+	st := status.Convert(err)
+	return &pb.PublishResult{Code: uint32(st.Code()), Error: st.Message()}
 }
 
 // sendPublish sends req, retrying while the broker is unavailable and ctx
@@ -453,7 +496,8 @@ type Result struct {
 // PublishEach is Publish with one Result per message, in order, so a
 // caller can tell duplicates of unique jobs from new ones. Its error is
 // for the call as a whole (e.g. ctx ended); refused messages are reported
-// in their Result.
+// in their Result, as are, when a publish cut into several requests
+// fails after the first was answered, the messages not sent.
 func (c *Client) PublishEach(ctx context.Context, msgs ...*Message) ([]Result, error) {
 	if len(msgs) == 0 {
 		return nil, nil

@@ -166,7 +166,7 @@ func (p *Producer) enqueue(ctx context.Context, m *Message, done func(Result)) e
 	}
 	it := &pending{m: m.proto(), done: done}
 	it.err = checkUTF8(it.m)
-	it.size = protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(it.m))
+	it.size = messageSize(it.m)
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -269,11 +269,11 @@ type limits struct {
 }
 
 // fetchLimits asks the broker for its request limits and derives the cut
-// from them and the config.
-func (p *Producer) fetchLimits(ctx context.Context) (limits, error) {
-	l := limits{count: p.cfg.MaxBatch}
+// from them and a batch's most messages and bytes.
+func (c *Client) fetchLimits(ctx context.Context, maxBatch, maxBatchBytes int) (limits, error) {
+	l := limits{count: maxBatch}
 	req := uint64(fallbackRequestBytes)
-	got, err := p.c.broker.GetLimits(ctx, &pb.GetLimitsRequest{}, grpc.WaitForReady(true))
+	got, err := c.broker.GetLimits(ctx, &pb.GetLimitsRequest{}, grpc.WaitForReady(true))
 	switch {
 	case err == nil:
 		if got.MaxRequestBytes > 0 {
@@ -289,8 +289,13 @@ func (p *Producer) fetchLimits(ctx context.Context) (limits, error) {
 		return limits{}, err
 	}
 	l.hard = max(int(req)-requestSlack, int(req)/2)
-	l.target = min(p.cfg.MaxBatchBytes, l.hard)
+	l.target = min(maxBatchBytes, l.hard)
 	return l, nil
+}
+
+// messageSize is the bytes m adds to a PublishRequest.
+func messageSize(m *pb.Message) int {
+	return protowire.SizeTag(1) + protowire.SizeBytes(proto.Size(m))
 }
 
 // tooLarge is the error of a message no request can carry.
@@ -302,6 +307,28 @@ func (l limits) tooLarge(size int) error {
 	return status.Errorf(codes.InvalidArgument,
 		"harbinger: message encodes to %d bytes, more than one request may carry (%d bytes, under %s); not sent: store the body elsewhere and publish a reference, or raise the broker's max payload",
 		size, l.hard, limit)
+}
+
+// cut splits the messages of ms at idx, in order, into requests of at
+// most l.count messages and, unless a message alone is larger, l.target
+// bytes. A message no request can carry is answered in out instead.
+func (l limits) cut(ms []*pb.Message, idx []int, out []*pb.PublishResult) [][]int {
+	var parts [][]int
+	var cur []int
+	bytes := 0
+	for _, i := range idx {
+		size := messageSize(ms[i])
+		if size > l.hard {
+			out[i] = refused(l.tooLarge(size))
+			continue
+		}
+		if len(cur) > 0 && (len(cur) == l.count || bytes+size > l.target) {
+			parts, cur, bytes = append(parts, cur), nil, 0
+		}
+		cur = append(cur, i)
+		bytes += size
+	}
+	return append(parts, cur)
 }
 
 // unreachable is the error of a message that Close gave up on: err is why
@@ -347,7 +374,7 @@ func (p *Producer) tryOpen() (*pstream, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopWatch := context.AfterFunc(p.reach, cancel)
-	lim, err := p.fetchLimits(ctx)
+	lim, err := p.c.fetchLimits(ctx, p.cfg.MaxBatch, p.cfg.MaxBatchBytes)
 	var s grpc.BidiStreamingClient[pb.PublishRequest, pb.PublishResponse]
 	if err == nil {
 		s, err = p.c.broker.PublishStream(ctx, grpc.WaitForReady(true))

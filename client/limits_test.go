@@ -1,0 +1,135 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/harbinger-mq/harbinger/client"
+	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/server"
+)
+
+// serve runs a broker with cfg behind a gRPC server with the broker's own
+// limits (as "harbinger serve" sets them) on a loopback port, and returns
+// a client dialled to it; both stop when the test ends.
+func serve(t *testing.T, cfg broker.Config) (*client.Client, *broker.Broker) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = quiet
+	b, err := broker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(server.ServerOptions(cfg)...)
+	server.New(b, quiet).Register(gs)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(lis)
+	}()
+	c, err := client.Dial(t.Context(), lis.Addr().String(), client.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		gs.Stop()
+		<-served
+		_ = b.Shutdown(context.Background())
+	})
+	return c, b
+}
+
+// pattern is n bytes that are not all alike, so that a payload cut or
+// shifted anywhere compares unequal.
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+// A job the broker accepted can be read back whatever its size: with an
+// 8 MiB max payload, GetJob of a 5 MB job answers it whole. Before, the
+// client kept gRPC's default receive limit of 4 MiB for every call but
+// Consume, and refused the broker's answer with ResourceExhausted
+// ("received message larger than max").
+func TestGetJobLargerThanGRPCDefault(t *testing.T) {
+	t.Parallel()
+	c, _ := serve(t, broker.Config{MaxPayload: 8 << 20})
+	ctx := t.Context()
+	payload := pattern(5_000_000, 3)
+	ids, err := c.Publish(ctx, &client.Message{Queue: "exports", JobType: "csv", Payload: payload, Headers: map[string]string{"kunde": "Müller"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := c.GetJob(ctx, "exports", ids[0])
+	if err != nil {
+		t.Fatalf("GetJob of a %d-byte job: %v", len(payload), err)
+	}
+	if !bytes.Equal(j.Payload, payload) || j.Headers["kunde"] != "Müller" {
+		t.Fatalf("GetJob answered %d bytes of payload and headers %v", len(j.Payload), j.Headers)
+	}
+}
+
+// A Publish whose messages each fit the broker's limits is stored however
+// large the messages are together: six messages of 1,000,000 bytes (within
+// the default 1 MiB max payload, 6 MB together against a 4 MiB request
+// limit) are all stored, in order. A message too large for any request
+// fails alone with InvalidArgument, and the rest are stored. Before, the
+// whole call failed with ResourceExhausted ("received message larger than
+// max"), the code a full queue answers, naming no message.
+func TestPublishLargerThanOneRequest(t *testing.T) {
+	t.Parallel()
+	c, b := serve(t, broker.Config{})
+	ctx := t.Context()
+
+	var msgs []*client.Message
+	for i := range 6 {
+		msgs = append(msgs, &client.Message{Queue: "scans", JobType: "ocr", Payload: pattern(1_000_000, byte(i)), Headers: map[string]string{"seite": "ü"}})
+	}
+	ids, err := c.Publish(ctx, msgs...)
+	if err != nil {
+		t.Fatalf("Publish of 6 messages of 1 MB: %v", err)
+	}
+	if len(ids) != len(msgs) {
+		t.Fatalf("%d ids for %d messages", len(ids), len(msgs))
+	}
+	for i, id := range ids {
+		j, err := c.GetJob(ctx, "scans", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(j.Payload, msgs[i].Payload) {
+			t.Fatalf("id %d holds another message's payload", i)
+		}
+	}
+
+	huge := &client.Message{Queue: "scans", JobType: "ocr", Payload: pattern(5<<20, 9)}
+	small := &client.Message{Queue: "scans", JobType: "ocr", Payload: []byte("klein")}
+	ids, err = c.Publish(ctx, small, huge, small)
+	var pe *client.PublishError
+	if !errors.As(err, &pe) || pe.Total != 3 || len(pe.Failed) != 1 || pe.Failed[0].Index != 1 || status.Code(pe.Failed[0].Err) != codes.InvalidArgument {
+		t.Fatalf("Publish(small, 5 MiB, small) = %v, want a PublishError with message 1 InvalidArgument", err)
+	}
+	if len(ids) != 2 {
+		t.Fatalf("%d ids, want the two small messages'", len(ids))
+	}
+	if in, err := b.Queue("scans"); err != nil || in.Ready != 8 {
+		t.Fatalf("queue holds %d ready jobs (%v), want 8", in.Ready, err)
+	}
+}
