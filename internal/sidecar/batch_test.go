@@ -127,6 +127,7 @@ func TestBatchFullGoesAtOnce(t *testing.T) {
 	if b := tb.next(t); len(b.Observations) != 3 || len(b.Predictions) != 1 {
 		t.Fatalf("batch %+v, want 3 observations and 1 prediction", b)
 	}
+	tb.share.sending.Wait() // counted once its send returned
 	if n := tb.clk.Pending(); n != 0 {
 		t.Fatalf("%d timers armed after a full batch went, want none", n)
 	}

@@ -200,7 +200,8 @@ type Share struct {
 
 	batchMu    sync.Mutex
 	pending    batch
-	batchTimer clock.Timer // nil while no batch timer is armed
+	batchTimer clock.Timer    // nil while no batch timer is armed
+	sending    sync.WaitGroup // full batches on their way (enqueue)
 
 	mu          sync.Mutex
 	caughtUp    map[rabbitmq.Key]bool // keys already replayed from a snapshot
@@ -353,7 +354,7 @@ func (s *Share) enqueue(add func(*batch)) {
 	switch {
 	case s.pending.len() >= s.cfg.BatchMax:
 		b := s.take()
-		go s.sendBatch(b)
+		s.sending.Go(func() { s.sendBatch(b) })
 	case s.batchTimer == nil:
 		s.mu.Lock()
 		stopped := s.stopped
@@ -457,6 +458,7 @@ func (s *Share) consume(ctx context.Context, sub *amqp.Channel, ds <-chan amqp.D
 		s.batchMu.Lock()
 		s.take() // RabbitMQ is gone: what waits is lost, as best effort allows
 		s.batchMu.Unlock()
+		s.sending.Wait() // no send outlives the publishing channel
 		_ = sub.Close()
 		s.pubMu.Lock()
 		_ = s.pub.Close()
