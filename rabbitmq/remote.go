@@ -340,10 +340,22 @@ func (r *Remote) Attach(ctx context.Context, queue string, handlers int) {
 	}
 }
 
-// Forget is a no-op: the sidecar has no call to take back a message whose
-// publish failed, so its prediction stays in the sidecar's backlog
-// estimate (a failed publish usually means a closed channel, which is rare).
-func (r *Remote) Forget(context.Context, string, time.Duration) {}
+// Forget tells the sidecar that a message left queue without completing
+// (its publish failed, or its consumer rejected it), so that its
+// prediction leaves the queue's backlog. A failure is counted in
+// ObserveErrors; the sidecar then keeps counting the message.
+func (r *Remote) Forget(ctx context.Context, queue string, predicted time.Duration) {
+	// Cleanup after a failure, often of ctx itself: it runs regardless.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.opts.Timeout)
+	defer cancel()
+	_, err := r.client.Observe(ctx, &harbingerv1.ObserveRequest{
+		Queue: queue, Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: durationpb.New(max(predicted, 0))},
+	})
+	if err != nil {
+		r.observeErrors.Add(1)
+		r.lastErr.Store(&err)
+	}
+}
 
 // RemoteStats counts what went wrong talking to the sidecar.
 type RemoteStats struct {

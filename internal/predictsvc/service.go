@@ -149,6 +149,9 @@ func (s *Service) Predict(ctx context.Context, req *harbingerv1.PredictRequest) 
 // learned locally and then shared; a failure to share is the Sharer's to
 // count, not the caller's, who can do nothing about it.
 func (s *Service) Observe(ctx context.Context, req *harbingerv1.ObserveRequest) (*harbingerv1.ObserveResponse, error) {
+	if req.GetDropped() {
+		return s.dropped(ctx, req)
+	}
 	k, err := keyOf(req.GetQueue(), req.GetProducer(), req.GetJobType(), req.GetSizeHint(), "the queue the job was consumed from")
 	if err != nil {
 		return nil, err
@@ -177,6 +180,23 @@ func (s *Service) Observe(ctx context.Context, req *harbingerv1.ObserveRequest) 
 	if sh := s.sharer(); sh != nil {
 		_ = sh.Publish(ctx, k, d)
 	}
+	return &harbingerv1.ObserveResponse{}, nil
+}
+
+// dropped takes a job that left its queue without completing out of the
+// queue's backlog (rabbitmq.Local.Forget); nothing is learned or shared.
+func (s *Service) dropped(ctx context.Context, req *harbingerv1.ObserveRequest) (*harbingerv1.ObserveResponse, error) {
+	if err := checkQueue(req.GetQueue(), "the queue the job left"); err != nil {
+		return nil, err
+	}
+	if req.GetStamp() == nil {
+		return nil, status.Error(codes.InvalidArgument, "predictsvc: a dropped job needs its stamp: the backlog counted its prediction")
+	}
+	stamp, err := stampOf(req.GetStamp())
+	if err != nil {
+		return nil, err
+	}
+	s.local.Forget(ctx, req.GetQueue(), stamp.Predicted)
 	return &harbingerv1.ObserveResponse{}, nil
 }
 

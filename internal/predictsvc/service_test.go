@@ -83,6 +83,10 @@ func TestServiceRejectsBadRequests(t *testing.T) {
 		{"stamp without predicted", stamped(&harbingerv1.Stamp{})},
 		{"stamp with negative cost", stamped(&harbingerv1.Stamp{Predicted: durationpb.New(-time.Second)})},
 		{"stamp with impossible tier", stamped(&harbingerv1.Stamp{Predicted: durationpb.New(time.Second), Tier: 1000})},
+		{"dropped without stamp", obs(&harbingerv1.ObserveRequest{Queue: "q", Dropped: true})},
+		{"dropped without queue", obs(&harbingerv1.ObserveRequest{Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: ms}})},
+		{"dropped from an invalid UTF-8 queue", obs(&harbingerv1.ObserveRequest{Queue: "q\xff", Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: ms}})},
+		{"dropped with negative stamp", obs(&harbingerv1.ObserveRequest{Queue: "q", Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: durationpb.New(-time.Second)}})},
 		{"attach without queue", attach("", 1)},
 		{"attach with invalid UTF-8 queue", attach("\xff", 1)},
 		{"attach with over-long queue", attach(long(MaxQueueName+1), 1)},
@@ -328,5 +332,40 @@ func TestServiceCountsStampedPublishes(t *testing.T) {
 		if _, err := predict(ctx); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("counted %q: %v, want InvalidArgument", bad, err)
 		}
+	}
+}
+
+// A job that left its queue without completing (rejected, or its publish
+// failed) leaves the backlog with its stamp, and nothing is learned from
+// it: no observation, no key, nothing shared.
+func TestServiceDropped(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, rabbitmq.LocalConfig{}, Config{Hold: true})
+	sh := &recordingSharer{}
+	tb.svc.SetSharer(sh)
+	if _, err := tb.svc.Attach(tb.ctx, &harbingerv1.AttachRequest{Queue: "qü", Handlers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	counted := metadata.NewIncomingContext(tb.ctx, metadata.Pairs(rabbitmq.CountedMetadata, "7000000"))
+	for range 2 {
+		if _, err := tb.svc.Predict(counted, &harbingerv1.PredictRequest{Queue: "qü", JobType: "poison"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := tb.local.Stats().Backlog["qü"]; got != 14*time.Millisecond {
+		t.Fatalf("backlog %v after two publishes, want 14ms", got)
+	}
+	req := &harbingerv1.ObserveRequest{Queue: "qü", Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: durationpb.New(7 * time.Millisecond)}}
+	if _, err := tb.svc.Observe(tb.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	st := tb.local.Stats()
+	if st.Backlog["qü"] != 7*time.Millisecond || st.Observations != 0 || st.Keys != 0 {
+		t.Errorf("after a drop: backlog %v (want 7ms), %d observations and %d keys (want none)", st.Backlog["qü"], st.Observations, st.Keys)
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if len(sh.seen) != 0 {
+		t.Errorf("a drop was shared as observations of %v", sh.seen)
 	}
 }

@@ -154,6 +154,9 @@ func TestHoldEndToEnd(t *testing.T) {
 		done <- rabbitmq.Consume(cctx, wch, q, r, rabbitmq.ConsumerOptions{}, func(_ context.Context, d amqp.Delivery) error {
 			time.Sleep(2 * time.Millisecond) // the work
 			handled <- string(d.Body)
+			if string(d.Body) == "unreadable" {
+				return rabbitmq.ErrReject
+			}
 			return nil
 		})
 	}()
@@ -184,6 +187,13 @@ func TestHoldEndToEnd(t *testing.T) {
 	}
 	// The last completions reach the sidecar after their handlers return.
 	eventually(t, 5*time.Second, "the backlog to drain", func() bool { return s.Local().Stats().Backlog[q] == 0 })
+	// A rejected message never completes: the consumer tells the sidecar
+	// it is gone, or the backlog would count it for ever.
+	publish("unreadable")
+	if got := <-handled; got != "unreadable" {
+		t.Fatalf("handled %q, want the unreadable message", got)
+	}
+	eventually(t, 5*time.Second, "the rejected message to leave the backlog", func() bool { return s.Local().Stats().Backlog[q] == 0 })
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)

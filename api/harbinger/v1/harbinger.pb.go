@@ -4221,7 +4221,12 @@ type ObserveRequest struct {
 	// What Predict said of the job, as its publisher stamped it; unset when
 	// unknown. With it the predictor takes the job out of its queue's
 	// backlog and scores the prediction.
-	Stamp         *Stamp `protobuf:"bytes,6,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	Stamp *Stamp `protobuf:"bytes,6,opt,name=stamp,proto3" json:"stamp,omitempty"`
+	// The job left its queue without completing: its consumer rejected it,
+	// or its publish failed. The predictor only takes it out of its queue's
+	// backlog: stamp is required, nothing is learned or scored, and
+	// duration and the key's other parts may be unset.
+	Dropped       bool `protobuf:"varint,7,opt,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4296,6 +4301,13 @@ func (x *ObserveRequest) GetStamp() *Stamp {
 		return x.Stamp
 	}
 	return nil
+}
+
+func (x *ObserveRequest) GetDropped() bool {
+	if x != nil {
+		return x.Dropped
+	}
+	return false
 }
 
 // Stamp is a prediction as a publisher recorded it on a message.
@@ -4815,14 +4827,15 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x04cold\x18\x04 \x01(\bR\x04cold\x12!\n" +
 	"\fspread_gated\x18\x05 \x01(\bR\vspreadGated\x12\x12\n" +
 	"\x04long\x18\x06 \x01(\bR\x04long\x12-\n" +
-	"\x04hold\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04hold\"\xdc\x01\n" +
+	"\x04hold\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04hold\"\xf6\x01\n" +
 	"\x0eObserveRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
 	"\bjob_type\x18\x03 \x01(\tR\ajobType\x12\x1b\n" +
 	"\tsize_hint\x18\x04 \x01(\x04R\bsizeHint\x125\n" +
 	"\bduration\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12)\n" +
-	"\x05stamp\x18\x06 \x01(\v2\x13.harbinger.v1.StampR\x05stamp\"h\n" +
+	"\x05stamp\x18\x06 \x01(\v2\x13.harbinger.v1.StampR\x05stamp\x12\x18\n" +
+	"\adropped\x18\a \x01(\bR\adropped\"h\n" +
 	"\x05Stamp\x127\n" +
 	"\tpredicted\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tpredicted\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\rR\x04tier\x12\x12\n" +
