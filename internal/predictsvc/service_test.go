@@ -256,8 +256,15 @@ func FuzzService(f *testing.F) {
 		_, err = svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size, Duration: d,
 			Stamp: &harbingerv1.Stamp{Predicted: d, Tier: uint32(handlers)}})
 		checkCode(t, err)
+		_, err = svc.Observe(ctx, &harbingerv1.ObserveRequest{Queue: queue, Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: d}})
+		checkCode(t, err)
 		_, err = svc.Attach(ctx, &harbingerv1.AttachRequest{Queue: queue, Handlers: handlers})
 		checkCode(t, err)
+		for q, w := range local.Stats().Backlog {
+			if w < 0 {
+				t.Fatalf("queue %q's backlog is %v", q, w)
+			}
+		}
 		if st := local.Stats(); st.Keys > 64 || st.Queues > 8 {
 			t.Fatalf("state past the caps: %d keys, %d queues", st.Keys, st.Queues)
 		}
