@@ -23,7 +23,9 @@ type FaultFS struct {
 // FailSync makes every later fsync fail (or succeed again, with false).
 func (f *FaultFS) FailSync(on bool) { f.failSync.Store(on) }
 
-// FailWrite makes every later write fail with ENOSPC (or succeed again).
+// FailWrite makes every later write, and every allocation of a new
+// segment's space, fail with ENOSPC, as a full disk does (or succeed
+// again).
 func (f *FaultFS) FailWrite(on bool) { f.failWrite.Store(on) }
 
 // Syncs is the number of fsyncs so far.
@@ -60,6 +62,13 @@ func (f *faultFile) WriteAt(b []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("write %s: %w", f.Name(), syscall.ENOSPC)
 	}
 	return f.osFile.WriteAt(b, off)
+}
+
+func (f *faultFile) Preallocate(size int64) error {
+	if f.fs.failWrite.Load() {
+		return fmt.Errorf("fallocate %s: %w", f.Name(), syscall.ENOSPC)
+	}
+	return f.osFile.Preallocate(size)
 }
 
 func (f *faultFile) Sync() error {

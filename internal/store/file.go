@@ -154,6 +154,8 @@ type FileStore struct {
 	waits    []Pos // positions blocked Waits wait for and the flusher has not released
 	err      error // sticky: the store failed or closed
 	closing  bool
+	started  bool  // the flusher runs (it closes done)
+	syncWant Pos   // Compact needs everything up to here fsynced
 	size     int64 // bytes in segment files, written or buffered
 	replayed bool
 	tick     bool        // interval mode: time to fsync what was written
@@ -302,7 +304,8 @@ func (s *FileStore) Replay(fn func(*Record) error) error {
 			if err != nil {
 				var fe *frameError
 				last := i == len(segs)-1
-				if errors.As(err, &fe) && (fe.torn || zeroAfter(data, off+fe.end)) && last {
+				torn := errors.As(err, &fe) && (fe.torn || fe.end > 0 && zeroAfter(data, off+fe.end))
+				if torn && last && !lengthBitFlipped(data[off:]) {
 					s.log.Warn("store: cutting off a torn final record (the broker died mid-write; it was never confirmed)",
 						"file", path, "offset", off, "bytes", len(data)-off)
 				} else if !s.opts.Salvage {
@@ -376,6 +379,9 @@ func (s *FileStore) openHead() error {
 		return fmt.Errorf("store: sync data directory: %w", err)
 	}
 	s.seg, s.segN, s.segSize = f, n, s.headSize
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
 	go s.flush()
 	if iv := s.opts.Sync.Interval; iv > 0 {
 		s.mu.Lock()
@@ -473,6 +479,18 @@ func (s *FileStore) Compact(m Mark) error {
 	for s.err == nil && s.segN < m.seg {
 		s.progress.Wait()
 	}
+	// The records after the mark replace those before it, so they must be
+	// on disk before the segments holding the old ones go, also where Wait
+	// promised only that they were written (an fsync interval): else a
+	// machine crash in the interval loses every job, not the interval's.
+	target := s.written
+	if s.err == nil && s.synced < target {
+		s.syncWant = max(s.syncWant, target)
+		s.work.Signal()
+	}
+	for s.err == nil && s.synced < target {
+		s.progress.Wait()
+	}
 	if s.err != nil {
 		err := s.err
 		s.mu.Unlock()
@@ -529,7 +547,9 @@ func (s *FileStore) Close() error {
 	if s.tickT != nil {
 		s.tickT.Stop()
 	}
-	started := s.seg != nil
+	// Not s.seg: a failed rotation clears it, and the flusher, which
+	// closes done itself, may be the one clearing it.
+	started := s.started
 	s.work.Signal()
 	s.mu.Unlock()
 	var err error
@@ -572,8 +592,11 @@ func (s *FileStore) flush() {
 	cohort := 0                // the gather target: waiters recent fsyncs released
 	dirty := false             // written since the last fsync
 	always := s.opts.Sync.Interval == 0
-	// owed: someone waits for a record that is written but not fsynced.
-	owed := func() bool { return always && s.wanted > s.synced && s.written > s.synced }
+	// owed: someone waits for a record that is written but not fsynced
+	// (a Wait with fsync always, or a Compact).
+	owed := func() bool {
+		return (always && s.wanted > s.synced || s.syncWant > s.synced) && s.written > s.synced
+	}
 	for {
 		s.mu.Lock()
 		for len(s.buf) == 0 && len(s.marks) == 0 && !s.closing && s.err == nil && !(dirty && s.tick) && !owed() {
@@ -609,7 +632,7 @@ func (s *FileStore) flush() {
 		// With fsync always, only a record somebody waits for (a publish)
 		// is worth an fsync of its own; acks and deliveries written
 		// meanwhile ride along with the next one, in log order.
-		sync := dirty && (always && s.wanted > s.synced || !always && s.opts.Clock.Now().Sub(lastSync) >= s.opts.Sync.Interval)
+		sync := dirty && (always && s.wanted > s.synced || s.syncWant > s.synced || !always && s.opts.Clock.Now().Sub(lastSync) >= s.opts.Sync.Interval)
 		s.mu.Unlock()
 		if err == nil && sync {
 			start := s.opts.Clock.Now()

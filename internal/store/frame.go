@@ -30,8 +30,9 @@ func appendFrame(b []byte, r *Record) []byte {
 
 // frameError describes why a frame does not read; torn is true when the
 // frame runs past the end of the data, as a write cut short leaves it, and
-// end is where the frame claims to end (for a torn write into space
-// allocated ahead, which reads as zeros after it).
+// end, set when the body's CRC does not match, is where the frame claims
+// to end (for a torn write into space allocated ahead, which reads as
+// zeros after it).
 type frameError struct {
 	torn bool
 	end  int
@@ -62,7 +63,9 @@ func readFrame(b []byte) (*Record, int, error) {
 	}
 	r, err := decode(body)
 	if err != nil {
-		return nil, 0, &frameError{end: end, err: err}
+		// No end: the CRC matched, so the frame was written whole and is
+		// no torn write, even as the log's last.
+		return nil, 0, &frameError{err: err}
 	}
 	if r.Job != nil && r.Job.Payload != nil {
 		r.Job.Payload = append([]byte(nil), r.Job.Payload...)
@@ -73,12 +76,41 @@ func readFrame(b []byte) (*Record, int, error) {
 	return r, end, nil
 }
 
+// lengthBitFlipped reports whether b starts with a whole frame but for
+// one flipped bit in its length: a record written and synced and damaged
+// since, not a torn write, whose length is written as it is. Such a
+// length can claim the records after it, to the end of the data.
+func lengthBitFlipped(b []byte) bool {
+	if len(b) < frameHeader {
+		return false
+	}
+	n := binary.LittleEndian.Uint32(b)
+	sum := binary.LittleEndian.Uint32(b[4:])
+	for bit := range 32 {
+		m := n ^ 1<<bit
+		if m == 0 || m > maxBody || frameHeader+int(m) > len(b) {
+			continue
+		}
+		if crc32.Checksum(b[frameHeader:frameHeader+int(m)], castagnoli) == sum {
+			return true
+		}
+	}
+	return false
+}
+
 // endOfRecords reports whether the records of a segment end at off: no
 // record is empty, so a zero length there starts the space allocated ahead
 // and never written. That space must be zeros to its end; anything else
 // after it is an error (a zeroed stretch in the middle of the log).
+//
+// Fewer than a frame header's bytes of zeros also end the records: a
+// segment rotated at a checkpoint a few bytes short of its allocated size
+// ends so.
 func endOfRecords(data []byte, off int) (bool, error) {
-	if len(data)-off < frameHeader || binary.LittleEndian.Uint32(data[off:]) != 0 {
+	if len(data)-off < frameHeader {
+		return zeroAfter(data, off), nil
+	}
+	if binary.LittleEndian.Uint32(data[off:]) != 0 {
 		return false, nil
 	}
 	if !zeroAfter(data, off) {
