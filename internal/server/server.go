@@ -20,13 +20,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
 // Defaults and bounds of list requests.
@@ -46,6 +49,8 @@ type Server struct {
 	health *health.Server
 	admin  adminServer
 	pred   pb.PredictorServer // see SetPredictor
+	// maxSend is the largest response the server sends (ServerOptions).
+	maxSend int
 }
 
 // New returns a Server for b; log may be nil.
@@ -53,7 +58,7 @@ func New(b *broker.Broker, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{b: b, log: log, health: health.NewServer(), pred: pb.UnimplementedPredictorServer{}}
+	s := &Server{b: b, log: log, health: health.NewServer(), pred: pb.UnimplementedPredictorServer{}, maxSend: sendLimit(b.Config())}
 	s.admin.s = s
 	return s
 }
@@ -62,13 +67,21 @@ func New(b *broker.Broker, log *slog.Logger) *Server {
 // queue name, producer, job type, id and the fixed fields.
 const envelope = 64 << 10
 
+// headerEncoding bounds the encoded size of headers per byte the broker
+// counts of them (their keys' and values' lengths). Each header is a map
+// entry with a tag and a length for the entry, its key and its value: six
+// bytes beyond a short key and value, so seven for a one-byte key with an
+// empty value. A delivery's limit must allow for that, or a message with
+// many short headers that the broker accepted could never be delivered.
+const headerEncoding = 7
+
 // Limits are the wire limits that follow from the broker's max payload and
 // max header bytes: the server reads requests up to MaxRequestBytes, and a
 // delivery never exceeds MaxDeliveryBytes. GetLimits reports them, and the
 // SDK sizes its batches and receive limits from them.
 func Limits(cfg broker.Config) *pb.Limits {
 	cfg = cfg.WithDefaults()
-	one := uint64(cfg.MaxPayload + cfg.MaxHeaderBytes + envelope)
+	one := uint64(cfg.MaxPayload + headerEncoding*cfg.MaxHeaderBytes + envelope)
 	return &pb.Limits{
 		MaxPayloadBytes:  uint64(cfg.MaxPayload),
 		MaxHeaderBytes:   uint64(cfg.MaxHeaderBytes),
@@ -77,6 +90,15 @@ func Limits(cfg broker.Config) *pb.Limits {
 		MaxDeliveryBytes: one,
 		MaxCredit:        broker.MaxCredit,
 	}
+}
+
+// sendLimit is the largest response the server sends: a delivery, and the
+// answer to a full publish batch, which with a small max payload is far
+// larger than a delivery (MaxBatch ids), must both get out. gRPC refuses
+// to send a larger response, failing the whole call.
+func sendLimit(cfg broker.Config) int {
+	l := Limits(cfg)
+	return int(max(l.MaxRequestBytes, l.MaxDeliveryBytes))
 }
 
 // Flow-control windows of the broker's connections and the SDK's. A
@@ -97,21 +119,33 @@ const (
 
 // ServerOptions are the gRPC options the broker's limits call for: a
 // receive limit large enough for a full-size payload and its envelope, a
-// send limit that lets any delivery out, and static flow-control windows
-// large enough for a full-size request.
+// send limit that lets any delivery and any publish answer out, and static
+// flow-control windows large enough for a full-size request.
 func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 	l := Limits(cfg)
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(l.MaxRequestBytes)),
-		grpc.MaxSendMsgSize(int(l.MaxDeliveryBytes)),
+		grpc.MaxSendMsgSize(sendLimit(cfg)),
 		// One write buffer per connection, shared by its streams, and a
 		// fixed pool of stream handlers instead of a goroutine per stream.
 		grpc.SharedWriteBuffer(true),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.StaticStreamWindowSize(int32(min(max(l.MaxRequestBytes, StreamWindow), ConnWindow))),
 		grpc.StaticConnWindowSize(ConnWindow),
+		// Clients ping a quiet connection while a call is open, so that a
+		// worker waiting for jobs learns when its connection died without
+		// a word (client.KeepaliveTime): allow pings that often, where
+		// gRPC's default refuses more than one per five minutes and then
+		// closes the connection. The broker pings a quiet client too, and
+		// drops one that does not answer, with its consumers.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 	}
 }
+
+// MinPingInterval is how often a client may ping the broker (gRPC's
+// floor for a client's pings).
+const MinPingInterval = 10 * time.Second
 
 // Register adds the Harbinger services, the standard health service and
 // server reflection to gs, and marks the services as serving.
@@ -191,6 +225,7 @@ func (s *Server) publish(req *pb.PublishRequest, bufs *publishBufs) (*pb.Publish
 		results[idx[j]].Id = r.ID
 		results[idx[j]].Duplicate = r.Duplicate
 	}
+	fitErrors(results, s.maxSend)
 	// Nothing of the request is kept past the next one.
 	clear(msgs)
 	clear(ptrs)
@@ -201,6 +236,35 @@ func (s *Server) publish(req *pb.PublishRequest, bufs *publishBufs) (*pb.Publish
 		resp.Results[i] = &results[i]
 	}
 	return resp, nil
+}
+
+// resultOverhead bounds what a PublishResult takes in a response beyond
+// its id and error text: its tag and length, and the other fields' tags,
+// lengths, code and flag.
+const resultOverhead = 16
+
+// fitErrors cuts the error texts of results, when it must, so that their
+// response fits in limit bytes. gRPC refuses to send a larger response:
+// the whole call would fail after its other messages were stored, naming
+// none of them, and a caller that publishes them again stores them twice.
+func fitErrors(results []pb.PublishResult, limit int) {
+	fixed, said, errs := 0, 0, 0
+	for i := range results {
+		fixed += resultOverhead + len(results[i].Id)
+		if e := results[i].Error; e != "" {
+			said += len(e)
+			errs++
+		}
+	}
+	if fixed+said <= limit || errs == 0 {
+		return
+	}
+	each := max(0, (limit-fixed)/errs)
+	for i := range results {
+		if len(results[i].Error) > each {
+			results[i].Error = text.Clean(results[i].Error, each)
+		}
+	}
 }
 
 func setError(r *pb.PublishResult, err error) {
@@ -379,9 +443,16 @@ func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestE
 		return requestError("nack", n.Id, err), credit(n.Credit), nil
 	case *pb.ConsumeRequest_Extend:
 		e := r.Extend
-		lease, err := duration("extend lease", e.Lease)
-		if err != nil {
-			return requestError("extend", e.Id, fmt.Errorf("%w; the lease is unchanged", err)), 0, nil
+		// Only a malformed lease is refused: one that is negative or over
+		// the limit goes to the broker, which applies the queue's lease or
+		// the limit and says so, as the contract promises. Refusing it here
+		// left the lease to run out and the job to run twice.
+		var lease time.Duration // unset: the queue's lease
+		if e.Lease != nil {
+			if err := e.Lease.CheckValid(); err != nil {
+				return requestError("extend", e.Id, invalidArg("extend lease: %v; the lease is unchanged", err)), 0, nil
+			}
+			lease = e.Lease.AsDuration() // saturates past what a time.Duration holds
 		}
 		return requestError("extend", e.Id, c.Extend(e.Id, lease)), 0, nil
 	case *pb.ConsumeRequest_Subscribe:
@@ -404,10 +475,19 @@ func requestError(kind, id string, err error) *pb.RequestError {
 	st, _ := status.FromError(toStatus(err))
 	// The id and the message quote what the client sent; an answer must
 	// encode whatever that was (gRPC refuses invalid UTF-8 on the wire,
-	// but apply does not rely on it).
-	return &pb.RequestError{Id: strings.ToValidUTF8(id, "\uFFFD"), Request: kind, Code: uint32(st.Code()),
-		Message: strings.ToValidUTF8(st.Message(), "\uFFFD"), Applied: applied}
+	// but apply does not rely on it), and stay small: an id of megabytes
+	// echoed twice made an answer over the send limit, whose failure
+	// ended the whole session.
+	return &pb.RequestError{Id: text.Clean(id, maxEchoedID), Request: kind, Code: uint32(st.Code()),
+		Message: text.Clean(st.Message(), maxRequestErrorText), Applied: applied}
 }
+
+// Bounds of what a RequestError echoes of its request; a broker's ids
+// are a few bytes, and its messages a few hundred.
+const (
+	maxEchoedID         = 1 << 10
+	maxRequestErrorText = 4 << 10
+)
 
 // ackDuration converts an ack's duration; ok is false for one that is
 // missing or does not fit a time.Duration.
@@ -508,16 +588,31 @@ func (a *adminServer) ListDeadLetters(_ context.Context, req *pb.ListDeadLetters
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pb.ListDeadLettersResponse{DeadLetters: make([]*pb.DeadLetter, len(dls))}
-	for i, d := range dls {
-		out.DeadLetters[i] = &pb.DeadLetter{
+	out := &pb.ListDeadLettersResponse{DeadLetters: make([]*pb.DeadLetter, 0, len(dls))}
+	size := 0
+	for _, d := range dls {
+		pd := &pb.DeadLetter{
 			Id: d.ID, Queue: d.Queue, Producer: d.Producer, JobType: d.JobType,
 			Payload: d.Payload, Headers: d.Headers, Attempts: uint32(d.Attempts),
 			Reason: d.Reason, DeadAt: timestamppb.New(d.DeadAt),
 		}
+		// gRPC refuses to send a response over its limit, failing the
+		// call: with payloads of some kilobytes, the default limit of
+		// dead letters would be over it. The oldest that fit are answered
+		// (the limit is a most); one always fits, as a delivery does.
+		n := proto.Size(pd) + listEntryOverhead
+		if size+n > a.s.maxSend && len(out.DeadLetters) > 0 {
+			break
+		}
+		size += n
+		out.DeadLetters = append(out.DeadLetters, pd)
 	}
 	return out, nil
 }
+
+// listEntryOverhead bounds what an item of a list response takes beyond
+// its own encoding: its tag and length.
+const listEntryOverhead = 6
 
 func (a *adminServer) ListJobs(_ context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
 	n := int(min(req.Limit, broker.MaxJobsListed))
