@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -45,10 +46,11 @@ const (
 type Option func(*options)
 
 type options struct {
-	dial  []grpc.DialOption
-	log   *slog.Logger
-	token string
-	tls   *tls.Config
+	dial      []grpc.DialOption
+	log       *slog.Logger
+	token     string
+	tls       *tls.Config
+	keepalive keepalive.ClientParameters
 }
 
 // bearer is a token as per-call credentials.
@@ -96,8 +98,27 @@ func WithTLS(cfg *tls.Config) Option {
 	return func(o *options) { o.tls = cfg }
 }
 
+// WithKeepalive sets how long a connection with an open call may stay
+// quiet before the client pings the broker (at least 10s: gRPC's floor,
+// and the most often the broker allows), and how long
+// it waits for the answer before it takes the connection for dead and
+// reconnects. The defaults are KeepaliveTime and KeepaliveTimeout; a
+// network that drops idle connections sooner needs a shorter time.
+func WithKeepalive(time, timeout time.Duration) Option {
+	return func(o *options) { o.keepalive = keepalive.ClientParameters{Time: time, Timeout: timeout} }
+}
+
 // WithLogger sets the logger workers report reconnects and errors to.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// KeepaliveTime and KeepaliveTimeout are how long a connection with an
+// open call may stay quiet before the client pings the broker, and how
+// long it then waits for the answer before it takes the connection for
+// dead (see WithKeepalive).
+const (
+	KeepaliveTime    = 30 * time.Second
+	KeepaliveTimeout = 20 * time.Second
+)
 
 // Dial connects to the broker at addr (host:port). The connection is made
 // lazily and re-made after failures, so Dial succeeds even while the broker
@@ -106,7 +127,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	o := options{log: slog.Default()}
+	o := options{log: slog.Default(), keepalive: keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -125,8 +146,14 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	// largest job it accepts; gRPC's default receive limit of 4 MiB would
 	// refuse GetJob or ListDeadLetters of a job a broker with a larger max
 	// payload took.
+	// While a call is open (a worker's Consume, a Producer's stream) the
+	// connection is pinged when it has been quiet for a while: a worker
+	// waiting for jobs sends nothing, so a connection that died without
+	// a word (a NAT or firewall dropping it, a host gone) would otherwise
+	// leave it waiting for ever instead of reconnecting.
 	dial = append(dial, grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow),
-		grpc.WithChainUnaryInterceptor(encodeErrors), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)))
+		grpc.WithChainUnaryInterceptor(encodeErrors), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32)),
+		grpc.WithKeepaliveParams(o.keepalive))
 	dial = append(dial, o.dial...)
 	conn, err := grpc.NewClient(addr, dial...)
 	if err != nil {
