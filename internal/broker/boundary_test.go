@@ -341,3 +341,32 @@ func TestByteBudgetBoundsHeap(t *testing.T) {
 	}
 	t.Logf("%d jobs, heap +%d bytes, budget %d", stored, grown, budget)
 }
+
+// A consumer's name is bounded as a producer's is: it is repeated beside
+// every job the consumer holds and not charged to the memory budget, so a
+// name of megabytes made every listing of the queue's jobs megabytes too.
+func TestSubscribeChecksConsumerName(t *testing.T) {
+	b, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{strings.Repeat("w", DefaultMaxKeyLen+1), strings.Repeat("w", 4<<20), "worker-\xff"} {
+		c, err := b.Subscribe("q", name, 1)
+		var ie *InvalidError
+		if !errors.As(err, &ie) || ie.Field != "consumer" {
+			t.Errorf("Subscribe with a %d-byte name = %v, want an InvalidError for consumer", len(name), err)
+		}
+		if c != nil {
+			c.Close()
+		}
+	}
+	longest := strings.Repeat("ü", DefaultMaxKeyLen/2)
+	c, err := b.Subscribe("q", longest, 1)
+	if err != nil {
+		t.Fatalf("a name of exactly the limit: %v", err)
+	}
+	c.Close()
+	if n := b.consumers.Load(); n != 0 {
+		t.Errorf("%d consumers counted after every one closed or was refused", n)
+	}
+}

@@ -380,6 +380,15 @@ func (b *Broker) Subscribe(queueName, consumerName string, prefetch int) (*Consu
 	if prefetch < 0 {
 		return nil, invalid("prefetch", fmt.Sprintf("must not be negative, got %d", prefetch))
 	}
+	// The name is shown beside every job the consumer holds (ListJobs, the
+	// dashboard) and is not charged to the memory budget: bounded as a
+	// producer's name is.
+	if len(consumerName) > b.cfg.MaxKeyLen {
+		return nil, invalid("consumer", fmt.Sprintf("name is %d bytes, over the limit of %d", len(consumerName), b.cfg.MaxKeyLen))
+	}
+	if !utf8.ValidString(consumerName) {
+		return nil, invalid("consumer", "name is not valid UTF-8")
+	}
 	if prefetch == 0 {
 		prefetch = 1
 	}
