@@ -311,13 +311,25 @@ func (s *FileStore) Replay(fn func(*Record) error) error {
 				} else if !s.opts.Salvage {
 					return &CorruptError{File: path, Offset: int64(off), Err: err}
 				} else {
-					s.log.Error("store: salvage: cutting the log at a corrupt record and setting later segments aside",
+					s.log.Error("store: salvage: cutting the log at a corrupt record and setting what follows aside",
 						"file", path, "offset", off, "err", err)
+					// What the cut drops is kept beside the log, as the
+					// later segments are, for whoever checks what was lost.
+					if err := s.setAside(path, data[off:]); err != nil {
+						return fmt.Errorf("store: salvage: %w", err)
+					}
 					for _, later := range segs[i+1:] {
 						p := s.segPath(later)
-						if err := s.fs.Rename(p, p+".corrupt"); err != nil {
+						name, err := s.asideName(p)
+						if err == nil {
+							err = s.fs.Rename(p, name)
+						}
+						if err != nil {
 							return fmt.Errorf("store: salvage: %w", err)
 						}
+					}
+					if err := s.fs.SyncDir(s.dir); err != nil {
+						return fmt.Errorf("store: salvage: %w", err)
 					}
 					s.mu.Lock()
 					s.segs = s.segs[:i+1]
@@ -342,6 +354,48 @@ func (s *FileStore) Replay(fn func(*Record) error) error {
 		s.headSize = int64(len(data))
 	}
 	return s.openHead()
+}
+
+// asideName claims a name for setting path aside that no earlier salvage
+// used, path.corrupt or else path.corrupt.2, .3 and so on, by creating it
+// empty: a second salvage must not overwrite what the first kept.
+func (s *FileStore) asideName(path string) (string, error) {
+	for n := 1; ; n++ {
+		name := path + ".corrupt"
+		if n > 1 {
+			name += "." + strconv.Itoa(n)
+		}
+		f, err := s.fs.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return name, f.Close()
+	}
+}
+
+// setAside writes data, the part of the segment at path that a salvage
+// cuts off, to a file of its own beside it.
+func (s *FileStore) setAside(path string, data []byte) error {
+	name, err := s.asideName(path)
+	if err != nil {
+		return err
+	}
+	f, err := s.fs.OpenFile(name, os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (s *FileStore) truncate(path string, size int64) error {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -364,12 +365,45 @@ func TestCorruptMiddleIsRefusedOrSalvaged(t *testing.T) {
 		off += n
 		want++
 	}
+	later := make(map[string][]byte)
+	for _, p := range segs[2:] {
+		later[p], _ = os.ReadFile(p)
+	}
 	sv := openFile(t, dir, FileOptions{Salvage: true})
 	if got := replayAll(t, sv); len(got) != want {
 		t.Fatalf("salvaged %d records, want %d", len(got), want)
 	}
-	if aside, _ := filepath.Glob(filepath.Join(dir, "*.corrupt")); len(aside) != len(segs)-2 {
-		t.Fatalf("set aside %d segments, want %d", len(aside), len(segs)-2)
+	// Set aside: what the cut dropped of the bad segment (all of it: the
+	// bad record was its first) and every later segment, byte for byte.
+	aside, _ := filepath.Glob(filepath.Join(dir, "*.corrupt"))
+	if len(aside) != len(segs)-1 {
+		t.Fatalf("set aside %d files, want %d", len(aside), len(segs)-1)
+	}
+	if got, _ := os.ReadFile(bad + ".corrupt"); !bytes.Equal(got, data) {
+		t.Errorf("the bad segment's cut-off part set aside is %d bytes, want its %d", len(got), len(data))
+	}
+	for p, want := range later {
+		if got, _ := os.ReadFile(p + ".corrupt"); !bytes.Equal(got, want) {
+			t.Errorf("%s set aside as %d bytes, want %d", filepath.Base(p), len(got), len(want))
+		}
+	}
+	sv.Close()
+
+	// A second salvage keeps what the first set aside: its own go beside.
+	next := filepath.Join(dir, filepath.Base(segs[len(segs)-1]))
+	// A frame whose CRC is wrong with more after it: damage, not a torn write.
+	garbage := append([]byte{4, 0, 0, 0, 1, 2, 3, 4}, "ünïcode \xff and more"...)
+	if err := os.WriteFile(next, garbage, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sv = openFile(t, dir, FileOptions{Salvage: true, Logger: quiet})
+	replayAll(t, sv)
+	sv.Close()
+	if got, _ := os.ReadFile(next + ".corrupt"); !bytes.Equal(got, later[next]) {
+		t.Errorf("a second salvage overwrote the first's %s.corrupt", filepath.Base(next))
+	}
+	if got, _ := os.ReadFile(next + ".corrupt.2"); !bytes.Equal(got, garbage) {
+		t.Errorf("the second salvage set aside %q, want %q", got, garbage)
 	}
 }
 
