@@ -17,8 +17,8 @@ type ScheduleView struct {
 	When     string     `json:"when"` // the cron expression with its zone, or "every D"
 	JobType  string     `json:"job_type"`
 	Paused   bool       `json:"paused"`
-	LastTick *time.Time `json:"last_tick,omitempty"`
-	NextTick *time.Time `json:"next_tick,omitempty"`
+	LastTick *time.Time `json:"last_tick"` // null before its first tick
+	NextTick *time.Time `json:"next_tick"` // null while paused
 	Fired    uint64     `json:"fired"`
 }
 

@@ -288,6 +288,9 @@ type outcome struct {
 // redirect back to the page it came from.
 func (s *Server) act(h func(r *http.Request, name string) (outcome, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// Bounded before anything reads it: a form's way back is read
+		// from the body even when the request is refused.
+		r.Body = http.MaxBytesReader(w, r.Body, maxActionBody)
 		name := r.PathValue("name")
 		g, err := s.grant(r)
 		if err == nil {
@@ -309,6 +312,12 @@ func (s *Server) act(h func(r *http.Request, name string) (outcome, error)) http
 		}
 		if err != nil {
 			code, msg := status(err)
+			if out.done != "" {
+				// Part of it was done before the error (the first ids
+				// of several): log that, and say it.
+				s.cfg.Logger.Info("web: "+out.done, "queue", name, "token", g.Name)
+				msg = out.done + "; then " + msg
+			}
 			if form {
 				http.Redirect(w, r, next()+"?error="+url.QueryEscape(msg), http.StatusSeeOther)
 				return
@@ -356,11 +365,15 @@ func localPath(p string) bool {
 }
 
 // sameOrigin refuses a POST that a browser says came from another site.
+// "Origin: null" names no site: a browser sends it from a sandboxed frame
+// or a page under a no-referrer policy, on any site, so it passes only
+// when the browser also says the request is same-origin.
 func sameOrigin(r *http.Request) error {
-	if r.Header.Get("Sec-Fetch-Site") == "cross-site" {
+	site := r.Header.Get("Sec-Fetch-Site")
+	if site == "cross-site" {
 		return &httpError{http.StatusForbidden, "refused: the request came from another site"}
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+	if o := r.Header.Get("Origin"); o != "" && (o != "null" || site != "same-origin") {
 		u, err := url.Parse(o)
 		if err != nil || u.Host != r.Host {
 			return &httpError{http.StatusForbidden, "refused: the request came from another origin (" + o + ")"}

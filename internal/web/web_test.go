@@ -273,6 +273,127 @@ func TestActionsRefuseOtherSites(t *testing.T) {
 	}
 }
 
+// "Origin: null" is what a browser sends from a sandboxed frame, or from a
+// page under a no-referrer policy, of any site; one that sends no
+// Sec-Fetch-Site (Safari before 16.4, older Firefox and Chrome) says
+// nothing else. Such an action or sign-in is refused unless the browser
+// also says it is same-origin.
+func TestActionsRefuseAnOpaqueOrigin(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	tb.publish(t, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"})
+	post := func(path, body string, hdr map[string]string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusSeeOther && strings.Contains(loc, "error=refused") {
+			return http.StatusForbidden
+		}
+		return resp.StatusCode
+	}
+	opaque := map[string]string{"Origin": "null"}
+	if code := post("/api/v1/queues/q/purge", "confirm=q", opaque); code != http.StatusForbidden {
+		t.Errorf("a purge from an opaque origin: %d, want it refused", code)
+	}
+	if in, _ := tb.b.Queue("q"); in.Ready != 2 {
+		t.Errorf("a purge from an opaque origin left %d ready, want 2", in.Ready)
+	}
+	if code := post("/api/v1/queues/q/pause", "", map[string]string{"Origin": "null", "Sec-Fetch-Site": "same-site"}); code != http.StatusForbidden {
+		t.Errorf("a pause from an opaque origin on the same site: %d, want it refused", code)
+	}
+	if in, _ := tb.b.Queue("q"); in.Paused {
+		t.Error("a request from an opaque origin paused the queue")
+	}
+	// The browser says it is the dashboard's own page: fine.
+	if code := post("/api/v1/queues/q/pause", "", map[string]string{"Origin": "null", "Sec-Fetch-Site": "same-origin"}); code != http.StatusSeeOther {
+		t.Errorf("a same-origin pause with Origin: null: %d, want 303", code)
+	}
+	if in, _ := tb.b.Queue("q"); !in.Paused {
+		t.Error("a same-origin pause with Origin: null did not pause the queue")
+	}
+
+	// Signing in another site's token (login CSRF) is refused the same way.
+	guarded := setup(t, map[string][]string{"ops": {"admin"}})
+	req, err := http.NewRequestWithContext(t.Context(), "POST", guarded.hs.URL+"/login", strings.NewReader(url.Values{"token": {guarded.tokens["ops"]}}.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "null")
+	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("a sign-in from an opaque origin: %d, cookie %q, want 403 and none", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// An action's body is read no further than maxActionBody, whoever sends
+// it and whatever the action: a form's way back is read from it even
+// when the request is refused, so a request without a token could make
+// the dashboard take in 10 MB of form, or a multipart upload of any size.
+func TestActionBodyIsBounded(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, map[string][]string{"ops": {"admin"}})
+	tb.publish(t, &broker.Message{Queue: "q"})
+	const big = 8 << 20
+	bodies := []struct{ ct, body string }{
+		{"application/x-www-form-urlencoded", "pad=" + strings.Repeat("x", big) + "&back=/queues/q/jobs"},
+		{"multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"f\"; filename=\"f\"\r\n\r\n" +
+			strings.Repeat("x", big) + "\r\n--b--\r\n"},
+	}
+	for _, path := range []string{"/api/v1/queues/q/pause", "/api/v1/queues/q/purge", "/api/v1/queues/q/schedules/s/pause"} {
+		for _, tok := range []string{"", tb.tokens["ops"]} {
+			for _, b := range bodies {
+				body := &countingReader{r: strings.NewReader(b.body)}
+				req := httptest.NewRequestWithContext(t.Context(), "POST", path, body)
+				req.Header.Set("Content-Type", b.ct)
+				if tok != "" {
+					req.Header.Set("Authorization", "Bearer "+tok)
+				}
+				rec := httptest.NewRecorder()
+				tb.web.ServeHTTP(rec, req)
+				if body.n > maxActionBody+1 {
+					t.Errorf("POST %s (%s, token %v): read %d bytes of the body, want at most %d", path, b.ct, tok != "", body.n, maxActionBody+1)
+				}
+				if rec.Code >= 500 {
+					t.Errorf("POST %s (%s, token %v): %d %s", path, b.ct, tok != "", rec.Code, rec.Body)
+				}
+			}
+		}
+	}
+	if in, _ := tb.b.Queue("q"); in.Ready != 1 {
+		t.Errorf("after oversized purges q holds %d ready, want 1", in.Ready)
+	}
+}
+
 // The read API reports what the inspector says: per-tier depths, waits,
 // learned keys searched and sorted, waiting jobs in order, dead letters.
 func TestReadAPI(t *testing.T) {
@@ -450,6 +571,31 @@ func TestCancelAction(t *testing.T) {
 	}
 }
 
+// Cancelling several jobs when one of them is not there: those before it
+// are cancelled, and the answer and the log say so, not only the error.
+func TestCancelSaysWhatItDidBeforeAnError(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	var log strings.Builder
+	tb.web.cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	ids := tb.publish(t, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"})
+	req := httptest.NewRequestWithContext(t.Context(), "POST", "/api/v1/queues/q/jobs/cancel", strings.NewReader(`{"ids":["`+ids[0]+`","nope","`+ids[1]+`"]}`))
+	req.Header.Set("Content-Type", "application/json")
+	rec := httptest.NewRecorder()
+	tb.web.ServeHTTP(rec, req) // in this goroutine: the log is written when it returns
+	if in, _ := tb.b.Queue("q"); in.Ready != 1 || in.Cancelled != 1 {
+		t.Fatalf("after the cancel q holds %d ready, %d cancelled; want 1 and 1", in.Ready, in.Cancelled)
+	}
+	var e struct{ Error string }
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != http.StatusNotFound ||
+		!strings.Contains(e.Error, "cancelled "+ids[0]) || !strings.Contains(e.Error, `"nope"`) {
+		t.Errorf("the answer: %d %s, want 404 naming the cancelled job and the missing one", rec.Code, rec.Body)
+	}
+	if !strings.Contains(log.String(), "cancelled "+ids[0]) {
+		t.Errorf("the log lacks the cancel of %s:\n%s", ids[0], log.String())
+	}
+}
+
 func TestSchedulesPage(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, nil)
@@ -476,6 +622,32 @@ func TestSchedulesPage(t *testing.T) {
 	}
 	if code, _, _ := tb.do(t, "POST", "/api/v1/queues/mail/schedules/digest/delete", "", "", ""); code != 200 || len(tb.b.Schedules()) != 0 {
 		t.Fatalf("delete: %d", code)
+	}
+}
+
+// A schedule's ticks that do not exist yet are null, as the docs say of
+// every such figure, not left out: one that never fired has no last tick,
+// a paused one no next.
+func TestSchedulesAPIHasNullTicks(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	if _, err := tb.b.DeclareSchedule(broker.Schedule{Name: "digest", Queue: "mail", Every: time.Hour, JobType: "digest"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.b.PauseSchedule("digest", true); err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ Schedules []map[string]json.RawMessage }
+	getJSON(t, tb, "/api/v1/schedules", &v)
+	if len(v.Schedules) != 1 {
+		t.Fatalf("schedules: %+v", v)
+	}
+	for _, field := range []string{"name", "queue", "when", "job_type", "paused", "last_tick", "next_tick", "fired"} {
+		if got, ok := v.Schedules[0][field]; !ok {
+			t.Errorf("the schedule lacks %q", field)
+		} else if (field == "last_tick" || field == "next_tick") && string(got) != "null" {
+			t.Errorf("%s = %s, want null", field, got)
+		}
 	}
 }
 
