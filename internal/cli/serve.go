@@ -473,7 +473,7 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 			hlis = tls.NewListener(hlis, tc)
 		}
 		httpAddr = hlis.Addr().String()
-		dash, err = web.New(web.Config{Broker: b, Tokens: tokens, SecureCookies: certs != nil, PrometheusURL: cfg.PrometheusURL, Logger: log})
+		dash, err = web.New(web.Config{Broker: b, Tokens: tokens, SecureCookies: certs != nil, PrometheusURL: cfg.PrometheusURL, Logger: log, AnyHost: cfg.Insecure})
 		if err != nil {
 			gs.Stop()
 			_ = hlis.Close()

@@ -15,6 +15,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -61,6 +62,12 @@ type Config struct {
 	// Logger gets the actions taken through the dashboard; default
 	// slog.Default().
 	Logger *slog.Logger
+	// AnyHost lets a dashboard without Tokens answer requests for any
+	// host name. Without it such a dashboard answers only to IP addresses
+	// and localhost: another site's page can point a name of its own at
+	// 127.0.0.1 (DNS rebinding), and its requests then carry that name as
+	// both Host and Origin, so no origin check tells them apart.
+	AnyHost bool
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -133,7 +140,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	if s.cfg.Tokens == nil && !s.cfg.AnyHost && !loopbackName(r.Host) {
+		http.Error(w, fmt.Sprintf("refused: a dashboard without tokens answers only to localhost and IP addresses, not %q (a name another site may have pointed here); use the address, or give the broker tokens", r.Host), http.StatusMisdirectedRequest)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// loopbackName reports whether host (a Host header, with or without a
+// port) is an IP address or localhost: names no other site can point at
+// this machine.
+func loopbackName(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	return net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 func (s *Server) routes() {

@@ -580,6 +580,7 @@ func TestCancelSaysWhatItDidBeforeAnError(t *testing.T) {
 	tb.web.cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
 	ids := tb.publish(t, &broker.Message{Queue: "q"}, &broker.Message{Queue: "q"})
 	req := httptest.NewRequestWithContext(t.Context(), "POST", "/api/v1/queues/q/jobs/cancel", strings.NewReader(`{"ids":["`+ids[0]+`","nope","`+ids[1]+`"]}`))
+	req.Host = "127.0.0.1:7071"
 	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	tb.web.ServeHTTP(rec, req) // in this goroutine: the log is written when it returns
@@ -1018,5 +1019,58 @@ func TestSeriesOfQueueMadeAgain(t *testing.T) {
 	getJSON(t, tb, "/api/v1/queues/q", &qv)
 	if qv.PublishPerS != nil {
 		t.Errorf("the queue made again has a publish rate (%v/s) from an interval it did not live through", *qv.PublishPerS)
+	}
+}
+
+// A dashboard without tokens answers only to IP addresses and localhost:
+// another site's page that points a name of its own at this machine (DNS
+// rebinding) sends that name as Host and as Origin, which the origin check
+// cannot tell from the dashboard's own pages. Before, such a purge went
+// through. AnyHost (serve -insecure) and tokens lift the rule.
+func TestNoTokensAnswersOnlyLoopbackNames(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	tb.publish(t, &broker.Message{Queue: "q", Payload: make([]byte, 2<<10)}, &broker.Message{Queue: "q"})
+	purge := func(srv *Server, host string) int {
+		req := httptest.NewRequestWithContext(t.Context(), "POST", "/api/v1/queues/q/purge", strings.NewReader(`{"confirm":"q"}`))
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Origin", "http://"+host)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	for _, host := range []string{"evil.example:7071", "evil.example", "localhost.evil.example:7071", "xn--mnchen-3ya.example", "7f000001.nip.io"} {
+		if code := purge(tb.web, host); code != http.StatusMisdirectedRequest {
+			t.Errorf("a purge for Host %q answered %d, want 421", host, code)
+		}
+		req := httptest.NewRequestWithContext(t.Context(), "GET", "/api/v1/queues", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		tb.web.ServeHTTP(rec, req)
+		if rec.Code != http.StatusMisdirectedRequest || strings.Contains(rec.Body.String(), `"q"`) {
+			t.Errorf("a read for Host %q answered %d: %.80s", host, rec.Code, rec.Body.String())
+		}
+	}
+	if in, _ := tb.b.Queue("q"); in.Ready != 2 {
+		t.Fatalf("q holds %d ready after refused purges, want 2", in.Ready)
+	}
+	for _, host := range []string{"127.0.0.1:7071", "[::1]:7071", "LOCALHOST:7071", "localhost.", "app.localhost:7071", "10.0.0.7"} {
+		req := httptest.NewRequestWithContext(t.Context(), "GET", "/api/v1/queues", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		tb.web.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Errorf("a read for Host %q answered %d, want 200", host, rec.Code)
+		}
+	}
+	open, err := New(Config{Broker: tb.b, AnyHost: true, Logger: tb.web.cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if code := purge(open, "broker.internal:7071"); code != http.StatusOK {
+		t.Errorf("with AnyHost a purge for a named host answered %d, want 200", code)
 	}
 }
