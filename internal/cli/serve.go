@@ -483,7 +483,11 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 		hs = &http.Server{
 			Handler:           server.NewHTTPHandler(b, server.HTTPOptions{Tokens: tokens, Dashboard: dash}),
 			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(h, slog.LevelWarn),
+			// A request's body too: every one is a form or a small JSON
+			// object, and one sent a byte at a time held its connection
+			// (and a goroutine) for as long as the sender liked.
+			ReadTimeout: 30 * time.Second,
+			ErrorLog:    slog.NewLogLogger(h, slog.LevelWarn),
 		}
 		go func() {
 			if err := hs.Serve(hlis); !errors.Is(err, http.ErrServerClosed) {
