@@ -17,12 +17,13 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/server"
 )
 
-// serveAt runs a broker behind a gRPC server with the options "harbinger
-// serve" uses, then extra, on a loopback port, and returns its address.
-func serveAt(t *testing.T, extra ...grpc.ServerOption) string {
+// serveAt runs a broker with cfg behind a gRPC server with the options
+// "harbinger serve" uses, then extra, on a loopback port, and returns its
+// address; it stops when the test ends.
+func serveAt(t *testing.T, cfg broker.Config, extra ...grpc.ServerOption) (string, *broker.Broker) {
 	t.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := broker.Config{Logger: quiet}
+	cfg.Logger = quiet
 	b, err := broker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func serveAt(t *testing.T, extra ...grpc.ServerOption) string {
 		<-served
 		_ = b.Shutdown(context.Background())
 	})
-	return lis.Addr().String()
+	return lis.Addr().String(), b
 }
 
 // blackhole forwards TCP connections to a target until swallow is called;
@@ -140,7 +141,7 @@ func TestWorkerNoticesASilentlyDeadConnection(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	// The broker pings too, and drops the dead consumer, so that the job is
 	// not handed to it.
-	addr := serveAt(t, grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Second, Timeout: time.Second}))
+	addr, _ := serveAt(t, broker.Config{}, grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Second, Timeout: time.Second}))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	direct, err := client.Dial(ctx, addr, client.WithLogger(quiet))
@@ -198,7 +199,7 @@ func TestWorkerNoticesASilentlyDeadConnection(t *testing.T) {
 func TestIdleWorkerKeepsItsConnection(t *testing.T) {
 	t.Parallel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	addr := serveAt(t)
+	addr, _ := serveAt(t, broker.Config{})
 	c, err := client.Dial(t.Context(), addr, client.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)

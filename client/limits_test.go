@@ -2,54 +2,28 @@ package client_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/broker"
-	"github.com/harbinger-mq/harbinger/internal/server"
 )
 
-// serve runs a broker with cfg behind a gRPC server with the broker's own
-// limits (as "harbinger serve" sets them) on a loopback port, and returns
-// a client dialled to it; both stop when the test ends.
+// serve runs a broker with cfg (serveAt) and returns a client dialled to
+// it; both stop when the test ends.
 func serve(t *testing.T, cfg broker.Config) (*client.Client, *broker.Broker) {
 	t.Helper()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.Logger = quiet
-	b, err := broker.New(cfg)
+	addr, b := serveAt(t, cfg)
+	c, err := client.Dial(t.Context(), addr, client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer(server.ServerOptions(cfg)...)
-	server.New(b, quiet).Register(gs)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = gs.Serve(lis)
-	}()
-	c, err := client.Dial(t.Context(), lis.Addr().String(), client.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Close()
-		gs.Stop()
-		<-served
-		_ = b.Shutdown(context.Background())
-	})
+	t.Cleanup(func() { _ = c.Close() })
 	return c, b
 }
 
