@@ -248,17 +248,7 @@ func TestConsumeRejects(t *testing.T) {
 	defer cancel()
 	conn := dial(t)
 	ch := channel(t, conn)
-	q, dlq := unique("reject"), unique("reject-dlq")
-	deleteQueues(t, conn, q, dlq)
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{
-		"x-queue-type": "classic", "x-max-priority": int32(3),
-		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	q, dlq := declareWithDLQ(t, conn, ch, "reject", 3)
 	l, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -344,17 +334,7 @@ func TestConsumeMaxAttempts(t *testing.T) {
 	defer cancel()
 	conn := dial(t)
 	ch := channel(t, conn)
-	q, dlq := unique("attempts"), unique("attempts-dlq")
-	deleteQueues(t, conn, q, dlq)
-	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{
-		"x-queue-type": "classic", "x-max-priority": int32(rabbitmq.DefaultMaxPriority),
-		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	q, dlq := declareWithDLQ(t, conn, ch, "attempts", rabbitmq.DefaultMaxPriority)
 	l, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -588,4 +568,23 @@ func TestConsumeStoppingDoesNotCount(t *testing.T) {
 	if n := rabbitmq.Failures(d); n != 0 || string(d.Body) != "job" {
 		t.Errorf("the requeued message counts %d failures, body %q", n, d.Body)
 	}
+}
+
+// declareWithDLQ declares a classic priority queue named after prefix and
+// a dead-letter queue its rejected messages go to, both deleted when the
+// test ends.
+func declareWithDLQ(t *testing.T, conn *amqp.Connection, ch *amqp.Channel, prefix string, maxPriority uint8) (q, dlq string) {
+	t.Helper()
+	q, dlq = unique(prefix), unique(prefix+"-dlq")
+	deleteQueues(t, conn, q, dlq)
+	if _, err := ch.QueueDeclare(dlq, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{
+		"x-queue-type": "classic", "x-max-priority": int32(maxPriority),
+		"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return q, dlq
 }
