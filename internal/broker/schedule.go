@@ -47,7 +47,10 @@ type Schedule struct {
 
 	// Set by the broker.
 	LastTick time.Time `json:"last_tick,omitzero"` // the last tick that fired
-	NextTick time.Time `json:"-"`                  // the next tick, in the schedule's zone
+	// NextTick is the next tick, in the schedule's zone. It is logged
+	// because it is not always next(LastTick): a resume skips the ticks
+	// missed while paused, and a Start on a cron tick is itself a tick.
+	NextTick time.Time `json:"next_tick,omitzero"`
 	Fired    uint64    `json:"fired,omitempty"`
 
 	cron cron.Schedule
@@ -234,7 +237,18 @@ func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 	from := now
 	if old != nil {
 		s.LastTick, s.Fired = old.LastTick, old.Fired
-		if !s.LastTick.IsZero() {
+		switch {
+		case old.Paused:
+			// As a resume: the ticks missed while paused are not owed.
+		case !old.NextTick.IsZero():
+			// Nor are those a resume skipped, before the old next tick.
+			if due := old.NextTick.Add(-time.Nanosecond); due.Before(from) {
+				from = due
+			}
+			if s.LastTick.After(from) {
+				from = s.LastTick
+			}
+		case !s.LastTick.IsZero():
 			from = s.LastTick
 		}
 	}
@@ -407,14 +421,18 @@ func (b *Broker) restoreSchedules(defs map[string][]byte) error {
 		if err := s.compile(b); err != nil {
 			return fmt.Errorf("broker: recovering schedule %q: %w", name, err)
 		}
-		from := s.LastTick
-		if from.IsZero() { // never fired: owed from its declaration
-			from = s.Start
-			if s.Every > 0 {
-				from = s.Start.Add(-time.Nanosecond)
+		if s.NextTick.IsZero() {
+			// Logged before the next tick was: from the last tick, or
+			// owed from its declaration.
+			from := s.LastTick
+			if from.IsZero() {
+				from = s.Start
+				if s.Every > 0 {
+					from = s.Start.Add(-time.Nanosecond)
+				}
 			}
+			s.NextTick = s.next(from)
 		}
-		s.NextTick = s.next(from)
 		if b.sched.all == nil {
 			b.sched.all = map[string]*Schedule{}
 		}

@@ -392,3 +392,115 @@ func TestScheduleAfterLongDowntime(t *testing.T) {
 		t.Errorf("%d ticks fired a second later, want 2", n)
 	}
 }
+
+// A restart keeps a schedule's next tick as it was, where that is not
+// the tick after its last: a resumed schedule does not fire, at the
+// restart, the tick it skipped while paused, and a cron schedule whose
+// start is on a tick still fires that tick after a restart before it.
+func TestScheduleRestartKeepsNextTick(t *testing.T) {
+	t.Parallel()
+	payload := []byte(strings.Repeat("résumé ✓ ", 128)) // a kilobyte and more
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		start := clk.Now().Add(2 * time.Hour) // 02:00, on a tick
+		for _, s := range []Schedule{
+			{Name: "stündlich-résumé", Queue: "resumed", Cron: "0 * * * *", Payload: payload},
+			{Name: "später ✓", Queue: "started", Cron: "0 * * * *", Start: start, Payload: payload},
+		} {
+			if _, err := b.DeclareSchedule(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(time.Hour) // 01:00 fires
+		if _, err := b.PauseSchedule("stündlich-résumé", true); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(90 * time.Minute) // 02:30: 02:00 passed while paused
+		if _, err := b.PauseSchedule("stündlich-résumé", false); err != nil {
+			t.Fatal(err)
+		}
+		if n := ready(t, b, "resumed"); n != 1 {
+			t.Fatalf("%d ticks before the restart, want 1", n)
+		}
+		if n := ready(t, b, "started"); n != 1 {
+			t.Fatalf("%d ticks at and after the start, want 1", n)
+		}
+		want := map[string]time.Time{}
+		for _, s := range b.Schedules() {
+			want[s.Name] = s.NextTick
+		}
+		crash(b)
+		clk.Advance(10 * time.Minute)
+		b = durable(t, st, clk, Config{})
+		for _, s := range b.Schedules() {
+			if !s.NextTick.Equal(want[s.Name]) {
+				t.Errorf("%s: next tick %v after the restart, want %v as before it", s.Name, s.NextTick, want[s.Name])
+			}
+		}
+		if n := ready(t, b, "resumed"); n != 1 {
+			t.Errorf("%d ticks after the restart, want 1: the tick skipped while paused fired", n)
+		}
+
+		// A cron schedule that starts on a tick, restarted before it.
+		start = time.Date(2026, 1, 1, 5, 0, 0, 0, time.UTC)
+		if _, err := b.DeclareSchedule(Schedule{Name: "later", Queue: "later", Cron: "0 */5 * * *", Start: start, Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+		crash(b)
+		b = durable(t, st, clk, Config{})
+		clk.Advance(start.Sub(clk.Now()))
+		if n := ready(t, b, "later"); n != 1 {
+			t.Errorf("%d ticks at the start after a restart before it, want 1", n)
+		}
+	})
+}
+
+// Declaring a schedule again (a deployment that declares its schedules at
+// every start, with a new payload) owes no tick its pause skipped: not one
+// passed while it was paused and since resumed, nor one passed while it
+// is still paused and the declaration resumes it.
+func TestScheduleRedeclareOwesNoSkippedTick(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	decl := func(v string) Schedule {
+		t.Helper()
+		s, err := tb.b.DeclareSchedule(Schedule{Name: "täglich/报告", Queue: "q", Cron: "0 * * * *",
+			Payload: []byte(strings.Repeat(v+" \xff ", 256)), Headers: map[string]string{"version": v}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	pause := func(p bool) {
+		t.Helper()
+		if _, err := tb.b.PauseSchedule("täglich/报告", p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decl("v1")
+	tb.clk.Advance(time.Hour) // 01:00 fires
+	pause(true)
+	tb.clk.Advance(90 * time.Minute) // 02:30: 02:00 passed while paused
+	pause(false)
+	tb.clk.Advance(5 * time.Minute)
+	if s := decl("v2"); s.NextTick.Hour() != 3 {
+		t.Errorf("redeclared after a resume: next tick %v, want 03:00", s.NextTick)
+	}
+	tb.clk.Advance(0)
+	if n := ready(t, tb.b, "q"); n != 1 {
+		t.Errorf("%d ticks after a redeclare that followed a resume, want 1", n)
+	}
+	pause(true)
+	tb.clk.Advance(time.Hour) // 03:35: 03:00 passed while paused
+	if s := decl("v3"); s.NextTick.Hour() != 4 {
+		t.Errorf("redeclared while paused: next tick %v, want 04:00", s.NextTick)
+	}
+	tb.clk.Advance(0)
+	if n := ready(t, tb.b, "q"); n != 1 {
+		t.Errorf("%d ticks after a redeclare that resumed it, want 1", n)
+	}
+	tb.clk.Advance(25 * time.Minute) // 04:00 fires
+	if n := ready(t, tb.b, "q"); n != 2 {
+		t.Errorf("%d ticks at 04:00, want 2", n)
+	}
+}
