@@ -403,13 +403,22 @@ func (c *Client) DeclareSchedule(ctx context.Context, s *pb.Schedule) (*pb.Sched
 	return c.admin.DeclareSchedule(ctx, s)
 }
 
-// ListSchedules reports every schedule, by name.
+// ListSchedules reports every schedule, by name, in as many calls as
+// their payloads take.
 func (c *Client) ListSchedules(ctx context.Context) ([]*pb.Schedule, error) {
-	resp, err := c.admin.ListSchedules(ctx, &pb.ListSchedulesRequest{})
-	if err != nil {
-		return nil, err
+	var all []*pb.Schedule
+	req := &pb.ListSchedulesRequest{}
+	for {
+		resp, err := c.admin.ListSchedules(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, resp.Schedules...)
+		if resp.Next == "" || resp.Next == req.After {
+			return all, nil
+		}
+		req.After = resp.Next
 	}
-	return resp.Schedules, nil
 }
 
 // PauseSchedule stops (paused true) or restarts a schedule's ticks.

@@ -3,13 +3,17 @@ package client_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/broker"
 )
@@ -105,5 +109,34 @@ func TestPublishLargerThanOneRequest(t *testing.T) {
 	}
 	if in, err := b.Queue("scans"); err != nil || in.Ready != 8 {
 		t.Fatalf("queue holds %d ready jobs (%v), want 8", in.Ready, err)
+	}
+}
+
+// Schedules carry payloads: 80 of 60 KiB make more than one answer may
+// hold, and ListSchedules failed with "trying to send message larger than
+// max". The broker answers them a page at a time and the client reads
+// every page.
+func TestListSchedulesOfLargePayloads(t *testing.T) {
+	t.Parallel()
+	c, _ := serve(t, broker.Config{})
+	ctx := t.Context()
+	const n = 80
+	for i := range n {
+		s := &pb.Schedule{Name: fmt.Sprintf("rapport-%02d-ü", i), Queue: "reports", Every: durationpb.New(time.Hour), Payload: pattern(60<<10, byte(i))}
+		if _, err := c.DeclareSchedule(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := c.ListSchedules(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != n {
+		t.Fatalf("listed %d schedules, want %d", len(got), n)
+	}
+	for i, s := range got {
+		if want := fmt.Sprintf("rapport-%02d-ü", i); s.Name != want || !bytes.Equal(s.Payload, pattern(60<<10, byte(i))) {
+			t.Fatalf("schedule %d is %q with %d bytes, want %q whole", i, s.Name, len(s.Payload), want)
+		}
 	}
 }

@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"slices"
+	"strings"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -35,14 +38,34 @@ func (a *adminServer) DeclareSchedule(_ context.Context, req *pb.Schedule) (*pb.
 	return toSchedule(out), nil
 }
 
-func (a *adminServer) ListSchedules(context.Context, *pb.ListSchedulesRequest) (*pb.ListSchedulesResponse, error) {
-	all := a.s.b.Schedules()
-	out := &pb.ListSchedulesResponse{Schedules: make([]*pb.Schedule, len(all))}
-	for i, s := range all {
-		out.Schedules[i] = toSchedule(s)
+// ListSchedules answers the schedules after req.After by name, as many as
+// fit in one answer: schedules carry payloads, and gRPC refuses to send an
+// answer over its limit, failing the call (80 schedules of 60 KiB did).
+func (a *adminServer) ListSchedules(_ context.Context, req *pb.ListSchedulesRequest) (*pb.ListSchedulesResponse, error) {
+	all := a.s.b.Schedules() // by name
+	from, _ := slices.BinarySearchFunc(all, req.After, func(s broker.Schedule, name string) int { return strings.Compare(s.Name, name) })
+	if from < len(all) && all[from].Name == req.After {
+		from++
+	}
+	out := &pb.ListSchedulesResponse{}
+	budget := a.s.maxSend - nextMargin
+	size := 0
+	for _, s := range all[from:] {
+		ps := toSchedule(s)
+		n := proto.Size(ps) + listEntryOverhead
+		if size+n > budget && len(out.Schedules) > 0 {
+			out.Next = out.Schedules[len(out.Schedules)-1].Name
+			break
+		}
+		size += n
+		out.Schedules = append(out.Schedules, ps)
 	}
 	return out, nil
 }
+
+// nextMargin is room kept in a schedules answer for its next field: a
+// schedule's name, far shorter.
+const nextMargin = 4 << 10
 
 func (a *adminServer) PauseSchedule(_ context.Context, req *pb.PauseScheduleRequest) (*pb.Schedule, error) {
 	s, err := a.s.b.PauseSchedule(req.Name, req.Paused)

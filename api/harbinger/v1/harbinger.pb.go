@@ -2360,7 +2360,10 @@ func (x *Schedule) GetFired() uint64 {
 
 // ListSchedulesRequest takes no arguments.
 type ListSchedulesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only schedules whose names sort after this one: the next field of the
+	// answer before, to read the rest.
+	After         string `protobuf:"bytes,1,opt,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2395,11 +2398,20 @@ func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
 	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
+func (x *ListSchedulesRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
 // ListSchedulesResponse lists schedules.
 type ListSchedulesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Schedules by name.
-	Schedules     []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	// Schedules by name: as many as fit in one answer (at least one).
+	Schedules []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
+	// Set when more schedules follow: ask again with after set to it.
+	Next          string `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2439,6 +2451,13 @@ func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
 		return x.Schedules
 	}
 	return nil
+}
+
+func (x *ListSchedulesResponse) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
 }
 
 // PauseScheduleRequest pauses or resumes a schedule.
@@ -4694,10 +4713,12 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05fired\x18\x0f \x01(\x04R\x05fired\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x16\n" +
-	"\x14ListSchedulesRequest\"M\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\",\n" +
+	"\x14ListSchedulesRequest\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\tR\x05after\"a\n" +
 	"\x15ListSchedulesResponse\x124\n" +
-	"\tschedules\x18\x01 \x03(\v2\x16.harbinger.v1.ScheduleR\tschedules\"B\n" +
+	"\tschedules\x18\x01 \x03(\v2\x16.harbinger.v1.ScheduleR\tschedules\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\"B\n" +
 	"\x14PauseScheduleRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06paused\x18\x02 \x01(\bR\x06paused\"+\n" +
