@@ -232,6 +232,18 @@ func TestSignInAndOut(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Request.URL.Path != "/" {
 		t.Errorf("with the cookie: %d at %s", resp.StatusCode, resp.Request.URL.Path)
 	}
+	// Another site's page may not sign the user out.
+	req, _ = http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/logout", nil)
+	req.Header.Set("Origin", "https://elsewhere.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("a sign-out from another site: %d, Set-Cookie %q; want 403 and none", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
 	if _, _, h := tb.do(t, "POST", "/logout", "", "", ""); !strings.Contains(h.Get("Set-Cookie"), "Max-Age=0") {
 		t.Errorf("sign out left the cookie: %q", h.Get("Set-Cookie"))
 	}
