@@ -276,13 +276,15 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 			continue
 		}
 		m.ID, m.PublishedAt = j.ID(), j.PublishedAt()
-		if m.UniqueKey != "" {
-			// A copy: the index outlives the job, whose id m.ID points into.
-			q.claimLocked(m.UniqueKey, strings.Clone(m.ID), now.Add(m.UniqueFor))
-		}
 		out = append(out, Result{ID: m.ID})
 		if q.lastPos > wait {
 			wait = q.lastPos
+		}
+		if m.UniqueKey != "" {
+			// A copy: the index outlives the job, whose id m.ID points into.
+			// The answer waits for the key too: a publish repeated after a
+			// crash must find it.
+			wait = max(wait, q.claimLocked(m.UniqueKey, strings.Clone(m.ID), now.Add(m.UniqueFor)))
 		}
 	}
 	if q != nil {

@@ -66,11 +66,13 @@ func (q *queue) uniqueLocked(key string, now time.Time) (id string, dup bool, er
 	return "", false, nil
 }
 
-// claimLocked gives key to job id until the window ends, and logs it.
-func (q *queue) claimLocked(key, id string, until time.Time) {
+// claimLocked gives key to job id until the window ends, and logs it; it
+// returns the record's position, which the publish's answer waits for as
+// it does for the job's.
+func (q *queue) claimLocked(key, id string, until time.Time) store.Pos {
 	q.unique.keys[key] = uniqueEntry{id: id, until: until}
 	heap.Push(&q.unique.exp, uniqueExp{until: until, key: key})
-	q.logLocked(&store.Record{Kind: store.KindUnique, Queue: q.name, ID: id, Reason: key, At: until})
+	return q.logLocked(&store.Record{Kind: store.KindUnique, Queue: q.name, ID: id, Reason: key, At: until})
 }
 
 // uniqueRecords calls emit with the index as records, for a checkpoint.

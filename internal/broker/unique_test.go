@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,6 +83,74 @@ func TestUniqueKeysSurviveRestart(t *testing.T) {
 			t.Fatalf("after a checkpoint: %+v", got)
 		}
 	})
+}
+
+// syncedOnly is a memory store that a machine crash cuts back to what
+// the broker waited for: Replay replays the records up to the last
+// position a Wait covered, as a log replays what was fsynced.
+type syncedOnly struct {
+	*store.Memory
+	mu     sync.Mutex
+	synced store.Pos
+}
+
+func (s *syncedOnly) Wait(pos store.Pos) error {
+	s.mu.Lock()
+	s.synced = max(s.synced, pos)
+	s.mu.Unlock()
+	return s.Memory.Wait(pos)
+}
+
+func (s *syncedOnly) Replay(fn func(*store.Record) error) error {
+	s.mu.Lock()
+	n := s.synced
+	s.mu.Unlock()
+	var seen store.Pos
+	return s.Memory.Replay(func(r *store.Record) error {
+		if seen++; seen > n {
+			return nil
+		}
+		return fn(r)
+	})
+}
+
+// A publish is answered once its unique key is on disk, not only its job:
+// the same publish repeated after a crash of the machine is a duplicate.
+// The key's record was appended after the job's, and the answer waited
+// for the job's alone.
+func TestUniqueKeyDurableWhenAnswered(t *testing.T) {
+	t.Parallel()
+	st := &syncedOnly{Memory: store.NewMemory()}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b := durable(t, st, clk, Config{})
+	payload := []byte(strings.Repeat("Zahlung für Bestellung ✓ \xff ", 64)) // over a kilobyte, not all UTF-8
+	var batch []*Message
+	for i := range 50 {
+		m := uniq(fmt.Sprintf("bestellung-%d-überweisung-%s", i, strings.Repeat("ключ", i)), time.Hour)
+		m.Payload = payload
+		batch = append(batch, m)
+	}
+	ids := map[string]string{}
+	for i, r := range b.PublishEach(batch, nil) {
+		if r.Err != nil || r.Duplicate {
+			t.Fatalf("publish %d: %+v", i, r)
+		}
+		ids[batch[i].UniqueKey] = r.ID
+	}
+	// One more, alone: its key is the last record of all.
+	last := uniq("letzte-überweisung", time.Hour)
+	r := b.PublishEach([]*Message{last}, nil)[0]
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	ids[last.UniqueKey] = r.ID
+	crash(b)
+	b = durable(t, st, clk, Config{})
+	for key, id := range ids {
+		if got := b.PublishEach([]*Message{uniq(key, time.Hour)}, nil)[0]; !got.Duplicate || got.ID != id {
+			t.Errorf("key %q after a crash: %+v, want a duplicate of %s", key, got, id)
+		}
+	}
 }
 
 // BenchmarkMillionDelayedAndUnique publishes 1,000,000 jobs delayed by an
