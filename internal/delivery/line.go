@@ -502,8 +502,9 @@ func (l *Line) backoff(j *Job) time.Duration {
 	if m := j.RetryMax(); m > 0 {
 		most = m
 	}
-	d := base << min(max(j.attempt-1, 0), 30)
-	if d <= 0 || d > most {
+	shift := min(max(j.attempt-1, 0), 30)
+	d := base << shift
+	if d <= 0 || d > most || d>>shift != base { // d>>shift: the doubling overflowed
 		d = most
 	}
 	if jit := l.cfg.RetryJitter; jit > 0 {

@@ -67,6 +67,32 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// The retry curve never falls back once it reaches the max: a base whose
+// doubling overflowed a Duration wrapped around to a positive delay below
+// the max (22m54.39s doubled 26 times came out as 8h40m instead of 24h),
+// for jobs allowed many attempts.
+func TestBackoffNeverFallsBack(t *testing.T) {
+	t.Parallel()
+	cfg := modelConfig()
+	cfg.MaxDelay, cfg.RetryJitter = 24*time.Hour, 0.2
+	cfg.Rand = func() float64 { return 0.5 }
+	l := newLine(t, cfg)
+	for _, base := range []time.Duration{22*time.Minute + 54390*time.Millisecond, 13*time.Hour + 7*time.Minute + 59*time.Second, 10 * time.Second, time.Hour} {
+		prev := time.Duration(0)
+		for attempt := int32(1); attempt <= 100; attempt++ {
+			j := &Job{attempt: attempt, MaxAttempts: 100, opts: &options{retryBase: base, retryMax: 24 * time.Hour}}
+			d := l.backoff(j)
+			if d < prev || d > 24*time.Hour {
+				t.Fatalf("base %v: attempt %d waits %v after %v, want the curve to grow to 24h and stay", base, attempt, d, prev)
+			}
+			prev = d
+		}
+		if prev != 24*time.Hour {
+			t.Errorf("base %v: the curve ends at %v, want 24h", base, prev)
+		}
+	}
+}
+
 // Past MaxDead the oldest dead letter is dropped and released.
 func TestDeadLettersBounded(t *testing.T) {
 	t.Parallel()
