@@ -24,7 +24,7 @@ func init() {
 const DefaultDemoTimeScale = 0.08
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("demo", "demo [--workload FILE] [--seed N] [--time-scale 0.08]", stderr)
+	fs := newFlags("demo", "demo [--workload FILE] [--seed N] [--time-scale X]", stderr)
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	seed := fs.Uint64("seed", 1, "workload seed")
 	scale := fs.Float64("time-scale", 0, "wall seconds per workload second; 0 measures this machine and picks one it keeps up with (at least 0.08)")

@@ -164,7 +164,7 @@ func authStatus(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, auth.ErrNoToken):
-		return status.Error(codes.Unauthenticated, "this broker asks for a token: send \"authorization: Bearer TOKEN\" metadata (the SDK: grpc.WithPerRPCCredentials)")
+		return status.Error(codes.Unauthenticated, "this broker asks for a token: send \"authorization: Bearer TOKEN\" metadata (the Go SDK: client.WithToken)")
 	case errors.Is(err, auth.ErrBadToken):
 		return status.Error(codes.Unauthenticated, "token not recognised; it may have been revoked")
 	case errors.As(err, &de):
