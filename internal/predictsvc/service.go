@@ -41,6 +41,12 @@ const (
 	MaxKeyLen = 256
 	// MaxAttach bounds one Attach call's change of a queue's handler count.
 	MaxAttach = 1 << 20
+	// MaxPredicted is the longest predicted duration a stamp or
+	// rabbitmq.CountedMetadata may carry: a prediction is learned from
+	// observations, which are at most predict.DefaultMaxDuration. A longer
+	// one (a header any publisher can set) would put its queue's backlog
+	// out by up to centuries, for good: the backlog is a running sum.
+	MaxPredicted = predict.DefaultMaxDuration
 )
 
 // Config configures a Service.
@@ -233,8 +239,8 @@ func countedOf(ctx context.Context) (time.Duration, bool, error) {
 		return 0, false, nil
 	}
 	n, err := strconv.ParseInt(vs[0], 10, 64)
-	if err != nil || n < 0 {
-		return 0, false, status.Errorf(codes.InvalidArgument, "predictsvc: %s must be a non-negative number of nanoseconds, got %q", rabbitmq.CountedMetadata, vs[0])
+	if err != nil || n < 0 || n > int64(MaxPredicted) {
+		return 0, false, status.Errorf(codes.InvalidArgument, "predictsvc: %s must be a number of nanoseconds from 0 to %d, got %q", rabbitmq.CountedMetadata, int64(MaxPredicted), vs[0])
 	}
 	return time.Duration(n), true, nil
 }
@@ -242,8 +248,8 @@ func countedOf(ctx context.Context) (time.Duration, bool, error) {
 // stampOf decodes a stamp, refusing one no publisher could have made.
 func stampOf(st *harbingerv1.Stamp) (rabbitmq.Stamp, error) {
 	p := st.GetPredicted()
-	if p == nil || p.CheckValid() != nil || p.AsDuration() < 0 {
-		return rabbitmq.Stamp{}, status.Error(codes.InvalidArgument, "predictsvc: a stamp needs a valid, non-negative predicted duration")
+	if p == nil || p.CheckValid() != nil || p.AsDuration() < 0 || p.AsDuration() > MaxPredicted {
+		return rabbitmq.Stamp{}, status.Errorf(codes.InvalidArgument, "predictsvc: a stamp needs a valid predicted duration from 0 to %v", MaxPredicted)
 	}
 	if st.GetTier() > predict.MaxTiers {
 		return rabbitmq.Stamp{}, status.Errorf(codes.InvalidArgument, "predictsvc: stamp tier must be 0 to %d, got %d", predict.MaxTiers, st.GetTier())

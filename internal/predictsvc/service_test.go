@@ -3,6 +3,7 @@ package predictsvc
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -374,5 +375,62 @@ func TestServiceDropped(t *testing.T) {
 	defer sh.mu.Unlock()
 	if len(sh.seen) != 0 {
 		t.Errorf("a drop was shared as observations of %v", sh.seen)
+	}
+}
+
+// zeroPeers is a fleet with no other member: with it Local keeps each
+// queue's signed net work, as a holding sidecar of a fleet does.
+type zeroPeers struct{}
+
+func (zeroPeers) Backlog(string) (time.Duration, int) { return 0, 0 }
+
+// A stamp or counted duration no predictor could have made is refused:
+// x-harbinger-predicted-ns is a header anything publishing to RabbitMQ can
+// set, and counted it would put the queue's net work out by centuries, for
+// good, and every sidecar's holds for the queue with it.
+func TestServiceRefusesImpossiblePredictions(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, rabbitmq.LocalConfig{}, Config{Hold: true})
+	tb.local.SetPeers(zeroPeers{})
+	const queue = "qü-\u00e9"
+	if _, err := tb.svc.Attach(tb.ctx, &harbingerv1.AttachRequest{Queue: queue, Handlers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	counted := metadata.NewIncomingContext(tb.ctx, metadata.Pairs(rabbitmq.CountedMetadata, "7000000"))
+	for range 2 {
+		if _, err := tb.svc.Predict(counted, &harbingerv1.PredictRequest{Queue: queue, JobType: "email"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	huge := durationpb.New(time.Duration(math.MaxInt64))
+	calls := map[string]func() error{
+		"completion stamped with 292 years": func() error {
+			_, err := tb.svc.Observe(tb.ctx, &harbingerv1.ObserveRequest{Queue: queue, JobType: "email", Duration: durationpb.New(time.Millisecond), Stamp: &harbingerv1.Stamp{Predicted: huge}})
+			return err
+		},
+		"drop stamped with 292 years": func() error {
+			_, err := tb.svc.Observe(tb.ctx, &harbingerv1.ObserveRequest{Queue: queue, Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: huge}})
+			return err
+		},
+		"publish counted at 292 years": func() error {
+			ctx := metadata.NewIncomingContext(tb.ctx, metadata.Pairs(rabbitmq.CountedMetadata, fmt.Sprint(int64(math.MaxInt64))))
+			_, err := tb.svc.Predict(ctx, &harbingerv1.PredictRequest{Queue: queue, JobType: "email"})
+			return err
+		},
+	}
+	for name, call := range calls {
+		for range 2 {
+			if code := status.Code(call()); code != codes.InvalidArgument {
+				t.Errorf("%s: code %v, want InvalidArgument", name, code)
+			}
+		}
+	}
+	if got := tb.local.Totals()[queue].Net; got != 14*time.Millisecond {
+		t.Errorf("net work %v after the refused calls, want the two publishes' 14ms", got)
+	}
+	// The longest prediction a predictor makes is taken.
+	ok := &harbingerv1.ObserveRequest{Queue: queue, Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: durationpb.New(MaxPredicted)}}
+	if _, err := tb.svc.Observe(tb.ctx, ok); err != nil {
+		t.Errorf("drop stamped at MaxPredicted: %v", err)
 	}
 }

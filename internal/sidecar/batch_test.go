@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,4 +254,40 @@ func costs2key(costs map[rabbitmq.Key]time.Duration, jobType string) rabbitmq.Ke
 		}
 	}
 	panic("no key " + jobType)
+}
+
+// A peer's message is anything publishing to the exchange can send, and
+// the predictor keeps a key's queue name whole: keys whose queue no
+// client could name (over 255 bytes) are not learned from a batch, a
+// single observation or a snapshot, while the rest of the message is.
+func TestShareIgnoresImpossibleQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tb := setupBatch(t, ShareConfig{})
+	tb.share.send = func(context.Context, string, []byte) error { return nil } // the answer to a new peer's snapshot
+	long := []string{strings.Repeat("ü", 128), strings.Repeat("x", 1<<16)}     // 256 bytes, 64 KiB
+	ok := observation{Queue: strings.Repeat("é", 127), Producer: "\xff\xfe", JobType: "email", NS: int64(time.Millisecond)}
+	var bt batch
+	for i := range 20 {
+		bad := observation{Queue: long[i%2] + fmt.Sprint(i), JobType: "email", NS: int64(time.Millisecond)}
+		bt.Observations = append(bt.Observations, bad)
+		bt.Predictions = append(bt.Predictions, bad)
+	}
+	bt.Observations = append(bt.Observations, ok)
+	body, _ := json.Marshal(bt)
+	tb.share.foldShared(ctx, body)
+	single, _ := json.Marshal(observation{Queue: long[1], JobType: "email", NS: int64(time.Millisecond)})
+	tb.share.foldShared(ctx, single)
+	var snap snapshot
+	for i := range 20 {
+		snap.Keys = append(snap.Keys, snapshotKey{observation: observation{Queue: long[i%2] + fmt.Sprint(i), NS: int64(time.Second)}, Count: 100})
+	}
+	body, _ = json.Marshal(snap)
+	tb.share.foldSnapshot(ctx, "peer-ü", body)
+	if st := tb.local.Stats(); st.Keys != 1 || st.Observations != 1 {
+		t.Errorf("%d keys and %d observations kept, want the one key a client could name", st.Keys, st.Observations)
+	}
+	if st := tb.share.Stats(); st.Received != 1 || st.PredictionsRead != 0 || st.CaughtUp != 0 {
+		t.Errorf("share stats %+v, want 1 observation received and nothing else", st)
+	}
 }

@@ -38,6 +38,12 @@ type Fleet struct {
 	mu      sync.Mutex
 	peers   map[string]*peerReport
 	adopted map[string]map[string]time.Duration // dead peer id -> its last nets, by queue
+	// orphans are the last nets of dead peers this sidecar left to a live
+	// sidecar with a smaller id, until that one reports adopting them or
+	// this one becomes the smallest live: a smaller peer that dies before
+	// it has reported its adoptions (two sidecars cut off together) would
+	// otherwise take them with it.
+	orphans map[string]map[string]time.Duration
 }
 
 // peerReport is the latest report of one peer.
@@ -63,7 +69,8 @@ type queueTotals struct {
 // NewFleet returns the fleet view of the sidecar self; a peer is dead once
 // its latest report is older than expiry.
 func NewFleet(self string, expiry time.Duration) *Fleet {
-	return &Fleet{self: self, expiry: expiry, peers: make(map[string]*peerReport), adopted: make(map[string]map[string]time.Duration)}
+	return &Fleet{self: self, expiry: expiry, peers: make(map[string]*peerReport),
+		adopted: make(map[string]map[string]time.Duration), orphans: make(map[string]map[string]time.Duration)}
 }
 
 // MaxFleetPeers bounds the peers a sidecar keeps reports of: the ids
@@ -73,9 +80,10 @@ const MaxFleetPeers = 1024
 // Update folds in a report from peer from that arrived at now. Reports
 // older (by sequence) than the one kept are ignored; a report from a peer
 // this sidecar had declared dead and adopted revives it: the adoption ends.
-// A report from a new peer past MaxFleetPeers, or with more queues than a
-// sidecar tracks (rabbitmq.DefaultMaxQueues), cannot be a sidecar's and
-// is ignored.
+// A report from a new peer past MaxFleetPeers, with more queues than a
+// sidecar tracks (rabbitmq.DefaultMaxQueues), or with a queue name a
+// sidecar's clients cannot give (over 255 bytes), cannot be a sidecar's
+// and is ignored.
 func (f *Fleet) Update(from string, now time.Time, r backlogReport) {
 	if from == "" || from == f.self || len(r.Queues) > rabbitmq.DefaultMaxQueues || len(r.Adopted) > MaxFleetPeers {
 		return
@@ -88,6 +96,9 @@ func (f *Fleet) Update(from string, now time.Time, r backlogReport) {
 	}
 	qs := make(map[string]rabbitmq.QueueTotals, len(r.Queues))
 	for q, t := range r.Queues {
+		if !queueName(q) {
+			return
+		}
 		qs[q] = rabbitmq.QueueTotals{Net: time.Duration(t.Net), Consumers: max(t.Consumers, 0)}
 	}
 	ad := make(map[string]bool, len(r.Adopted))
@@ -97,15 +108,18 @@ func (f *Fleet) Update(from string, now time.Time, r backlogReport) {
 		if from < f.self {
 			delete(f.adopted, id)
 		}
+		delete(f.orphans, id)
 	}
 	delete(f.adopted, from)
+	delete(f.orphans, from)
 	f.peers[from] = &peerReport{at: now, seq: r.Seq, queues: qs, adopted: ad}
 }
 
 // Expire declares dead every peer whose latest report is older than the
 // expiry at now. This sidecar adopts a dead peer's nets when its own id is
-// the smallest among the live sidecars it knows; it returns the ids that
-// died.
+// the smallest among the live sidecars it knows, then or later: until a
+// sidecar with a smaller id reports adopting them, or dies too; it returns
+// the ids that died.
 func (f *Fleet) Expire(now time.Time) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -115,18 +129,27 @@ func (f *Fleet) Expire(now time.Time) []string {
 			dead = append(dead, id)
 		}
 	}
+	// Every dead peer leaves first: one that dies with another of a
+	// smaller id must not be left to that one.
 	for _, id := range dead {
 		p := f.peers[id]
 		delete(f.peers, id)
-		if f.smallestLive() {
-			nets := make(map[string]time.Duration, len(p.queues))
-			for q, t := range p.queues {
-				if t.Net != 0 {
-					nets[q] = t.Net
-				}
+		if len(f.orphans) >= MaxFleetPeers {
+			continue
+		}
+		nets := make(map[string]time.Duration, len(p.queues))
+		for q, t := range p.queues {
+			if t.Net != 0 {
+				nets[q] = t.Net
 			}
+		}
+		f.orphans[id] = nets
+	}
+	if len(f.orphans) > 0 && f.smallestLive() {
+		for id, nets := range f.orphans {
 			f.adopted[id] = nets
 		}
+		clear(f.orphans)
 	}
 	return dead
 }

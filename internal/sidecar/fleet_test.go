@@ -3,8 +3,15 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
@@ -272,8 +279,156 @@ func TestFleetBoundsPeers(t *testing.T) {
 		big.Queues[fmt.Sprint("q", i)] = queueTotals{Net: 1, Consumers: 1}
 	}
 	f.Update("peer-0", now, big)
+	// Nor can a queue name longer than a client may give.
+	long := backlogReport{Seq: 3, Queues: map[string]queueTotals{"jobs": {Net: 1, Consumers: 1}, strings.Repeat("ü", 1<<19): {Net: 1, Consumers: 1}}}
+	f.Update("peer-1", now, long)
 	if net, c := f.Backlog("jobs"); net != time.Duration(MaxFleetPeers)*time.Second || c != MaxFleetPeers {
 		t.Errorf("fleet backlog of jobs: %v over %d handlers, want %v over %d (the oversized report ignored)",
 			net, c, time.Duration(MaxFleetPeers)*time.Second, MaxFleetPeers)
+	}
+}
+
+// Sidecars cut off together leave their nets to the smallest survivor,
+// whether their reports expire in the same tick or a tick apart: a dead
+// peer left to a smaller one that is dying too must not be lost, or the
+// survivors' completions of its messages drive the backlog below the
+// truth for good.
+func TestFleetAdoptsPeersThatDieTogether(t *testing.T) {
+	t.Parallel()
+	const queue = "jöbs-\ufffd" // invalid UTF-8 as a decoded report carries it
+	for _, gap := range []time.Duration{0, DefaultReportEvery / 2} {
+		start := time.Unix(1000, 0)
+		f := NewFleet("c", DefaultBacklogExpiry)
+		report := func(net time.Duration) backlogReport {
+			return backlogReport{Seq: 1, Queues: map[string]queueTotals{queue: {Net: int64(net), Consumers: 1}}}
+		}
+		f.Update("a", start, report(time.Second))
+		f.Update("b", start.Add(gap), report(2*time.Second))
+		var seq uint64
+		for now := start; now.Sub(start) <= DefaultBacklogExpiry+2*DefaultReportEvery; now = now.Add(DefaultReportEvery) {
+			seq++
+			f.Update("d", now, backlogReport{Seq: seq}) // a larger id, alive
+			f.Expire(now)
+		}
+		if live, adopted := f.Peers(); live != 1 || adopted != 2 {
+			t.Errorf("gap %v: %d live peers and %d adopted, want d live and a and b adopted", gap, live, adopted)
+		}
+		if net, c := f.Backlog(queue); net != 3*time.Second || c != 0 {
+			t.Errorf("gap %v: backlog %v over %d handlers, want both dead peers' 3s over none", gap, net, c)
+		}
+	}
+}
+
+// A dead peer left to a live sidecar with a smaller id is that one's once
+// it reports the adoption: this sidecar does not adopt it later too.
+func TestFleetLeavesAdoptionToSmallerPeer(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	a, c := NewFleet("a", DefaultBacklogExpiry), NewFleet("c", DefaultBacklogExpiry)
+	dead := backlogReport{Seq: 1, Queues: map[string]queueTotals{"jobs": {Net: int64(time.Second)}}}
+	a.Update("x", now, dead)
+	c.Update("x", now, dead)
+	later := now.Add(DefaultBacklogExpiry + time.Millisecond)
+	c.Update("a", now, a.Report(1, nil))
+	a.Expire(later)
+	c.Expire(later)
+	c.Update("a", later, a.Report(2, nil))
+	// a dies too: c adopts a's nets, which hold x's, and not x's again.
+	c.Expire(later.Add(DefaultBacklogExpiry + time.Millisecond))
+	if w, _ := c.Backlog("jobs"); w != time.Second {
+		t.Errorf("c counts %v of the dead peers' work, want x's 1s once (through a's last report)", w)
+	}
+}
+
+// cutter forwards TCP connections to RabbitMQ until cut, when it closes
+// every one and refuses new ones: a lost connection the test controls.
+type cutter struct {
+	url   string // RabbitMQ's URL through the cutter
+	lis   net.Listener
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func newCutter(t *testing.T) *cutter {
+	t.Helper()
+	u, err := amqp.ParseURI(amqpURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := net.JoinHostPort(u.Host, strconv.Itoa(u.Port))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host, u.Port = "127.0.0.1", lis.Addr().(*net.TCPAddr).Port
+	x := &cutter{url: u.String(), lis: lis}
+	x.wg.Go(func() {
+		for {
+			down, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = down.Close()
+				continue
+			}
+			x.mu.Lock()
+			x.conns = append(x.conns, down, up)
+			x.mu.Unlock()
+			x.wg.Go(func() { _, _ = io.Copy(up, down); _ = up.Close() })
+			x.wg.Go(func() { _, _ = io.Copy(down, up); _ = down.Close() })
+		}
+	})
+	t.Cleanup(func() { x.cut(); x.wg.Wait() })
+	return x
+}
+
+func (x *cutter) cut() {
+	_ = x.lis.Close()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, c := range x.conns {
+		_ = c.Close()
+	}
+	x.conns = nil
+}
+
+// A holding sidecar cut off from RabbitMQ hears from no peer: after the
+// expiry it stops counting their handlers (docs/sidecar.md, failure modes
+// of the fleet), instead of holding by their last reports for as long as
+// it stays cut off while its own net grows.
+func TestFleetExpiresPeersWhileDisconnected(t *testing.T) {
+	t.Parallel()
+	requireRabbit(t)
+	clk := clock.NewFake(time.Unix(1000, 0))
+	x := newCutter(t)
+	s, err := Start(Config{Listen: "127.0.0.1:0", HTTP: "-", AMQPURL: x.url, Hold: true, Clock: clk,
+		Share: ShareConfig{Exchange: testExchange(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	select {
+	case <-s.Connected():
+	case <-time.After(5 * time.Second):
+		t.Fatal("sidecar did not connect to RabbitMQ")
+	}
+	const queue = "jöbs"
+	s.Fleet().Update("peer-ü", clk.Now(), backlogReport{Seq: 1, Queues: map[string]queueTotals{queue: {Net: int64(time.Second), Consumers: 2}}})
+	if _, c := s.Fleet().Backlog(queue); c != 2 {
+		t.Fatalf("%d handlers of the peer counted, want 2", c)
+	}
+	x.cut()
+	eventually(t, 10*time.Second, "the sidecar to lose RabbitMQ", func() bool { return !s.Stats().Connected })
+	for range 2 * int(DefaultBacklogExpiry/DefaultReportEvery) {
+		clk.Advance(DefaultReportEvery)
+	}
+	if _, c := s.Fleet().Backlog(queue); c != 0 {
+		t.Errorf("%d handlers of a peer unheard of for %v still counted, want none", c, 2*DefaultBacklogExpiry)
+	}
+	if live, _ := s.Fleet().Peers(); live != 0 {
+		t.Errorf("%d peers live while cut off, want none", live)
 	}
 }

@@ -10,10 +10,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
@@ -164,6 +166,22 @@ type batch struct {
 }
 
 func (b *batch) len() int { return len(b.Observations) + len(b.Predictions) }
+
+// key is o's key, false when its queue could not be one a sidecar's
+// clients name (predictsvc refuses those): a peer's message is anything
+// publishing to the exchange can send, and the predictor keeps the queue
+// name of every key whole, while it cuts producers and job types itself.
+func (o observation) key() (rabbitmq.Key, bool) {
+	if !queueName(o.Queue) {
+		return rabbitmq.Key{}, false
+	}
+	return rabbitmq.Key{Queue: o.Queue, Producer: o.Producer, JobType: o.JobType, Size: o.Size}, true
+}
+
+// queueName reports whether q could be a queue's name: AMQP's limit.
+func queueName(q string) bool {
+	return q != "" && len(q) <= predictsvc.MaxQueueName && utf8.ValidString(q)
+}
 
 // snapshot is a sidecar's per-key state on the wire.
 type snapshot struct {
@@ -501,27 +519,26 @@ func (s *Share) foldShared(ctx context.Context, body []byte) {
 		return
 	}
 	if m.Queue != "" {
-		if m.NS <= 0 {
+		k, ok := m.observation.key()
+		if m.NS <= 0 || !ok {
 			return
 		}
-		o := m.observation
-		k := rabbitmq.Key{Queue: o.Queue, Producer: o.Producer, JobType: o.JobType, Size: o.Size}
-		if s.local.ObservePeer(ctx, k, time.Duration(o.NS)) == nil {
+		if s.local.ObservePeer(ctx, k, time.Duration(m.NS)) == nil {
 			s.stats.received.Add(1)
 		}
 		return
 	}
 	for _, p := range m.Predictions {
-		if p.NS > 0 {
-			s.local.RecordPeer(rabbitmq.Key{Queue: p.Queue, Producer: p.Producer, JobType: p.JobType, Size: p.Size}, time.Duration(p.NS))
+		if k, ok := p.key(); ok && p.NS > 0 {
+			s.local.RecordPeer(k, time.Duration(p.NS))
 			s.stats.predsRead.Add(1)
 		}
 	}
 	for _, o := range m.Observations {
-		if o.NS <= 0 {
+		k, ok := o.key()
+		if o.NS <= 0 || !ok {
 			continue
 		}
-		k := rabbitmq.Key{Queue: o.Queue, Producer: o.Producer, JobType: o.JobType, Size: o.Size}
 		if s.local.Observe(ctx, k, time.Duration(o.NS)) == nil {
 			s.stats.received.Add(1)
 		}
@@ -546,8 +563,8 @@ func (s *Share) foldSnapshot(ctx context.Context, from string, body []byte) {
 	}
 	s.mu.Unlock()
 	for _, sk := range snap.Keys {
-		k := rabbitmq.Key{Queue: sk.Queue, Producer: sk.Producer, JobType: sk.JobType, Size: sk.Size}
-		if sk.NS <= 0 {
+		k, ok := sk.key()
+		if sk.NS <= 0 || !ok {
 			continue
 		}
 		s.mu.Lock()

@@ -179,6 +179,8 @@ type Sidecar struct {
 	connects  uint64
 	prevShare ShareStats // counts of shares that have ended
 	connected chan struct{}
+	expiry    clock.Timer // the fleet's next expiry, nil without a fleet
+	closed    bool
 }
 
 // Start binds the listeners and starts serving. RabbitMQ being unreachable
@@ -227,7 +229,27 @@ func Start(cfg Config) (*Sidecar, error) {
 	if cfg.AMQPURL != "-" {
 		s.wg.Go(func() { s.connectLoop(ctx) })
 	}
+	if cfg.Share.Fleet != nil {
+		s.armExpiry()
+	}
 	return s, nil
+}
+
+// armExpiry expires the fleet's dead peers every report interval, whether
+// or not a share is reporting: a sidecar cut off from RabbitMQ hears from
+// no peer, and must stop counting their handlers after the expiry as if
+// they had died, not hold by their last reports for as long as it is cut
+// off.
+func (s *Sidecar) armExpiry() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.expiry = s.cfg.Clock.AfterFunc(s.cfg.Share.ReportEvery, func() {
+		s.cfg.Share.Fleet.Expire(s.cfg.Clock.Now())
+		s.armExpiry()
+	})
 }
 
 // Addr returns the gRPC address.
@@ -281,6 +303,12 @@ func addShareStats(a, b ShareStats) ShareStats {
 
 // Close stops serving and waits for every goroutine the sidecar started.
 func (s *Sidecar) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
+	s.mu.Unlock()
 	s.cancel()
 	s.grpc.Stop()
 	if s.http != nil {
