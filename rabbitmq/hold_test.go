@@ -117,6 +117,21 @@ func TestLocalScoresStampedCompletions(t *testing.T) {
 	if err := l.ObserveStamped(ctx, k, Stamp{Predicted: pr.Predicted}, -time.Second); err == nil {
 		t.Error("negative duration accepted")
 	}
+	// A stamp no predictor could have made (a header any publisher can
+	// set) moves neither the backlog nor the scores: counted, one such
+	// completion sank the queue's backlog by centuries, for good.
+	if _, err := l.Predict(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	before := l.Stats()
+	if err := l.ObserveStamped(ctx, k, Stamp{Predicted: math.MaxInt64, Tier: 1}, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	l.Forget(ctx, "q", 25*time.Hour)
+	after := l.Stats()
+	if after.Backlog["q"] != before.Backlog["q"] || after.Backlog["q"] <= 0 || after.MAESamples != before.MAESamples {
+		t.Errorf("after impossible stamps: backlog %v (want %v), MAE samples %d (want %d)", after.Backlog["q"], before.Backlog["q"], after.MAESamples, before.MAESamples)
+	}
 }
 
 func TestDefaultHoldIsTheBrokersBound(t *testing.T) {

@@ -321,9 +321,20 @@ func (l *Local) RecordPeer(k Key, cost time.Duration) {
 // Forget takes a message that never reached its queue (its publish
 // failed) out of the queue's backlog; predicted is what Predict said of it.
 func (l *Local) Forget(_ context.Context, queue string, predicted time.Duration) {
+	if !l.possible(predicted) {
+		return
+	}
 	l.mu.Lock()
 	l.backlog.completed(queue, predicted)
 	l.mu.Unlock()
+}
+
+// possible reports whether a stamped prediction is one this predictor
+// could have made: at most the longest duration it learns. The stamp is a
+// header any publisher can set, and the backlog a running sum: one
+// impossible stamp (292 years) would sink its queue's backlog for good.
+func (l *Local) possible(predicted time.Duration) bool {
+	return predicted >= 0 && predicted <= l.p.Config().MaxDuration
 }
 
 // ObserveStamped is Observe for a message whose publisher stamped it
@@ -333,8 +344,11 @@ func (l *Local) Forget(_ context.Context, queue string, predicted time.Duration)
 func (l *Local) ObserveStamped(_ context.Context, k Key, s Stamp, took time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.backlog.completed(k.Queue, s.Predicted)
-	pr := predict.Prediction{Cost: s.Predicted, Tier: s.Tier, Cold: s.Cold, Made: true}
+	var pr predict.Prediction // an impossible stamp is neither counted nor scored
+	if l.possible(s.Predicted) {
+		l.backlog.completed(k.Queue, s.Predicted)
+		pr = predict.Prediction{Cost: s.Predicted, Tier: s.Tier, Cold: s.Cold, Made: true}
+	}
 	if err := l.p.Observe(l.keyFor(k), pr, took); err != nil {
 		return fmt.Errorf("rabbitmq: %w", err)
 	}
