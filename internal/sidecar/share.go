@@ -372,7 +372,16 @@ func (s *Share) enqueue(add func(*batch)) {
 	switch {
 	case s.pending.len() >= s.cfg.BatchMax:
 		b := s.take()
-		s.sending.Go(func() { s.sendBatch(b) })
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		// Once stopped, the share has waited for its sends (the stop takes
+		// the batch under batchMu after setting stopped): a send started
+		// now would race that wait and the channel's close. RabbitMQ is
+		// gone, so the batch is lost, as the waiting one is.
+		if !stopped {
+			s.sending.Go(func() { s.sendBatch(b) })
+		}
 	case s.batchTimer == nil:
 		s.mu.Lock()
 		stopped := s.stopped
