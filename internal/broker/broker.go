@@ -260,7 +260,8 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 				continue
 			}
 		}
-		j := &delivery.Job{MaxAttempts: int32(m.MaxAttempts)}
+		j := &delivery.Job{}
+		j.SetMaxAttempts(m.MaxAttempts)
 		j.SetPayload(m.Payload)
 		j.SetOptions(m.Headers, m.TTL, m.RetryBase, m.RetryMax)
 		j.SetSizeHint(m.SizeHint)
@@ -338,7 +339,7 @@ func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
 // msgOverhead is the broker's estimate of a job's memory beyond its
 // payload, headers and names: the job, its scheduler item and index
 // entries.
-const msgOverhead = 256
+const msgOverhead = 224
 
 // jobSize is the bytes a job is charged to the broker's budget, from what
 // the job keeps and never changes after its publish, so that what is

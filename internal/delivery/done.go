@@ -48,7 +48,7 @@ func (d *doneLog) add(keep int, j *Job, state State, took time.Duration, now tim
 		d.byID = map[string]int32{}
 	}
 	e := doneEntry{id: strings.Clone(j.ID()), names: j.names, at: now.UnixNano(), took: int64(took),
-		attempts: j.attempt, state: state}
+		attempts: int32(j.attempt), state: state}
 	if len(d.ring) < keep {
 		d.ring = append(d.ring, e)
 		d.byID[e.id] = int32(len(d.ring) - 1)

@@ -26,31 +26,71 @@ type Job struct {
 	names *Names // interned by the Line: see Admit
 	// The payload as a pointer and a length rather than a slice: a slice's
 	// capacity is a word no job needs (see Payload).
-	payload     *byte
-	opts        *options // nil for a job with none (most): see SetOptions
-	payloadLen  uint32   // a payload is far below 4 GiB (the broker's MaxPayloadLimit)
-	MaxAttempts int32    // 0 takes the queue's default
-
-	attempt   int32 // deliveries so far
-	heapIdx   int32 // in the leases or delayed heap, -1 when in neither
-	scheduled bool  // published to run later and not yet due: not yet in line
-	cancelled bool  // cancelled while running: dropped when it settles
-	dead      bool  // a dead letter; deadline is when it died
-	gone      bool  // released: the Line holds it no more
-	// What the predictor said beyond the item's Cost and Long (see
-	// Prediction).
-	predCold, predGated, predMade bool
-	predTier                      int8
-	deaths                        uint32 // times dead-lettered
-	gen                           uint32 // the scheduler generation the item was last pushed to
+	payload    *byte
+	opts       *options // nil for a job with none (most): see SetOptions
+	payloadLen uint32   // a payload is far below 4 GiB (the broker's MaxPayloadLimit)
+	heapIdx    int32    // in the leases or delayed heap, -1 when in neither
+	// MaxAttempts is the deliveries the job may have; 0 takes the queue's
+	// default (the broker's limit is 10,000, SetMaxAttempts clamps).
+	MaxAttempts int16
+	attempt     uint16 // deliveries so far; below MaxAttempts + 1
+	// deaths counts the times the job was dead-lettered, modulo 65,536:
+	// Snapshot only asks whether it died again since.
+	deaths uint16
+	flags  jobFlags
+	// The tier the predictor gave (see Prediction; the item's Tier is the
+	// level it was pushed at, clamped to the scheduler's levels).
+	predTier int8
 
 	item      sched.Item // jobOf finds the job from it
 	published int64      // PublishedAt as Unix nanoseconds
 	enqueued  int64      // when it took its place in line (Unix nanoseconds)
-	deadline  int64      // in flight: the lease's end; delayed: when it is due; dead: when it died (nanos)
-	// Who holds a job in flight and since when are the Line's (held), not
-	// every waiting job's.
+	// When a job's lease ends (in flight), when it is due (delayed) and
+	// when it died (dead) is kept in its item's parked word (see
+	// sched.Item.Parked), which the scheduler uses only while the job
+	// waits: see deadline. Who holds a job in flight and since when are
+	// the Line's (held), not every waiting job's.
 }
+
+// jobFlags are a job's yes-or-no states, one bit each.
+type jobFlags uint8
+
+const (
+	flagScheduled jobFlags = 1 << iota // published to run later and not yet due: not yet in line
+	flagCancelled                      // cancelled while running: dropped when it settles
+	flagDead                           // a dead letter; its deadline is when it died
+	flagGone                           // released: the Line holds it no more
+	flagStale                          // to be classified afresh at its next push (see Line.Stale)
+	flagPredCold                       // what the predictor said beyond the item's Cost and Long
+	flagPredGated
+	flagPredMade
+)
+
+func (j *Job) is(f jobFlags) bool { return j.flags&f != 0 }
+
+func (j *Job) set(f jobFlags, on bool) {
+	if on {
+		j.flags |= f
+	} else {
+		j.flags &^= f
+	}
+}
+
+// deadline is the job's lease end, due time or death time (Unix
+// nanoseconds), 0 while it waits in line (the word is the scheduler's
+// then).
+func (j *Job) deadline() int64 {
+	if j.item.Queued() {
+		return 0
+	}
+	return j.item.Parked()
+}
+
+// setDeadline sets what deadline returns; the job must not be in line.
+func (j *Job) setDeadline(n int64) { j.item.SetParked(n) }
+
+// SetMaxAttempts sets MaxAttempts from n, clamped to what it holds.
+func (j *Job) SetMaxAttempts(n int) { j.MaxAttempts = int16(min(max(n, 0), math.MaxInt16)) }
 
 // Payload is the job's body. The caller must not change it.
 func (j *Job) Payload() []byte { return unsafe.Slice(j.payload, j.payloadLen) }
@@ -261,14 +301,17 @@ func (j *Job) Long() bool { return j.item.Long }
 
 // Prediction is what the predictor said of the job when it took its place.
 func (j *Job) Prediction() predict.Prediction {
-	return predict.Prediction{Cost: j.item.Cost, Tier: int(j.predTier), Cold: j.predCold,
-		SpreadGated: j.predGated, Long: j.item.Long, Made: j.predMade}
+	return predict.Prediction{Cost: j.item.Cost, Tier: int(j.predTier), Cold: j.is(flagPredCold),
+		SpreadGated: j.is(flagPredGated), Long: j.item.Long, Made: j.is(flagPredMade)}
 }
 
 // setPrediction keeps what Prediction needs beyond the item, which
 // Classify has already given pr's Cost and Long.
 func (j *Job) setPrediction(pr predict.Prediction) {
-	j.predTier, j.predCold, j.predGated, j.predMade = int8(pr.Tier), pr.Cold, pr.SpreadGated, pr.Made
+	j.predTier = int8(min(max(pr.Tier, math.MinInt8), math.MaxInt8))
+	j.set(flagPredCold, pr.Cold)
+	j.set(flagPredGated, pr.SpreadGated)
+	j.set(flagPredMade, pr.Made)
 }
 
 // Enqueued is when the job took its place in line.
@@ -279,7 +322,7 @@ func (j *Job) Expires() time.Time { return j.item.Expires() }
 
 // Deadline is, for a job in flight, when its lease ends, and for a delayed
 // one, when it is due.
-func (j *Job) Deadline() time.Time { return fromNanos(j.deadline) }
+func (j *Job) Deadline() time.Time { return fromNanos(j.deadline()) }
 
 // PublishedAt is when the job was published.
 func (j *Job) PublishedAt() time.Time { return fromNanos(j.published) }
@@ -307,10 +350,10 @@ func fromNanos(n int64) time.Time {
 
 // Scheduled reports whether the job waits for its run-at time and has not
 // yet been in line.
-func (j *Job) Scheduled() bool { return j.scheduled }
+func (j *Job) Scheduled() bool { return j.is(flagScheduled) }
 
 // Cancelled reports whether the job was cancelled while it ran.
-func (j *Job) Cancelled() bool { return j.cancelled }
+func (j *Job) Cancelled() bool { return j.is(flagCancelled) }
 
 // timeHeap orders jobs by deadline: in-flight ones by lease end, delayed
 // ones by due time. A job is in at most one at a time, so both share its
@@ -363,7 +406,7 @@ func (h timeHeap) swap(i, j int) {
 func (h timeHeap) up(j int) {
 	for j > 0 {
 		i := (j - 1) / 2
-		if h[j].deadline >= h[i].deadline {
+		if h[j].item.Parked() >= h[i].item.Parked() {
 			break
 		}
 		h.swap(i, j)
@@ -379,10 +422,10 @@ func (h timeHeap) down(i0 int) bool {
 			break
 		}
 		j := l
-		if r := l + 1; r < n && h[r].deadline < h[l].deadline {
+		if r := l + 1; r < n && h[r].item.Parked() < h[l].item.Parked() {
 			j = r
 		}
-		if h[j].deadline >= h[i].deadline {
+		if h[j].item.Parked() >= h[i].item.Parked() {
 			break
 		}
 		h.swap(i, j)

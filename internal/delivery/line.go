@@ -18,6 +18,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -158,7 +159,6 @@ type Line struct {
 	name    string
 	cfg     Config
 	sq      *sched.Queue
-	gen     uint32 // bumped when sq is replaced; jobs pushed under an older one start afresh
 	nextSeq uint64
 	leases  timeHeap // in flight, by lease end
 	delayed timeHeap // not yet due, by due time
@@ -188,7 +188,7 @@ type Line struct {
 
 // New returns an empty Line for the queue name, scheduling with sq.
 func New(name string, cfg Config, sq *sched.Queue) *Line {
-	return &Line{name: name, cfg: cfg, sq: sq, gen: 1, held: map[string]flight{}}
+	return &Line{name: name, cfg: cfg, sq: sq, held: map[string]flight{}}
 }
 
 // Name is the queue's name.
@@ -230,7 +230,7 @@ func (l *Line) Attach() Holder {
 // Stale reports whether j will be classified afresh at its next push: it
 // was last in line under a scheduler the Line has since replaced, or is a
 // requeued dead letter.
-func (l *Line) Stale(j *Job) bool { return j.gen != l.gen }
+func (l *Line) Stale(j *Job) bool { return j.is(flagStale) }
 
 // Held is how many jobs h holds: O(jobs in flight).
 func (l *Line) Held(h Holder) int {
@@ -274,7 +274,7 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 	j.published = nanos(now)
 	j.names = l.intern(names)
 	if j.MaxAttempts == 0 {
-		j.MaxAttempts = int32(l.cfg.MaxAttempts)
+		j.SetMaxAttempts(l.cfg.MaxAttempts)
 	}
 	if j.TTL() == 0 && l.cfg.DefaultTTL != 0 {
 		j.SetOptions(j.Headers(), l.cfg.DefaultTTL, j.RetryBase(), j.RetryMax())
@@ -286,7 +286,8 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 	if runAt.After(now) {
 		// Invisible until due; it is classified and takes its place in
 		// line then, as if published at that moment.
-		j.scheduled, j.deadline = true, nanos(runAt)
+		j.set(flagScheduled|flagStale, true) // classified when due
+		j.setDeadline(nanos(runAt))
 		state = store.Delayed
 	} else {
 		l.enter(j, now)
@@ -305,7 +306,7 @@ func (l *Line) Commit(j *Job, now time.Time) {
 	if l.byID != nil {
 		l.byID[j.ID()] = j
 	}
-	if j.scheduled {
+	if j.is(flagScheduled) {
 		l.delayed.push(j)
 		return
 	}
@@ -320,8 +321,8 @@ func (l *Line) enter(j *Job, now time.Time) {
 		j.item.SetExpires(now.Add(ttl))
 	}
 	j.setPrediction(l.sq.Classify(&j.item, l.keyOf(j)))
-	j.gen = l.gen
-	j.scheduled = false
+	j.set(flagStale, false)
+	j.set(flagScheduled, false)
 }
 
 // intern returns the Line's copy of n, so that the thousands of jobs of
@@ -353,7 +354,7 @@ func (l *Line) keyOf(j *Job) predict.Key {
 
 // push puts j (new or retried) in line.
 func (l *Line) push(j *Job, now time.Time) {
-	if j.gen != l.gen {
+	if j.is(flagStale) {
 		// Last pushed to another scheduler (the queue was redeclared while
 		// the job was out, or a dead letter is requeued): start afresh in
 		// this one, classified against what the queue knows now, keeping
@@ -381,7 +382,7 @@ func (l *Line) reset(j *Job) {
 	j.item = sched.Item{ID: it.ID}
 	j.item.SetExpires(it.Expires())
 	j.setPrediction(l.sq.Classify(&j.item, l.keyOf(j)))
-	j.gen = l.gen
+	j.set(flagStale, false)
 }
 
 // Deliver pops the next job for h, if one is ready, and leases it.
@@ -399,8 +400,10 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 	j := jobOf(it)
 	l.unwait(j)
 	l.logID(store.KindDeliver, j)
-	j.attempt++
-	j.deadline = nanos(now.Add(l.cfg.Lease))
+	if j.attempt < math.MaxUint16 {
+		j.attempt++
+	}
+	j.setDeadline(nanos(now.Add(l.cfg.Lease)))
 	l.leases.push(j)
 	l.held[j.ID()] = flight{job: j, holder: h, leased: now.UnixNano()}
 	l.Stats.Delivered++
@@ -437,7 +440,7 @@ func (l *Line) Ack(h Holder, id string, d time.Duration, now time.Time) (*Job, e
 	l.settle(j)
 	l.release(j)
 	l.Stats.Acked++
-	if j.cancelled {
+	if j.is(flagCancelled) {
 		l.logID(store.KindRemove, j) // it ran anyway; nothing to learn from a cut-short run
 		l.done.add(l.cfg.KeepDone, j, Cancelled, 0, now)
 		return j, nil
@@ -466,7 +469,7 @@ func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration,
 	}
 	l.settle(j)
 	l.Stats.Nacked++
-	if j.cancelled {
+	if j.is(flagCancelled) {
 		l.dropCancelled(j, now)
 		return nil
 	}
@@ -481,10 +484,10 @@ func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration,
 	switch {
 	case action == DeadLetter:
 		l.deadLetter(j, now, reason)
-	case action == RequeueAfter && delay > 0 && j.attempt < j.MaxAttempts && !draining:
-		j.deadline = nanos(now.Add(delay))
+	case action == RequeueAfter && delay > 0 && int(j.attempt) < int(j.MaxAttempts) && !draining:
+		j.setDeadline(nanos(now.Add(delay)))
 		l.log(func(r *store.Record) {
-			*r = store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID(), At: fromNanos(j.deadline)}
+			*r = store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID(), At: fromNanos(j.deadline())}
 		})
 		l.delayed.push(j)
 	default:
@@ -502,7 +505,7 @@ func (l *Line) backoff(j *Job) time.Duration {
 	if m := j.RetryMax(); m > 0 {
 		most = m
 	}
-	shift := min(max(j.attempt-1, 0), 30)
+	shift := min(max(int(j.attempt)-1, 0), 30)
 	d := base << shift
 	if d <= 0 || d > most || d>>shift != base { // d>>shift: the doubling overflowed
 		d = most
@@ -527,7 +530,7 @@ func (l *Line) Extend(h Holder, id string, lease time.Duration, now time.Time) e
 	if lease <= 0 {
 		lease = l.cfg.Lease
 	}
-	j.deadline = nanos(now.Add(lease))
+	j.setDeadline(nanos(now.Add(lease)))
 	l.leases.fix(int(j.heapIdx))
 	return nil
 }
@@ -540,12 +543,12 @@ func (l *Line) Return(h Holder, id string, now time.Time) {
 		return
 	}
 	l.settle(j)
-	if j.cancelled {
+	if j.is(flagCancelled) {
 		l.dropCancelled(j, now) // cancelled while on its way: it must not run again
 		return
 	}
 	l.logID(store.KindReturn, j)
-	j.attempt--
+	j.attempt = max(j.attempt, 1) - 1
 	l.Stats.Delivered--
 	if j.attempt > 0 {
 		l.Stats.Redelivered--
@@ -579,11 +582,11 @@ func (l *Line) heldSorted(h Holder) []*Job {
 // retry requeues a settled job whose delivery failed, or dead-letters it
 // once it has had its attempts. A cancelled job is dropped.
 func (l *Line) retry(j *Job, now time.Time, reason string) {
-	if j.cancelled {
+	if j.is(flagCancelled) {
 		l.dropCancelled(j, now)
 		return
 	}
-	if j.attempt >= j.MaxAttempts {
+	if int(j.attempt) >= int(j.MaxAttempts) {
 		l.deadLetter(j, now, fmt.Sprintf("%s (attempt %d of %d)", reason, j.attempt, j.MaxAttempts))
 		return
 	}
@@ -599,13 +602,13 @@ func (l *Line) dropCancelled(j *Job, now time.Time) {
 // drop ends a job the Line no longer holds anywhere.
 func (l *Line) drop(j *Job) {
 	l.logID(store.KindRemove, j)
-	j.dead = false
+	j.set(flagDead, false)
 	l.release(j)
 }
 
 // release lets go of j for good.
 func (l *Line) release(j *Job) {
-	j.gone = true
+	j.set(flagGone, true)
 	if l.byID != nil {
 		delete(l.byID, j.ID())
 	}
@@ -623,7 +626,8 @@ func (l *Line) deadLetter(j *Job, now time.Time, reason string) {
 		l.dead = l.dead[1:]
 		l.Stats.DeadDropped++
 	}
-	j.dead, j.deadline = true, nanos(now)
+	j.set(flagDead, true)
+	j.setDeadline(nanos(now))
 	j.deaths++
 	l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: reason, At: now})
 }
@@ -648,13 +652,13 @@ func (l *Line) NextDeadline() (time.Time, bool) {
 		}
 	}
 	if j := l.leases.min(); j != nil {
-		earliest(fromNanos(j.deadline))
+		earliest(fromNanos(j.deadline()))
 	}
 	if t, ok := l.sq.NextExpiry(); ok {
 		earliest(t)
 	}
 	if j := l.delayed.min(); j != nil {
-		earliest(fromNanos(j.deadline))
+		earliest(fromNanos(j.deadline()))
 	}
 	return at, !at.IsZero()
 }
@@ -663,17 +667,17 @@ func (l *Line) NextDeadline() (time.Time, bool) {
 // (or to the dead letters), jobs whose TTL passed expire, delayed jobs
 // join the line.
 func (l *Line) Tick(now time.Time) {
-	for j := l.leases.min(); j != nil && j.deadline <= nanos(now); j = l.leases.min() {
+	for j := l.leases.min(); j != nil && j.deadline() <= nanos(now); j = l.leases.min() {
 		l.settle(j)
 		l.retry(j, now, "lease expired")
 	}
 	if at, ok := l.sq.NextExpiry(); ok && !at.After(now) {
 		l.expire(now)
 	}
-	for j := l.delayed.min(); j != nil && j.deadline <= nanos(now); j = l.delayed.min() {
+	for j := l.delayed.min(); j != nil && j.deadline() <= nanos(now); j = l.delayed.min() {
 		l.delayed.remove(j)
-		j.deadline = 0
-		if j.scheduled {
+		j.setDeadline(0)
+		if j.is(flagScheduled) {
 			// A scheduled job enters as if published now; its record
 			// says the place in line it got.
 			l.enter(j, now)
@@ -694,8 +698,8 @@ func (l *Line) Cancel(id string, now time.Time) (State, error) {
 		return "", ErrNotFound
 	case Running:
 		h, _, _ := l.Flight(j)
-		if !j.cancelled {
-			j.cancelled = true
+		if !j.is(flagCancelled) {
+			j.set(flagCancelled, true)
 			l.Stats.Cancelled++
 			l.logID(store.KindRemove, j) // a restart must not bring it back
 			l.Fx.Cancels = append(l.Fx.Cancels, Cancel{Holder: h, ID: id})
@@ -763,7 +767,7 @@ func (l *Line) stateOf(j *Job) (*Job, State) {
 	switch {
 	case j == nil:
 		return nil, ""
-	case j.dead:
+	case j.is(flagDead):
 		return j, Dead
 	case l.inFlight(j):
 		return j, Running
@@ -830,11 +834,12 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 			continue
 		}
 		l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindRequeue, Queue: l.name, ID: j.ID(), At: now} })
-		j.dead, j.deadline = false, 0
+		j.set(flagDead, false)
+		j.setDeadline(0)
 		j.attempt = 0
 		j.item.SetExpires(time.Time{})
 		j.enqueued = nanos(now)
-		j.gen = 0 // classified against what the queue knows now
+		j.set(flagStale, true) // classified against what the queue knows now
 		l.push(j, now)
 	}
 	clear(l.dead[len(kept):])
@@ -856,7 +861,18 @@ func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
 	}
 	l.sq, l.cfg = sq, cfg
 	l.done.resize(cfg.KeepDone)
-	l.gen++
+	// Jobs out of line were classified by the old scheduler: each starts
+	// afresh in this one at its next push. (A job between Admit and Commit
+	// would be missed: the caller does both under one lock.)
+	for _, j := range l.leases {
+		j.set(flagStale, true)
+	}
+	for _, j := range l.delayed {
+		j.set(flagStale, true)
+	}
+	for _, d := range l.dead {
+		d.Job.set(flagStale, true)
+	}
 	for _, j := range waiting {
 		l.reset(j)
 		l.push(j, now)
@@ -872,12 +888,12 @@ func (l *Line) Shutdown(now time.Time) int {
 	for len(l.leases) > 0 {
 		j := l.leases[0]
 		l.settle(j)
-		if j.cancelled {
+		if j.is(flagCancelled) {
 			l.dropCancelled(j, now)
 			continue
 		}
 		l.logID(store.KindReturn, j)
-		j.attempt--
+		j.attempt = max(j.attempt, 1) - 1
 		l.push(j, now)
 		n++
 	}
@@ -975,7 +991,7 @@ func (s *Snapshot) Len() int { return len(s.items) }
 
 type deadAt struct {
 	reason string
-	deaths uint32 // the job's deaths then
+	deaths uint16 // the job's deaths then (modulo 65,536)
 }
 
 // StateRecord is the full state now of s's i-th job, as StateRecords
@@ -997,9 +1013,9 @@ func (l *Line) StateRecordTo(s *Snapshot, i int, r *store.Record) bool {
 	j := jobOf(s.items[i])
 	s.items[i] = nil // a job that ends during the checkpoint is not kept for it
 	switch {
-	case j.gone:
+	case j.is(flagGone):
 		return false
-	case j.dead:
+	case j.is(flagDead):
 		d, ok := s.dead[j]
 		reason := d.reason
 		if !ok || d.deaths != j.deaths {
@@ -1012,7 +1028,7 @@ func (l *Line) StateRecordTo(s *Snapshot, i int, r *store.Record) bool {
 				}
 			}
 		}
-		l.fill(r, j, store.Dead, reason, fromNanos(j.deadline))
+		l.fill(r, j, store.Dead, reason, fromNanos(j.deadline()))
 	case j.heapIdx >= 0 && !l.inFlight(j):
 		l.fill(r, j, store.Delayed, "", time.Time{})
 	default: // waiting, or running and written as ready
@@ -1038,11 +1054,11 @@ func (l *Line) fill(r *store.Record, j *Job, state store.State, reason string, d
 		ID: j.ID(), Producer: j.Producer(), JobType: j.JobType(), SizeHint: j.SizeHint(),
 		Payload: j.Payload(), Headers: j.Headers(), TTL: j.TTL(), MaxAttempts: int(j.MaxAttempts),
 		PublishedAt: j.PublishedAt(), RetryBase: j.RetryBase(), RetryMax: j.RetryMax(), Seq: j.item.ID, Tier: int(j.item.Tier), Cost: j.item.Cost,
-		Long: j.item.Long, Cold: j.predCold, Reset: j.gen != l.gen, Enqueued: j.Enqueued(), Expires: j.Expires(),
-		Attempts: int(j.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: j.scheduled,
+		Long: j.item.Long, Cold: j.is(flagPredCold), Reset: j.is(flagStale), Enqueued: j.Enqueued(), Expires: j.Expires(),
+		Attempts: int(j.attempt), State: state, Reason: reason, DeadAt: deadAt, Scheduled: j.is(flagScheduled),
 	}
 	if state == store.Delayed {
-		sj.Until = fromNanos(j.deadline)
+		sj.Until = fromNanos(j.deadline())
 	}
 	*r = store.Record{Kind: store.KindJob, Queue: l.name, ID: j.ID(), Job: sj}
 }
@@ -1087,10 +1103,12 @@ func takeSpare[T any](spare *[]*T) *T {
 // writes no records; jobs must come in publish order.
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
-		names:       l.intern(Names{sj.Producer, sj.JobType}),
-		MaxAttempts: int32(sj.MaxAttempts), published: nanos(sj.PublishedAt),
-		attempt: int32(sj.Attempts), heapIdx: -1, scheduled: sj.Scheduled,
+		names:     l.intern(Names{sj.Producer, sj.JobType}),
+		published: nanos(sj.PublishedAt), heapIdx: -1,
+		attempt: uint16(min(max(sj.Attempts, 0), math.MaxUint16)),
 	}
+	j.SetMaxAttempts(sj.MaxAttempts)
+	j.set(flagScheduled, sj.Scheduled)
 	j.SetID(sj.ID)
 	j.SetPayload(sj.Payload)
 	j.SetOptions(sj.Headers, sj.TTL, sj.RetryBase, sj.RetryMax)
@@ -1099,26 +1117,25 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j.item.SetTier(min(sj.Tier, l.sq.Config().Levels-1))
 	j.item.SetExpires(sj.Expires)
 	j.enqueued = nanos(sj.Enqueued)
-	j.predTier, j.predCold = int8(sj.Tier), sj.Cold
-	j.gen = l.gen
-	if reset {
-		j.gen = 0 // classified afresh at its push
-	}
+	j.predTier = int8(min(max(sj.Tier, math.MinInt8), math.MaxInt8))
+	j.set(flagPredCold, sj.Cold)
+	j.set(flagStale, reset) // classified afresh at its push
 	l.nextSeq = max(l.nextSeq, sj.Seq)
 	quiet := l.Quiet
 	l.Quiet = true
 	defer func() { l.Quiet = quiet }()
 	switch {
 	case sj.State == store.Ready, sj.State == store.Delayed && !sj.Until.After(now):
-		if j.scheduled {
+		if j.is(flagScheduled) {
 			l.enter(j, sj.Until) // it came due while the broker was down
 		}
 		l.push(j, now)
 	case sj.State == store.Delayed:
-		j.deadline = nanos(sj.Until)
+		j.setDeadline(nanos(sj.Until))
 		l.delayed.push(j)
 	case sj.State == store.Dead:
-		j.dead, j.deadline = true, nanos(sj.DeadAt)
+		j.set(flagDead, true)
+		j.setDeadline(nanos(sj.DeadAt))
 		l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: sj.Reason, At: sj.DeadAt})
 	}
 	if l.byID != nil {

@@ -79,7 +79,7 @@ func TestBackoffNeverFallsBack(t *testing.T) {
 	l := newLine(t, cfg)
 	for _, base := range []time.Duration{22*time.Minute + 54390*time.Millisecond, 13*time.Hour + 7*time.Minute + 59*time.Second, 10 * time.Second, time.Hour} {
 		prev := time.Duration(0)
-		for attempt := int32(1); attempt <= 100; attempt++ {
+		for attempt := uint16(1); attempt <= 100; attempt++ {
 			j := &Job{attempt: attempt, MaxAttempts: 100, opts: &options{retryBase: base, retryMax: 24 * time.Hour}}
 			d := l.backoff(j)
 			if d < prev || d > 24*time.Hour {
@@ -217,14 +217,14 @@ func TestJobOf(t *testing.T) {
 }
 
 // A waiting job is held by the million: the Job must stay within its
-// allocation size class (192 bytes) and its scheduler item within 96, or
+// allocation size class (160 bytes) and its scheduler item within 88, or
 // every waiting job pays for what was added.
 func TestJobSize(t *testing.T) {
-	if n := unsafe.Sizeof(Job{}); n > 192 {
-		t.Errorf("a Job is %d bytes, more than 192", n)
+	if n := unsafe.Sizeof(Job{}); n > 160 {
+		t.Errorf("a Job is %d bytes, more than 160", n)
 	}
-	if n := unsafe.Sizeof(sched.Item{}); n > 96 {
-		t.Errorf("a scheduler item is %d bytes, more than 96", n)
+	if n := unsafe.Sizeof(sched.Item{}); n > 88 {
+		t.Errorf("a scheduler item is %d bytes, more than 88", n)
 	}
 }
 
@@ -365,7 +365,7 @@ func TestCancelByID(t *testing.T) {
 			t.Errorf("Cancel(%s) again: %v, want ErrNotFound", id, err)
 		}
 	}
-	if !restored.gone {
+	if !restored.is(flagGone) {
 		t.Error("the cancelled restored job is still held")
 	}
 	if got, err := l.Cancel("run", now); err != nil || got != Running {

@@ -252,7 +252,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			}
 			if rng.IntN(5) == 0 {
 				r.max = 1 + rng.IntN(4)
-				j.MaxAttempts = int32(r.max)
+				j.SetMaxAttempts(r.max)
 			}
 			var runAt time.Time
 			if rng.IntN(5) == 0 {
@@ -496,7 +496,7 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 			fail("step %d: the index holds %d jobs, the Line %d", step, len(l.byID), len(got))
 		}
 		for id, j := range l.byID {
-			if _, ok := got[id]; !ok || j.ID() != id || j.gone {
+			if _, ok := got[id]; !ok || j.ID() != id || j.is(flagGone) {
 				fail("step %d: the index holds %s, which the Line does not", step, id)
 			}
 		}

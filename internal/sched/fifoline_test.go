@@ -32,7 +32,8 @@ func TestFIFOLineAgainstModel(t *testing.T) {
 				i := rng.IntN(len(out))
 				it := out[i]
 				out = slices.Delete(out, i, i+1)
-				it.guardIn, it.fifoPos = guardFIFO, pos
+				it.guardIn = guardFIFO
+				it.setPos(pos)
 				pos += float64(rng.IntN(3)) // equal positions too
 				l.push(it)
 				want = append(want, it)

@@ -244,7 +244,7 @@ func (p *peeker) promoteGuard() {
 		return
 	}
 	b := p.s.cfg.Bound
-	for it := p.fifoWait.peek(); it != nil && (p.gone[it] || it.fifoPos <= p.deq); it = p.fifoWait.peek() {
+	for it := p.fifoWait.peek(); it != nil && (p.gone[it] || it.pos() <= p.deq); it = p.fifoWait.peek() {
 		p.fifoWait.next()
 		if p.gone[it] {
 			continue
