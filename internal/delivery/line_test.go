@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
@@ -465,4 +466,61 @@ func newJob(id string, payload []byte) *Job {
 	j.SetPayload(payload)
 	j.SetID(id)
 	return j
+}
+
+// A reconfigure marks every job out of line (in flight, delayed for a
+// retry, dead) to be classified afresh at its next push, and keeps the
+// lease end, due time and death time each keeps in its item's parked word;
+// a waiting job is moved over at once and reports no deadline.
+func TestReconfigureMarksJobsOutOfLineStale(t *testing.T) {
+	t.Parallel()
+	cfg := modelConfig()
+	l := newLine(t, cfg)
+	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	js := publish(t, l, t0, "running", "retrying", "dead", "waiting")
+	later := newJob("later", []byte("run at ten"))
+	if _, err := l.Admit(later, Names{"p", "t"}, t0.Add(time.Hour), t0); err != nil {
+		t.Fatal(err)
+	}
+	l.Commit(later, t0)
+	h := l.Attach()
+	for _, want := range js[:3] {
+		if j := l.Deliver(h, t0); j != want {
+			t.Fatalf("delivered %v, want %s", j, want.ID())
+		}
+	}
+	if err := l.Nack(h, "retrying", RequeueAfter, time.Minute, "", false, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Nack(h, "dead", DeadLetter, 0, "bad input", false, t0); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{"running": t0.Add(cfg.Lease), "retrying": t0.Add(time.Minute), "dead": t0, "later": t0.Add(time.Hour)}
+
+	pol, err := sched.NewPolicy(sched.Bounded, sched.PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sq, err := sched.NewQueue(pol, predict.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Reconfigure(cfg, sq, t0.Add(time.Second))
+	for _, j := range append(js, later) {
+		stale := j.ID() != "waiting"
+		if l.Stale(j) != stale {
+			t.Errorf("%s: stale %v, want %v", j.ID(), l.Stale(j), stale)
+		}
+		if !j.Deadline().Equal(want[j.ID()]) {
+			t.Errorf("%s: deadline %v, want %v", j.ID(), j.Deadline(), want[j.ID()])
+		}
+	}
+	if l.Len() != 1 {
+		t.Fatalf("%d jobs waiting after the reconfigure, want 1", l.Len())
+	}
+	// Back in line, the running job is classified by the new scheduler.
+	l.Return(h, "running", t0.Add(2*time.Second))
+	if l.Stale(js[0]) || l.Len() != 2 || !js[0].Deadline().IsZero() {
+		t.Errorf("returned: stale %v, %d waiting, deadline %v; want fresh, 2, none", l.Stale(js[0]), l.Len(), js[0].Deadline())
+	}
 }
