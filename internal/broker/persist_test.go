@@ -55,8 +55,8 @@ type jobView struct {
 }
 
 // view lists every job b holds, treating in-flight jobs as ready with
-// their attempt counted (what a crash makes of them), sorted by queue and
-// FIFO position.
+// their attempt counted (what a crash makes of them) or, on their last
+// attempt, as dead, sorted by queue and FIFO position.
 func view(b *Broker) []jobView {
 	var out []jobView
 	add := func(q *queue, m *delivery.Job, state string) {
@@ -76,7 +76,15 @@ func view(b *Broker) []jobView {
 		q.mu.Lock()
 		q.line.Each(
 			func(m *delivery.Job) { add(q, m, "ready") },
-			func(m *delivery.Job) { add(q, m, "ready") },
+			func(m *delivery.Job) {
+				// In flight on its last attempt, the job is dead-lettered
+				// at recovery: that lease will never be acked.
+				state := "ready"
+				if m.Attempt() >= int(m.MaxAttempts) {
+					state = fmt.Sprintf("dead: lease lost when the broker stopped (attempt %d of %d)", m.Attempt(), m.MaxAttempts)
+				}
+				add(q, m, state)
+			},
 			func(m *delivery.Job) {
 				state := "delayed until " + m.Deadline().String()
 				if m.Scheduled() {
@@ -362,4 +370,50 @@ func TestRecoveryMatchesBrokerOverRandomOps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A job in flight on its last attempt when the broker dies is dead-lettered
+// at recovery, as a lease that ends on the last attempt dead-letters its
+// job: it used to run once more ("attempt 3 of 2"). One in flight with
+// attempts left comes back ready, its attempt counted.
+func TestRecoveryDeadLettersALastAttemptInFlight(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		if _, err := b.Declare("q", QueueConfig{Policy: sched.FIFO, MaxAttempts: 2, Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"last attempt ✓", "first attempt ✓"} {
+			if _, err := b.Publish(&Message{Queue: "q", Producer: "wéb", Payload: []byte(p)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, _ := b.Subscribe("q", "w", 1)
+		first := next(t, c)
+		if err := c.Nack(first.ID, NackRequeue, 0, "flaky"); err != nil {
+			t.Fatal(err)
+		}
+		c.AddCredit(1)
+		if again := next(t, c); again.ID != first.ID || again.Attempt != 2 {
+			t.Fatalf("redelivered %s attempt %d, want %s attempt 2", again.ID, again.Attempt, first.ID)
+		}
+		c2, _ := b.Subscribe("q", "w2", 1)
+		second := next(t, c2)
+		crash(b)
+
+		r := durable(t, st, clk, Config{})
+		dead, err := r.DeadLetters("q", 0)
+		if err != nil || len(dead) != 1 || dead[0].ID != first.ID || string(dead[0].Payload) != "last attempt ✓" ||
+			!strings.Contains(dead[0].Reason, "attempt 2 of 2") {
+			t.Fatalf("dead letters after recovery: %+v, %v; want %s, its lease lost on attempt 2 of 2", dead, err, first.ID)
+		}
+		rc, _ := r.Subscribe("q", "w3", 10)
+		d := next(t, rc)
+		if d.ID != second.ID || d.Attempt != 2 {
+			t.Fatalf("after recovery delivered %s attempt %d, want %s attempt 2", d.ID, d.Attempt, second.ID)
+		}
+		if q, _ := r.Queue("q"); q.Ready != 0 {
+			t.Fatalf("%d jobs ready after recovery, want none", q.Ready)
+		}
+	})
 }

@@ -1125,6 +1125,19 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	l.Quiet = true
 	defer func() { l.Quiet = quiet }()
 	switch {
+	case sj.State == store.Ready && !j.is(flagScheduled) && j.MaxAttempts > 0 && int(j.attempt) >= int(j.MaxAttempts):
+		// In flight on its last attempt when the broker stopped (a ready
+		// job has attempts left otherwise): no ack can come for that
+		// delivery, and a lease that ends on the last attempt dead-letters
+		// its job, so this one is too rather than run past its attempts.
+		// Not logged (Restore writes nothing): each restart until the next
+		// checkpoint concludes the same.
+		reason := fmt.Sprintf("lease lost when the broker stopped (attempt %d of %d)", j.attempt, j.MaxAttempts)
+		l.Stats.DeadLettered++
+		j.set(flagDead, true)
+		j.setDeadline(nanos(now))
+		j.deaths++
+		l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: reason, At: now})
 	case sj.State == store.Ready, sj.State == store.Delayed && !sj.Until.After(now):
 		if j.is(flagScheduled) {
 			l.enter(j, sj.Until) // it came due while the broker was down
