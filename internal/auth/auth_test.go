@@ -55,10 +55,15 @@ func TestScopes(t *testing.T) {
 	if err := parse("read").Check(auth.Admin, "q"); !errors.As(err, &de) || de.Queue != "q" || !strings.Contains(err.Error(), `"t"`) {
 		t.Errorf("Check = %v", err)
 	}
-	for _, bad := range []string{"", "write", "root:x", "Admin", "read:a b", "publish:é\xfe", "consume:a\tb", "admin:\x7f"} {
+	for _, bad := range []string{"", "write", "root:x", "Admin", "read:a b", "publish:é\xfe", "consume:a\tb", "admin:\x7f", "publish:", " consume: "} {
 		if _, err := auth.ParseScope(bad); err == nil {
 			t.Errorf("ParseScope(%q) = nil error", bad)
 		}
+	}
+	// "publish:*" is every queue, as "publish" is; "publish:" (a prefix
+	// left out) is refused above rather than taken for either.
+	if sc, err := auth.ParseScope("publish:*"); err != nil || sc != (auth.Scope{Perm: auth.Publish}) {
+		t.Errorf(`ParseScope("publish:*") = %+v, %v; want every queue`, sc, err)
 	}
 	// A prefix that ends in "*" (a queue name may hold one) must not
 	// widen to every queue when written out and read again.

@@ -73,13 +73,17 @@ type Scope struct {
 // "publish:orders." for the queues whose names start with "orders.". A
 // trailing "*" on the prefix is allowed and means the same.
 func ParseScope(s string) (Scope, error) {
-	perm, prefix, _ := strings.Cut(strings.TrimSpace(s), ":")
-	prefix = strings.TrimSuffix(prefix, "*")
+	perm, prefix, colon := strings.Cut(strings.TrimSpace(s), ":")
 	switch Permission(perm) {
 	case Read, Publish, Consume, Admin:
 	default:
 		return Scope{}, fmt.Errorf("scope %q: permission %q is not read, publish, consume or admin", s, perm)
 	}
+	if colon && prefix == "" {
+		// Most likely a prefix left out, which would grant every queue.
+		return Scope{}, fmt.Errorf("scope %q: nothing after the colon; write %q or %q for every queue, or a prefix", s, perm, perm+":*")
+	}
+	prefix = strings.TrimSuffix(prefix, "*")
 	// A prefix no queue name can start with would grant nothing, and one
 	// of invalid UTF-8 would not survive the token file (YAML reads it
 	// back as other characters).
