@@ -626,6 +626,12 @@ func (l *Line) deadLetter(j *Job, now time.Time, reason string) {
 		l.dead = l.dead[1:]
 		l.Stats.DeadDropped++
 	}
+	l.markDead(j, now, reason)
+}
+
+// markDead makes j the newest dead letter, without deadLetter's record
+// and bound (Restore's, for a job whose death it finds).
+func (l *Line) markDead(j *Job, now time.Time, reason string) {
 	j.set(flagDead, true)
 	j.setDeadline(nanos(now))
 	j.deaths++
@@ -1132,12 +1138,8 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		// its job, so this one is too rather than run past its attempts.
 		// Not logged (Restore writes nothing): each restart until the next
 		// checkpoint concludes the same.
-		reason := fmt.Sprintf("lease lost when the broker stopped (attempt %d of %d)", j.attempt, j.MaxAttempts)
 		l.Stats.DeadLettered++
-		j.set(flagDead, true)
-		j.setDeadline(nanos(now))
-		j.deaths++
-		l.dead = append(l.dead, DeadLetterEntry{Job: j, Reason: reason, At: now})
+		l.markDead(j, now, fmt.Sprintf("lease lost when the broker stopped (attempt %d of %d)", j.attempt, j.MaxAttempts))
 	case sj.State == store.Ready, sj.State == store.Delayed && !sj.Until.After(now):
 		if j.is(flagScheduled) {
 			l.enter(j, sj.Until) // it came due while the broker was down

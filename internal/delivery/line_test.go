@@ -9,7 +9,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
@@ -497,15 +496,7 @@ func TestReconfigureMarksJobsOutOfLineStale(t *testing.T) {
 	}
 	want := map[string]time.Time{"running": t0.Add(cfg.Lease), "retrying": t0.Add(time.Minute), "dead": t0, "later": t0.Add(time.Hour)}
 
-	pol, err := sched.NewPolicy(sched.Bounded, sched.PolicyOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sq, err := sched.NewQueue(pol, predict.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Reconfigure(cfg, sq, t0.Add(time.Second))
+	l.Reconfigure(cfg, newQueue(t, sched.Bounded), t0.Add(time.Second))
 	for _, j := range append(js, later) {
 		stale := j.ID() != "waiting"
 		if l.Stale(j) != stale {

@@ -20,7 +20,14 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // they first joined the line (retries keep their place).
 func newLine(t testing.TB, cfg Config) *Line {
 	t.Helper()
-	pol, err := sched.NewPolicy(sched.FIFO, sched.PolicyOptions{})
+	return New("q", cfg, newQueue(t, sched.FIFO))
+}
+
+// newQueue is a scheduler with the named policy's defaults and a default
+// predictor.
+func newQueue(t testing.TB, policy string) *sched.Queue {
+	t.Helper()
+	pol, err := sched.NewPolicy(policy, sched.PolicyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +35,7 @@ func newLine(t testing.TB, cfg Config) *Line {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New("q", cfg, sq)
+	return sq
 }
 
 func modelConfig() Config {
