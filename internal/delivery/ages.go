@@ -13,7 +13,7 @@ import (
 // age, so it cannot say.
 //
 // Jobs enter out of time order too (a retry keeps the place it had, a
-// redeclared queue takes its jobs back in publish order), so the
+// redeclared queue takes its jobs back in their order), so the
 // milliseconds are a map of counts with a min-heap of its keys. An
 // emptied millisecond leaves the map at once and the heap lazily: the
 // heap is rebuilt from the map once its stale keys outnumber the live

@@ -284,7 +284,10 @@ type Holder uint64
 // Attempt is the number of deliveries so far (1 during the first).
 func (j *Job) Attempt() int { return int(j.attempt) }
 
-// Seq is the job's place in the queue's publish order.
+// Seq is the job's place in its queue's order: when it joined the line.
+// A job published to run later joins when it comes due, and a requeued
+// dead letter or a job that comes back to a redeclared queue joins again,
+// at the back; a retry keeps its place.
 func (j *Job) Seq() uint64 { return j.item.ID }
 
 // Tier is the tier the job was given.

@@ -261,7 +261,7 @@ func (l *Line) Flight(j *Job) (Holder, time.Time, bool) {
 }
 
 // Admit readies j, a new job, for the line at now: it fills in the
-// queue's defaults, gives it its place in the publish order and, unless
+// queue's defaults, gives it its place in the line's order and, unless
 // runAt is after now, classifies it. It returns the job's record (nil
 // unless Config.Durable), which the caller must have stored before it
 // calls Commit; if storing fails it drops j and nothing else changes. The
@@ -279,9 +279,8 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 	if j.TTL() == 0 && l.cfg.DefaultTTL != 0 {
 		j.SetOptions(j.Headers(), l.cfg.DefaultTTL, j.RetryBase(), j.RetryMax())
 	}
-	l.nextSeq++
 	j.heapIdx = -1
-	j.item = sched.Item{ID: l.nextSeq}
+	j.item = sched.Item{ID: l.nextID()}
 	state := store.Ready
 	if runAt.After(now) {
 		// Invisible until due; it is classified and takes its place in
@@ -360,6 +359,7 @@ func (l *Line) push(j *Job, now time.Time) {
 		// this one, classified against what the queue knows now, keeping
 		// its id, FIFO position and expiry.
 		l.reset(j)
+		j.item.ID = l.nextID() // and at the back of the line
 		l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
 	}
 	if err := l.sq.Push(&j.item, now); err != nil {
@@ -376,7 +376,16 @@ func (l *Line) unwait(j *Job) {
 	}
 }
 
-// reset gives j a fresh item in the current scheduler.
+// nextID is the next place in the line's order: the scheduler takes jobs
+// of equal rank by it (sched.Item.ID), and it is the Seq a job's record
+// keeps.
+func (l *Line) nextID() uint64 {
+	l.nextSeq++
+	return l.nextSeq
+}
+
+// reset gives j a fresh item in the current scheduler, keeping its place
+// in the line's order.
 func (l *Line) reset(j *Job) {
 	it := j.item
 	j.item = sched.Item{ID: it.ID}
@@ -566,7 +575,7 @@ func (l *Line) Detach(h Holder, now time.Time) {
 	}
 }
 
-// heldSorted is the jobs h holds in publish order, so that what a Detach
+// heldSorted is the jobs h holds in the line's order, so that what a Detach
 // does does not depend on map order.
 func (l *Line) heldSorted(h Holder) []*Job {
 	var js []*Job
@@ -684,8 +693,9 @@ func (l *Line) Tick(now time.Time) {
 		l.delayed.remove(j)
 		j.setDeadline(0)
 		if j.is(flagScheduled) {
-			// A scheduled job enters as if published now; its record
-			// says the place in line it got.
+			// A scheduled job enters as if published now, behind every
+			// job in line; its record says the place it got.
+			j.item.ID = l.nextID()
 			l.enter(j, now)
 			l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
 		}
@@ -854,7 +864,7 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 }
 
 // Reconfigure swaps in sq, a scheduler for new settings, and moves the
-// waiting jobs over in their publish order, each classified afresh; jobs
+// waiting jobs over in their order, each classified afresh; jobs
 // out of line (in flight, delayed, dead) are when they come back. A
 // durable caller logs the queue's new declaration before it calls this.
 func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
@@ -1106,7 +1116,7 @@ func takeSpare[T any](spare *[]*T) *T {
 // line (ready, or delayed and due by now), delayed until its due time, or
 // dead. reset marks a job to classify afresh at its next push (a requeued
 // dead letter, or one out of line when its queue was redeclared). Restore
-// writes no records; jobs must come in publish order.
+// writes no records; jobs must come in the line's order (by Seq).
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
 		names:     l.intern(Names{sj.Producer, sj.JobType}),
@@ -1141,8 +1151,11 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		l.Stats.DeadLettered++
 		l.markDead(j, now, fmt.Sprintf("lease lost when the broker stopped (attempt %d of %d)", j.attempt, j.MaxAttempts))
 	case sj.State == store.Ready, sj.State == store.Delayed && !sj.Until.After(now):
+		// Jobs come in the line's order (by Seq), so each keeps its place.
 		if j.is(flagScheduled) {
 			l.enter(j, sj.Until) // it came due while the broker was down
+		} else if j.is(flagStale) {
+			l.reset(j)
 		}
 		l.push(j, now)
 	case sj.State == store.Delayed:

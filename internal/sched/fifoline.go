@@ -108,7 +108,7 @@ type fifoLine struct{ line[*Item] }
 // live reports whether the i-th entry from the front is its item's.
 func (l *fifoLine) live(i int) bool {
 	it := l.at(i)
-	return it.guardIn == guardFIFO && it.guardIdx == int32(l.base+uint64(i))
+	return it.guard() == guardFIFO && it.guardIdx == int32(l.base+uint64(i))
 }
 
 func (l *fifoLine) push(it *Item) { it.guardIdx = int32(l.line.push(it)) }
@@ -168,7 +168,7 @@ type ageEntry struct {
 // live reports whether the i-th entry from the front is its item's.
 func (l *ageLine) live(i int) bool {
 	e := l.at(i)
-	return e.it.queued && e.it.level == l.level && e.it.ageIdx == int32(l.base+uint64(i))
+	return e.it.Queued() && e.it.level == l.level && e.it.ageIdx == int32(l.base+uint64(i))
 }
 
 func (l *ageLine) push(it *Item, at int64) {

@@ -19,7 +19,7 @@ func TestFIFOLineAgainstModel(t *testing.T) {
 		var want []*Item // waiting, in push order
 		var out []*Item  // not in the line: may be pushed again
 		for range 300 {
-			out = append(out, &Item{guardIn: guardNone})
+			out = append(out, &Item{})
 		}
 		promote := 3
 		if seed%2 == 0 {
@@ -32,7 +32,7 @@ func TestFIFOLineAgainstModel(t *testing.T) {
 				i := rng.IntN(len(out))
 				it := out[i]
 				out = slices.Delete(out, i, i+1)
-				it.guardIn = guardFIFO
+				it.setGuard(guardFIFO)
 				it.setPos(pos)
 				pos += float64(rng.IntN(3)) // equal positions too
 				l.push(it)
@@ -41,7 +41,7 @@ func TestFIFOLineAgainstModel(t *testing.T) {
 				i := rng.IntN(len(want))
 				it := want[i]
 				want = slices.Delete(want, i, i+1)
-				it.guardIn = guardNone
+				it.setGuard(guardNone)
 				before := l.stale
 				l.left()
 				if l.stale <= before {
@@ -61,7 +61,7 @@ func TestFIFOLineAgainstModel(t *testing.T) {
 				}
 				l.popFront()
 				want = want[1:]
-				it.guardIn = guardNone // past its moment and on: free to come back
+				it.setGuard(guardNone) // past its moment and on: free to come back
 				out = append(out, it)
 			}
 			w := fifoWalk{l: &l}
@@ -112,12 +112,13 @@ func TestAgeLineAgainstModel(t *testing.T) {
 		remove := func(lv, i int) *Item {
 			it := want[lv][i].it
 			want[lv] = slices.Delete(want[lv], i, i+1)
-			it.queued = false
+			it.setQueued(false)
 			lines[lv].left()
 			return it
 		}
 		enter := func(it *Item, lv int, at int64) {
-			it.queued, it.level = true, int8(lv)
+			it.setQueued(true)
+			it.level = int8(lv)
 			lines[lv].push(it, at)
 			want[lv] = append(want[lv], entered{it, at})
 		}

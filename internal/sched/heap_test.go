@@ -11,12 +11,12 @@ import (
 func TestItemHeapShrinks(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	h := &itemHeap{
-		less: func(a, b *Item) bool { return a.seq < b.seq },
+		less: func(a, b *Item) bool { return a.ID < b.ID },
 		idx:  func(it *Item) *int32 { return &it.levelIdx },
 	}
 	items := make([]*Item, 50_000)
 	for i := range items {
-		items[i] = &Item{seq: r.Uint64()}
+		items[i] = &Item{ID: r.Uint64()}
 		h.push(items[i])
 	}
 	grown := cap(h.items)
@@ -38,13 +38,13 @@ func TestItemHeapShrinks(t *testing.T) {
 	}
 	want := make([]uint64, 0, 100)
 	for _, it := range items[:100] {
-		want = append(want, it.seq)
+		want = append(want, it.ID)
 	}
 	slices.Sort(want)
 	for i, w := range want {
 		it := h.min()
-		if it == nil || it.seq != w {
-			t.Fatalf("pop %d: got %v, want seq %d", i, it, w)
+		if it == nil || it.ID != w {
+			t.Fatalf("pop %d: got %v, want ID %d", i, it, w)
 		}
 		h.remove(it)
 	}

@@ -21,7 +21,8 @@ type refItem struct {
 	level    int
 	levelAt  time.Time
 	entry    uint64 // when it entered its current level, in model steps
-	seq      uint64 // first enqueue order; kept across retries
+	id       uint64 // the ID it was made with: 0 for Push to number it
+	seq      uint64 // its ID once pushed: the order of equal ranks; kept across retries
 	promoted bool
 	due      float64
 	hasDue   bool
@@ -60,8 +61,11 @@ func (m *refSched) waiting() []*refItem {
 
 func (m *refSched) push(r *refItem, now time.Time) {
 	if r.seq == 0 {
-		m.seq++
-		r.seq = m.seq
+		r.seq = r.id
+		if r.seq == 0 {
+			r.seq = m.seq + 1
+		}
+		m.seq = max(m.seq, r.seq)
 	}
 	r.tier = min(max(r.tier, 0), m.cfg.Levels-1)
 	r.queued, r.promoted = true, false
@@ -349,6 +353,9 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 			fail("Push(%d): %v", r.it.ID, err)
 		}
 		m.push(r, now)
+		if r.it.ID != r.seq {
+			fail("pushed with ID %d, the item has ID %d, model %d", r.id, r.it.ID, r.seq)
+		}
 		pushes[r]++
 	}
 	ended := func(r *refItem, how string) {
@@ -375,13 +382,19 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 		now = now.Add(time.Duration(rng.IntN(8)) * time.Millisecond)
 		switch k := rng.IntN(20); {
 		case k < 8: // publish
-			id := uint64(len(m.items) + 1)
+			// Most items come numbered, in order but with gaps; some
+			// leave the numbering to Push.
+			id := m.seq + 1 + uint64(rng.IntN(3))
+			if rng.IntN(4) == 0 {
+				id = 0
+			}
 			r := &refItem{
 				tier: rng.IntN(cfg.Levels+2) - 1, // out-of-range tiers are clamped
 				// Multiples of 1/8 s add up exactly in any order, so the
 				// model's work counts match the scheduler's bit for bit.
 				cost: time.Duration(1+rng.IntN(6)) * time.Second / 8,
 				long: rng.IntN(5) == 0,
+				id:   id,
 			}
 			if rng.IntN(3) == 0 {
 				r.expires = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)

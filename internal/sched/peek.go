@@ -49,7 +49,7 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 	for it := ttl.peek(); it != nil && it.expiredAt(now); it = ttl.peek() {
 		ttl.next()
 		p.take(it)
-		if _, started := p.deadline[it]; s.vf != nil && it.guardIn == guardFIFO && !started {
+		if _, started := p.deadline[it]; s.vf != nil && it.guard() == guardFIFO && !started {
 			p.vdone += it.Cost.Seconds() // Remove: FIFO skips it
 		}
 	}
@@ -110,7 +110,7 @@ func (p *peeker) promoted(it *Item) bool {
 	if _, ok := p.moved[it]; ok {
 		return true
 	}
-	return it.promoted
+	return it.isPromoted()
 }
 
 func (p *peeker) take(it *Item) {
@@ -310,7 +310,7 @@ func (p *peeker) lateLess(a, b *Item) bool {
 	if at, bt := p.guardAt(a), p.guardAt(b); at != bt {
 		return at < bt
 	}
-	return a.seq < b.seq
+	return a.ID < b.ID
 }
 
 // lateHead is the item with the earliest deadline, or nil.

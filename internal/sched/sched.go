@@ -177,24 +177,25 @@ func (c Config) Validate() error {
 // messages by the million keeps the Item inside its message and finds the
 // message from the Item's address (delivery.Job does).
 type Item struct {
+	// ID orders items of equal rank: they leave in ID order, so a caller
+	// that sets IDs numbers items in the order they first join the line
+	// (a retry keeps its ID and so its place). Push gives an item with
+	// ID 0 the next number past any it has seen.
 	ID   uint64
 	Cost time.Duration // predicted duration, used by Bound and ShortestFirst; Push makes a negative one 0
 	Long bool          // predicted far longer than typical: Bound applies
 	Tier int8          // the level it was assigned (Push clamps it to the levels there are); kept across retries
 
-	// The small fields next, so that they share a word with Long and Tier.
-	guardIn  int8 // guardNone, guardFIFO or guardLate
-	queued   bool
-	promoted bool
-	level    int8 // Config.Levels is at most 64
+	// The small fields next, in one word with Long and Tier.
+	level  int8      // Config.Levels is at most 64
+	state  itemState // its guard heap, and whether it is queued and promoted
+	ageIdx int32     // its entry's number in its level's age line, when the scheduler ages
 	// Its index in each heap it is in (-1 when not).
 	levelIdx int32
 	dueIdx   int32
 	ttlIdx   int32
 	guardIdx int32
-	ageIdx   int32 // its entry's number in its level's age line, when the scheduler ages
 
-	seq uint64
 	due float64
 	// The guard's view: when it was pushed, and one word that is its FIFO
 	// position while it waits for its FIFO moment (guardFIFO: the
@@ -205,6 +206,34 @@ type Item struct {
 	pushedAt int64
 	guardAt  int64
 	expires  int64 // its TTL's end (Unix nanoseconds); 0 is never
+}
+
+// itemState is an item's guard heap (guardNone, guardFIFO or guardLate) in
+// its low bits and its yes-or-no states above them.
+type itemState uint8
+
+const (
+	stateGuard    itemState = 3 // the guard heap's bits
+	stateQueued   itemState = 4 // waiting in a scheduler
+	statePromoted itemState = 8 // moved up a level by aging
+)
+
+func (it *Item) guard() int8 { return int8(it.state & stateGuard) }
+
+func (it *Item) setGuard(g int8) { it.state = it.state&^stateGuard | itemState(g)&stateGuard }
+
+func (it *Item) setQueued(on bool) { it.setState(stateQueued, on) }
+
+func (it *Item) isPromoted() bool { return it.state&statePromoted != 0 }
+
+func (it *Item) setPromoted(on bool) { it.setState(statePromoted, on) }
+
+func (it *Item) setState(f itemState, on bool) {
+	if on {
+		it.state |= f
+	} else {
+		it.state &^= f
+	}
 }
 
 // pos is the item's FIFO position, valid while guardIn is guardFIFO.
@@ -225,7 +254,7 @@ func (it *Item) Parked() int64 { return it.guardAt }
 // SetParked sets the owner's word: see Parked. It panics on a queued item,
 // whose word is the scheduler's.
 func (it *Item) SetParked(v int64) {
-	if it.queued {
+	if it.Queued() {
 		panic("sched: SetParked on a queued item")
 	}
 	it.guardAt = v
@@ -267,7 +296,7 @@ const (
 func (it *Item) Level() int { return int(it.level) }
 
 // Queued reports whether the item is waiting in a scheduler.
-func (it *Item) Queued() bool { return it.queued }
+func (it *Item) Queued() bool { return it.state&stateQueued != 0 }
 
 type level struct {
 	heap     itemHeap
@@ -283,7 +312,7 @@ type Scheduler struct {
 	due    itemHeap
 	ttl    itemHeap
 	n      int
-	seq    uint64
+	seq    uint64 // the largest item ID pushed
 	// expired holds items Pop found past their TTL and took out, in
 	// expiry order, until the next Expire reports them.
 	expired []*Item
@@ -317,13 +346,13 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{cfg: cfg, levels: make([]level, cfg.Levels)}
 	for i := range s.levels {
-		less := func(a, b *Item) bool { return a.seq < b.seq }
+		less := func(a, b *Item) bool { return a.ID < b.ID }
 		if cfg.ShortestFirst {
 			less = func(a, b *Item) bool {
 				if a.Cost != b.Cost {
 					return a.Cost < b.Cost
 				}
-				return a.seq < b.seq
+				return a.ID < b.ID
 			}
 		}
 		s.levels[i].heap = itemHeap{less: less, idx: func(it *Item) *int32 { return &it.levelIdx }}
@@ -334,7 +363,7 @@ func New(cfg Config) (*Scheduler, error) {
 			if a.due != b.due {
 				return a.due < b.due
 			}
-			return a.seq < b.seq
+			return a.ID < b.ID
 		},
 		idx: func(it *Item) *int32 { return &it.dueIdx },
 	}
@@ -343,7 +372,7 @@ func New(cfg Config) (*Scheduler, error) {
 			if a.guardAt != b.guardAt {
 				return a.guardAt < b.guardAt
 			}
-			return a.seq < b.seq
+			return a.ID < b.ID
 		},
 		idx: func(it *Item) *int32 { return &it.guardIdx },
 	}
@@ -393,19 +422,20 @@ func (s *Scheduler) LevelLen(i int) int { return s.levels[i].heap.len() }
 // Push enqueues it at its Tier (clamped to the levels there are). An item
 // pushed again after Pop (a retry) keeps its place in line and its tier.
 func (s *Scheduler) Push(it *Item, now time.Time) error {
-	if it.queued {
+	if it.Queued() {
 		return ErrQueued
 	}
 	if it.Cost < 0 {
 		it.Cost = 0 // no work is less than none; FIFO positions only grow
 	}
-	if it.seq == 0 {
+	if it.ID == 0 {
 		s.seq++
-		it.seq = s.seq
+		it.ID = s.seq
 	}
-	it.queued = true
+	s.seq = max(s.seq, it.ID)
+	it.setQueued(true)
 	it.Tier = min(max(it.Tier, 0), int8(s.cfg.Levels-1))
-	it.promoted = false
+	it.setPromoted(false)
 	s.place(it, int(it.Tier), now)
 	if it.expires != 0 {
 		s.ttl.push(it)
@@ -423,13 +453,13 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		it.due = s.enqWork + stretch*ahead + b.MinSlack.Seconds()
 		s.due.push(it)
 	}
-	it.guardIn = guardNone
+	it.setGuard(guardNone)
 	if s.vf != nil {
 		// A retry joins the virtual line again, as the bound above counts
 		// from its latest push.
 		it.pushedAt = now.UnixNano()
 		it.setPos(float64(s.vf.line.push(ventry{it: it, cost: it.Cost, arrived: s.vf.tick(now.UnixNano(), s.n)})))
-		it.guardIn = guardFIFO
+		it.setGuard(guardFIFO)
 		s.enqWork += it.Cost.Seconds()
 		s.n++
 		s.promote(now) // it starts now if a virtual worker is free
@@ -442,7 +472,7 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		if ahead <= 0 {
 			s.setDeadline(it, now)
 		} else {
-			it.guardIn = guardFIFO
+			it.setGuard(guardFIFO)
 			s.fifoWait.push(it)
 		}
 	}
@@ -458,7 +488,7 @@ func (s *Scheduler) place(it *Item, lv int, now time.Time) {
 	if s.cfg.Aging != AgingOff {
 		l.age.push(it, now.UnixNano())
 	}
-	if it.promoted {
+	if it.isPromoted() {
 		l.promoted++
 	}
 }
@@ -469,7 +499,7 @@ func (s *Scheduler) unplace(it *Item) {
 	if s.cfg.Aging != AgingOff {
 		l.age.left()
 	}
-	if it.promoted {
+	if it.isPromoted() {
 		l.promoted--
 	}
 }
@@ -477,16 +507,16 @@ func (s *Scheduler) unplace(it *Item) {
 // Remove takes a waiting item out (purge, expiry handled by the caller). It
 // reports whether the item was waiting here.
 func (s *Scheduler) Remove(it *Item) bool {
-	if !it.queued {
+	if !it.Queued() {
 		return false
 	}
-	if it.guardIn == guardFIFO && s.vf != nil {
+	if it.guard() == guardFIFO && s.vf != nil {
 		// FIFO would skip it too; its work counts as done at once.
 		if e := s.vf.line.at(uint64(it.pos())); e != nil && e.it == it {
 			e.it, e.skip = nil, true
 			s.vf.started += it.Cost.Seconds()
 		}
-		it.guardIn = guardNone
+		it.setGuard(guardNone)
 	}
 	s.detach(it)
 	// Work that will never run counts as done, so it delays nobody's bound.
@@ -502,10 +532,10 @@ func (s *Scheduler) detach(it *Item) {
 	if it.ttlIdx >= 0 {
 		s.ttl.remove(it)
 	}
-	switch it.guardIn {
+	switch it.guard() {
 	case guardFIFO:
 		if s.vf == nil {
-			it.guardIn = guardNone // its entry is stale from now on
+			it.setGuard(guardNone) // its entry is stale from now on
 			s.fifoWait.left()
 		} else if e := s.vf.line.at(uint64(it.pos())); e != nil && e.it == it {
 			e.it = nil // dispatched: the virtual run still runs its work
@@ -513,8 +543,8 @@ func (s *Scheduler) detach(it *Item) {
 	case guardLate:
 		s.late.remove(it)
 	}
-	it.guardIn = guardNone
-	it.queued = false
+	it.setGuard(guardNone)
+	it.setQueued(false)
 	s.n--
 }
 
@@ -625,7 +655,7 @@ func (s *Scheduler) advanceFIFO(wall int64) {
 // setDeadline starts the slack of it, whose FIFO moment is now.
 func (s *Scheduler) setDeadline(it *Item, now time.Time) {
 	it.guardAt = guardDeadline(it, now, *s.cfg.Bound.Guard)
-	it.guardIn = guardLate
+	it.setGuard(guardLate)
 	s.late.push(it)
 }
 
@@ -680,7 +710,7 @@ func (s *Scheduler) age(now time.Time) {
 				break
 			}
 			s.unplace(it)
-			it.promoted = true
+			it.setPromoted(true)
 			s.place(it, i-1, now)
 			s.Promotions++
 		}
@@ -691,7 +721,7 @@ func (s *Scheduler) age(now time.Time) {
 // buf, and returns it. Items Pop skipped because they had expired come first.
 func (s *Scheduler) Expire(now time.Time, buf []*Item) []*Item {
 	for _, it := range s.expired {
-		if !it.queued { // unless the caller pushed it again meanwhile
+		if !it.Queued() { // unless the caller pushed it again meanwhile
 			buf = append(buf, it)
 		}
 	}

@@ -128,12 +128,13 @@ func levels(items ...*Item) []int {
 	return out
 }
 
-// fillers pushes n items at level 0 that Pop serves before anything
-// promoted later (they were enqueued first).
+// fillers pushes n items at level 0, IDs 1 to n, that Pop serves before
+// anything promoted later (they were enqueued first: the items pushed
+// after them take IDs from 1001).
 func fillers(t *testing.T, s *Scheduler, n int) {
 	t.Helper()
 	for i := range n {
-		mustPush(t, s, t0, &Item{ID: 1000 + uint64(i)})
+		mustPush(t, s, t0, &Item{ID: 1 + uint64(i)})
 	}
 }
 
@@ -142,7 +143,7 @@ func TestStepAging(t *testing.T) {
 	s := mustNew(t, Config{Levels: 3, Discipline: Strict, Aging: AgingStep,
 		AgeAfter: []time.Duration{0, 10 * time.Second, 10 * time.Second}})
 	fillers(t, s, 10)
-	a, b, c := &Item{ID: 1, Tier: 2}, &Item{ID: 2, Tier: 2}, &Item{ID: 3, Tier: 1}
+	a, b, c := &Item{ID: 1001, Tier: 2}, &Item{ID: 1002, Tier: 2}, &Item{ID: 1003, Tier: 1}
 	mustPush(t, s, t0, a, c)
 	mustPush(t, s, t0.Add(5*time.Second), b)
 
@@ -159,7 +160,7 @@ func TestStepAging(t *testing.T) {
 		{25 * time.Second, []int{0, 0, 0}, 5},
 	}
 	for _, st := range steps {
-		if it := s.Pop(t0.Add(st.at)); it == nil || it.ID < 1000 {
+		if it := s.Pop(t0.Add(st.at)); it == nil || it.ID > 1000 {
 			t.Fatalf("at %v Pop = %v, want a filler", st.at, it)
 		}
 		if got := levels(a, b, c); !slices.Equal(got, st.want) || s.Promotions != st.promotions {
@@ -176,8 +177,8 @@ func TestPausingAging(t *testing.T) {
 			t.Parallel()
 			s := mustNew(t, Config{Levels: 3, Discipline: Strict, Aging: mode, AgeAfter: ageAfter})
 			fillers(t, s, 10)
-			x1, x2, y := &Item{ID: 1, Tier: 1}, &Item{ID: 2, Tier: 1}, &Item{ID: 3, Tier: 2}
-			z := &Item{ID: 4, Tier: 2}
+			x1, x2, y := &Item{ID: 1001, Tier: 1}, &Item{ID: 1002, Tier: 1}, &Item{ID: 1003, Tier: 2}
+			z := &Item{ID: 1004, Tier: 2}
 			mustPush(t, s, t0, x1, x2, y)
 			mustPush(t, s, t0.Add(10*time.Second), z)
 

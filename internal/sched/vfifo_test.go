@@ -174,12 +174,12 @@ func checkVirtualFIFO(t *testing.T, seed uint64, dispatch bool) {
 		// Whatever left the line but the popped item was removed (by
 		// Remove, or as expired by Pop or Expire) at the latest time given.
 		for it, i := range last {
-			if queued[it] && !it.queued && it != popped {
+			if queued[it] && !it.Queued() && it != popped {
 				if _, ok, _ := refFIFO(pushes[:i+1], workers, t0, removedAt); !ok[i] {
 					pushes[i].removedAt = removedAt
 				}
 			}
-			queued[it] = it.queued
+			queued[it] = it.Queued()
 		}
 		ticks = append(ticks, tick{seen, clock})
 		if dispatch && s.vf.clock != clock.UnixNano() {
@@ -190,17 +190,17 @@ func checkVirtualFIFO(t *testing.T, seed uint64, dispatch bool) {
 			fail("virtual run has started %.3f s of work, the reference %.3f s", s.vf.started, done)
 		}
 		for it, i := range last {
-			if !it.queued {
+			if !it.Queued() {
 				continue
 			}
 			switch {
-			case ok[i] && it.guardIn != guardLate:
+			case ok[i] && it.guard() != guardLate:
 				fail("item %d: FIFO started it at %v, but it has no deadline", it.ID, starts[i].Sub(t0))
 			case ok[i] && it.guardAt != guardDeadline(it, momentAt(starts[i], pushes[i].op), g):
 				at := momentAt(starts[i], pushes[i].op)
 				fail("item %d: deadline %v, want %v (FIFO moment %v)", it.ID,
 					time.Unix(0, it.guardAt).Sub(t0), time.Unix(0, guardDeadline(it, at, g)).Sub(t0), at.Sub(t0))
-			case !ok[i] && it.guardIn != guardFIFO:
+			case !ok[i] && it.guard() != guardFIFO:
 				fail("item %d: FIFO has not started it yet, but it is past its FIFO moment", it.ID)
 			}
 		}
@@ -224,10 +224,10 @@ func TestVirtualFIFOMoment(t *testing.T) {
 	short := &Item{ID: 2, Cost: time.Second}
 	third := &Item{ID: 3, Cost: time.Second}
 	mustPush(t, s, t0, long, short, third)
-	if long.guardIn != guardLate || long.guardAt != t0.Add(5*time.Second).UnixNano() {
+	if long.guard() != guardLate || long.guardAt != t0.Add(5*time.Second).UnixNano() {
 		t.Fatalf("the first message starts at once under FIFO: deadline %v", time.Unix(0, long.guardAt).Sub(t0))
 	}
-	if short.guardIn != guardFIFO {
+	if short.guard() != guardFIFO {
 		t.Fatal("the second message reached its FIFO moment before FIFO would start it")
 	}
 	// The real scheduler runs the short ones first; FIFO would not have.
@@ -241,13 +241,13 @@ func TestVirtualFIFOMoment(t *testing.T) {
 	// Pushed at 10.5 s: FIFO would start it at 12 s, after 10 s + 1 s + 1 s.
 	late := &Item{ID: 4, Cost: time.Second}
 	mustPush(t, s, t0.Add(10500*time.Millisecond), late)
-	if s.Expire(t0.Add(11999*time.Millisecond), nil); late.guardIn != guardFIFO {
+	if s.Expire(t0.Add(11999*time.Millisecond), nil); late.guard() != guardFIFO {
 		t.Fatal("FIFO moment came before 12 s")
 	}
 	s.Expire(t0.Add(12*time.Second), nil)
 	want := guardDeadline(late, t0.Add(12*time.Second), g)
-	if late.guardIn != guardLate || late.guardAt != want {
-		t.Fatalf("at 12 s: in %d, deadline %v, want %v", late.guardIn, time.Unix(0, late.guardAt).Sub(t0), time.Unix(0, want).Sub(t0))
+	if late.guard() != guardLate || late.guardAt != want {
+		t.Fatalf("at 12 s: in %d, deadline %v, want %v", late.guard(), time.Unix(0, late.guardAt).Sub(t0), time.Unix(0, want).Sub(t0))
 	}
 }
 
@@ -261,12 +261,12 @@ func TestVirtualFIFOWorkers(t *testing.T) {
 	its := []*Item{{ID: 1, Cost: time.Second}, {ID: 2, Cost: time.Second}, {ID: 3, Cost: time.Second}}
 	mustPush(t, s, t0, its...)
 	for _, it := range its {
-		if it.guardIn != guardFIFO {
+		if it.guard() != guardFIFO {
 			t.Fatalf("item %d has a FIFO moment with no workers", it.ID)
 		}
 	}
 	s.SetWorkers(2, t0.Add(time.Second))
-	if its[0].guardIn != guardLate || its[1].guardIn != guardLate || its[2].guardIn != guardFIFO {
+	if its[0].guard() != guardLate || its[1].guard() != guardLate || its[2].guard() != guardFIFO {
 		t.Fatal("two workers should start the first two messages")
 	}
 	if want := guardDeadline(its[0], t0.Add(time.Second), g); its[0].guardAt != want {
@@ -276,7 +276,7 @@ func TestVirtualFIFOWorkers(t *testing.T) {
 	// free, so the third message starts at 2 s, on the other.
 	s.SetWorkers(1, t0.Add(1500*time.Millisecond))
 	s.Expire(t0.Add(2*time.Second), nil)
-	if its[2].guardIn != guardLate {
+	if its[2].guard() != guardLate {
 		t.Fatal("the third message should start at 2 s")
 	}
 	if len(s.vf.free) != 1 || s.vf.retire != 0 {

@@ -211,7 +211,7 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 				j := &jobs[next]
 				t := &types[j.Type]
 				it := &items[next]
-				it.ID = uint64(next)
+				it.ID = uint64(next) + 1 // Push numbers an ID of 0 itself
 				keys[next] = q.Predictor.KeyFor(queueName, t.Producer, t.Name, uint64(j.Size))
 				switch {
 				case arm.Oracle:
@@ -229,7 +229,7 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 		}
 		for free > 0 && q.Len() > 0 {
 			it := q.Pop(epoch.Add(now))
-			seq := int(it.ID)
+			seq := int(it.ID) - 1
 			started[seq] = now
 			heap.Push(&busy, running{done: now + jobs[seq].Duration, seq: seq})
 			free--
