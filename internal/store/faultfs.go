@@ -17,15 +17,37 @@ type FaultFS struct {
 	syncs     atomic.Int64
 	dirSyncs  atomic.Int64
 	failSync  atomic.Bool
+	failSyncs atomic.Int64 // the next fsyncs to fail, one by one
 	failWrite atomic.Bool
 }
 
 // FailSync makes every later fsync fail (or succeed again, with false).
 func (f *FaultFS) FailSync(on bool) { f.failSync.Store(on) }
 
+// FailSyncs makes the next n fsyncs fail and those after them succeed, as
+// Linux reports a writeback error to one fsync and not again.
+func (f *FaultFS) FailSyncs(n int) { f.failSyncs.Store(int64(n)) }
+
+// syncFails reports whether this fsync is to fail.
+func (f *FaultFS) syncFails() bool {
+	if f.failSync.Load() {
+		return true
+	}
+	for {
+		n := f.failSyncs.Load()
+		if n <= 0 {
+			return false
+		}
+		if f.failSyncs.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
 // FailWrite makes every later write, and every allocation of a new
 // segment's space, fail with ENOSPC, as a full disk does (or succeed
-// again).
+// again). A write that fails writes the first half of its bytes, as one
+// that fills the disk writes what fits.
 func (f *FaultFS) FailWrite(on bool) { f.failWrite.Store(on) }
 
 // Syncs is the number of fsyncs so far.
@@ -37,7 +59,7 @@ func (f *FaultFS) DirSyncs() int64 { return f.dirSyncs.Load() }
 // SyncDir implements FS, failing as fsyncs do.
 func (f *FaultFS) SyncDir(name string) error {
 	f.dirSyncs.Add(1)
-	if f.failSync.Load() {
+	if f.syncFails() {
 		return fmt.Errorf("fsync %s: %w", name, syscall.EIO)
 	}
 	return f.osFS.SyncDir(name)
@@ -59,7 +81,11 @@ type faultFile struct {
 
 func (f *faultFile) WriteAt(b []byte, off int64) (int, error) {
 	if f.fs.failWrite.Load() {
-		return 0, fmt.Errorf("write %s: %w", f.Name(), syscall.ENOSPC)
+		n, err := f.osFile.WriteAt(b[:len(b)/2], off)
+		if err == nil {
+			err = fmt.Errorf("write %s: %w", f.Name(), syscall.ENOSPC)
+		}
+		return n, err
 	}
 	return f.osFile.WriteAt(b, off)
 }
@@ -73,7 +99,7 @@ func (f *faultFile) Preallocate(size int64) error {
 
 func (f *faultFile) Sync() error {
 	f.fs.syncs.Add(1)
-	if f.fs.failSync.Load() {
+	if f.fs.syncFails() {
 		return fmt.Errorf("fsync %s: %w", f.Name(), syscall.EIO)
 	}
 	return f.osFile.Sync()

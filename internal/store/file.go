@@ -171,6 +171,11 @@ type FileStore struct {
 	segs     []uint64         // segment numbers on disk, oldest first (guarded by mu)
 	segBytes map[uint64]int64 // bytes of records in each segment but the head (guarded by mu)
 	headSize int64            // the head's records as Replay found them
+	// The end of the last round whose records were answered (synced with
+	// fsync always, written with an interval): where a failed round's
+	// records are cut back to (see cutBack).
+	okSeg uint64
+	okOff int64
 	spare    []byte
 	done     chan struct{}
 }
@@ -433,6 +438,7 @@ func (s *FileStore) openHead() error {
 		return fmt.Errorf("store: sync data directory: %w", err)
 	}
 	s.seg, s.segN, s.segSize = f, n, s.headSize
+	s.okSeg, s.okOff = n, s.headSize
 	s.mu.Lock()
 	s.started = true
 	s.mu.Unlock()
@@ -710,6 +716,12 @@ func (s *FileStore) flush() {
 			s.err = fmt.Errorf("store: log write failed, nothing more is accepted until restart: %w", err)
 			s.log.Error("store: log write failed", "err", err)
 			s.waits = nil
+			s.mu.Unlock()
+			cerr := s.cutBack()
+			s.mu.Lock()
+			if cerr != nil {
+				s.log.Error("store: the records of the failed write could not be cut from the log; a restart may bring back appends that were answered with an error", "err", cerr)
+			}
 		} else {
 			if sync {
 				s.synced = upto
@@ -718,6 +730,9 @@ func (s *FileStore) flush() {
 				s.durable = s.synced
 			} else {
 				s.durable = upto
+			}
+			if sync || !always {
+				s.okSeg, s.okOff = s.segN, s.segSize
 			}
 			n := len(s.waits)
 			s.waits = slices.DeleteFunc(s.waits, func(p Pos) bool { return p <= s.durable })
@@ -738,6 +753,51 @@ func (s *FileStore) flush() {
 			runtime.Gosched()
 		}
 	}
+}
+
+// cutBack takes out of the log what was written after the last answered
+// round, once a write or an fsync has failed: those appends were answered
+// with an error, and a restart must not bring them back from the page
+// cache (after a failed fsync the kernel may still hold the pages, and
+// keep them only until it evicts them) or from a part of a short write.
+// Segments a failed round started are emptied, and the segment the
+// answered records end in is truncated there and synced; a truncation is
+// a change of the file's size, which an fsync that failed for the data
+// itself may still make durable. The flusher calls it once, as it stops.
+func (s *FileStore) cutBack() error {
+	s.mu.Lock()
+	later := slices.DeleteFunc(slices.Clone(s.segs), func(n uint64) bool { return n <= s.okSeg })
+	s.mu.Unlock()
+	var errs []error
+	for _, n := range later {
+		if n == s.segN && s.seg != nil {
+			continue // the head: below
+		}
+		if err := s.truncate(s.segPath(n), 0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	switch {
+	case s.seg == nil:
+		errs = append(errs, s.truncate(s.segPath(s.okSeg), s.okOff))
+	case s.segN == s.okSeg:
+		errs = append(errs, s.cutHead(s.okOff))
+	default:
+		errs = append(errs, s.cutHead(0), s.truncate(s.segPath(s.okSeg), s.okOff))
+	}
+	return errors.Join(errs...)
+}
+
+// cutHead truncates the head segment to size and syncs it.
+func (s *FileStore) cutHead(size int64) error {
+	if err := s.seg.Truncate(size); err != nil {
+		return fmt.Errorf("store: truncate segment %d: %w", s.segN, err)
+	}
+	if err := s.seg.Sync(); err != nil {
+		return fmt.Errorf("store: sync segment %d: %w", s.segN, err)
+	}
+	s.segSize = min(s.segSize, size)
+	return nil
 }
 
 // gather waits, with mu held, until n waiters wait, for at most d, or
