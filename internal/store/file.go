@@ -176,8 +176,8 @@ type FileStore struct {
 	// records are cut back to (see cutBack).
 	okSeg uint64
 	okOff int64
-	spare    []byte
-	done     chan struct{}
+	spare []byte
+	done  chan struct{}
 }
 
 type pending struct {
