@@ -415,5 +415,28 @@ func TestRecoveryDeadLettersALastAttemptInFlight(t *testing.T) {
 		if q, _ := r.Queue("q"); q.Ready != 0 {
 			t.Fatalf("%d jobs ready after recovery, want none", q.Ready)
 		}
+
+		// The recovery logged its conclusion: another restart half a minute
+		// later (within the lease) finds the first job dead since the first
+		// recovery, and dead-letters the second, in flight on its last
+		// attempt now.
+		diedAt := dead[0].DeadAt
+		clk.Advance(30 * time.Second)
+		crash(r)
+		r2 := durable(t, st, clk, Config{})
+		dead, err = r2.DeadLetters("q", 0)
+		if err != nil || len(dead) != 2 {
+			t.Fatalf("dead letters after a second recovery: %+v, %v; want 2", dead, err)
+		}
+		byID := map[string]DeadLetter{}
+		for _, d := range dead {
+			byID[d.ID] = d
+		}
+		if d := byID[first.ID]; !d.DeadAt.Equal(diedAt) || !strings.Contains(d.Reason, "attempt 2 of 2") {
+			t.Errorf("after a second recovery %s died at %v (%q), want %v, as the first recovery found", first.ID, d.DeadAt, d.Reason, diedAt)
+		}
+		if d := byID[second.ID]; !d.DeadAt.Equal(clk.Now()) || !strings.Contains(d.Reason, "attempt 2 of 2") {
+			t.Errorf("after a second recovery %s died at %v (%q), want now", second.ID, d.DeadAt, d.Reason)
+		}
 	})
 }

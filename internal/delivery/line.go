@@ -1116,7 +1116,9 @@ func takeSpare[T any](spare *[]*T) *T {
 // line (ready, or delayed and due by now), delayed until its due time, or
 // dead. reset marks a job to classify afresh at its next push (a requeued
 // dead letter, or one out of line when its queue was redeclared). Restore
-// writes no records; jobs must come in the line's order (by Seq).
+// writes no records but one: the dead record of a job it dead-letters
+// because it was in flight on its last attempt. Jobs must come in the
+// line's order (by Seq).
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
 		names:     l.intern(Names{sj.Producer, sj.JobType}),
@@ -1146,10 +1148,14 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		// job has attempts left otherwise): no ack can come for that
 		// delivery, and a lease that ends on the last attempt dead-letters
 		// its job, so this one is too rather than run past its attempts.
-		// Not logged (Restore writes nothing): each restart until the next
-		// checkpoint concludes the same.
+		// The one record Restore writes: a later restart finds the job
+		// dead, with this reason and time, rather than concluding it again.
 		l.Stats.DeadLettered++
-		l.markDead(j, now, fmt.Sprintf("lease lost when the broker stopped (attempt %d of %d)", j.attempt, j.MaxAttempts))
+		reason := fmt.Sprintf("lease lost when the broker stopped (attempt %d of %d)", j.attempt, j.MaxAttempts)
+		l.markDead(j, now, reason)
+		l.Quiet = quiet
+		l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID(), Reason: reason, At: now} })
+		l.Quiet = true
 	case sj.State == store.Ready, sj.State == store.Delayed && !sj.Until.After(now):
 		// Jobs come in the line's order (by Seq), so each keeps its place.
 		if j.is(flagScheduled) {
