@@ -1154,7 +1154,9 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		reason := fmt.Sprintf("lease lost when the broker stopped (attempt %d of %d)", j.attempt, j.MaxAttempts)
 		l.markDead(j, now, reason)
 		l.Quiet = quiet
-		l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID(), Reason: reason, At: now} })
+		l.log(func(r *store.Record) {
+			*r = store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID(), Reason: reason, At: now}
+		})
 		l.Quiet = true
 	case sj.State == store.Ready, sj.State == store.Delayed && !sj.Until.After(now):
 		// Jobs come in the line's order (by Seq), so each keeps its place.
