@@ -135,7 +135,11 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *hold {
 		holding = "on"
 	}
-	fmt.Fprintf(stdout, "harbinger sidecar: gRPC on %s, metrics on %s, id %s, holding long messages %s\n", s.Addr(), s.HTTPAddr(), s.ID(), holding)
+	metrics := "metrics on " + s.HTTPAddr()
+	if s.HTTPAddr() == "" {
+		metrics = "metrics off"
+	}
+	fmt.Fprintf(stdout, "harbinger sidecar: gRPC on %s, %s, id %s, holding long messages %s\n", s.Addr(), metrics, s.ID(), holding)
 	log.Info("harbinger sidecar: serving", "grpc", s.Addr(), "http", s.HTTPAddr(), "id", s.ID(), "hold", *hold)
 	<-ctx.Done()
 	return s.Close()

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"strings"
@@ -26,6 +27,33 @@ func TestSidecarRefusesExposureWithoutAuthAndTLS(t *testing.T) {
 	err := runSidecar(t.Context(), []string{"-grpc-addr", "0.0.0.0:0", "-http-addr", "off", "-amqp-url", "-"}, &stderr, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "beyond loopback") {
 		t.Fatalf("a sidecar on every interface without TLS or tokens: %v", err)
+	}
+}
+
+// The line a sidecar prints when it is up says where it listens, and that
+// its metrics are off when -http-addr is off.
+func TestSidecarSaysWhereItListens(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ http, want string }{
+		{"off", "metrics off,"},
+		{"127.0.0.1:0", "metrics on 127.0.0.1:"},
+	} {
+		ctx, cancel := context.WithCancel(t.Context())
+		r, w := io.Pipe()
+		done := make(chan error, 1)
+		go func() {
+			done <- runSidecar(ctx, []string{"-grpc-addr", "127.0.0.1:0", "-http-addr", tc.http, "-amqp-url", "-"}, w, io.Discard)
+			w.Close()
+		}()
+		line, err := bufio.NewReader(r).ReadString('\n')
+		cancel()
+		go io.Copy(io.Discard, r)
+		if err := <-done; err != nil {
+			t.Fatalf("-http-addr %s: %v", tc.http, err)
+		}
+		if err != nil || !strings.HasPrefix(line, "harbinger sidecar: gRPC on 127.0.0.1:") || !strings.Contains(line, tc.want) {
+			t.Errorf("-http-addr %s: the sidecar said %q (%v), want %q in it", tc.http, line, err, tc.want)
+		}
 	}
 }
 
