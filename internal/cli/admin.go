@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -159,7 +161,26 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer c.Close()
-	return adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, confirm: *confirm, force: *force, json: *asJSON, out: stdout})
+	tlsOnOurs := *tlsOn || *tlsCA != "" || *tlsCert != ""
+	return tlsHint(adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, confirm: *confirm, force: *force, json: *asJSON, out: stdout}), tlsOnOurs)
+}
+
+// tlsHint adds to a connection error what most often causes it: a client
+// and a broker that disagree on TLS. A TLS broker closes a plaintext
+// connection before its HTTP/2 preface; a plaintext broker answers a TLS
+// handshake with something that is not one.
+func tlsHint(err error, tlsOn bool) error {
+	if err == nil || status.Code(err) != codes.Unavailable {
+		return err
+	}
+	msg := status.Convert(err).Message()
+	switch {
+	case !tlsOn && strings.Contains(msg, "server preface"):
+		return fmt.Errorf("%w (the broker closed the connection at once: if it serves TLS, add -tls, with -tls-ca for a private CA)", err)
+	case tlsOn && strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return fmt.Errorf("%w (the broker does not serve TLS: drop -tls and the -tls-* flags)", err)
+	}
+	return err
 }
 
 func envOr(name, def string) string {

@@ -271,8 +271,12 @@ func TestAdminTLSAndToken(t *testing.T) {
 	if _, err := admin(t, l.grpc, append(tlsArgs, "-token", "not-a-token", "queues")...); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
 		t.Errorf("a wrong token: %v, want Unauthenticated", err)
 	}
-	if _, err := admin(t, l.grpc, "-timeout", "2s", "-token", toks["ops"], "queues"); err == nil {
-		t.Error("admin without TLS got in to a TLS broker")
+	if _, err := admin(t, l.grpc, "-timeout", "2s", "-token", toks["ops"], "queues"); err == nil || !strings.Contains(err.Error(), "add -tls") {
+		t.Errorf("admin without TLS against a TLS broker: %v, want a hint to add -tls", err)
+	}
+	plain := startLive(t, ServeConfig{})
+	if _, err := admin(t, plain.grpc, "-timeout", "2s", "-tls", "queues"); err == nil || !strings.Contains(err.Error(), "does not serve TLS") {
+		t.Errorf("admin with TLS against a plaintext broker: %v, want a hint to drop -tls", err)
 	}
 	if _, err := admin(t, l.grpc, "-tls-cert", certs.ClientCert, "queues"); err == nil || !strings.Contains(err.Error(), "go together") {
 		t.Errorf("-tls-cert without -tls-key: %v", err)
