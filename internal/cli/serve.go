@@ -432,16 +432,19 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	if err != nil {
 		return err
 	}
-	gopts := server.ServerOptions(bcfg)
+	var gopts []grpc.ServerOption
+	if tokens != nil {
+		// First, so that a request is authenticated before anything else
+		// looks at it.
+		gopts = append(gopts, server.AuthOptions(tokens)...)
+	}
+	gopts = append(gopts, server.ServerOptions(bcfg)...)
 	if certs != nil {
 		tc, err := certs.Config("h2")
 		if err != nil {
 			return err
 		}
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
-	}
-	if tokens != nil {
-		gopts = append(gopts, server.AuthOptions(tokens)...)
 	}
 	glis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {

@@ -86,6 +86,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		gopts = append(gopts, server.AuthOptions(tokens)...)
 	}
+	gopts = append(gopts, server.UTF8Options()...)
 	if *maxPriority < 1 || *maxPriority > 255 {
 		return fmt.Errorf("--max-priority must be 1 to 255, got %d", *maxPriority)
 	}

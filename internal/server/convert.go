@@ -34,6 +34,9 @@ func fromMessage(i int, m *pb.Message, bm *broker.Message) error {
 	if m == nil {
 		return invalidArg("messages[%d] is empty", i)
 	}
+	if paths := badUTF8(m); paths != "" {
+		return utf8Error(paths)
+	}
 	ttl, err := duration("ttl", m.Ttl)
 	if err != nil {
 		return err

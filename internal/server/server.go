@@ -120,10 +120,13 @@ const (
 // ServerOptions are the gRPC options the broker's limits call for: a
 // receive limit large enough for a full-size payload and its envelope, a
 // send limit that lets any delivery and any publish answer out, and static
-// flow-control windows large enough for a full-size request.
+// flow-control windows large enough for a full-size request, and a
+// decoding that answers a string that is not UTF-8 with InvalidArgument
+// and the field's name (see requestCodec; its interceptors run after those
+// of options given before these).
 func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 	l := Limits(cfg)
-	return []grpc.ServerOption{
+	return append(UTF8Options(), []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(l.MaxRequestBytes)),
 		grpc.MaxSendMsgSize(sendLimit(cfg)),
 		// One write buffer per connection, shared by its streams, and a
@@ -140,7 +143,7 @@ func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 		// drops one that does not answer, with its consumers.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
-	}
+	}...)
 }
 
 // MinPingInterval is how often a client may ping the broker (gRPC's
