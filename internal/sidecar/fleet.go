@@ -28,6 +28,15 @@ import (
 // sidecar has adopted, and a sidecar drops its adoption of an id another
 // live sidecar with a smaller id has adopted too.
 //
+// An adoption is kept by id only while it may still change: once held for
+// FoldAfter expiries with no live peer reporting the same id, its nets are
+// folded into the sidecar's inherited nets, which it reports with its own
+// and which carry no id. Every restart of a sidecar is a new id, so without
+// the fold a long-lived fleet would carry every id that ever died (and
+// peers ignore a report listing more than MaxFleetPeers). The cost: a
+// sidecar silent for longer than that and then back with the same id (a
+// paused process; a restarted one has a new id) is counted twice.
+//
 // Fleet is pure: every method takes now, it starts nothing and does no
 // I/O. It is safe for concurrent use (the share's consumer updates it while
 // predictions read it).
@@ -37,7 +46,10 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	peers   map[string]*peerReport
-	adopted map[string]map[string]time.Duration // dead peer id -> its last nets, by queue
+	adopted map[string]adoption // dead peer id -> its last nets
+	// inherited are the nets of adoptions folded in (see FoldAfter), by
+	// queue: this sidecar's to report for good, as its own.
+	inherited map[string]time.Duration
 	// orphans are the last nets of dead peers this sidecar left to a live
 	// sidecar with a smaller id, until that one reports adopting them or
 	// this one becomes the smallest live: a smaller peer that dies before
@@ -45,6 +57,17 @@ type Fleet struct {
 	// otherwise take them with it.
 	orphans map[string]map[string]time.Duration
 }
+
+// adoption is a dead peer's last nets, by queue, and when this sidecar
+// took them.
+type adoption struct {
+	nets  map[string]time.Duration
+	since time.Time
+}
+
+// FoldAfter is how many expiries an adoption is kept by id before it is
+// folded into the inherited nets.
+const FoldAfter = 10
 
 // peerReport is the latest report of one peer.
 type peerReport struct {
@@ -70,7 +93,8 @@ type queueTotals struct {
 // its latest report is older than expiry.
 func NewFleet(self string, expiry time.Duration) *Fleet {
 	return &Fleet{self: self, expiry: expiry, peers: make(map[string]*peerReport),
-		adopted: make(map[string]map[string]time.Duration), orphans: make(map[string]map[string]time.Duration)}
+		adopted: make(map[string]adoption), inherited: make(map[string]time.Duration),
+		orphans: make(map[string]map[string]time.Duration)}
 }
 
 // MaxFleetPeers bounds the peers a sidecar keeps reports of: the ids
@@ -118,8 +142,9 @@ func (f *Fleet) Update(from string, now time.Time, r backlogReport) {
 // Expire declares dead every peer whose latest report is older than the
 // expiry at now. This sidecar adopts a dead peer's nets when its own id is
 // the smallest among the live sidecars it knows, then or later: until a
-// sidecar with a smaller id reports adopting them, or dies too; it returns
-// the ids that died.
+// sidecar with a smaller id reports adopting them, or dies too. Adoptions
+// held for FoldAfter expiries that no live peer reports are folded into
+// the inherited nets. It returns the ids that died.
 func (f *Fleet) Expire(now time.Time) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -147,11 +172,32 @@ func (f *Fleet) Expire(now time.Time) []string {
 	}
 	if len(f.orphans) > 0 && f.smallestLive() {
 		for id, nets := range f.orphans {
-			f.adopted[id] = nets
+			f.adopted[id] = adoption{nets: nets, since: now}
 		}
 		clear(f.orphans)
 	}
+	for id, a := range f.adopted {
+		if now.Sub(a.since) > FoldAfter*f.expiry && !f.adoptedByPeer(id) {
+			for q, n := range a.nets {
+				if _, ok := f.inherited[q]; ok || len(f.inherited) < rabbitmq.DefaultMaxQueues {
+					f.inherited[q] += n
+				}
+			}
+			delete(f.adopted, id)
+		}
+	}
 	return dead
+}
+
+// adoptedByPeer reports whether a live peer's latest report lists id as
+// adopted. f.mu is held.
+func (f *Fleet) adoptedByPeer(id string) bool {
+	for _, p := range f.peers {
+		if p.adopted[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // smallestLive reports whether self has the smallest id of the live
@@ -166,7 +212,8 @@ func (f *Fleet) smallestLive() bool {
 }
 
 // Backlog implements rabbitmq.Peers: the live peers' net work and
-// handlers for queue, plus the nets this sidecar adopted. A peer that has
+// handlers for queue, plus the nets this sidecar adopted and inherited. A
+// peer that has
 // not been expired yet counts even if its report is stale; the sidecar
 // calls Expire on every report tick.
 func (f *Fleet) Backlog(queue string) (time.Duration, int) {
@@ -179,14 +226,16 @@ func (f *Fleet) Backlog(queue string) (time.Duration, int) {
 		net += t.Net
 		consumers += t.Consumers
 	}
-	for _, nets := range f.adopted {
-		net += nets[queue]
+	for _, a := range f.adopted {
+		net += a.nets[queue]
 	}
+	net += f.inherited[queue]
 	return net, consumers
 }
 
 // Report builds this sidecar's report from its own totals and seq: the
-// nets it adopted are added to its own, so the peers count them too.
+// nets it adopted and inherited are added to its own, so the peers count
+// them too.
 func (f *Fleet) Report(seq uint64, own map[string]rabbitmq.QueueTotals) backlogReport {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -194,18 +243,25 @@ func (f *Fleet) Report(seq uint64, own map[string]rabbitmq.QueueTotals) backlogR
 	for q, t := range own {
 		r.Queues[q] = queueTotals{Net: int64(t.Net), Consumers: t.Consumers}
 	}
-	for id, nets := range f.adopted {
+	add := func(q string, n time.Duration) {
+		t := r.Queues[q]
+		t.Net += int64(n)
+		r.Queues[q] = t
+	}
+	for id, a := range f.adopted {
 		r.Adopted = append(r.Adopted, id)
-		for q, n := range nets {
-			t := r.Queues[q]
-			t.Net += int64(n)
-			r.Queues[q] = t
+		for q, n := range a.nets {
+			add(q, n)
 		}
+	}
+	for q, n := range f.inherited {
+		add(q, n)
 	}
 	return r
 }
 
-// Peers returns the ids of the live peers and of the dead ones adopted.
+// Peers returns the numbers of live peers and of dead ones adopted and not
+// yet folded in.
 func (f *Fleet) Peers() (live, adopted int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -208,6 +208,62 @@ func TestFleetDoubleAdoption(t *testing.T) {
 	}
 }
 
+// A fleet whose sidecars restart for ever (each start a new id) keeps its
+// reports small: an adoption is folded into the adopter's inherited nets
+// once old, so the list of adopted ids stays at the ids that died lately,
+// far under the MaxFleetPeers past which peers would ignore the report,
+// and every dead sidecar's work still counts once, at every sidecar.
+func TestFleetFoldsOldAdoptions(t *testing.T) {
+	t.Parallel()
+	const expiry, step, restarts = time.Second, 250 * time.Millisecond, 3 * MaxFleetPeers
+	a, b := NewFleet("a", expiry), NewFleet("b", expiry)
+	now := time.Unix(1000, 0)
+	var seq uint64
+	var want time.Duration
+	most := 0
+	for i := range restarts {
+		now = now.Add(step)
+		// Sidecar i starts, reports its net once and dies.
+		id := fmt.Sprintf("p%05d", i)
+		net := time.Duration(1+i%7) * time.Millisecond
+		want += net
+		r := backlogReport{Seq: 1, Queues: map[string]queueTotals{"jobs": {Net: int64(net), Consumers: 1}}}
+		a.Update(id, now, r)
+		b.Update(id, now, r)
+		a.Expire(now)
+		b.Expire(now)
+		seq++
+		ra, rb := a.Report(seq, nil), b.Report(seq, nil)
+		b.Update("a", now, ra)
+		a.Update("b", now, rb)
+		most = max(most, len(ra.Adopted))
+	}
+	// Every sidecar has died by the expiry after the last start, and its
+	// adoption is folded FoldAfter expiries later.
+	for range int((FoldAfter + 4) * expiry / step) {
+		now = now.Add(step)
+		a.Expire(now)
+		b.Expire(now)
+		seq++
+		b.Update("a", now, a.Report(seq, nil))
+		a.Update("b", now, b.Report(seq, nil))
+	}
+	if limit := int((FoldAfter*expiry+2*expiry)/step) + 1; most > limit {
+		t.Errorf("a's report listed up to %d adopted ids, want at most %d (those of the last %v)", most, limit, FoldAfter*expiry)
+	}
+	if live, adopted := a.Peers(); live != 1 || adopted != 0 {
+		t.Errorf("a knows %d live peers and %d adoptions, want b and none left unfolded", live, adopted)
+	}
+	for name, f := range map[string]*Fleet{"a": a, "b": b} {
+		if got, consumers := f.Backlog("jobs"); got != want || consumers != 0 {
+			t.Errorf("%s counts %v of the dead sidecars' work and %d handlers, want %v and none", name, got, consumers, want)
+		}
+	}
+	if _, n := b.Peers(); n != 0 {
+		t.Errorf("b adopted %d, want none: a has the smaller id", n)
+	}
+}
+
 // Stale and foreign reports are ignored.
 func TestFleetIgnoresOldReports(t *testing.T) {
 	t.Parallel()
