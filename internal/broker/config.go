@@ -78,8 +78,9 @@ type Config struct {
 	MaxDeadLetters int `yaml:"max_dead_letters"`
 	// MaxBytes bounds the memory the broker's jobs take, across every queue
 	// and every state (ready, delayed, in flight, dead-lettered): a job
-	// counts its payload, headers and names plus a fixed 256 bytes from
-	// publish until it is acked, purged or dropped. A publish that would
+	// counts its payload, headers and names plus a fixed estimate of the
+	// job itself (msgOverhead, 208 bytes) from publish until it is acked,
+	// purged or dropped. A publish that would
 	// pass it is refused with ErrOverBudget.
 	MaxBytes int64 `yaml:"max_bytes"`
 	// MaxUniqueKeys bounds each queue's index of unique keys whose window

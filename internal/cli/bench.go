@@ -27,6 +27,7 @@ func benchUsage(w io.Writer) {
 	fmt.Fprintln(w, "\n  flow  replay a workload through every broker and policy; the pre-registered scheduling comparison")
 	fmt.Fprintln(w, "  cost  peak delivery rate, latency at a fixed rate and broker CPU per message with empty handlers; the broker-cost comparison (--arms durable: the durable one)")
 	fmt.Fprintln(w, "\nRabbitMQ: HARBINGER_AMQP_URL (default "+redacted(bench.DefaultAMQPURL)+"; bench flow --rabbitmq-cluster N starts a cluster of its own instead); Redis: HARBINGER_REDIS_ADDR (default "+bench.DefaultRedisAddr+").")
+	fmt.Fprintln(w, "NATS: HARBINGER_NATS_SERVER, a nats-server binary to start (default: one built with go install, cached); HARBINGER_BIN, the harbinger binary the out-of-process arms start (default: this one).")
 }
 
 func redacted(s string) string { return strings.Replace(s, "guest:guest@", "guest:***@", 1) }
@@ -62,7 +63,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func defaultOut(t time.Time) string { return "bench-out/" + t.Format("20060102-150405") }
 
 func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--rabbitmq-cluster N] [--harbinger-in-process|--harbinger-durable] [--out DIR] [--json]", stderr)
+	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--rabbitmq-cluster N] [--harbinger-in-process|--harbinger-durable] [--out DIR] [--json] [flags]", stderr)
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
 	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.FlowArms), ","), "comma-separated arms")
@@ -145,7 +146,7 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench cost", "bench cost [--duration 30s] [--warmup 5s] [--reps 5] [--rate 5000] [--arms registered|durable|unary|a,b,...] [--memory-jobs N] [--data-dir DIR] [--out DIR] [--json]", stderr)
+	fs := newFlags("bench cost", "bench cost [--duration 30s] [--warmup 5s] [--reps 5] [--rate 5000] [--arms registered|durable|unary|a,b,...] [--memory-jobs N] [--memory-only] [--data-dir DIR] [--out DIR] [--json] [flags]", stderr)
 	dur := fs.Duration("duration", bench.DefaultCostDuration, "timed window of each run")
 	warm := fs.Duration("warmup", bench.DefaultCostWarmup, "untimed warm-up before each timed window")
 	reps := fs.Int("reps", bench.DefaultCostReps, "repetitions; arms run interleaved within each")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -16,9 +18,13 @@ import (
 // in the YAML file at path (keys are flag names, dashes or underscores;
 // unknown keys are errors), the conventions serve follows: flag, then
 // environment, then file, then default.
+//
+// A flag kept under an old name as well (the same variable, its usage
+// "old name of -NEW") is one setting: given on the command line under
+// either name it takes neither's environment variable or key; else the
+// new name's variable, then the old's, then the new name's key, then the
+// old's.
 func applyEnvAndFile(fs *flag.FlagSet, getenv func(string) string, path string) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var file map[string]any
 	if path != "" {
 		data, err := os.ReadFile(path)
@@ -35,25 +41,68 @@ func applyEnvAndFile(fs *flag.FlagSet, getenv func(string) string, path string) 
 			}
 		}
 	}
-	var err error
+	// The settings: each flag with its old names after it.
+	var settings [][]*flag.Flag
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || set[f.Name] || f.Name == "config" {
+		if f.Name == "config" || strings.HasPrefix(f.Usage, "old name of -") {
 			return
 		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s: %v", envName(f.Name), e)
+		s := []*flag.Flag{f}
+		fs.VisitAll(func(o *flag.Flag) {
+			if o != f && sameVariable(o.Value, f.Value) {
+				s = append(s, o)
 			}
-			return
-		}
-		for _, k := range []string{f.Name, strings.ReplaceAll(f.Name, "-", "_")} {
-			if v, ok := file[k]; ok {
-				if e := fs.Set(f.Name, fmt.Sprint(v)); e != nil {
-					err = fmt.Errorf("config file %s: %s: %v", path, k, e)
-				}
-				return
-			}
-		}
+		})
+		settings = append(settings, s)
 	})
-	return err
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, s := range settings {
+		if slices.ContainsFunc(s, func(f *flag.Flag) bool { return set[f.Name] }) {
+			continue
+		}
+		if done, err := applyFrom(fs, s, func(f *flag.Flag) (string, string, bool) {
+			v := getenv(envName(f.Name))
+			return v, envName(f.Name), v != ""
+		}); done || err != nil {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := applyFrom(fs, s, func(f *flag.Flag) (string, string, bool) {
+			for _, k := range []string{f.Name, strings.ReplaceAll(f.Name, "-", "_")} {
+				if v, ok := file[k]; ok {
+					return fmt.Sprint(v), "config file " + path + ": " + k, true
+				}
+			}
+			return "", "", false
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sameVariable reports whether a and b are flags on one variable (the
+// flag package's values are pointers to it; any other kind never is).
+func sameVariable(a, b flag.Value) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.Kind() == reflect.Pointer && vb.Kind() == reflect.Pointer && va.Type() == vb.Type() && va.Pointer() == vb.Pointer()
+}
+
+// applyFrom sets the setting s from the first of its names that source
+// has a value for, and reports whether one had.
+func applyFrom(fs *flag.FlagSet, s []*flag.Flag, source func(*flag.Flag) (v, where string, ok bool)) (bool, error) {
+	for _, f := range s {
+		v, where, ok := source(f)
+		if !ok {
+			continue
+		}
+		if err := fs.Set(s[0].Name, v); err != nil {
+			return true, fmt.Errorf("%s: %v", where, err)
+		}
+		return true, nil
+	}
+	return false, nil
 }

@@ -44,3 +44,41 @@ func TestApplyEnvAndFile(t *testing.T) {
 		t.Fatal("a bad environment value was accepted")
 	}
 }
+
+// A flag kept under an old name is one setting: given on the command line
+// under either name it wins over the environment and the file under
+// either name; otherwise the new name's variable and key come first.
+func TestApplyEnvAndFileOldNames(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "sidecar.yaml")
+	if err := os.WriteFile(path, []byte("grpc_addr: file-new\nlisten: file-old\nhttp: file-old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		grpc, web string
+	}{
+		{"new flag over the old name's variable", []string{"-grpc-addr", "flag"}, map[string]string{"HARBINGER_LISTEN": "env"}, "flag", "file-old"},
+		{"old flag over the new name's key", []string{"-listen", "flag", "-http", "flag"}, nil, "flag", "flag"},
+		{"new variable before the old", nil, map[string]string{"HARBINGER_LISTEN": "env-old", "HARBINGER_GRPC_ADDR": "env-new"}, "env-new", "file-old"},
+		{"old variable before any key", nil, map[string]string{"HARBINGER_HTTP": "env-old"}, "file-new", "env-old"},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		grpcAddr := fs.String("grpc-addr", "default", "")
+		fs.StringVar(grpcAddr, "listen", "default", "old name of -grpc-addr")
+		httpAddr := fs.String("http-addr", "default", "")
+		fs.StringVar(httpAddr, "http", "default", "old name of -http-addr")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := applyEnvAndFile(fs, func(k string) string { return tc.env[k] }, path); err != nil {
+			t.Fatal(err)
+		}
+		if *grpcAddr != tc.grpc || *httpAddr != tc.web {
+			t.Errorf("%s: grpc %q, http %q; want %q, %q", tc.name, *grpcAddr, *httpAddr, tc.grpc, tc.web)
+		}
+	}
+}

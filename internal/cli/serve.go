@@ -260,7 +260,7 @@ var serveSettings = []setting{
 	{"tls-key", "PEM private key of -tls-cert", str(func(c *ServeConfig) *string { return &c.TLSKey })},
 	{"tls-client-ca", "PEM CA whose client certificates both ports require (mutual TLS)", str(func(c *ServeConfig) *string { return &c.TLSClientCA })},
 	{"tokens", "token file: every RPC, dashboard page and /metrics then asks for a token with the right scope (harbinger token makes them; SIGHUP reloads)", str(func(c *ServeConfig) *string { return &c.Tokens })},
-	{"insecure", "allow listening beyond loopback without TLS and auth", boolean(func(c *ServeConfig) *bool { return &c.Insecure })},
+	{"insecure", "allow listening beyond loopback without TLS and auth (and a dashboard without tokens to answer any host name)", boolean(func(c *ServeConfig) *bool { return &c.Insecure })},
 	{"cpuprofile", "write a CPU profile of the whole run to this file, closed at shutdown (for go tool pprof)", str(func(c *ServeConfig) *string { return &c.CPUProfile })},
 	{"prometheus-url", "a Prometheus linked from the dashboard for longer history", str(func(c *ServeConfig) *string { return &c.PrometheusURL })},
 	{"max-payload", "largest payload in bytes, at most 268435456; the gRPC limits and what clients are told (GetLimits) follow from it (default 1048576)", num(func(c *ServeConfig) *int { return &c.Broker.MaxPayload })},

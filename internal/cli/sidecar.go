@@ -26,7 +26,7 @@ func init() {
 const amqpURLEnv = "HARBINGER_AMQP_URL"
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sidecar", "sidecar [-config FILE] [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL[,URL...]] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-report-every D] [-backlog-expiry D] [-log-level L] [-log-format F]", stderr)
+	fs := newFlags("sidecar", "sidecar [-config FILE] [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL[,URL...]|-] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-report-every D] [-backlog-expiry D] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]] [-tokens FILE] [-insecure] [-log-level L] [-log-format F]", stderr)
 	defURL := os.Getenv(amqpURLEnv)
 	if defURL == "" {
 		defURL = sidecar.DefaultAMQPURL
@@ -48,8 +48,8 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tlsCert := fs.String("tls-cert", "", "PEM certificate the gRPC port serves TLS with (with -tls-key), as serve's")
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA whose client certificates are required (mutual TLS)")
-	tokensFile := fs.String("tokens", "", "token file: every Predictor call then asks for a token (publish to predict, consume to observe), as serve's")
-	insecureFlag := fs.Bool("insecure", false, "allow listening beyond loopback without TLS and auth")
+	tokensFile := fs.String("tokens", "", "token file: every Predictor call then asks for a token (publish to predict, consume to observe); read once at start (no SIGHUP reload: SIGHUP stops the sidecar)")
+	insecureFlag := fs.Bool("insecure", false, "allow the gRPC port beyond loopback without TLS and auth (the metrics port is never checked: it serves reads only, without TLS or tokens)")
 	configPath := fs.String("config", os.Getenv("HARBINGER_CONFIG"), "YAML file of settings, keys as the flags' names (env HARBINGER_CONFIG); every flag also reads HARBINGER_<FLAG>; precedence: flag, environment, file, default")
 	if err := parse(fs, args); err != nil {
 		return err

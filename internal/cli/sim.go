@@ -51,7 +51,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var tf traceFlags
 	tf.register(fs)
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
-	armsFlag := fs.String("arms", strings.Join(sim.StandardArms, ","), "comma-separated arms: "+strings.Join(sim.StandardArms, ", ")+", strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys, shadow")
+	armsFlag := fs.String("arms", strings.Join(sim.StandardArms, ","), "comma-separated arms: "+strings.Join(sim.StandardArms, ", ")+", strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys, shadow, or any policy name (serve -policy); predictive is the default policy (bounded), strict-aging the policy named predictive")
 	workers := fs.Int("workers", 0, "worker count (default: the workload's)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	var tune policyFlags
@@ -151,11 +151,11 @@ type policyFlags struct {
 }
 
 func (p *policyFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&p.tiers, "tiers", 0, "tier count of the learning arms (default 3)")
+	fs.IntVar(&p.tiers, "tiers", 0, "tier count of the learning arms (default 3; sjf and oracle-sjf keep their one)")
 	fs.StringVar(&p.stretch, "stretch", "", fmt.Sprintf("bounded policy: a long message's slack as a fraction of the wait FIFO would give it (default %g)", sched.DefaultStretch))
 	fs.StringVar(&p.othersStretch, "others-stretch", "", "bounded policy: bound the other (not long) messages too, with this slack as a fraction of the wait FIFO would give them (default: unbounded)")
 	fs.DurationVar(&p.minSlack, "min-slack", 0, fmt.Sprintf("bounded policy: slack every long message gets, as predicted work (default %v)", sched.DefaultMinSlack))
-	fs.DurationVar(&p.ageAfter, "age-after", 0, fmt.Sprintf("predictive and weighted policies: wait at a tier before aging lifts a message (default %v)", sched.DefaultAgeAfter))
+	fs.DurationVar(&p.ageAfter, "age-after", 0, fmt.Sprintf("the arms that age (strict-aging, weighted): wait at a tier before aging lifts a message (default %v)", sched.DefaultAgeAfter))
 	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
 	fs.BoolVar(&p.agingOff, "aging-off", false, "turn aging (and the bounded policy's bound) off")
 	fs.Float64Var(&p.longShare, "long-share", 0, fmt.Sprintf("bounded policy: the most expensive messages making up this share of recent predicted work are long and bounded (default %g; negative: none)", sched.DefaultLongShare))
@@ -178,7 +178,7 @@ func (p *policyFlags) apply(arms []sim.Arm) error {
 		if a.Options.StaticTiers != nil && a.Policy == "static" || a.Policy == "fifo" {
 			continue
 		}
-		if p.tiers > 0 {
+		if p.tiers > 0 && a.Options.Tiers != 1 { // sjf and oracle-sjf are one level by definition
 			a.Options.Tiers = p.tiers
 		}
 		if stretch != nil {

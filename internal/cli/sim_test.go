@@ -54,3 +54,26 @@ func TestSimHelpStatesPolicyDefaults(t *testing.T) {
 		}
 	}
 }
+
+// --tiers sets the learning arms' tiers and leaves the one-level arms
+// alone: oracle-sjf is the fixed reference the matrix measures against,
+// and a fourth tier would make it something else.
+func TestTiersFlagKeepsOneLevelArms(t *testing.T) {
+	t.Parallel()
+	var arms []sim.Arm
+	for _, name := range []string{"predictive", "strict-aging", "sjf", "oracle-sjf"} {
+		a, err := sim.ArmByName(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		arms = append(arms, a)
+	}
+	if err := (&policyFlags{tiers: 4}).apply(arms); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{4, 4, 1, 1} {
+		if got := arms[i].Options.Tiers; got != want {
+			t.Errorf("%s: %d tiers after --tiers 4, want %d", arms[i].Name, got, want)
+		}
+	}
+}
