@@ -236,7 +236,7 @@ func (it *Item) setState(f itemState, on bool) {
 	}
 }
 
-// pos is the item's FIFO position, valid while guardIn is guardFIFO.
+// pos is the item's FIFO position, valid while its guard is guardFIFO.
 func (it *Item) pos() float64 { return math.Float64frombits(uint64(it.guardAt)) }
 
 // setPos sets the item's FIFO position, in the word its deadline takes
@@ -312,7 +312,7 @@ type Scheduler struct {
 	due    itemHeap
 	ttl    itemHeap
 	n      int
-	seq    uint64 // the largest item ID pushed
+	maxID  uint64 // the largest item ID pushed
 	// expired holds items Pop found past their TTL and took out, in
 	// expiry order, until the next Expire reports them.
 	expired []*Item
@@ -429,10 +429,9 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		it.Cost = 0 // no work is less than none; FIFO positions only grow
 	}
 	if it.ID == 0 {
-		s.seq++
-		it.ID = s.seq
+		it.ID = s.maxID + 1
 	}
-	s.seq = max(s.seq, it.ID)
+	s.maxID = max(s.maxID, it.ID)
 	it.setQueued(true)
 	it.Tier = min(max(it.Tier, 0), int8(s.cfg.Levels-1))
 	it.setPromoted(false)

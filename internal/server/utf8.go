@@ -128,9 +128,10 @@ func fixUTF8(b []byte, md protoreflect.MessageDescriptor) ([]byte, []string, err
 		out = protowire.AppendTag(out, num, protowire.BytesType)
 		out = protowire.AppendBytes(out, v)
 	}
+	bad = dedupe(bad)
 	if len(bad) > 0 && !md.IsMapEntry() {
 		out = protowire.AppendTag(out, badUTF8Field, protowire.BytesType)
-		out = protowire.AppendString(out, strings.Join(dedupe(bad), ", "))
+		out = protowire.AppendString(out, strings.Join(bad, ", "))
 	}
 	return out, bad, nil
 }
