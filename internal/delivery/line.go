@@ -357,9 +357,9 @@ func (l *Line) push(j *Job, now time.Time) {
 		// Last pushed to another scheduler (the queue was redeclared while
 		// the job was out, or a dead letter is requeued): start afresh in
 		// this one, classified against what the queue knows now, keeping
-		// its id, FIFO position and expiry.
+		// its id and expiry; it joins at the back of the line.
 		l.reset(j)
-		j.item.ID = l.nextID() // and at the back of the line
+		j.item.ID = l.nextID()
 		l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
 	}
 	if err := l.sq.Push(&j.item, now); err != nil {
