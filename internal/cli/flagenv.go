@@ -61,13 +61,14 @@ func applyEnvAndFile(fs *flag.FlagSet, getenv func(string) string, path string) 
 		if slices.ContainsFunc(s, func(f *flag.Flag) bool { return set[f.Name] }) {
 			continue
 		}
-		if done, err := applyFrom(fs, s, func(f *flag.Flag) (string, string, bool) {
+		done, err := applyFrom(fs, s, func(f *flag.Flag) (string, string, bool) {
 			v := getenv(envName(f.Name))
 			return v, envName(f.Name), v != ""
-		}); done || err != nil {
-			if err != nil {
-				return err
-			}
+		})
+		if err != nil {
+			return err
+		}
+		if done {
 			continue
 		}
 		if _, err := applyFrom(fs, s, func(f *flag.Flag) (string, string, bool) {
