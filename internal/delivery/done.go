@@ -38,16 +38,17 @@ type doneEntry struct {
 	state    State
 }
 
-// add remembers j, which ended at now, dropping the oldest entry when the
-// ring is full; keep is the ring's size (0 keeps nothing).
-func (d *doneLog) add(keep int, j *Job, state State, took time.Duration, now time.Time) {
+// add remembers j, with its names, which ended at now, dropping the
+// oldest entry when the ring is full; keep is the ring's size (0 keeps
+// nothing).
+func (d *doneLog) add(keep int, j *Job, names *Names, state State, took time.Duration, now time.Time) {
 	if keep <= 0 {
 		return
 	}
 	if d.byID == nil {
 		d.byID = map[string]int32{}
 	}
-	e := doneEntry{id: strings.Clone(j.ID()), names: j.names, at: now.UnixNano(), took: int64(took),
+	e := doneEntry{id: strings.Clone(j.ID()), names: names, at: now.UnixNano(), took: int64(took),
 		attempts: int32(j.attempt), state: state}
 	if len(d.ring) < keep {
 		d.ring = append(d.ring, e)

@@ -23,9 +23,9 @@ func TestDoneLogAgainstModel(t *testing.T) {
 			switch op := rng.IntN(10); {
 			case op < 7:
 				n++
-				j := &Job{names: names, attempt: uint16(n % 4)}
+				j := &Job{attempt: uint16(n % 4)}
 				j.SetID(fmt.Sprintf("job-%d-ü", n))
-				d.add(keep, j, []State{Done, Cancelled}[n%2], time.Duration(n)*time.Millisecond, t0.Add(time.Duration(n)*time.Second))
+				d.add(keep, j, names, []State{Done, Cancelled}[n%2], time.Duration(n)*time.Millisecond, t0.Add(time.Duration(n)*time.Second))
 				kept = append(kept, j.ID())
 			case op < 9:
 				keep = rng.IntN(7) // 0 keeps nothing

@@ -22,14 +22,15 @@ type Job struct {
 	// The job's id, kept in the job itself rather than in a string of its
 	// own: ID returns a string that points here (see SetID).
 	id    [maxInlineID]byte
-	idLen uint8  // bytes of id in use; longID when the id is in opts
-	names *Names // interned by the Line: see Admit
+	idLen uint8 // bytes of id in use; longID when the id is among the options
+	// Who published it, what kind it is and the options it carries, one
+	// pointer for the three (see meta); nil for a job with none.
+	m *meta
 	// The payload as a pointer and a length rather than a slice: a slice's
 	// capacity is a word no job needs (see Payload).
 	payload    *byte
-	opts       *options // nil for a job with none (most): see SetOptions
-	payloadLen uint32   // a payload is far below 4 GiB (the broker's MaxPayloadLimit)
-	heapIdx    int32    // in the leases or delayed heap, -1 when in neither
+	payloadLen uint32 // a payload is far below 4 GiB (the broker's MaxPayloadLimit)
+	heapIdx    int32  // in the leases or delayed heap, -1 when in neither
 	// MaxAttempts is the deliveries the job may have; 0 takes the queue's
 	// default (the broker's limit is 10,000, SetMaxAttempts clamps).
 	MaxAttempts int16
@@ -44,7 +45,6 @@ type Job struct {
 
 	item      sched.Item // jobOf finds the job from it
 	published int64      // PublishedAt as Unix nanoseconds
-	enqueued  int64      // when it took its place in line (Unix nanoseconds)
 	// When a job's lease ends (in flight), when it is due (delayed) and
 	// when it died (dead) is kept in its item's parked word (see
 	// sched.Item.Parked), which the scheduler uses only while the job
@@ -104,31 +104,51 @@ func (j *Job) SetPayload(p []byte) {
 	j.payload, j.payloadLen = unsafe.SliceData(p), uint32(len(p))
 }
 
-// Names are who published a job and what kind it is. A Line keeps one
-// copy of each pair it sees (up to Config.MaxNames) and its jobs point at
-// it, so a job pays a pointer for both.
+// Names are who published a job and what kind it is.
 type Names struct {
 	Producer, JobType string
 }
 
+// meta is what a job says of itself besides its payload: its names and
+// its options. Most jobs carry no options, and the jobs of one producer
+// and job type that carry none share one meta, which their Line keeps
+// (up to Config.MaxNames of them; see Admit). A job with options has a
+// meta of its own. A meta is never changed once a job points at it:
+// setOptions makes a new one, so a shared meta is only ever read.
+type meta struct {
+	names Names
+	opts  options
+}
+
+// noOptions are the options of a job without a meta: read, never written.
+var noOptions options
+
+// opt is the job's options, to read.
+func (j *Job) opt() *options {
+	if j.m == nil {
+		return &noOptions
+	}
+	return &j.m.opts
+}
+
 // Producer is who published the job.
 func (j *Job) Producer() string {
-	if j.names == nil {
+	if j.m == nil {
 		return ""
 	}
-	return j.names.Producer
+	return j.m.names.Producer
 }
 
 // JobType is the job's kind, as its producer named it.
 func (j *Job) JobType() string {
-	if j.names == nil {
+	if j.m == nil {
 		return ""
 	}
-	return j.names.JobType
+	return j.m.names.JobType
 }
 
-// options are the settings a job may carry of its own. Most jobs carry
-// none, so they live apart and such a job pays one pointer for them.
+// options are the settings a job may carry of its own, in its meta. Most
+// jobs carry none.
 type options struct {
 	headers             map[string]string
 	ttl                 time.Duration
@@ -138,6 +158,14 @@ type options struct {
 	sized    bool
 	// An id too long to keep in the job (see SetID).
 	id string
+	// When it took its place in line, when that was not when it was
+	// published (Unix nanoseconds; 0 is the publish): a job published to
+	// run later, or a requeued dead letter (see setEnqueued).
+	enqueued int64
+}
+
+func (o *options) isZero() bool {
+	return len(o.headers) == 0 && o.ttl == 0 && o.retryBase == 0 && o.retryMax == 0 && !o.sized && o.id == "" && o.enqueued == 0
 }
 
 // maxInlineID is the longest id a job keeps in itself: the broker's are
@@ -156,10 +184,7 @@ func (j *Job) SetID(id string) {
 		j.dropLongID()
 		return
 	}
-	o := options{}
-	if j.opts != nil {
-		o = *j.opts
-	}
+	o := *j.opt()
 	o.id = id
 	j.setOptions(o)
 	j.idLen = longID
@@ -178,8 +203,8 @@ func (j *Job) SetIDBytes(id []byte) {
 
 // dropLongID forgets an id kept among the options.
 func (j *Job) dropLongID() {
-	if j.opts != nil && j.opts.id != "" {
-		o := *j.opts
+	if j.opt().id != "" {
+		o := *j.opt()
 		o.id = ""
 		j.setOptions(o)
 	}
@@ -189,7 +214,7 @@ func (j *Job) dropLongID() {
 // job (or its options), which it keeps alive.
 func (j *Job) ID() string {
 	if j.idLen == longID {
-		return j.opts.id
+		return j.m.opts.id
 	}
 	return unsafe.String(&j.id[0], int(j.idLen))
 }
@@ -197,32 +222,36 @@ func (j *Job) ID() string {
 // SetOptions sets the job's headers, TTL (0 takes the queue's default)
 // and retry backoff (0 takes the queue's). It keeps the size hint and id.
 func (j *Job) SetOptions(headers map[string]string, ttl, retryBase, retryMax time.Duration) {
-	o := options{headers: headers, ttl: ttl, retryBase: retryBase, retryMax: retryMax}
-	if j.opts != nil {
-		o.sizeHint, o.sized, o.id = j.opts.sizeHint, j.opts.sized, j.opts.id
-	}
+	o := *j.opt()
+	o.headers, o.ttl, o.retryBase, o.retryMax = headers, ttl, retryBase, retryMax
 	j.setOptions(o)
 }
 
-// setOptions keeps a copy of o apart, or nothing when o is all defaults
+// setOptions gives the job a meta of its own holding o and its names, or,
+// when o is all defaults, keeps the meta it has if that holds no options
 // (and then allocates nothing).
 func (j *Job) setOptions(o options) {
-	if len(o.headers) == 0 && o.ttl == 0 && o.retryBase == 0 && o.retryMax == 0 && !o.sized && o.id == "" {
-		j.opts = nil
-		return
+	var n Names
+	if j.m != nil {
+		n = j.m.names
 	}
-	j.opts = new(options)
-	*j.opts = o
+	if o.isZero() {
+		if n == (Names{}) {
+			j.m = nil
+			return
+		}
+		if j.m.opts.isZero() {
+			return
+		}
+	}
+	j.m = &meta{names: n, opts: o}
 }
 
 // SetSizeHint sets what the predictor's size bucket reads for the job. Set
 // Payload first: a hint equal to the payload's size (the broker's default)
 // costs the job nothing, any other takes a place among its options.
 func (j *Job) SetSizeHint(n uint64) {
-	o := options{}
-	if j.opts != nil {
-		o = *j.opts
-	}
+	o := *j.opt()
 	o.sizeHint, o.sized = n, n != uint64(j.payloadLen)
 	j.setOptions(o)
 }
@@ -230,44 +259,24 @@ func (j *Job) SetSizeHint(n uint64) {
 // SizeHint is what the predictor's size bucket reads: the payload's size
 // unless SetSizeHint said otherwise.
 func (j *Job) SizeHint() uint64 {
-	if j.opts != nil && j.opts.sized {
-		return j.opts.sizeHint
+	if o := j.opt(); o.sized {
+		return o.sizeHint
 	}
 	return uint64(j.payloadLen)
 }
 
 // Headers are the job's headers; the caller must not change them.
-func (j *Job) Headers() map[string]string {
-	if j.opts == nil {
-		return nil
-	}
-	return j.opts.headers
-}
+func (j *Job) Headers() map[string]string { return j.opt().headers }
 
 // TTL is the job's time to live once due; 0 is none.
-func (j *Job) TTL() time.Duration {
-	if j.opts == nil {
-		return 0
-	}
-	return j.opts.ttl
-}
+func (j *Job) TTL() time.Duration { return j.opt().ttl }
 
 // RetryBase and RetryMax are the job's own retry backoff; 0 takes the
 // queue's.
-func (j *Job) RetryBase() time.Duration {
-	if j.opts == nil {
-		return 0
-	}
-	return j.opts.retryBase
-}
+func (j *Job) RetryBase() time.Duration { return j.opt().retryBase }
 
 // RetryMax: see RetryBase.
-func (j *Job) RetryMax() time.Duration {
-	if j.opts == nil {
-		return 0
-	}
-	return j.opts.retryMax
-}
+func (j *Job) RetryMax() time.Duration { return j.opt().retryMax }
 
 // jobOf is the job whose scheduler item it is. Every item a Line pushes
 // is the item field of a Job, so the job starts that field's offset before
@@ -317,8 +326,39 @@ func (j *Job) setPrediction(pr predict.Prediction) {
 	j.set(flagPredMade, pr.Made)
 }
 
-// Enqueued is when the job took its place in line.
-func (j *Job) Enqueued() time.Time { return fromNanos(j.enqueued) }
+// Enqueued is when the job took its place in line; zero for a job
+// published to run later that is not yet due.
+func (j *Job) Enqueued() time.Time {
+	if j.is(flagScheduled) {
+		return time.Time{}
+	}
+	return fromNanos(j.enqueued())
+}
+
+// enqueued is when the job took its place in line, as Unix nanoseconds:
+// for most jobs when they were published.
+func (j *Job) enqueued() int64 {
+	if e := j.opt().enqueued; e != 0 {
+		return e
+	}
+	return j.published
+}
+
+// setEnqueued sets what enqueued returns. A time other than the publish
+// takes a place among the job's options: only a job published to run
+// later, a requeued dead letter and a job restored so pays for one. Set
+// it while the job is out of line (Line.waits counts it by this time).
+func (j *Job) setEnqueued(n int64) {
+	if n == j.published {
+		n = 0
+	}
+	if j.opt().enqueued == n {
+		return
+	}
+	o := *j.opt()
+	o.enqueued = n
+	j.setOptions(o)
+}
 
 // Expires is when the job's TTL runs out; zero is never.
 func (j *Job) Expires() time.Time { return j.item.Expires() }

@@ -165,7 +165,7 @@ type Line struct {
 	dead    []DeadLetterEntry
 	held    map[string]flight // in flight, by id
 	holders Holder            // the last Holder handed out
-	names   map[Names]*Names
+	names   map[Names]*meta
 	expBuf  []*sched.Item
 	// byID finds a held job by its id, for Cancel and Find. It is nil
 	// until the first of them builds it from every job held, and kept
@@ -272,7 +272,7 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 		return nil, ErrFull
 	}
 	j.published = nanos(now)
-	j.names = l.intern(names)
+	l.setNames(j, names)
 	if j.MaxAttempts == 0 {
 		j.SetMaxAttempts(l.cfg.MaxAttempts)
 	}
@@ -315,7 +315,7 @@ func (l *Line) Commit(j *Job, now time.Time) {
 // enter gives j its place in line: its FIFO position and expiry count from
 // now, and its tier and cost are predicted now.
 func (l *Line) enter(j *Job, now time.Time) {
-	j.enqueued = nanos(now)
+	j.setEnqueued(nanos(now))
 	if ttl := j.TTL(); ttl > 0 {
 		j.item.SetExpires(now.Add(ttl))
 	}
@@ -324,10 +324,21 @@ func (l *Line) enter(j *Job, now time.Time) {
 	j.set(flagScheduled, false)
 }
 
-// intern returns the Line's copy of n, so that the thousands of jobs of
-// one producer and job type share one. The table is bounded; past it each
-// job gets a copy of its own.
-func (l *Line) intern(n Names) *Names {
+// setNames gives j, a job the Line has not seen, its names: the meta the
+// Line shares among the jobs of those names that carry no options, or,
+// for a job with options, in its own meta.
+func (l *Line) setNames(j *Job, n Names) {
+	if j.m == nil || j.m.opts.isZero() {
+		j.m = l.intern(n)
+		return
+	}
+	j.m.names = n // its own: setOptions made it for this job
+}
+
+// intern returns the Line's meta of n without options, so that the
+// thousands of jobs of one producer and job type share one. The table is
+// bounded; past it each job gets a meta of its own.
+func (l *Line) intern(n Names) *meta {
 	if n == (Names{}) {
 		return nil
 	}
@@ -335,14 +346,26 @@ func (l *Line) intern(n Names) *Names {
 		return v
 	}
 	if l.names == nil {
-		l.names = map[Names]*Names{}
+		l.names = map[Names]*meta{}
 	}
-	v := new(Names) // not &n: that would move n to the heap on every call
-	*v = n
+	v := &meta{names: n}
 	if len(l.names) < l.cfg.MaxNames {
 		l.names[n] = v
 	}
 	return v
+}
+
+// namesOf is j's names, from the Line's table where it can: the done log
+// keeps them after the job has gone, and not its options with them.
+func (l *Line) namesOf(j *Job) *Names {
+	m := j.m
+	if m != nil && !m.opts.isZero() {
+		m = l.intern(m.names)
+	}
+	if m == nil {
+		return nil
+	}
+	return &m.names
 }
 
 // keyOf is j's predictor key, rebuilt when needed rather than kept on every
@@ -365,13 +388,13 @@ func (l *Line) push(j *Job, now time.Time) {
 	if err := l.sq.Push(&j.item, now); err != nil {
 		panic(fmt.Sprintf("delivery: job %s pushed twice: %v", j.ID(), err)) // a bug here, not bad input
 	}
-	l.waits.add(j.enqueued)
+	l.waits.add(j.enqueued())
 	l.Fx.Ready++
 }
 
 // unwait uncounts j, which has just left the scheduler, from waits.
 func (l *Line) unwait(j *Job) {
-	if !l.waits.remove(j.enqueued) {
+	if !l.waits.remove(j.enqueued()) {
 		panic(fmt.Sprintf("delivery: job %s left the line without having entered it", j.ID())) // a bug here, not bad input
 	}
 }
@@ -451,10 +474,10 @@ func (l *Line) Ack(h Holder, id string, d time.Duration, now time.Time) (*Job, e
 	l.Stats.Acked++
 	if j.is(flagCancelled) {
 		l.logID(store.KindRemove, j) // it ran anyway; nothing to learn from a cut-short run
-		l.done.add(l.cfg.KeepDone, j, Cancelled, 0, now)
+		l.done.add(l.cfg.KeepDone, j, l.namesOf(j), Cancelled, 0, now)
 		return j, nil
 	}
-	l.done.add(l.cfg.KeepDone, j, Done, d, now)
+	l.done.add(l.cfg.KeepDone, j, l.namesOf(j), Done, d, now)
 	if d <= 0 || d > l.cfg.MaxDuration {
 		l.logID(store.KindAck, j)
 		l.Stats.BadDurations++
@@ -605,7 +628,7 @@ func (l *Line) retry(j *Job, now time.Time, reason string) {
 // dropCancelled ends a cancelled job, which FindDone then reports.
 func (l *Line) dropCancelled(j *Job, now time.Time) {
 	l.drop(j)
-	l.done.add(l.cfg.KeepDone, j, Cancelled, 0, now)
+	l.done.add(l.cfg.KeepDone, j, l.namesOf(j), Cancelled, 0, now)
 }
 
 // drop ends a job the Line no longer holds anywhere.
@@ -854,7 +877,7 @@ func (l *Line) TakeDead(ids []string, requeue bool, now time.Time) int {
 		j.setDeadline(0)
 		j.attempt = 0
 		j.item.SetExpires(time.Time{})
-		j.enqueued = nanos(now)
+		j.setEnqueued(nanos(now))
 		j.set(flagStale, true) // classified against what the queue knows now
 		l.push(j, now)
 	}
@@ -1121,7 +1144,7 @@ func takeSpare[T any](spare *[]*T) *T {
 // line's order (by Seq).
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
-		names:     l.intern(Names{sj.Producer, sj.JobType}),
+		m:         l.intern(Names{sj.Producer, sj.JobType}),
 		published: nanos(sj.PublishedAt), heapIdx: -1,
 		attempt: uint16(min(max(sj.Attempts, 0), math.MaxUint16)),
 	}
@@ -1134,7 +1157,7 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j.item = sched.Item{ID: sj.Seq, Cost: sj.Cost, Long: sj.Long}
 	j.item.SetTier(min(sj.Tier, l.sq.Config().Levels-1))
 	j.item.SetExpires(sj.Expires)
-	j.enqueued = nanos(sj.Enqueued)
+	j.setEnqueued(nanos(sj.Enqueued))
 	j.predTier = int8(min(max(sj.Tier, math.MinInt8), math.MaxInt8))
 	j.set(flagPredCold, sj.Cold)
 	j.set(flagStale, reset) // classified afresh at its push

@@ -43,8 +43,8 @@ func TestBackoff(t *testing.T) {
 		{&Job{attempt: 3}, 40 * time.Second},
 		{&Job{attempt: 9}, 40 * time.Second},
 		{&Job{attempt: 200}, 40 * time.Second}, // no overflow
-		{&Job{attempt: 2, opts: &options{retryBase: time.Second, retryMax: time.Hour}}, 2 * time.Second},
-		{&Job{attempt: 5, opts: &options{retryBase: time.Second, retryMax: 3 * time.Second}}, 3 * time.Second},
+		{&Job{attempt: 2, m: &meta{opts: options{retryBase: time.Second, retryMax: time.Hour}}}, 2 * time.Second},
+		{&Job{attempt: 5, m: &meta{opts: options{retryBase: time.Second, retryMax: 3 * time.Second}}}, 3 * time.Second},
 	} {
 		lo, hi := time.Duration(float64(c.want)*0.8), time.Duration(float64(c.want)*1.2)
 		seen := map[time.Duration]bool{}
@@ -80,7 +80,7 @@ func TestBackoffNeverFallsBack(t *testing.T) {
 	for _, base := range []time.Duration{22*time.Minute + 54390*time.Millisecond, 13*time.Hour + 7*time.Minute + 59*time.Second, 10 * time.Second, time.Hour} {
 		prev := time.Duration(0)
 		for attempt := uint16(1); attempt <= 100; attempt++ {
-			j := &Job{attempt: attempt, MaxAttempts: 100, opts: &options{retryBase: base, retryMax: 24 * time.Hour}}
+			j := &Job{attempt: attempt, MaxAttempts: 100, m: &meta{opts: options{retryBase: base, retryMax: 24 * time.Hour}}}
 			d := l.backoff(j)
 			if d < prev || d > 24*time.Hour {
 				t.Fatalf("base %v: attempt %d waits %v after %v, want the curve to grow to 24h and stay", base, attempt, d, prev)
@@ -220,8 +220,8 @@ func TestJobOf(t *testing.T) {
 // allocation size class (144 bytes) and its scheduler item within 72, or
 // every waiting job pays for what was added.
 func TestJobSize(t *testing.T) {
-	if n := unsafe.Sizeof(Job{}); n > 144 {
-		t.Errorf("a Job is %d bytes, more than 144", n)
+	if n := unsafe.Sizeof(Job{}); n > 128 {
+		t.Errorf("a Job is %d bytes, more than 128", n)
 	}
 	if n := unsafe.Sizeof(sched.Item{}); n > 72 {
 		t.Errorf("a scheduler item is %d bytes, more than 72", n)
@@ -236,8 +236,8 @@ func TestSizeHint(t *testing.T) {
 	j := &Job{}
 	j.SetPayload(make([]byte, 4096))
 	j.SetSizeHint(4096)
-	if j.opts != nil || j.SizeHint() != 4096 {
-		t.Fatalf("hint of the payload's size: options %v, hint %d", j.opts, j.SizeHint())
+	if j.m != nil || j.SizeHint() != 4096 {
+		t.Fatalf("hint of the payload's size: meta %v, hint %d", j.m, j.SizeHint())
 	}
 	j.SetSizeHint(1 << 40)
 	j.SetOptions(map[string]string{"trace": "ünïcode"}, time.Minute, 0, 0)
@@ -245,12 +245,12 @@ func TestSizeHint(t *testing.T) {
 		t.Fatalf("hint %d, TTL %v, headers %v after SetOptions", j.SizeHint(), j.TTL(), j.Headers())
 	}
 	j.SetOptions(nil, 0, 0, 0)
-	if j.SizeHint() != 1<<40 || j.opts == nil {
+	if j.SizeHint() != 1<<40 || j.m == nil {
 		t.Fatalf("options cleared: hint %d", j.SizeHint())
 	}
 	j.SetSizeHint(4096)
-	if j.opts != nil {
-		t.Fatalf("no options left, yet kept %+v", *j.opts)
+	if j.m != nil {
+		t.Fatalf("no options left, yet kept %+v", *j.m)
 	}
 	j.SetSizeHint(0) // an empty hint on a payload is a hint all the same
 	if j.SizeHint() != 0 {
@@ -286,8 +286,8 @@ func TestJobID(t *testing.T) {
 	j := &Job{}
 	j.SetPayload([]byte("p"))
 	j.SetID("0123456789abcde") // 15: the most kept inline
-	if j.ID() != "0123456789abcde" || j.opts != nil {
-		t.Fatalf("inline id %q, options %v", j.ID(), j.opts)
+	if j.ID() != "0123456789abcde" || j.m != nil {
+		t.Fatalf("inline id %q, meta %v", j.ID(), j.m)
 	}
 	j.SetOptions(map[string]string{"k": "v"}, time.Second, 0, 0)
 	j.SetID(long)
@@ -299,8 +299,8 @@ func TestJobID(t *testing.T) {
 		t.Fatalf("SetOptions lost the long id: %q", j.ID())
 	}
 	j.SetID("short")
-	if j.ID() != "short" || j.opts != nil {
-		t.Fatalf("id %q, options %+v", j.ID(), j.opts)
+	if j.ID() != "short" || j.m != nil {
+		t.Fatalf("id %q, meta %+v", j.ID(), j.m)
 	}
 	buf := []byte("abc\xfe")
 	j.SetIDBytes(buf)
@@ -513,5 +513,102 @@ func TestReconfigureMarksJobsOutOfLineStale(t *testing.T) {
 	l.Return(h, "running", t0.Add(2*time.Second))
 	if l.Stale(js[0]) || l.Len() != 2 || !js[0].Deadline().IsZero() {
 		t.Errorf("returned: stale %v, %d waiting, deadline %v; want fresh, 2, none", l.Stale(js[0]), l.Len(), js[0].Deadline())
+	}
+}
+
+// Jobs of one producer and job type without options share one meta; a
+// job with options, one published to run later once it is due and a
+// requeued dead letter have one of their own, with the same names; the
+// shared meta is never written through any of them; the done log keeps
+// the shared names, not a job's options; and all of it survives records
+// and Restore.
+func TestJobMeta(t *testing.T) {
+	t.Parallel()
+	cfg := modelConfig()
+	cfg.KeepDone = 10
+	l := newLine(t, cfg)
+	now := t0
+	names := Names{"wéb-\xff", "rapport"}
+	admit := func(j *Job, runAt time.Time) *Job {
+		t.Helper()
+		if _, err := l.Admit(j, names, runAt, now); err != nil {
+			t.Fatal(err)
+		}
+		l.Commit(j, now)
+		return j
+	}
+	plain := []*Job{admit(newJob("a", []byte("1")), time.Time{}), admit(newJob("b", []byte("2")), time.Time{})}
+	shared := plain[0].m
+	if shared == nil || plain[1].m != shared || l.names[names] != shared {
+		t.Fatalf("plain jobs' metas %p and %p, the Line's %p: want one shared", plain[0].m, plain[1].m, l.names[names])
+	}
+	withOpts := newJob("c", []byte("3"))
+	withOpts.SetOptions(map[string]string{"trace": "ünï"}, 3*time.Hour, 0, 0)
+	admit(withOpts, time.Time{})
+	later := admit(newJob("d", []byte("4")), now.Add(time.Hour))
+	if withOpts.m == shared || later.m != shared {
+		t.Fatalf("a job with options shares the meta (%v), or a delayed one does not (%v)", withOpts.m == shared, later.m == shared)
+	}
+	if !later.Enqueued().IsZero() {
+		t.Fatalf("a job not yet due says it took its place at %v", later.Enqueued())
+	}
+
+	now = now.Add(time.Hour)
+	l.Tick(now) // d is due: it joins the line now
+	h := l.Attach()
+	for _, id := range []string{"a", "b", "c"} {
+		j := l.Deliver(h, now)
+		if j.ID() != id {
+			t.Fatalf("delivered %s, want %s", j.ID(), id)
+		}
+	}
+	dead := l.Deliver(h, now)
+	if dead != later {
+		t.Fatalf("delivered %s, want d", dead.ID())
+	}
+	if err := l.Nack(h, "d", DeadLetter, 0, "poison", false, now); err != nil {
+		t.Fatal(err)
+	}
+	requeuedAt := now.Add(time.Minute)
+	if n := l.TakeDead([]string{"d"}, true, requeuedAt); n != 1 {
+		t.Fatalf("requeued %d", n)
+	}
+	if got := later.Enqueued(); !got.Equal(requeuedAt) || later.m == shared || later.PublishedAt() != t0 {
+		t.Fatalf("requeued job: enqueued %v (want %v), shares the meta %v, published %v", got, requeuedAt, later.m == shared, later.PublishedAt())
+	}
+	for _, j := range append(plain, withOpts, later) {
+		if j.Producer() != names.Producer || j.JobType() != names.JobType {
+			t.Errorf("%s: names %q %q", j.ID(), j.Producer(), j.JobType())
+		}
+		if j != later && !j.Enqueued().Equal(t0) {
+			t.Errorf("%s: enqueued %v, want its publish %v", j.ID(), j.Enqueued(), t0)
+		}
+	}
+	if shared.opts.enqueued != 0 || shared.names != names || !shared.opts.isZero() {
+		t.Fatalf("the shared meta was written: %+v", *shared)
+	}
+
+	if _, err := l.Ack(h, "c", time.Second, now); err != nil {
+		t.Fatal(err)
+	}
+	if dj, ok := l.FindDone("c"); !ok || dj.Producer != names.Producer || dj.JobType != names.JobType {
+		t.Fatalf("done entry %+v, %v", dj, ok)
+	}
+	if e := l.done.ring[l.done.byID["c"]]; e.names != &shared.names {
+		t.Fatalf("the done log keeps names of its own, not the Line's")
+	}
+
+	var recs []*store.Record
+	l.StateRecords(func(r *store.Record) { recs = append(recs, r) })
+	r := newLine(t, cfg)
+	for _, rec := range recs {
+		j := r.Restore(rec.Job, rec.Job.Reset, now)
+		orig, _ := l.Find(j.ID())
+		if !j.Enqueued().Equal(orig.Enqueued()) || j.Producer() != names.Producer || j.JobType() != names.JobType || j.TTL() != orig.TTL() {
+			t.Errorf("restored %s: enqueued %v, names %q %q, TTL %v; want %v, %v", j.ID(), j.Enqueued(), j.Producer(), j.JobType(), j.TTL(), orig.Enqueued(), orig.TTL())
+		}
+		if (j.m == r.names[names]) != (orig.m == shared) {
+			t.Errorf("restored %s shares its Line's meta: %v, the original %v", j.ID(), j.m == r.names[names], orig.m == shared)
+		}
 	}
 }
