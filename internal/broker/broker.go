@@ -339,7 +339,7 @@ func (b *Broker) Publish(msgs ...*Message) ([]string, error) {
 // msgOverhead is the broker's estimate of a job's memory beyond its
 // payload, headers and names: the job, its scheduler item and index
 // entries.
-const msgOverhead = 192
+const msgOverhead = 176
 
 // jobSize is the bytes a job is charged to the broker's budget, from what
 // the job keeps and never changes after its publish, so that what is

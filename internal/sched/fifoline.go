@@ -95,31 +95,51 @@ func (l *line[E]) dropStale(live func(i int) bool) bool {
 	return false
 }
 
-// fifoLine holds the items waiting for their FIFO moment in push order,
-// which is the order of their FIFO positions: an item's position is the
-// predicted work pushed before it, and that only grows. So the item whose
-// moment comes next is always at the front, and the guard pays O(1) per
-// push and per promotion where a heap by position paid O(log n) for both.
-// An item that leaves before its moment (dispatched early, removed or
-// expired) leaves a stale entry (see line). An item's entry number is its
-// guardIdx, which the late heap uses only once it is past its moment.
-type fifoLine struct{ line[*Item] }
+// fifoLine is a line of items in push order. The guard keeps two: the
+// items waiting for their FIFO moment, and (see Scheduler.pastDue) the
+// long items that left the due heap at their FIFO moment.
+//
+// The first is in the order of the items' FIFO positions (an item's
+// position is the predicted work pushed before it, and that only grows),
+// so the item whose moment comes next is always at the front, and the
+// guard pays O(1) per push and per promotion where a heap by position paid
+// O(log n) for both. An item that leaves before its moment (dispatched
+// early, removed or expired) leaves a stale entry (see line). An item's
+// entry number is its guardIdx, which the late heap uses only once it is
+// past its moment. In the second an item's entry number is its dueIdx,
+// which the due heap no longer uses once the item has left it.
+type fifoLine struct {
+	line[*Item]
+	pastDue bool // the second line: statePastDue and dueIdx
+}
+
+// idx is where an item keeps its entry's number.
+func (l *fifoLine) idx(it *Item) *int32 {
+	if l.pastDue {
+		return &it.dueIdx
+	}
+	return &it.guardIdx
+}
 
 // live reports whether the i-th entry from the front is its item's.
 func (l *fifoLine) live(i int) bool {
 	it := l.at(i)
-	return it.guard() == guardFIFO && it.guardIdx == int32(l.base+uint64(i))
+	in := it.guard() == guardFIFO
+	if l.pastDue {
+		in = it.state&statePastDue != 0
+	}
+	return in && *l.idx(it) == int32(l.base+uint64(i))
 }
 
-func (l *fifoLine) push(it *Item) { it.guardIdx = int32(l.line.push(it)) }
+func (l *fifoLine) push(it *Item) { *l.idx(it) = int32(l.line.push(it)) }
 
-// left notes that an item in the line left it before its moment.
+// left notes that an item in the line left it.
 func (l *fifoLine) left() {
-	l.line.left(l.live, func(it *Item, n uint64) { it.guardIdx = int32(n) })
+	l.line.left(l.live, func(it *Item, n uint64) { *l.idx(it) = int32(n) })
 }
 
-// front is the first item still waiting, or nil; stale entries before it
-// are dropped.
+// front is the first item still in the line, or nil; stale entries before
+// it are dropped.
 func (l *fifoLine) front() *Item {
 	if l.dropStale(l.live) {
 		return l.buf[l.head]

@@ -289,6 +289,16 @@ func randConfig(rng *rand.Rand) Config {
 		if rng.IntN(2) == 0 {
 			cfg.Bound.Guard = new(float64(rng.IntN(9)) / 8)
 			cfg.Bound.Overtake = float64(rng.IntN(5)) / 4
+			if rng.IntN(2) == 0 {
+				// The default's shape, where the due heap stands in for the
+				// FIFO line (Scheduler.dueOrdered): one stretch from -0.75
+				// to 0, no MinSlack.
+				cfg.Bound.Stretch = -float64(rng.IntN(4)) / 4
+				cfg.Bound.MinSlack = 0
+				if cfg.Bound.Others != nil {
+					*cfg.Bound.Others = cfg.Bound.Stretch
+				}
+			}
 		}
 	}
 	cfg.ShortestFirst = rng.IntN(2) == 0

@@ -29,6 +29,7 @@ func (s *Scheduler) Peek(now time.Time, n int, buf []*Item) []*Item {
 		due:      heapWalk{h: &s.due},
 		late:     heapWalk{h: &s.late},
 		fifoWait: fifoWalk{l: &s.fifoWait},
+		pastDue:  fifoWalk{l: &s.pastDue},
 	}
 	for i := range s.levels {
 		l := &s.levels[i]
@@ -97,6 +98,10 @@ type peeker struct {
 	late     heapWalk
 	pastFIFO []*Item
 	fifoWait fifoWalk
+	// With dueOrdered: the items in pastDue as they stand, then those this
+	// Peek has moved there from the due heap, in order.
+	pastDue  fifoWalk
+	movedDue []*Item
 }
 
 func (p *peeker) level(it *Item) int {
@@ -211,6 +216,9 @@ func (p *peeker) next() *Item {
 	if l != nil && p.guardAt(l) <= p.now.UnixNano() {
 		return l
 	}
+	if it := p.pastDueHead(); it != nil {
+		return it
+	}
 	done := p.deq
 	if p.s.vf != nil {
 		done = p.vdone
@@ -251,6 +259,37 @@ func (p *peeker) promoteGuard() {
 		}
 		p.passFIFO(it, guardDeadline(it, p.now, *b.Guard))
 	}
+	if !p.s.dueOrdered {
+		return
+	}
+	for it := p.due.peek(); it != nil && (p.gone[it] || it.pos() <= p.deq); it = p.due.peek() {
+		p.due.next()
+		if p.gone[it] {
+			continue
+		}
+		at := guardDeadline(it, p.now, *b.Guard)
+		p.passFIFO(it, at)
+		if at > p.now.UnixNano() { // see Scheduler.passDue
+			p.movedDue = append(p.movedDue, it)
+		}
+	}
+}
+
+// pastDueHead is the first item of pastDue as it would be, or nil.
+func (p *peeker) pastDueHead() *Item {
+	for it := p.pastDue.peek(); it != nil; it = p.pastDue.peek() {
+		if !p.gone[it] {
+			return it
+		}
+		p.pastDue.next()
+	}
+	for len(p.movedDue) > 0 && p.gone[p.movedDue[0]] {
+		p.movedDue = p.movedDue[1:]
+	}
+	if len(p.movedDue) > 0 {
+		return p.movedDue[0]
+	}
+	return nil
 }
 
 // passFIFO notes that it has reached its FIFO moment, with deadline at:

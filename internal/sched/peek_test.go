@@ -40,6 +40,13 @@ func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 			cfg.Bound.Overtake = float64(r.IntN(3)) / 4
 			cfg.Bound.VirtualFIFO = r.IntN(2) == 0
 			cfg.Bound.DispatchClock = cfg.Bound.VirtualFIFO && r.IntN(2) == 0
+			if !cfg.Bound.VirtualFIFO && r.IntN(2) == 0 {
+				// The default's shape (Scheduler.dueOrdered).
+				cfg.Bound.Stretch, cfg.Bound.MinSlack = -r.Float64()*0.9, 0
+				if cfg.Bound.Others != nil {
+					*cfg.Bound.Others = cfg.Bound.Stretch
+				}
+			}
 		}
 	}
 	s := mustNew(t, cfg)

@@ -517,3 +517,66 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// Under the default policy a waiting item takes two places besides
+// itself: its level, and one of the FIFO line, the due heap, pastDue and
+// the late heap. A long item waits in the due heap until its FIFO moment,
+// then in pastDue and the late heap (three) until it goes; an item
+// overdue from its FIFO moment on needs no place in pastDue.
+func TestWaitingItemsTakeTwoPlaces(t *testing.T) {
+	t.Parallel()
+	pol, err := NewPolicy("", PolicyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	places := func(s *Scheduler) int {
+		n := s.fifoWait.n - s.fifoWait.stale + s.due.len() + s.pastDue.n - s.pastDue.stale + s.late.len()
+		for i := range s.levels {
+			n += s.levels[i].heap.len()
+		}
+		return n
+	}
+	for _, c := range []struct {
+		name string
+		cost time.Duration
+		long bool
+	}{{"long", time.Second, true}, {"not long", time.Second, false}, {"long, no predicted cost", 0, true}, {"no predicted cost", 0, false}} {
+		s := mustNew(t, pol.Sched)
+		if !s.dueOrdered {
+			t.Fatalf("the default policy's due heap is not in FIFO order: %+v", *pol.Sched.Bound)
+		}
+		const n = 1000
+		for i := range n {
+			mustPush(t, s, t0, &Item{ID: uint64(i + 1), Tier: 1, Cost: c.cost, Long: c.long})
+		}
+		want := 2 * n
+		if c.long && c.cost > 0 {
+			// The first is at its FIFO moment at once, and not overdue.
+			want++
+			if s.due.len() != n-1 || s.pastDue.n != 1 {
+				t.Errorf("%s: %d in the due heap and %d in pastDue, want %d and 1", c.name, s.due.len(), s.pastDue.n, n-1)
+			}
+		}
+		if got := places(s); got != want {
+			t.Errorf("%s: %d items take %d places, want %d", c.name, n, got, want)
+		}
+		// Past the first items' FIFO moments, the long ones still waiting
+		// are in pastDue and the late heap too, and go first, in order.
+		for range n / 2 {
+			s.Pop(t0.Add(time.Millisecond))
+		}
+		want = n / 2 * 2
+		if c.long && c.cost > 0 {
+			want += s.pastDue.n - s.pastDue.stale
+			if s.pastDue.n-s.pastDue.stale == 0 {
+				t.Errorf("%s: nothing in pastDue after half the items went", c.name)
+			}
+		}
+		if got := places(s); got != want {
+			t.Errorf("%s: after %d pops %d places, want %d", c.name, n/2, got, want)
+		}
+		if it := s.Pop(t0.Add(time.Millisecond)); it == nil || it.ID != n/2+1 {
+			t.Errorf("%s: after %d pops got %+v, want item %d", c.name, n/2, it, n/2+1)
+		}
+	}
+}
