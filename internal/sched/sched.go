@@ -213,8 +213,8 @@ type Item struct {
 type itemState uint8
 
 const (
-	stateGuard    itemState = 3 // the guard heap's bits
-	stateQueued   itemState = 4 // waiting in a scheduler
+	stateGuard    itemState = 3  // the guard heap's bits
+	stateQueued   itemState = 4  // waiting in a scheduler
 	statePromoted itemState = 8  // moved up a level by aging
 	statePastDue  itemState = 16 // left the due heap for pastDue at its FIFO moment
 )
