@@ -1,6 +1,10 @@
 package sidecar
 
 import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,7 +239,11 @@ func (f *Fleet) Backlog(queue string) (time.Duration, int) {
 
 // Report builds this sidecar's report from its own totals and seq: the
 // nets it adopted and inherited are added to its own, so the peers count
-// them too.
+// them too. A report names at most rabbitmq.DefaultMaxQueues queues, as
+// many as a peer accepts (see Update): its own first, then the queues
+// only its adopted and inherited nets name, the largest nets first. The
+// nets of queues left out are counted by this sidecar alone (Backlog),
+// not by its peers.
 func (f *Fleet) Report(seq uint64, own map[string]rabbitmq.QueueTotals) backlogReport {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -243,10 +251,14 @@ func (f *Fleet) Report(seq uint64, own map[string]rabbitmq.QueueTotals) backlogR
 	for q, t := range own {
 		r.Queues[q] = queueTotals{Net: int64(t.Net), Consumers: t.Consumers}
 	}
+	extra := make(map[string]time.Duration) // nets of queues own does not name
 	add := func(q string, n time.Duration) {
-		t := r.Queues[q]
-		t.Net += int64(n)
-		r.Queues[q] = t
+		if t, ok := r.Queues[q]; ok {
+			t.Net += int64(n)
+			r.Queues[q] = t
+		} else {
+			extra[q] += n
+		}
 	}
 	for id, a := range f.adopted {
 		r.Adopted = append(r.Adopted, id)
@@ -257,7 +269,27 @@ func (f *Fleet) Report(seq uint64, own map[string]rabbitmq.QueueTotals) backlogR
 	for q, n := range f.inherited {
 		add(q, n)
 	}
+	qs := slices.Collect(maps.Keys(extra))
+	if room := rabbitmq.DefaultMaxQueues - len(r.Queues); len(qs) > room {
+		slices.SortFunc(qs, func(a, b string) int {
+			if c := cmp.Compare(abs(extra[b]), abs(extra[a])); c != 0 {
+				return c
+			}
+			return strings.Compare(a, b)
+		})
+		qs = qs[:max(room, 0)]
+	}
+	for _, q := range qs {
+		r.Queues[q] = queueTotals{Net: int64(extra[q])}
+	}
 	return r
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // Peers returns the numbers of live peers and of dead ones adopted and not

@@ -344,6 +344,62 @@ func TestFleetBoundsPeers(t *testing.T) {
 	}
 }
 
+// A sidecar that adopted a peer with as many queues as a report may name,
+// besides queues of its own, still reports no more than that: its own
+// queues, then the adopted nets largest first, so its peers keep
+// accepting its reports (they ignore a larger one and would declare it
+// dead), while its own view keeps every net.
+func TestFleetReportFitsPeers(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	a, b, c := NewFleet("a", time.Minute), NewFleet("b", time.Minute), NewFleet("c", time.Minute)
+	full := backlogReport{Seq: 1, Queues: map[string]queueTotals{}}
+	for i := range rabbitmq.DefaultMaxQueues {
+		full.Queues[fmt.Sprintf("lot-%d-ü", i)] = queueTotals{Net: int64(i+1) * int64(time.Millisecond), Consumers: 1}
+	}
+	a.Update("z", now, full)
+	now = now.Add(2 * time.Minute)
+	if dead := a.Expire(now); len(dead) != 1 {
+		t.Fatalf("a declared %v dead, want z", dead)
+	}
+	own := map[string]rabbitmq.QueueTotals{}
+	for i := range 100 {
+		own[fmt.Sprint("own-", i)] = rabbitmq.QueueTotals{Net: time.Second, Consumers: 2}
+	}
+	own["lot-0-ü"] = rabbitmq.QueueTotals{Net: time.Second, Consumers: 1} // named by both
+	r := a.Report(2, own)
+	if len(r.Queues) != rabbitmq.DefaultMaxQueues {
+		t.Fatalf("the report names %d queues, want %d", len(r.Queues), rabbitmq.DefaultMaxQueues)
+	}
+	for q := range own {
+		if _, ok := r.Queues[q]; !ok {
+			t.Fatalf("the report leaves out a queue of its own, %s", q)
+		}
+	}
+	if got := r.Queues["lot-0-ü"].Net; got != int64(time.Second+time.Millisecond) {
+		t.Errorf("a queue named by both carries %v, want own plus adopted", time.Duration(got))
+	}
+	// Left out: the 100 smallest adopted nets of the queues only z named.
+	for i := 1; i < rabbitmq.DefaultMaxQueues; i++ {
+		_, ok := r.Queues[fmt.Sprintf("lot-%d-ü", i)]
+		if want := i > 100; ok != want {
+			t.Fatalf("queue lot-%d in the report: %v, want %v", i, ok, want)
+		}
+	}
+	for _, peer := range []*Fleet{b, c} {
+		peer.Update("a", now, r)
+		if live, _ := peer.Peers(); live != 1 {
+			t.Fatalf("a peer ignored the report")
+		}
+	}
+	if net, _ := b.Backlog("lot-4095-ü"); net != 4096*time.Millisecond {
+		t.Errorf("a peer sees %v of the largest adopted net, want 4.096s", net)
+	}
+	if net, _ := a.Backlog("lot-1-ü"); net != 2*time.Millisecond {
+		t.Errorf("a's own view of a net it left out of its report: %v, want 2ms", net)
+	}
+}
+
 // Sidecars cut off together leave their nets to the smallest survivor,
 // whether their reports expire in the same tick or a tick apart: a dead
 // peer left to a smaller one that is dying too must not be lost, or the
