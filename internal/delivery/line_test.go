@@ -217,7 +217,7 @@ func TestJobOf(t *testing.T) {
 }
 
 // A waiting job is held by the million: the Job must stay within its
-// allocation size class (144 bytes) and its scheduler item within 72, or
+// allocation size class (128 bytes) and its scheduler item within 72, or
 // every waiting job pays for what was added.
 func TestJobSize(t *testing.T) {
 	if n := unsafe.Sizeof(Job{}); n > 128 {

@@ -2,8 +2,9 @@ package sched
 
 // itemHeap is an indexed binary min-heap: each item records its position in
 // the heap it belongs to (through idx), so removal and re-ordering are
-// O(log n). One Item sits in up to three heaps at once (its level, the due
-// heap and the TTL heap), each with its own index slot.
+// O(log n). One Item sits in up to four heaps at once (its level, the due
+// heap, the TTL heap and the guard's late heap), each with its own index
+// slot.
 type itemHeap struct {
 	items []*Item
 	less  func(a, b *Item) bool
