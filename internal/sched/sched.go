@@ -190,7 +190,9 @@ type Item struct {
 	level  int8      // Config.Levels is at most 64
 	state  itemState // its guard heap, and whether it is queued and promoted
 	ageIdx int32     // its entry's number in its level's age line, when the scheduler ages
-	// Its index in each heap it is in (-1 when not).
+	// Its index in each heap it is in (-1 when not). guardIdx is its entry
+	// number in fifoWait while it waits for its FIFO moment, and dueIdx
+	// its entry number in pastDue once there (statePastDue).
 	levelIdx int32
 	dueIdx   int32
 	ttlIdx   int32
