@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -76,6 +77,8 @@ type refJob struct {
 	expires   time.Time // set when it joins the line; zero is never
 	cancelled bool
 	died      int // when it became a dead letter, in deaths
+	names     Names
+	headers   map[string]string
 }
 
 type refLine struct {
@@ -252,10 +255,18 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			id := "j" + strconv.Itoa(n)
 			j := newJob(id, []byte(id))
 			names := Names{"p", "t" + strconv.Itoa(n%3)}
-			r := &refJob{id: id, max: cfg.MaxAttempts}
+			if n%7 == 0 {
+				names.Producer = "prödücer-\xff" // not valid UTF-8: the Line keeps bytes
+			}
+			r := &refJob{id: id, max: cfg.MaxAttempts, names: names}
 			if rng.IntN(4) == 0 {
 				r.ttl = time.Duration(1+rng.IntN(30))*time.Second + time.Duration(n) // distinct expiries
-				j.SetOptions(nil, r.ttl, 0, 0)
+			}
+			if rng.IntN(4) == 0 {
+				r.headers = map[string]string{"trace": "ünï-" + id}
+			}
+			if r.ttl > 0 || r.headers != nil {
+				j.SetOptions(r.headers, r.ttl, 0, 0)
 			}
 			if rng.IntN(5) == 0 {
 				r.max = 1 + rng.IntN(4)
@@ -477,12 +488,26 @@ func check(t *testing.T, step int, l *Line, m *refLine, released map[string]bool
 	t.Helper()
 	got := map[string]place{}
 	attempts := map[string]int{}
-	l.Each(
-		func(j *Job) { got[j.ID()] = pWaiting; attempts[j.ID()] = j.Attempt() },
-		func(j *Job) { got[j.ID()] = pRunning; attempts[j.ID()] = j.Attempt() },
-		func(j *Job) { got[j.ID()] = pDelayed; attempts[j.ID()] = j.Attempt() },
-		func(d DeadLetterEntry) { got[d.Job.ID()] = pDead; attempts[d.Job.ID()] = d.Job.Attempt() },
-	)
+	held := map[string]*Job{}
+	each := func(p place) func(*Job) {
+		return func(j *Job) { got[j.ID()], attempts[j.ID()], held[j.ID()] = p, j.Attempt(), j }
+	}
+	l.Each(each(pWaiting), each(pRunning), each(pDelayed), func(d DeadLetterEntry) { each(pDead)(d.Job) })
+	// What each job says of itself: the names and options it was
+	// published with, and, while it waits, when it took its place.
+	for _, r := range m.jobs {
+		j := held[r.id]
+		if j == nil {
+			continue
+		}
+		if j.Producer() != r.names.Producer || j.JobType() != r.names.JobType || j.TTL() != r.ttl || !maps.Equal(j.Headers(), r.headers) {
+			fail("step %d: %s says %q %q, TTL %v, headers %v; published %q %q, %v, %v", step, r.id,
+				j.Producer(), j.JobType(), j.TTL(), j.Headers(), r.names.Producer, r.names.JobType, r.ttl, r.headers)
+		}
+		if r.place == pWaiting && !j.Enqueued().Equal(r.entered) {
+			fail("step %d: %s took its place at %v, model %v", step, r.id, j.Enqueued(), r.entered)
+		}
+	}
 	// Lookup says where each job stands, as the model does, with the index
 	// or without it, and never builds one.
 	states := map[place]State{pWaiting: Waiting, pRunning: Running, pDelayed: Delayed, pDead: Dead, pGone: ""}
