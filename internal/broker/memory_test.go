@@ -78,3 +78,40 @@ func TestHeapPerSparseWaitingJob(t *testing.T) {
 	}
 	runtime.KeepAlive(b)
 }
+
+// TestHeapPerScheduledJob reports the heap a 64-byte job published to run
+// later costs once it is due and waits in line (an in-process figure): it
+// takes its place when due, not when published, which the job keeps in
+// itself, to the millisecond after its publish, rather than in a meta of
+// its own. It fails only if the cost grows past a generous bound.
+func TestHeapPerScheduledJob(t *testing.T) {
+	const jobs = 100_000
+	clk := clock.NewFake(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
+	b, _ := New(Config{Clock: clk})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	batch := make([]*Message, 0, 1000)
+	for i := range jobs {
+		batch = append(batch, &Message{Queue: "q", Producer: fmt.Sprint("web-", i%4), JobType: fmt.Sprint("type-", i%8),
+			Payload: make([]byte, 64), Delay: time.Minute})
+		if len(batch) == cap(batch) {
+			if _, err := b.Publish(batch...); err != nil {
+				t.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	clk.Advance(2 * time.Minute)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if q, err := b.Queue("q"); err != nil || q.Ready != jobs || q.Delayed != 0 {
+		t.Fatalf("queue %+v, %v: want %d ready, none delayed", q, err, jobs)
+	}
+	per := float64(after.HeapAlloc-before.HeapAlloc) / float64(jobs)
+	t.Logf("heap per 64-byte job published to run later, once due and waiting: %.0f bytes", per)
+	if per > 1024 {
+		t.Fatalf("a due scheduled job costs %.0f bytes of heap", per)
+	}
+	runtime.KeepAlive(b)
+}

@@ -30,7 +30,10 @@ type Job struct {
 	// capacity is a word no job needs (see Payload).
 	payload    *byte
 	payloadLen uint32 // a payload is far below 4 GiB (the broker's MaxPayloadLimit)
-	heapIdx    int32  // in the leases or delayed heap, -1 when in neither
+	// When it took its place in line, as milliseconds after its publish
+	// plus one; 0 when that was its publish, or when the time is among
+	// its options instead (see setEnqueued).
+	enqueuedMS uint32
 	// MaxAttempts is the deliveries the job may have; 0 takes the queue's
 	// default (the broker's limit is 10,000, SetMaxAttempts clamps).
 	MaxAttempts int16
@@ -158,9 +161,9 @@ type options struct {
 	sized    bool
 	// An id too long to keep in the job (see SetID).
 	id string
-	// When it took its place in line, when that was not when it was
-	// published (Unix nanoseconds; 0 is the publish): a job published to
-	// run later, or a requeued dead letter (see setEnqueued).
+	// When it took its place in line, when that was neither its publish
+	// nor within Job.enqueuedMS's reach (Unix nanoseconds; 0 is none; see
+	// setEnqueued).
 	enqueued int64
 }
 
@@ -341,23 +344,33 @@ func (j *Job) enqueued() int64 {
 	if e := j.opt().enqueued; e != 0 {
 		return e
 	}
+	if j.enqueuedMS > 0 {
+		return j.published + int64(j.enqueuedMS-1)*int64(time.Millisecond)
+	}
 	return j.published
 }
 
-// setEnqueued sets what enqueued returns. A time other than the publish
-// takes a place among the job's options: only a job published to run
-// later, a requeued dead letter and a job restored so pays for one. Set
-// it while the job is out of line (Line.waits counts it by this time).
+// setEnqueued sets what enqueued returns. The publish costs nothing; a
+// later time (a job published to run later, once due; a requeued dead
+// letter) is kept to the millisecond after the publish, up to 49 days
+// after it; any other among the job's options. Set it while the job is
+// out of line (Line.waits counts it by this time).
 func (j *Job) setEnqueued(n int64) {
-	if n == j.published {
-		n = 0
+	var ms uint32
+	var exact int64
+	switch d := n - j.published; {
+	case d == 0:
+	case d > 0 && d/int64(time.Millisecond) < math.MaxUint32-1:
+		ms = uint32(d/int64(time.Millisecond)) + 1
+	default:
+		exact = n
 	}
-	if j.opt().enqueued == n {
-		return
+	j.enqueuedMS = ms
+	if j.opt().enqueued != exact {
+		o := *j.opt()
+		o.enqueued = exact
+		j.setOptions(o)
 	}
-	o := *j.opt()
-	o.enqueued = n
-	j.setOptions(o)
 }
 
 // Expires is when the job's TTL runs out; zero is never.
@@ -398,13 +411,28 @@ func (j *Job) Scheduled() bool { return j.is(flagScheduled) }
 // Cancelled reports whether the job was cancelled while it ran.
 func (j *Job) Cancelled() bool { return j.is(flagCancelled) }
 
+// heapIdx is the job's index in the leases or delayed heap, -1 when in
+// neither. It is kept in its item's parked index (sched.Item.ParkedIndex),
+// which the scheduler uses only while the job waits in line.
+func (j *Job) heapIdx() int {
+	if j.item.Queued() {
+		return -1
+	}
+	return int(*j.item.ParkedIndex())
+}
+
+func (j *Job) setHeapIdx(i int) { *j.item.ParkedIndex() = int32(i) }
+
 // timeHeap orders jobs by deadline: in-flight ones by lease end, delayed
-// ones by due time. A job is in at most one at a time, so both share its
-// deadline and heapIdx.
+// ones by due time. A job is in at most one at a time, and never while it
+// waits in line, so both share its deadline and heapIdx.
 type timeHeap []*Job
 
 func (h *timeHeap) push(j *Job) {
-	j.heapIdx = int32(len(*h))
+	if j.item.Queued() {
+		panic("delivery: a job waiting in line pushed to a time heap") // a bug here, not bad input
+	}
+	j.setHeapIdx(len(*h))
 	*h = append(*h, j)
 	h.up(len(*h) - 1)
 }
@@ -418,7 +446,7 @@ func (h *timeHeap) min() *Job {
 
 func (h *timeHeap) remove(j *Job) {
 	s := *h
-	i := int(j.heapIdx)
+	i := j.heapIdx()
 	if i < 0 || i >= len(s) || s[i] != j {
 		return
 	}
@@ -428,7 +456,7 @@ func (h *timeHeap) remove(j *Job) {
 	}
 	s[last] = nil
 	*h = s[:last]
-	j.heapIdx = -1
+	j.setHeapIdx(-1)
 	if i != last {
 		h.fix(i)
 	}
@@ -442,8 +470,8 @@ func (h *timeHeap) fix(i int) {
 
 func (h timeHeap) swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx = int32(i)
-	h[j].heapIdx = int32(j)
+	h[i].setHeapIdx(i)
+	h[j].setHeapIdx(j)
 }
 
 func (h timeHeap) up(j int) {

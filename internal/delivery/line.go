@@ -279,8 +279,8 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 	if j.TTL() == 0 && l.cfg.DefaultTTL != 0 {
 		j.SetOptions(j.Headers(), l.cfg.DefaultTTL, j.RetryBase(), j.RetryMax())
 	}
-	j.heapIdx = -1
 	j.item = sched.Item{ID: l.nextID()}
+	j.setHeapIdx(-1)
 	state := store.Ready
 	if runAt.After(now) {
 		// Invisible until due; it is classified and takes its place in
@@ -412,6 +412,7 @@ func (l *Line) nextID() uint64 {
 func (l *Line) reset(j *Job) {
 	it := j.item
 	j.item = sched.Item{ID: it.ID}
+	j.setHeapIdx(-1)
 	j.item.SetExpires(it.Expires())
 	j.setPrediction(l.sq.Classify(&j.item, l.keyOf(j)))
 	j.set(flagStale, false)
@@ -563,7 +564,7 @@ func (l *Line) Extend(h Holder, id string, lease time.Duration, now time.Time) e
 		lease = l.cfg.Lease
 	}
 	j.setDeadline(nanos(now.Add(lease)))
-	l.leases.fix(int(j.heapIdx))
+	l.leases.fix(j.heapIdx())
 	return nil
 }
 
@@ -810,7 +811,7 @@ func (l *Line) stateOf(j *Job) (*Job, State) {
 		return j, Dead
 	case l.inFlight(j):
 		return j, Running
-	case j.heapIdx >= 0:
+	case j.heapIdx() >= 0:
 		return j, Delayed
 	}
 	return j, Waiting
@@ -1068,7 +1069,7 @@ func (l *Line) StateRecordTo(s *Snapshot, i int, r *store.Record) bool {
 			}
 		}
 		l.fill(r, j, store.Dead, reason, fromNanos(j.deadline()))
-	case j.heapIdx >= 0 && !l.inFlight(j):
+	case j.heapIdx() >= 0 && !l.inFlight(j):
 		l.fill(r, j, store.Delayed, "", time.Time{})
 	default: // waiting, or running and written as ready
 		l.fill(r, j, store.Ready, "", time.Time{})
@@ -1145,8 +1146,8 @@ func takeSpare[T any](spare *[]*T) *T {
 func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j := &Job{
 		m:         l.intern(Names{sj.Producer, sj.JobType}),
-		published: nanos(sj.PublishedAt), heapIdx: -1,
-		attempt: uint16(min(max(sj.Attempts, 0), math.MaxUint16)),
+		published: nanos(sj.PublishedAt),
+		attempt:   uint16(min(max(sj.Attempts, 0), math.MaxUint16)),
 	}
 	j.SetMaxAttempts(sj.MaxAttempts)
 	j.set(flagScheduled, sj.Scheduled)
@@ -1155,6 +1156,7 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 	j.SetOptions(sj.Headers, sj.TTL, sj.RetryBase, sj.RetryMax)
 	j.SetSizeHint(sj.SizeHint)
 	j.item = sched.Item{ID: sj.Seq, Cost: sj.Cost, Long: sj.Long}
+	j.setHeapIdx(-1)
 	j.item.SetTier(min(sj.Tier, l.sq.Config().Levels-1))
 	j.item.SetExpires(sj.Expires)
 	j.setEnqueued(nanos(sj.Enqueued))

@@ -516,12 +516,15 @@ func TestReconfigureMarksJobsOutOfLineStale(t *testing.T) {
 	}
 }
 
-// Jobs of one producer and job type without options share one meta; a
-// job with options, one published to run later once it is due and a
-// requeued dead letter have one of their own, with the same names; the
-// shared meta is never written through any of them; the done log keeps
-// the shared names, not a job's options; and all of it survives records
-// and Restore.
+// Jobs of one producer and job type without options share one meta, and
+// so do a job published to run later, once due, and a requeued dead
+// letter, which keep the time they took their place in the job, to the
+// millisecond after the publish; a job with options, and one that took
+// its place more than 49 days after its publish (kept exactly among its
+// options), have a meta of their own with the same names; the shared
+// meta is never written through any of them; the done log keeps the
+// shared names, not a job's options; and all of it survives records and
+// Restore.
 func TestJobMeta(t *testing.T) {
 	t.Parallel()
 	cfg := modelConfig()
@@ -573,9 +576,25 @@ func TestJobMeta(t *testing.T) {
 	if n := l.TakeDead([]string{"d"}, true, requeuedAt); n != 1 {
 		t.Fatalf("requeued %d", n)
 	}
-	if got := later.Enqueued(); !got.Equal(requeuedAt) || later.m == shared || later.PublishedAt() != t0 {
+	if got := later.Enqueued(); !got.Equal(requeuedAt) || later.m != shared || later.PublishedAt() != t0 {
 		t.Fatalf("requeued job: enqueued %v (want %v), shares the meta %v, published %v", got, requeuedAt, later.m == shared, later.PublishedAt())
 	}
+	// Dead again, and requeued 60 days after its publish, to the
+	// nanosecond: past what the job keeps in itself.
+	if dead = l.Deliver(h, requeuedAt); dead != later {
+		t.Fatalf("delivered %v, want d", dead)
+	}
+	if err := l.Nack(h, "d", DeadLetter, 0, "poison again", false, requeuedAt); err != nil {
+		t.Fatal(err)
+	}
+	requeuedAt = t0.Add(60*24*time.Hour + 7)
+	if n := l.TakeDead([]string{"d"}, true, requeuedAt); n != 1 {
+		t.Fatalf("requeued %d", n)
+	}
+	if got := later.Enqueued(); !got.Equal(requeuedAt) || later.m == shared {
+		t.Fatalf("requeued 60 days on: enqueued %v (want %v), shares the meta %v", got, requeuedAt, later.m == shared)
+	}
+	now = requeuedAt
 	for _, j := range append(plain, withOpts, later) {
 		if j.Producer() != names.Producer || j.JobType() != names.JobType {
 			t.Errorf("%s: names %q %q", j.ID(), j.Producer(), j.JobType())

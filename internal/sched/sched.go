@@ -263,6 +263,12 @@ func (it *Item) SetParked(v int64) {
 	it.guardAt = v
 }
 
+// ParkedIndex is an index the item's owner may keep in it while the item
+// is not queued, such as its place in a heap of the owner's. It is the
+// word that holds the item's place in its level while it waits: Push
+// overwrites it, and Pop and Remove leave it -1.
+func (it *Item) ParkedIndex() *int32 { return &it.levelIdx }
+
 // SetTier sets the item's Tier, clamped to the levels a scheduler may have.
 func (it *Item) SetTier(t int) { it.Tier = int8(min(max(t, 0), maxLevels-1)) }
 
