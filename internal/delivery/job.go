@@ -50,9 +50,11 @@ type Job struct {
 	published int64      // PublishedAt as Unix nanoseconds
 	// When a job's lease ends (in flight), when it is due (delayed) and
 	// when it died (dead) is kept in its item's parked word (see
-	// sched.Item.Parked), which the scheduler uses only while the job
-	// waits: see deadline. Who holds a job in flight and since when are
-	// the Line's (held), not every waiting job's.
+	// sched.Item.Parked), and its place in the lease or delayed heap in
+	// its item's parked index (sched.Item.ParkedIndex), which the
+	// scheduler uses only while the job waits: see deadline and heapIdx.
+	// Who holds a job in flight and since when are the Line's (held), not
+	// every waiting job's.
 }
 
 // jobFlags are a job's yes-or-no states, one bit each.
