@@ -291,3 +291,50 @@ func TestShareIgnoresImpossibleQueues(t *testing.T) {
 		t.Errorf("share stats %+v, want 1 observation received and nothing else", st)
 	}
 }
+
+// A key caught up from one peer's snapshot is not replayed again from
+// another's while fewer than two generations of other keys (80,000) have
+// been caught up since; the memory of it stays bounded all the same.
+// Before, the set of keys caught up was cleared at 40,000, and the next
+// snapshot naming a key from before replayed its EWMA into it again.
+func TestSnapshotCatchUpOncePerKey(t *testing.T) {
+	t.Parallel()
+	local, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{MaxKeys: 200_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newShare(ShareConfig{Clock: clock.NewFake(time.Unix(1000, 0))}.WithDefaults(), local)
+	s.send = func(context.Context, string, []byte) error { return nil } // the snapshots it answers with
+	snapshotOf := func(g int) []byte {
+		snap := snapshot{}
+		for i := range DefaultSnapshotKeys {
+			snap.Keys = append(snap.Keys, snapshotKey{
+				observation: observation{Queue: "jobs", Producer: "wéb", JobType: fmt.Sprintf("kind-%d-%d", g, i), NS: int64(300 * time.Millisecond)},
+				Count:       1000,
+			})
+		}
+		body, err := json.Marshal(snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return body
+	}
+	first := rabbitmq.Key{Queue: "jobs", Producer: "wéb", JobType: "kind-0-0"}
+	ctx := context.Background()
+	for g := range 6 {
+		s.foldSnapshot(ctx, fmt.Sprint("peer-", g), snapshotOf(g))
+	}
+	s.foldSnapshot(ctx, "late-peer", snapshotOf(0))
+	if st, _ := local.Lookup(first); st.Count != DefaultCatchUpObservations {
+		t.Fatalf("a key caught up from two snapshots has %d observations, want %d (replayed once)", st.Count, DefaultCatchUpObservations)
+	}
+	for g := 6; g < 12; g++ {
+		s.foldSnapshot(ctx, fmt.Sprint("peer-", g), snapshotOf(g))
+	}
+	s.mu.Lock()
+	n := len(s.caughtUp) + len(s.caughtUpOld)
+	s.mu.Unlock()
+	if n > 2*caughtUpKeys {
+		t.Fatalf("%d keys remembered, want at most %d", n, 2*caughtUpKeys)
+	}
+}

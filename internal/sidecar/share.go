@@ -44,6 +44,9 @@ const (
 	DefaultBatchMax   = 256
 	snapshotSuffix    = ".snapshots"
 	backlogSuffix     = ".backlog"
+	// caughtUpKeys is the size of each generation of keys a sidecar
+	// remembers having replayed from snapshots: four snapshots' worth.
+	caughtUpKeys = 4 * DefaultSnapshotKeys
 )
 
 // HeaderSidecarID marks what a sidecar published, so that it skips its own
@@ -222,7 +225,11 @@ type Share struct {
 	sending    sync.WaitGroup // full batches on their way (enqueue)
 
 	mu          sync.Mutex
-	caughtUp    map[rabbitmq.Key]bool // keys already replayed from a snapshot
+	// Keys already replayed from a snapshot, in two generations: when the
+	// newer holds caughtUpKeys, it becomes the older and the older is
+	// dropped, so a key is replayed once until twice that many others
+	// have been since, and the sets stay bounded.
+	caughtUp, caughtUpOld map[rabbitmq.Key]bool
 	peers       map[string]bool       // sidecar ids seen
 	timer       clock.Timer
 	reportTimer clock.Timer
@@ -577,10 +584,10 @@ func (s *Share) foldSnapshot(ctx context.Context, from string, body []byte) {
 			continue
 		}
 		s.mu.Lock()
-		done := s.caughtUp[k]
+		done := s.caughtUp[k] || s.caughtUpOld[k]
 		if !done {
-			if len(s.caughtUp) >= 4*DefaultSnapshotKeys {
-				clear(s.caughtUp)
+			if len(s.caughtUp) >= caughtUpKeys {
+				s.caughtUpOld, s.caughtUp = s.caughtUp, make(map[rabbitmq.Key]bool)
 			}
 			s.caughtUp[k] = true
 		}
