@@ -224,16 +224,16 @@ type Share struct {
 	batchTimer clock.Timer    // nil while no batch timer is armed
 	sending    sync.WaitGroup // full batches on their way (enqueue)
 
-	mu          sync.Mutex
+	mu sync.Mutex
 	// Keys already replayed from a snapshot, in two generations: when the
 	// newer holds caughtUpKeys, it becomes the older and the older is
 	// dropped, so a key is replayed once until twice that many others
 	// have been since, and the sets stay bounded.
 	caughtUp, caughtUpOld map[rabbitmq.Key]bool
-	peers       map[string]bool       // sidecar ids seen
-	timer       clock.Timer
-	reportTimer clock.Timer
-	stopped     bool
+	peers                 map[string]bool // sidecar ids seen
+	timer                 clock.Timer
+	reportTimer           clock.Timer
+	stopped               bool
 
 	done  chan struct{}
 	stats struct {
