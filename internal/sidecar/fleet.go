@@ -272,7 +272,7 @@ func (f *Fleet) Report(seq uint64, own map[string]rabbitmq.QueueTotals) backlogR
 	qs := slices.Collect(maps.Keys(extra))
 	if room := rabbitmq.DefaultMaxQueues - len(r.Queues); len(qs) > room {
 		slices.SortFunc(qs, func(a, b string) int {
-			if c := cmp.Compare(abs(extra[b]), abs(extra[a])); c != 0 {
+			if c := cmp.Compare(extra[b].Abs(), extra[a].Abs()); c != 0 {
 				return c
 			}
 			return strings.Compare(a, b)
@@ -283,13 +283,6 @@ func (f *Fleet) Report(seq uint64, own map[string]rabbitmq.QueueTotals) backlogR
 		r.Queues[q] = queueTotals{Net: int64(extra[q])}
 	}
 	return r
-}
-
-func abs(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
 }
 
 // Peers returns the numbers of live peers and of dead ones adopted and not
