@@ -108,7 +108,9 @@ func WithKeepalive(time, timeout time.Duration) Option {
 	return func(o *options) { o.keepalive = keepalive.ClientParameters{Time: time, Timeout: timeout} }
 }
 
-// WithLogger sets the logger workers report reconnects and errors to.
+// WithLogger sets the logger workers report reconnects and errors to, and
+// the client says when it cannot reach the broker (and why) and when it
+// reaches it again. The default is slog.Default.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // KeepaliveTime and KeepaliveTimeout are how long a connection with an
@@ -122,7 +124,10 @@ const (
 
 // Dial connects to the broker at addr (host:port). The connection is made
 // lazily and re-made after failures, so Dial succeeds even while the broker
-// is down; ctx bounds only the setup.
+// is down; ctx bounds only the setup. Calls wait for the broker to answer
+// until their context ends; while the connection fails, the client logs
+// why once (WithLogger), so that a broker it can never reach, or one that
+// disagrees with it on TLS, does not leave it waiting in silence.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -159,7 +164,9 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{conn: conn, broker: pb.NewBrokerClient(conn), admin: pb.NewAdminClient(conn), log: o.log}, nil
+	c := &Client{conn: conn, broker: pb.NewBrokerClient(conn), admin: pb.NewAdminClient(conn), log: o.log}
+	go watchConn(conn, c.broker, addr, o.tls != nil, o.log)
+	return c, nil
 }
 
 // encodeErrors gives a call whose request protobuf cannot encode (a

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -140,7 +141,9 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *token == "" {
 		*token = os.Getenv("HARBINGER_TOKEN")
 	}
-	opts := []client.Option{}
+	// Admin calls fail at once, with a hint of their own (tlsHint), so the
+	// client need not log that it cannot reach the broker.
+	opts := []client.Option{client.WithLogger(slog.New(slog.DiscardHandler))}
 	if *token != "" {
 		opts = append(opts, client.WithToken(*token))
 	}
