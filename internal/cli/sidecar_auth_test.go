@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"strings"
@@ -12,13 +11,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/internal/auth"
 	"github.com/harbinger-mq/harbinger/internal/auth/authtest"
+	"github.com/harbinger-mq/harbinger/internal/rawproto"
 	"github.com/harbinger-mq/harbinger/internal/server"
 	"github.com/harbinger-mq/harbinger/internal/sidecar"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
@@ -75,34 +73,14 @@ func TestSidecarRefusesInvalidUTF8(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req, err := proto.Marshal(&pb.PredictRequest{Queue: "jobs", Producer: "wéb-@", JobType: "bild"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req = bytes.Replace(req, []byte("-@"), []byte{'-', 0xff}, 1)
-	err = conn.Invoke(t.Context(), "/harbinger.v1.Predictor/Predict", rawBytes(req), new(pb.PredictResponse), grpc.ForceCodecV2(rawBytesCodec{}))
+	req := rawproto.BadUTF8(t, &pb.PredictRequest{Queue: "jobs", Producer: "wéb-@", JobType: "bild"}, map[string]string{"-@": "-\xff"})
+	err = conn.Invoke(t.Context(), "/harbinger.v1.Predictor/Predict", req, new(pb.PredictResponse), rawproto.CallOption())
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "producer") {
 		t.Fatalf("Predict with a producer that is not UTF-8: %v, want InvalidArgument naming the producer", err)
 	}
 	if _, err := pb.NewPredictorClient(conn).Predict(t.Context(), &pb.PredictRequest{Queue: "jobs", Producer: "wéb"}); err != nil {
 		t.Fatalf("a valid Predict after it: %v", err)
 	}
-}
-
-// rawBytes is a request encoded beforehand; rawBytesCodec sends it as it
-// is and decodes answers as protobuf.
-type rawBytes []byte
-
-type rawBytesCodec struct{}
-
-func (rawBytesCodec) Name() string { return "proto" }
-
-func (rawBytesCodec) Marshal(v any) (mem.BufferSlice, error) {
-	return mem.BufferSlice{mem.SliceBuffer(v.(rawBytes))}, nil
-}
-
-func (rawBytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
 }
 
 // A sidecar started with tokens asks every Predictor call for one.

@@ -9,63 +9,20 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/rawproto"
 )
 
-// rawCodec sends requests as bytes made beforehand, as a client in a
-// language whose protobuf does not check UTF-8 may: Go's refuses to encode
-// such a string, so the test writes valid placeholders and swaps the bad
-// bytes in (see badBytes).
-type rawCodec struct{}
-
-type rawRequest []byte
-
-func (rawCodec) Name() string { return "proto" }
-
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*rawRequest); ok {
-		return mem.BufferSlice{mem.SliceBuffer(*r)}, nil
-	}
-	b, err := proto.Marshal(v.(proto.Message))
-	return mem.BufferSlice{mem.SliceBuffer(b)}, err
-}
-
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
-}
-
-// badBytes encodes m and replaces the placeholders in it with bytes of
-// the same length that are not UTF-8.
-func badBytes(t *testing.T, m proto.Message, swaps map[string]string) *rawRequest {
-	t.Helper()
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	swapped := false
-	for from, to := range swaps {
-		if len(from) != len(to) {
-			t.Fatalf("placeholder %q is not as long as %q", from, to)
-		}
-		swapped = swapped || bytes.Contains(b, []byte(from))
-		b = bytes.ReplaceAll(b, []byte(from), []byte(to))
-	}
-	if !swapped {
-		t.Fatalf("no placeholder in %v", m)
-	}
-	r := rawRequest(b)
-	return &r
-}
-
+// rawConn dials addr with a connection whose calls send a
+// rawproto.Request as it is.
 func rawConn(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+		grpc.WithDefaultCallOptions(rawproto.CallOption()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +49,7 @@ func TestInvalidUTF8RefusedPerMessage(t *testing.T) {
 		{Queue: "q", Producer: "wéb", JobType: "kind@@@", Headers: map[string]string{"trace": "ops@@"}},
 		{Queue: "q", Producer: "wéb", JobType: "report", Headers: map[string]string{"ключ": "значение"}},
 	}}
-	raw := badBytes(t, req, utf8Swaps)
+	raw := rawproto.BadUTF8(t, req, utf8Swaps)
 	check := func(how string, resp *pb.PublishResponse) {
 		t.Helper()
 		rs := resp.GetResults()
@@ -153,7 +110,7 @@ func TestInvalidUTF8RefusedWithItsField(t *testing.T) {
 	conn := rawConn(t, tb.addr)
 
 	err := conn.Invoke(t.Context(), "/harbinger.v1.Admin/DeclareQueue",
-		badBytes(t, &pb.DeclareQueueRequest{Name: "web-@@"}, utf8Swaps), new(pb.QueueInfo))
+		rawproto.BadUTF8(t, &pb.DeclareQueueRequest{Name: "web-@@"}, utf8Swaps), new(pb.QueueInfo))
 	wantCode(t, err, codes.InvalidArgument, "name: not valid UTF-8")
 
 	stream, err := conn.NewStream(t.Context(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/harbinger.v1.Broker/Consume")
@@ -161,14 +118,14 @@ func TestInvalidUTF8RefusedWithItsField(t *testing.T) {
 		t.Fatal(err)
 	}
 	sub := &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Subscribe{Subscribe: &pb.Subscribe{Queue: "web-@@", Prefetch: 1}}}
-	if err := stream.SendMsg(badBytes(t, sub, utf8Swaps)); err != nil {
+	if err := stream.SendMsg(rawproto.BadUTF8(t, sub, utf8Swaps)); err != nil {
 		t.Fatal(err)
 	}
 	err = stream.RecvMsg(new(pb.ConsumeResponse))
 	wantCode(t, err, codes.InvalidArgument, "subscribe.queue: not valid UTF-8")
 
 	// A request that is not protobuf at all is still refused, not fixed.
-	junk := rawRequest{0x0a, 0xff, 0xff}
+	junk := rawproto.Request{0x0a, 0xff, 0xff}
 	err = conn.Invoke(t.Context(), "/harbinger.v1.Admin/DeclareQueue", &junk, new(pb.QueueInfo))
 	if st := status.Convert(err); st.Code() == codes.OK || strings.Contains(st.Message(), "UTF-8") {
 		t.Errorf("a malformed request answered %v", err)
