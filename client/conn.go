@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
@@ -51,12 +52,13 @@ func watchConn(conn *grpc.ClientConn, broker pb.BrokerClient, addr string, tlsOn
 // lastConnError is why the connection failed last, as gRPC tells a call
 // that does not wait for the connection to be ready: such a call fails at
 // once, without reaching the network, while the connection is failing. ""
-// if the call went through (the connection recovered in the meantime).
+// if the call reached the broker (the connection recovered in the
+// meantime), whatever the broker answered.
 func lastConnError(broker pb.BrokerClient) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := broker.GetLimits(ctx, &pb.GetLimitsRequest{})
-	if err == nil {
+	if status.Code(err) != codes.Unavailable {
 		return ""
 	}
 	return status.Convert(err).Message()
