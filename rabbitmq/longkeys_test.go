@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -170,6 +171,69 @@ func TestLocalLongKeys(t *testing.T) {
 	for i := range 38 {
 		if on[i] {
 			t.Errorf("kind %d (%v) is long: only the costliest twentieth of the kinds should be", i, cost(i))
+		}
+	}
+}
+
+// A short key whose measured times are spread by the wait for a core (a
+// push of about 0.2 ms measured up to a few ms now and then) is not held
+// like unknown long work: by default the spread gate takes only keys
+// whose p99 is long, and the push gets its own short estimate and a
+// priority above the middle tier's, with no hold. GateAll gates it, as
+// the broker does, and then it is long. A key whose p99 is long is gated
+// either way.
+func TestNoisyShortKeyNotHeld(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, all := range []bool{false, true} {
+		l, err := NewLocal(LocalConfig{GateAll: all})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Attach(ctx, "jobs", 4)
+		rng := rand.New(rand.NewPCG(16, 1))
+		push := Key{Queue: "jobs", Producer: "wéb", JobType: "push"}
+		report := Key{Queue: "jobs", Producer: "wéb", JobType: "report"}
+		var last, lastReport Priority
+		for i := range 3000 {
+			k, d := Key{Queue: "jobs", Producer: "wéb", JobType: fmt.Sprint("resize-", i%6)}, time.Duration(40+10*(i%6))*time.Millisecond
+			switch {
+			case i%4 == 0:
+				k, d = push, time.Duration((0.1+0.2*rng.Float64())*float64(time.Millisecond))
+				if i%40 == 0 {
+					d = time.Duration((3 + 2*rng.Float64()) * float64(time.Millisecond)) // waited for a core
+				}
+			case i%9 == 0:
+				k, d = report, 20*time.Millisecond
+				if i%27 == 0 {
+					d = 5 * time.Second
+				}
+			}
+			pr, err := l.Predict(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch k {
+			case push:
+				last = pr
+			case report:
+				lastReport = pr
+			}
+			if err := l.Observe(ctx, k, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if ks, _ := l.Lookup(push); ks.P99 < 16*ks.P50 {
+			t.Fatalf("the push's p99 %v is not past the gate (median %v): the test does not test the gate", ks.P99, ks.P50)
+		}
+		if all != (last.Long && last.AMQP == DefaultMaxPriority) {
+			t.Errorf("GateAll %v: the last push got %+v, want long at the top priority only with GateAll", all, last)
+		}
+		if !all && (last.Hold != 0 || last.AMQP <= DefaultMaxPriority/2) {
+			t.Errorf("the last push got %+v, want no hold and a priority above the middle tier's", last)
+		}
+		if !lastReport.Long {
+			t.Errorf("GateAll %v: the last report (p99 5 s) got %+v, want long", all, lastReport)
 		}
 	}
 }

@@ -78,6 +78,12 @@ type Config struct {
 	// negative is off: the predictor alone does not do it, the bounded
 	// policy asks for it (sched.DefaultLongKeys).
 	LongKeys float64
+	// GateLongOnly applies the spread gate only to keys whose p99 is long
+	// (by the LongShare and LongKeys cuts): a key whose slowest runs are
+	// not long is predicted by its own estimate however spread its runs
+	// are, so that short jobs whose measured times are noisy are not
+	// treated as unknown, long work. Only with LongShare.
+	GateLongOnly bool
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -251,7 +257,7 @@ func (p *Predictor) Predict(k Key) Prediction {
 		return pr
 	}
 	p.touch(e)
-	if p.cfg.SpreadGate > 0 && e.p50 > 0 && e.p99/e.p50 > p.cfg.SpreadGate {
+	if p.spreadGated(e) {
 		pr.SpreadGated, pr.Long = true, p.cfg.LongShare > 0
 		e.tier = mid
 		return pr
@@ -463,6 +469,16 @@ func (p *Predictor) costOf(e *entry) float64 {
 		return e.p50
 	}
 	return e.ewmaMS
+}
+
+// spreadGated reports whether a warm key is spread past the gate (its p99
+// more than SpreadGate times its median) and so takes the fallback: with
+// GateLongOnly, only if its p99 is long as well.
+func (p *Predictor) spreadGated(e *entry) bool {
+	if p.cfg.SpreadGate <= 0 || e.p50 <= 0 || e.p99/e.p50 <= p.cfg.SpreadGate {
+		return false
+	}
+	return !p.cfg.GateLongOnly || p.cfg.LongShare <= 0 || p.isLong(e.p99)
 }
 
 func (p *Predictor) isLong(ms float64) bool {

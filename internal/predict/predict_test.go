@@ -2,6 +2,7 @@ package predict
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -168,6 +169,59 @@ func TestSpreadGate(t *testing.T) {
 	}
 	if pr := q.Predict(bimodal); pr.SpreadGated || !pr.Routed() {
 		t.Errorf("gate off: %+v", pr)
+	}
+}
+
+// With GateLongOnly the spread gate takes only keys whose slowest runs
+// are long: a short key whose measured times are noisy (a push measured
+// anywhere from 0.1 ms to a few ms, as on a loaded machine) is predicted
+// by its own estimate, short; a key whose p99 is long is still gated.
+// Without it both are gated.
+func TestGateLongOnly(t *testing.T) {
+	t.Parallel()
+	for _, longOnly := range []bool{false, true} {
+		p := mustNew(t, Config{RecomputeEvery: 1, LongShare: 0.2, GateLongOnly: longOnly})
+		noisy := p.KeyFor("jobs", "wéb", "push", 0)
+		spread := p.KeyFor("jobs", "wéb", "report", 0)
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range 400 {
+			d := ms(0.1 + 0.2*rng.Float64()) // mostly 0.1-0.3 ms
+			if i%10 == 9 {
+				d = ms(3 + 2*rng.Float64()) // a tenth waited for a core
+			}
+			observe(t, p, noisy, Prediction{}, d)
+			d = ms(20)
+			if i%3 == 2 {
+				d = ms(5000)
+			}
+			observe(t, p, spread, Prediction{}, d)
+			for k := range 8 { // a steady mix, so that the long cut has recent work to sit in
+				observe(t, p, p.KeyFor("jobs", "wéb", fmt.Sprint("mid-", k), 0), Prediction{}, ms(float64(50+10*k)))
+			}
+		}
+		for range 200 {
+			for k := range 8 {
+				p.Predict(p.KeyFor("jobs", "wéb", fmt.Sprint("mid-", k), 0))
+			}
+			p.Predict(noisy)
+			p.Predict(spread)
+		}
+		if ks, _ := p.Lookup(noisy); ks.P99 < 16*ks.P50 {
+			t.Fatalf("the noisy key's p99 %v is not past the gate (median %v): the test does not test the gate", ks.P99, ks.P50)
+		}
+		pr := p.Predict(noisy)
+		if pr.SpreadGated == longOnly || pr.Long == longOnly {
+			t.Errorf("GateLongOnly %v: the noisy short key predicted %+v, want gated and long only without it", longOnly, pr)
+		}
+		if longOnly && (pr.Cost > ms(3) || pr.Tier != 0) {
+			t.Errorf("GateLongOnly: the noisy short key predicted %+v, want its own short estimate in the first tier", pr)
+		}
+		if ks, _ := p.Lookup(noisy); ks.SpreadGated != pr.SpreadGated {
+			t.Errorf("Lookup says spread-gated %v, Predict %v", ks.SpreadGated, pr.SpreadGated)
+		}
+		if pr := p.Predict(spread); !pr.SpreadGated || !pr.Long {
+			t.Errorf("GateLongOnly %v: the key whose p99 is 5 s predicted %+v, want gated and long", longOnly, pr)
+		}
 	}
 }
 

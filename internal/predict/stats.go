@@ -56,7 +56,7 @@ func (p *Predictor) stats(e *entry) KeyStats {
 		ks.MAE = msToDuration(e.absErrMS / float64(e.scored))
 		ks.TierAccuracy = float64(e.tierHits) / float64(e.scored)
 	}
-	ks.SpreadGated = !ks.Cold && p.cfg.SpreadGate > 0 && e.p50 > 0 && e.p99/e.p50 > p.cfg.SpreadGate
+	ks.SpreadGated = !ks.Cold && p.spreadGated(e)
 	ks.Long = p.cfg.LongShare > 0 && (ks.Cold || ks.SpreadGated || p.isLong(p.costOf(e)))
 	return ks
 }
