@@ -82,7 +82,9 @@ type Config struct {
 	// (by the LongShare and LongKeys cuts): a key whose slowest runs are
 	// not long is predicted by its own estimate however spread its runs
 	// are, so that short jobs whose measured times are noisy are not
-	// treated as unknown, long work. Only with LongShare.
+	// treated as unknown, long work. Until the predictor has made enough
+	// predictions to place a long cut, every spread key is gated. Only
+	// with LongShare.
 	GateLongOnly bool
 }
 
@@ -473,12 +475,17 @@ func (p *Predictor) costOf(e *entry) float64 {
 
 // spreadGated reports whether a warm key is spread past the gate (its p99
 // more than SpreadGate times its median) and so takes the fallback: with
-// GateLongOnly, only if its p99 is long as well.
+// GateLongOnly, only if its p99 is long as well, or if no long cut is
+// known yet (too few predictions made).
 func (p *Predictor) spreadGated(e *entry) bool {
 	if p.cfg.SpreadGate <= 0 || e.p50 <= 0 || e.p99/e.p50 <= p.cfg.SpreadGate {
 		return false
 	}
-	return !p.cfg.GateLongOnly || p.cfg.LongShare <= 0 || p.isLong(e.p99)
+	if !p.cfg.GateLongOnly || p.cfg.LongShare <= 0 {
+		return true
+	}
+	noCut := math.IsInf(p.longMS, 1) && math.IsInf(p.keyCutMS, 1)
+	return noCut || p.isLong(e.p99)
 }
 
 func (p *Predictor) isLong(ms float64) bool {

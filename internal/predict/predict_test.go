@@ -176,9 +176,22 @@ func TestSpreadGate(t *testing.T) {
 // are long: a short key whose measured times are noisy (a push measured
 // anywhere from 0.1 ms to a few ms, as on a loaded machine) is predicted
 // by its own estimate, short; a key whose p99 is long is still gated.
-// Without it both are gated.
+// Without it both are gated. Before any long cut is known, a spread key
+// is gated either way.
 func TestGateLongOnly(t *testing.T) {
 	t.Parallel()
+	fresh := mustNew(t, Config{LongShare: 0.2, GateLongOnly: true})
+	lone := fresh.KeyFor("jobs", "wéb", "bimodal", 0)
+	for i := range 40 {
+		d := ms(1)
+		if i%4 == 0 {
+			d = ms(1000)
+		}
+		observe(t, fresh, lone, Prediction{}, d)
+	}
+	if pr := fresh.Predict(lone); !pr.SpreadGated || !pr.Long {
+		t.Errorf("GateLongOnly with no long cut yet: %+v, want gated and long", pr)
+	}
 	for _, longOnly := range []bool{false, true} {
 		p := mustNew(t, Config{RecomputeEvery: 1, LongShare: 0.2, GateLongOnly: longOnly})
 		noisy := p.KeyFor("jobs", "wéb", "push", 0)
