@@ -267,6 +267,12 @@ type remoteObserver interface{ remote() }
 // reporter before a handler sends its own.
 const reportBuffer = 256
 
+// reportCalls is how many reports a consumer has in flight to a remote
+// predictor at once. One at a time, a consumer that finishes messages
+// faster than the round trip (short jobs, a sidecar slowed by a busy
+// machine) fills its buffer and its handlers then wait for the calls.
+const reportCalls = 8
+
 // reporter sends a consumer's reports to a remote predictor from a
 // goroutine of its own, so that a handler takes its next message without
 // waiting for the round trip: with prefetch 1 the report would otherwise
@@ -285,11 +291,17 @@ func startReporter(p Predictor) *reporter {
 		return nil
 	}
 	r := &reporter{queue: make(chan func(), reportBuffer), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for range reportCalls {
+		wg.Go(func() {
+			for f := range r.queue {
+				f()
+			}
+		})
+	}
 	go func() {
-		defer close(r.done)
-		for f := range r.queue {
-			f()
-		}
+		wg.Wait()
+		close(r.done)
 	}()
 	return r
 }
