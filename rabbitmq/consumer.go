@@ -273,36 +273,31 @@ const reportBuffer = 256
 // machine) fills its buffer and its handlers then wait for the calls.
 const reportCalls = 8
 
-// reporter sends a consumer's reports to a remote predictor from a
-// goroutine of its own, so that a handler takes its next message without
-// waiting for the round trip: with prefetch 1 the report would otherwise
-// sit between every two messages, and for jobs of a millisecond or two a
-// loopback call to a sidecar on a busy machine costs a good share of the
-// worker's capacity. Reports are never dropped: when the buffer is full the
+// reporter sends a consumer's reports to a remote predictor from
+// goroutines of its own (reportCalls), so that a handler takes its next
+// message without waiting for the round trip: with prefetch 1 the report
+// would otherwise sit between every two messages, and for jobs of a
+// millisecond or two a loopback call to a sidecar on a busy machine costs
+// a good share of the worker's capacity. Reports are never dropped: when the buffer is full the
 // handler sends its own (send returns false). A nil reporter (a predictor
 // in this process, whose reports are cheap) sends nothing.
 type reporter struct {
 	queue chan func()
-	done  chan struct{}
+	calls sync.WaitGroup // the goroutines that send them
 }
 
 func startReporter(p Predictor) *reporter {
 	if _, ok := p.(remoteObserver); !ok {
 		return nil
 	}
-	r := &reporter{queue: make(chan func(), reportBuffer), done: make(chan struct{})}
-	var wg sync.WaitGroup
+	r := &reporter{queue: make(chan func(), reportBuffer)}
 	for range reportCalls {
-		wg.Go(func() {
+		r.calls.Go(func() {
 			for f := range r.queue {
 				f()
 			}
 		})
 	}
-	go func() {
-		wg.Wait()
-		close(r.done)
-	}()
 	return r
 }
 
@@ -326,7 +321,7 @@ func (r *reporter) stop() {
 		return
 	}
 	close(r.queue)
-	<-r.done
+	r.calls.Wait()
 }
 
 // observe reports a success. A predictor in this process (Local) also gets

@@ -22,17 +22,17 @@ type LocalConfig struct {
 	Alpha           float64 // EWMA weight of a new observation, default 0.2
 	MinObservations int     // a key with fewer observations is cold, default 3
 	SpreadGate      float64 // p99/p50 above this takes the middle tier, default 16; negative disables
+	Window          int     // recent predicted costs the tier boundaries are quantiles of, default 1024
+	RecomputeEvery  int     // predictions between boundary recomputations, default 256 (predict.DefaultRecomputeEvery)
+	MaxKeys         int     // tracked keys, least recently used evicted, default 100000
+	NoSizeBucket    bool    // leave the size out of keys
 	// GateAll applies the spread gate to every key, as Harbinger's broker
 	// does. By default it applies only to keys whose p99 is long (by the
 	// LongShare and LongKeys cuts): without a guard on every message, a
 	// gated message is held like unknown long work, and the shortest keys,
 	// whose measured times are most spread by the wait for a core on a
 	// loaded machine, were held that way (docs/sidecar.md).
-	GateAll        bool
-	Window         int  // recent predicted costs the tier boundaries are quantiles of, default 1024
-	RecomputeEvery int  // predictions between boundary recomputations, default 256 (predict.DefaultRecomputeEvery)
-	MaxKeys        int  // tracked keys, least recently used evicted, default 100000
-	NoSizeBucket   bool // leave the size out of keys
+	GateAll bool
 	// LongShare: the most expensive recent messages that together make up
 	// this share of the recent predicted work are Long and take the top
 	// priority, as are cold and gated keys' messages; default 0.2, negative
