@@ -391,6 +391,16 @@ func TestConsumeMaxAttempts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Publish returns once a message is written, not queued: wait until
+	// RabbitMQ holds them all (the one delivered to the waiting handler
+	// aside), or a retry could land among goods still on their way.
+	eventually(t, 5*time.Second, "every message queued", func() bool {
+		st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Messages >= 2+goods-rabbitmq.DefaultPrefetch
+	})
 	close(published)
 	dead, err := getOne(ctx, ch, dlq)
 	if err != nil {
