@@ -100,8 +100,6 @@ func Consume(ctx context.Context, ch *amqp.Channel, queue string, p Predictor, o
 		defer bt.Attach(context.WithoutCancel(ctx), queue, -opts.Workers)
 	}
 	w := worker{queue: queue, ch: ch, p: p, h: h, onObserveError: opts.OnObserveError, maxAttempts: opts.MaxAttempts, now: time.Now}
-	w.reports = startReporter(p)
-	defer w.reports.stop()
 	var wg sync.WaitGroup
 	var loop func()
 	loop = func() {
@@ -154,7 +152,6 @@ type worker struct {
 	onObserveError func(error)
 	maxAttempts    int
 	now            func() time.Time
-	reports        *reporter // nil: report in the handler's goroutine
 }
 
 // handle runs the handler on d, delivered from the queue named from.
@@ -179,16 +176,26 @@ func (w worker) handle(ctx context.Context, d amqp.Delivery, from string) {
 	if err := d.Ack(false); err != nil {
 		return // the channel is gone; RabbitMQ redelivers, so this was not a success
 	}
-	// The message is acked: report it even if ctx ended meanwhile (a
-	// Remote predictor bounds the call with its own timeout).
-	report := func() {
-		if err := w.observe(context.WithoutCancel(ctx), d, took); err != nil && w.onObserveError != nil {
-			w.onObserveError(err)
+	// The message is acked: report it even if ctx ended meanwhile.
+	if br, ok := w.p.(batchReporter); ok {
+		// A predictor in another process: the report goes with others,
+		// and the handler takes its next message without waiting for it.
+		var sp *Stamp
+		if s, ok := stampOf(d); ok {
+			sp = &s
 		}
+		br.report(KeyOf(w.queue, d), sp, took, w.onObserveError)
+		return
 	}
-	if !w.reports.send(report) {
-		report()
+	if err := w.observe(context.WithoutCancel(ctx), d, took); err != nil && w.onObserveError != nil {
+		w.onObserveError(err)
 	}
+}
+
+// batchReporter is a predictor in another process (Remote) that sends a
+// consumer's reports in batches of its own.
+type batchReporter interface {
+	report(k Key, s *Stamp, took time.Duration, onErr func(error))
 }
 
 // errGoexit is the failure of a handler that called runtime.Goexit.
@@ -257,71 +264,6 @@ func retryOf(d amqp.Delivery, failures int) amqp.Publishing {
 		ReplyTo: d.ReplyTo, Expiration: d.Expiration, MessageId: d.MessageId,
 		Timestamp: d.Timestamp, Type: d.Type, UserId: d.UserId, AppId: d.AppId, Body: d.Body,
 	}
-}
-
-// remoteObserver is a predictor in another process (Remote): each report
-// is a round trip.
-type remoteObserver interface{ remote() }
-
-// reportBuffer is how many reports to a remote predictor may wait for the
-// reporter before a handler sends its own.
-const reportBuffer = 256
-
-// reportCalls is how many reports a consumer has in flight to a remote
-// predictor at once. One at a time, a consumer that finishes messages
-// faster than the round trip (short jobs, a sidecar slowed by a busy
-// machine) fills its buffer and its handlers then wait for the calls.
-const reportCalls = 8
-
-// reporter sends a consumer's reports to a remote predictor from
-// goroutines of its own (reportCalls), so that a handler takes its next
-// message without waiting for the round trip: with prefetch 1 the report
-// would otherwise sit between every two messages, and for jobs of a
-// millisecond or two a loopback call to a sidecar on a busy machine costs
-// a good share of the worker's capacity. Reports are never dropped: when the buffer is full the
-// handler sends its own (send returns false). A nil reporter (a predictor
-// in this process, whose reports are cheap) sends nothing.
-type reporter struct {
-	queue chan func()
-	calls sync.WaitGroup // the goroutines that send them
-}
-
-func startReporter(p Predictor) *reporter {
-	if _, ok := p.(remoteObserver); !ok {
-		return nil
-	}
-	r := &reporter{queue: make(chan func(), reportBuffer)}
-	for range reportCalls {
-		r.calls.Go(func() {
-			for f := range r.queue {
-				f()
-			}
-		})
-	}
-	return r
-}
-
-// send queues f; false when f must run in the caller instead.
-func (r *reporter) send(f func()) bool {
-	if r == nil {
-		return false
-	}
-	select {
-	case r.queue <- f:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop waits for the queued reports (each bounded by the predictor's own
-// timeout). Every send must have returned.
-func (r *reporter) stop() {
-	if r == nil {
-		return
-	}
-	close(r.queue)
-	r.calls.Wait()
 }
 
 // observe reports a success. A predictor in this process (Local) also gets

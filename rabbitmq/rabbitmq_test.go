@@ -598,3 +598,87 @@ func declareWithDLQ(t *testing.T, conn *amqp.Connection, ch *amqp.Channel, prefi
 	}
 	return q, dlq
 }
+
+// stalled is a sidecar whose Report calls wait until release closes, then
+// count the observations they carry.
+type stalled struct {
+	harbingerv1.UnimplementedPredictorServer
+	release  chan struct{}
+	observed atomic.Int64
+}
+
+func (s *stalled) Report(_ context.Context, req *harbingerv1.ReportRequest) (*harbingerv1.ReportResponse, error) {
+	<-s.release
+	s.observed.Add(int64(len(req.GetObservations())))
+	return &harbingerv1.ReportResponse{Answers: make([]*harbingerv1.PredictResponse, len(req.GetPublishes()))}, nil
+}
+
+// A consumer never waits for its sidecar: with the sidecar taking no
+// report at all, every message is still handled and acked (more than a
+// batch's worth, and more than the 264 a consumer once held before its
+// handlers waited), and once the sidecar answers, every completion
+// reaches it, once.
+func TestConsumeDoesNotWaitForSidecar(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn := dial(t)
+	ch := channel(t, conn)
+	q, _ := declareWithDLQ(t, conn, ch, "stalled", rabbitmq.DefaultMaxPriority)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := &stalled{release: make(chan struct{})}
+	srv := grpc.NewServer()
+	harbingerv1.RegisterPredictorServer(srv, side)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	// The calls may wait as long as the test.
+	r, err := rabbitmq.DialSidecarOptions(ctx, lis.Addr().String(), rabbitmq.RemoteOptions{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	body := bytes.Repeat([]byte("é"), 1024) // 2 KiB
+	for i := range n {
+		if err := ch.PublishWithContext(ctx, "", q, false, false, amqp.Publishing{Body: body, Headers: amqp.Table{
+			rabbitmq.HeaderJobType: fmt.Sprintf("rendu-%d", i%7), rabbitmq.HeaderPredictedNS: int64(time.Millisecond), rabbitmq.HeaderTier: int32(1),
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handled := make(chan struct{}, n)
+	cctx, stop := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- rabbitmq.Consume(cctx, channel(t, conn), q, r, rabbitmq.ConsumerOptions{}, func(context.Context, amqp.Delivery) error {
+			handled <- struct{}{}
+			return nil
+		})
+	}()
+	for i := range n {
+		select {
+		case <-handled:
+		case <-ctx.Done():
+			t.Fatalf("handled %d of %d messages while the sidecar took no report", i, n)
+		}
+	}
+	stop()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if got := side.observed.Load(); got != 0 {
+		t.Fatalf("the stalled sidecar took %d reports", got)
+	}
+	close(side.release)
+	if err := r.Close(); err != nil { // sends what waits, and waits for the answers
+		t.Fatal(err)
+	}
+	if got := side.observed.Load(); got != n {
+		t.Fatalf("the sidecar took %d reports of %d completions", got, n)
+	}
+	if st := r.Stats(); st.ObserveErrors != 0 {
+		t.Fatalf("stats %+v, want no errors", st)
+	}
+}

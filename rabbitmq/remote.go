@@ -33,10 +33,6 @@ const DefaultRemoteTimeout = 50 * time.Millisecond
 // backlog is off by the difference until the consumer's stamp takes it out.
 const CountedMetadata = "x-harbinger-counted-ns"
 
-// maxCounting bounds a Remote's calls that tell the sidecar of publishes
-// answered from its cache; past it, Predict makes the call itself.
-const maxCounting = 64
-
 // maxCached bounds the keys a Remote caches; past it the cache starts
 // again empty.
 const maxCached = 10_000
@@ -58,13 +54,22 @@ type RemoteOptions struct {
 	// latest answer for the same key if that answer's request went out
 	// less than CacheFor ago, instead of waiting for a round trip. The
 	// sidecar still hears of every message: a cached answer is followed
-	// by a call of its own, off the publisher's path, that carries the
-	// predicted duration stamped on the message (CountedMetadata), and
-	// whose answer replaces the cached one. So under steady traffic a
+	// by a report, off the publisher's path, that carries the predicted
+	// duration stamped on the message (see ReportEvery), and whose answer
+	// replaces the cached one. So under steady traffic a
 	// message gets the answer the key's previous message got, and never
 	// one older than CacheFor; its tier, long mark and hold are that much
 	// staler (see docs/sidecar.md). 0, the default, asks for every message.
 	CacheFor time.Duration
+	// ReportEvery is how long a report may wait to share a call with
+	// others: consumers' completions, and the publishes answered from the
+	// cache, go to the sidecar in batches (its Report call), a batch when
+	// it holds 256 reports or this long after its first, so that a busy
+	// client makes a call per batch rather than per message. Nobody waits
+	// for a report; each delays what the sidecar knows (its backlog, hence
+	// its holds, and its learning) by up to this much. Default
+	// DefaultReportEvery; negative sends each report in a call of its own.
+	ReportEvery time.Duration
 	// Now is the clock the cache ages by, default time.Now.
 	Now func() time.Time
 }
@@ -79,6 +84,9 @@ func (o RemoteOptions) WithDefaults() RemoteOptions {
 	}
 	if o.MaxPriority == 0 {
 		o.MaxPriority = DefaultMaxPriority
+	}
+	if o.ReportEvery == 0 {
+		o.ReportEvery = DefaultReportEvery
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -118,11 +126,12 @@ type Remote struct {
 	// The cache (RemoteOptions.CacheFor).
 	cacheMu     sync.Mutex
 	cache       map[Key]cachedAnswer
-	counting    sync.WaitGroup
-	countSlots  chan struct{}
 	hits        atomic.Uint64
 	countErrors atomic.Uint64
 	asked       atomic.Uint64 // requests sent, numbering them for the cache
+
+	reports  *reports
+	noReport atomic.Bool // the sidecar predates Report: one call per report
 }
 
 // cachedAnswer is the sidecar's latest answer for a key, and when the
@@ -162,8 +171,8 @@ func DialSidecarOptions(_ context.Context, addr string, opts RemoteOptions) (*Re
 	r := &Remote{opts: opts, conn: conn, client: harbingerv1.NewPredictorClient(conn)}
 	if opts.CacheFor > 0 {
 		r.cache = make(map[Key]cachedAnswer)
-		r.countSlots = make(chan struct{}, maxCounting)
 	}
+	r.reports = newReports(r, opts.ReportEvery)
 	return r, nil
 }
 
@@ -188,15 +197,11 @@ func loopback(addr string) bool {
 	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
-// remote marks Remote as a predictor in another process, whose reports
-// Consume sends from a goroutine of its own.
-func (r *Remote) remote() {}
-
-// Close waits for the calls that tell the sidecar of cached answers
-// (each bounded by the timeout), then closes the connection. Call it after
-// the last Predict.
+// Close sends the reports that wait and waits for their answers (each
+// batch bounded by the timeout), then closes the connection. Call it after
+// the last Predict and once every Consume that uses r has returned.
 func (r *Remote) Close() error {
-	r.counting.Wait()
+	r.reports.close()
 	return r.conn.Close()
 }
 
@@ -210,7 +215,12 @@ func (r *Remote) Predict(ctx context.Context, k Key) (Priority, error) {
 		r.cacheMu.Unlock()
 		if ok && now.Sub(c.at) < r.opts.CacheFor {
 			r.hits.Add(1)
-			r.count(ctx, k, c.pr.Predicted)
+			// A publish the sidecar never hears of would leave its
+			// completion subtracting from the backlog what was never added.
+			r.reports.count(countedPublish{key: k, seq: r.asked.Add(1), sent: now, req: &harbingerv1.CountedPublish{
+				Job:     &harbingerv1.PredictRequest{Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, SizeHint: k.Size},
+				Counted: durationpb.New(c.pr.Predicted),
+			}})
 			return c.pr, nil
 		}
 	}
@@ -223,36 +233,15 @@ func (r *Remote) Predict(ctx context.Context, k Key) (Priority, error) {
 	return pr, nil
 }
 
-// count tells the sidecar of a message published with a cached answer
-// whose predicted duration was stamped, from a goroutine of its own while
-// fewer than maxCounting are out, else from the caller's: a publish the
-// sidecar never hears of would leave its completion subtracting from the
-// backlog what was never added.
-func (r *Remote) count(ctx context.Context, k Key, stamped time.Duration) {
-	call := func(ctx context.Context) {
-		if _, err := r.ask(ctx, k, r.opts.Now(), stamped); err != nil {
-			r.countErrors.Add(1)
-			r.lastErr.Store(&err)
-		}
-	}
-	select {
-	case r.countSlots <- struct{}{}:
-		r.counting.Add(1)
-		go func() {
-			defer r.counting.Done()
-			defer func() { <-r.countSlots }()
-			call(context.WithoutCancel(ctx))
-		}()
-	default:
-		call(ctx)
-	}
+// ask asks the sidecar for k's priority and caches the answer as of sent,
+// when the request went out.
+func (r *Remote) ask(ctx context.Context, k Key, sent time.Time, counted time.Duration) (Priority, error) {
+	return r.askAt(ctx, k, sent, r.asked.Add(1), counted)
 }
 
-// ask asks the sidecar for k's priority, telling it the duration already
-// stamped on the message when counted is not negative, and caches the
-// answer as of sent, when the request went out.
-func (r *Remote) ask(ctx context.Context, k Key, sent time.Time, counted time.Duration) (Priority, error) {
-	seq := r.asked.Add(1)
+// askAt is ask for the request numbered seq, telling the sidecar the
+// duration already stamped on the message when counted is not negative.
+func (r *Remote) askAt(ctx context.Context, k Key, sent time.Time, seq uint64, counted time.Duration) (Priority, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	if counted >= 0 {
@@ -264,6 +253,13 @@ func (r *Remote) ask(ctx context.Context, k Key, sent time.Time, counted time.Du
 	if err != nil {
 		return Priority{}, err
 	}
+	pr := priorityOf(resp)
+	r.remember(k, pr, sent, seq)
+	return pr, nil
+}
+
+// priorityOf decodes the sidecar's answer.
+func priorityOf(resp *harbingerv1.PredictResponse) Priority {
 	pr := Priority{
 		Tier: int(resp.GetTier()),
 		AMQP: uint8(min(resp.GetAmqpPriority(), 255)),
@@ -277,52 +273,54 @@ func (r *Remote) ask(ctx context.Context, k Key, sent time.Time, counted time.Du
 	if h := resp.GetHold(); h != nil && h.CheckValid() == nil && h.AsDuration() > 0 {
 		pr.Hold = h.AsDuration()
 	}
-	if r.cache != nil {
-		r.cacheMu.Lock()
-		if c, ok := r.cache[k]; !ok || seq > c.seq {
-			if !ok && len(r.cache) >= maxCached {
-				clear(r.cache)
-			}
-			r.cache[k] = cachedAnswer{pr: pr, at: sent, seq: seq}
-		}
-		r.cacheMu.Unlock()
+	return pr
+}
+
+// remember caches the answer to request seq, sent at sent, unless a later
+// request's answer is cached already.
+func (r *Remote) remember(k Key, pr Priority, sent time.Time, seq uint64) {
+	if r.cache == nil {
+		return
 	}
-	return pr, nil
+	r.cacheMu.Lock()
+	defer r.cacheMu.Unlock()
+	if c, ok := r.cache[k]; !ok || seq > c.seq {
+		if !ok && len(r.cache) >= maxCached {
+			clear(r.cache)
+		}
+		r.cache[k] = cachedAnswer{pr: pr, at: sent, seq: seq}
+	}
 }
 
 // Observe implements Predictor. It waits at most the timeout.
 func (r *Remote) Observe(ctx context.Context, k Key, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
-	defer cancel()
-	_, err := r.client.Observe(ctx, &harbingerv1.ObserveRequest{
-		Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, SizeHint: k.Size,
-		Duration: durationpb.New(d),
-	})
-	if err != nil {
-		r.observeErrors.Add(1)
-		r.lastErr.Store(&err)
-		return fmt.Errorf("rabbitmq: sidecar observe: %w", err)
-	}
-	return nil
+	return r.observeOne(ctx, observeRequest(k, nil, d))
 }
 
 // ObserveStamped is Observe with the prediction the publisher stamped on
 // the message: a sidecar run with --hold takes the message out of its
 // queue's backlog, and any sidecar scores the prediction.
 func (r *Remote) ObserveStamped(ctx context.Context, k Key, s Stamp, took time.Duration) error {
+	return r.observeOne(ctx, observeRequest(k, &s, took))
+}
+
+// observeOne sends one observation in a call of its own.
+func (r *Remote) observeOne(ctx context.Context, req *harbingerv1.ObserveRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
-	_, err := r.client.Observe(ctx, &harbingerv1.ObserveRequest{
-		Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, SizeHint: k.Size,
-		Duration: durationpb.New(took),
-		Stamp:    &harbingerv1.Stamp{Predicted: durationpb.New(s.Predicted), Tier: uint32(max(s.Tier, 0)), Cold: s.Cold},
-	})
-	if err != nil {
+	if _, err := r.client.Observe(ctx, req); err != nil {
 		r.observeErrors.Add(1)
 		r.lastErr.Store(&err)
 		return fmt.Errorf("rabbitmq: sidecar observe: %w", err)
 	}
 	return nil
+}
+
+// report queues a consumer's completion for the next batch (ReportEvery):
+// the consumer does not wait for the sidecar. A nil stamp sends none; a
+// failure is counted and passed to onErr, which may be nil.
+func (r *Remote) report(k Key, s *Stamp, took time.Duration, onErr func(error)) {
+	r.reports.observe(observeRequest(k, s, took), onErr)
 }
 
 // Attach tells the sidecar that handlers started (or, negative, stopped)

@@ -192,8 +192,6 @@ func ConsumeTiers(ctx context.Context, ch *amqp.Channel, tq TierQueues, p Predic
 		}()
 	}
 	w := worker{queue: tq.Name, ch: ch, p: p, h: h, onObserveError: opts.OnObserveError, maxAttempts: opts.MaxAttempts, now: time.Now}
-	w.reports = startReporter(p)
-	defer w.reports.stop()
 	pk := newPicker(opts.Weights, opts.AgeAfter)
 	held := make([][]amqp.Delivery, n)
 	heldN, open := 0, n

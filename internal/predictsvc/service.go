@@ -1,5 +1,5 @@
 // Package predictsvc owns the Predictor gRPC service (Predict, Observe,
-// Attach in api/harbinger/v1) over a rabbitmq.Local: the one implementation
+// Attach and Report in api/harbinger/v1) over a rabbitmq.Local: the one implementation
 // that both `harbinger serve` and `harbinger sidecar` serve. It decodes and
 // validates a request, calls Local, and encodes the answer; the sidecar
 // also shares each observation through a Sharer.
@@ -112,11 +112,18 @@ func (s *Service) sharer() Sharer {
 // Predict implements harbingerv1.PredictorServer. A key never observed
 // gets the cold default and is not remembered.
 func (s *Service) Predict(ctx context.Context, req *harbingerv1.PredictRequest) (*harbingerv1.PredictResponse, error) {
-	k, err := keyOf(req.GetQueue(), req.GetProducer(), req.GetJobType(), req.GetSizeHint(), "the queue the job is published to")
+	counted, isCounted, err := countedOf(ctx)
 	if err != nil {
 		return nil, err
 	}
-	counted, isCounted, err := countedOf(ctx)
+	return s.predict(ctx, req, counted, isCounted)
+}
+
+// predict answers req; with isCounted the message is already published
+// with counted stamped on it, which its queue's backlog counts instead of
+// the fresh prediction.
+func (s *Service) predict(ctx context.Context, req *harbingerv1.PredictRequest, counted time.Duration, isCounted bool) (*harbingerv1.PredictResponse, error) {
+	k, err := keyOf(req.GetQueue(), req.GetProducer(), req.GetJobType(), req.GetSizeHint(), "the queue the job is published to")
 	if err != nil {
 		return nil, err
 	}
@@ -155,21 +162,30 @@ func (s *Service) Predict(ctx context.Context, req *harbingerv1.PredictRequest) 
 // learned locally and then shared; a failure to share is the Sharer's to
 // count, not the caller's, who can do nothing about it.
 func (s *Service) Observe(ctx context.Context, req *harbingerv1.ObserveRequest) (*harbingerv1.ObserveResponse, error) {
+	if err := s.observe(ctx, req); err != nil {
+		return nil, err
+	}
+	return &harbingerv1.ObserveResponse{}, nil
+}
+
+// observe handles one observation, or with Dropped one job that left its
+// queue without completing.
+func (s *Service) observe(ctx context.Context, req *harbingerv1.ObserveRequest) error {
 	if req.GetDropped() {
 		return s.dropped(ctx, req)
 	}
 	k, err := keyOf(req.GetQueue(), req.GetProducer(), req.GetJobType(), req.GetSizeHint(), "the queue the job was consumed from")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if req.GetDuration() == nil || req.GetDuration().CheckValid() != nil {
-		return nil, status.Error(codes.InvalidArgument, "predictsvc: duration is required and must be a valid duration")
+		return status.Error(codes.InvalidArgument, "predictsvc: duration is required and must be a valid duration")
 	}
 	d := req.GetDuration().AsDuration()
 	if st := req.GetStamp(); st != nil {
 		stamp, serr := stampOf(st)
 		if serr != nil {
-			return nil, serr
+			return serr
 		}
 		// Without Config.Hold no queue has handlers, so no backlog is
 		// kept; the stamp still scores the prediction.
@@ -179,31 +195,78 @@ func (s *Service) Observe(ctx context.Context, req *harbingerv1.ObserveRequest) 
 	}
 	if err != nil {
 		if errors.Is(err, predict.ErrBadDuration) {
-			return nil, status.Error(codes.InvalidArgument, err.Error()+": report the handler's wall time")
+			return status.Error(codes.InvalidArgument, err.Error()+": report the handler's wall time")
 		}
-		return nil, status.Error(codes.Internal, err.Error())
+		return status.Error(codes.Internal, err.Error())
 	}
 	if sh := s.sharer(); sh != nil {
 		_ = sh.Publish(ctx, k, d)
 	}
-	return &harbingerv1.ObserveResponse{}, nil
+	return nil
+}
+
+// MaxReportItems bounds a Report call's observations and publishes
+// together: the request's size is bounded by gRPC's message limit, the
+// work one call holds the service for by this.
+const MaxReportItems = 4096
+
+// Report implements harbingerv1.PredictorServer: each observation as
+// Observe, each publish as Predict with its counted duration. An item's
+// failure is listed with its index and does not stop the others.
+func (s *Service) Report(ctx context.Context, req *harbingerv1.ReportRequest) (*harbingerv1.ReportResponse, error) {
+	obs, pubs := req.GetObservations(), req.GetPublishes()
+	if n := len(obs) + len(pubs); n > MaxReportItems {
+		return nil, status.Errorf(codes.InvalidArgument, "predictsvc: a report carries at most %d items, got %d: send it in parts", MaxReportItems, n)
+	}
+	resp := &harbingerv1.ReportResponse{Answers: make([]*harbingerv1.PredictResponse, len(pubs))}
+	for i, o := range obs {
+		if err := s.observe(ctx, o); err != nil {
+			resp.ObservationErrors = append(resp.ObservationErrors, reportError(i, err))
+		}
+	}
+	for i, p := range pubs {
+		counted, err := countedDuration(p.GetCounted())
+		if err == nil {
+			resp.Answers[i], err = s.predict(ctx, p.GetJob(), counted, true)
+		}
+		if err != nil {
+			resp.Answers[i] = &harbingerv1.PredictResponse{}
+			resp.PublishErrors = append(resp.PublishErrors, reportError(i, err))
+		}
+	}
+	return resp, nil
+}
+
+// reportError is err as the i-th item's entry in a ReportResponse.
+func reportError(i int, err error) *harbingerv1.ReportError {
+	st := status.Convert(err)
+	return &harbingerv1.ReportError{Index: uint32(i), Code: uint32(st.Code()), Message: st.Message()}
+}
+
+// countedDuration decodes a CountedPublish's duration, which must be one
+// a prediction could have been.
+func countedDuration(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil || d.CheckValid() != nil || d.AsDuration() < 0 || d.AsDuration() > MaxPredicted {
+		return 0, status.Errorf(codes.InvalidArgument, "predictsvc: a counted publish needs a valid duration from 0 to %v", MaxPredicted)
+	}
+	return d.AsDuration(), nil
 }
 
 // dropped takes a job that left its queue without completing out of the
 // queue's backlog (rabbitmq.Local.Forget); nothing is learned or shared.
-func (s *Service) dropped(ctx context.Context, req *harbingerv1.ObserveRequest) (*harbingerv1.ObserveResponse, error) {
+func (s *Service) dropped(ctx context.Context, req *harbingerv1.ObserveRequest) error {
 	if err := checkQueue(req.GetQueue(), "the queue the job left"); err != nil {
-		return nil, err
+		return err
 	}
 	if req.GetStamp() == nil {
-		return nil, status.Error(codes.InvalidArgument, "predictsvc: a dropped job needs its stamp: the backlog counted its prediction")
+		return status.Error(codes.InvalidArgument, "predictsvc: a dropped job needs its stamp: the backlog counted its prediction")
 	}
 	stamp, err := stampOf(req.GetStamp())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.local.Forget(ctx, req.GetQueue(), stamp.Predicted)
-	return &harbingerv1.ObserveResponse{}, nil
+	return nil
 }
 
 // Attach implements harbingerv1.PredictorServer: with Config.Hold it counts

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
@@ -261,6 +262,27 @@ func FuzzService(f *testing.F) {
 		checkCode(t, err)
 		_, err = svc.Attach(ctx, &harbingerv1.AttachRequest{Queue: queue, Handlers: handlers})
 		checkCode(t, err)
+		// The same as one Report: it fails only item by item, and what it
+		// returns goes on the wire.
+		resp, err := svc.Report(ctx, &harbingerv1.ReportRequest{
+			Observations: []*harbingerv1.ObserveRequest{
+				{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size, Duration: d},
+				{Queue: queue, Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: d}},
+			},
+			Publishes: []*harbingerv1.CountedPublish{{Job: &harbingerv1.PredictRequest{Queue: queue, Producer: producer, JobType: jobType, SizeHint: size}, Counted: d}},
+		})
+		if err != nil {
+			t.Fatalf("Report failed whole: %v", err)
+		}
+		if len(resp.GetAnswers()) != 1 {
+			t.Fatalf("%d answers to 1 publish", len(resp.GetAnswers()))
+		}
+		for _, e := range append(resp.GetObservationErrors(), resp.GetPublishErrors()...) {
+			checkCode(t, status.Error(codes.Code(e.GetCode()), e.GetMessage()))
+		}
+		if _, err := proto.Marshal(resp); err != nil {
+			t.Fatalf("Report's answer does not marshal: %v", err)
+		}
 		for q, w := range local.Stats().Backlog {
 			if w < 0 {
 				t.Fatalf("queue %q's backlog is %v", q, w)
@@ -432,5 +454,97 @@ func TestServiceRefusesImpossiblePredictions(t *testing.T) {
 	ok := &harbingerv1.ObserveRequest{Queue: queue, Dropped: true, Stamp: &harbingerv1.Stamp{Predicted: durationpb.New(MaxPredicted)}}
 	if _, err := tb.svc.Observe(tb.ctx, ok); err != nil {
 		t.Errorf("drop stamped at MaxPredicted: %v", err)
+	}
+}
+
+// A Report is its items' Observe and Predict calls: each failure is listed
+// by its index with the code its own call would have returned, the
+// others take effect (learned, counted in the backlog at the stamped
+// duration, taken out by their stamps), and every publish gets an answer
+// in order. Too many items are refused whole, before any takes effect.
+func TestServiceReport(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, rabbitmq.LocalConfig{}, Config{Hold: true})
+	if _, err := tb.svc.Attach(tb.ctx, &harbingerv1.AttachRequest{Queue: "q", Handlers: 1}); err != nil {
+		t.Fatal(err)
+	}
+	dur := durationpb.New
+	obs := func(jobType string, d time.Duration, stamp time.Duration) *harbingerv1.ObserveRequest {
+		return &harbingerv1.ObserveRequest{Queue: "q", JobType: jobType, Duration: dur(d), Stamp: &harbingerv1.Stamp{Predicted: dur(stamp)}}
+	}
+	pub := func(jobType string, counted *durationpb.Duration) *harbingerv1.CountedPublish {
+		return &harbingerv1.CountedPublish{Job: &harbingerv1.PredictRequest{Queue: "q", JobType: jobType}, Counted: counted}
+	}
+	resp, err := tb.svc.Report(tb.ctx, &harbingerv1.ReportRequest{
+		Publishes: []*harbingerv1.CountedPublish{
+			pub("rendu-ü", dur(40*time.Millisecond)),
+			pub("rendu-ü", dur(-time.Second)), // refused: negative
+			pub("rendu-ü", nil),               // refused: no duration
+			{Job: &harbingerv1.PredictRequest{JobType: "x"}, Counted: dur(time.Millisecond)}, // refused: no queue
+			pub("rendu-ü", dur(60*time.Millisecond)),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tb.local.Stats().Backlog["q"]; got != 100*time.Millisecond {
+		t.Fatalf("backlog after 2 good counted publishes of 40 and 60 ms: %v", got)
+	}
+	if n := len(resp.GetAnswers()); n != 5 {
+		t.Fatalf("%d answers, want one per publish", n)
+	}
+	if !resp.GetAnswers()[0].GetCold() || resp.GetAnswers()[1].GetTier() != 0 || resp.GetAnswers()[1].GetCold() {
+		t.Fatalf("answers %v: want the cold default for a good publish, an empty answer for a refused one", resp.GetAnswers())
+	}
+	checkItems(t, "publish", resp.GetPublishErrors(), []uint32{1, 2, 3})
+
+	resp, err = tb.svc.Report(tb.ctx, &harbingerv1.ReportRequest{
+		Observations: []*harbingerv1.ObserveRequest{
+			obs("rendu-ü", 30*time.Millisecond, 40*time.Millisecond),
+			obs("rendu-\xff", 30*time.Millisecond, 0), // refused: not UTF-8
+			obs("rendu-ü", -time.Millisecond, 0),      // refused: negative duration
+			{Queue: "q", Dropped: true},               // refused: a drop needs its stamp
+			obs("rendu-ü", 50*time.Millisecond, 60*time.Millisecond),
+			obs("rendu-ü", 40*time.Millisecond, 0),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkItems(t, "observation", resp.GetObservationErrors(), []uint32{1, 2, 3})
+	if got := tb.local.Stats().Backlog["q"]; got != 0 {
+		t.Errorf("backlog after both publishes completed: %v, want 0", got)
+	}
+	if r, err := tb.svc.Predict(tb.ctx, &harbingerv1.PredictRequest{Queue: "q", JobType: "rendu-ü"}); err != nil || r.GetCold() {
+		t.Errorf("after 3 reported observations the key is %+v, %v; want it warm", r, err)
+	}
+
+	big := &harbingerv1.ReportRequest{}
+	for range MaxReportItems {
+		big.Observations = append(big.Observations, obs("gros", time.Millisecond, 0))
+	}
+	big.Publishes = []*harbingerv1.CountedPublish{pub("gros", dur(time.Millisecond))}
+	before := tb.local.Stats().Backlog["q"] // the Predict above counted its answer
+	if _, err := tb.svc.Report(tb.ctx, big); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "in parts") {
+		t.Fatalf("report of %d items: %v, want InvalidArgument", MaxReportItems+1, err)
+	}
+	if got := tb.local.Stats().Backlog["q"]; got != before {
+		t.Errorf("a refused report changed the backlog from %v to %v", before, got)
+	}
+}
+
+// checkItems checks a Report's errors name exactly the items want, each
+// with InvalidArgument and a message.
+func checkItems(t *testing.T, what string, errs []*harbingerv1.ReportError, want []uint32) {
+	t.Helper()
+	var got []uint32
+	for _, e := range errs {
+		got = append(got, e.GetIndex())
+		if codes.Code(e.GetCode()) != codes.InvalidArgument || e.GetMessage() == "" {
+			t.Errorf("%s %d: code %v %q, want InvalidArgument with a message", what, e.GetIndex(), codes.Code(e.GetCode()), e.GetMessage())
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("failed %ss %v, want %v", what, got, want)
 	}
 }

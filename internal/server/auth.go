@@ -24,6 +24,7 @@ type rule struct {
 	// filter, for a list of queues, drops from the answer the queues the
 	// token may not read instead of refusing the call.
 	filter bool
+	and    *rule // a second permission the request needs as well
 }
 
 func queueOf[T any](get func(T) string) func(any) []string {
@@ -48,6 +49,33 @@ func publishQueues(req any) []string {
 		}
 	}
 	return qs
+}
+
+// reportQueues lists the queues a Report's observations name (observed
+// true) or its publishes name.
+func reportQueues(observed bool) func(req any) []string {
+	return func(req any) []string {
+		r, ok := req.(*pb.ReportRequest)
+		if !ok {
+			return nil
+		}
+		var qs []string
+		add := func(q string) {
+			if len(qs) == 0 || qs[len(qs)-1] != q {
+				qs = append(qs, q)
+			}
+		}
+		if observed {
+			for _, o := range r.GetObservations() {
+				add(o.GetQueue())
+			}
+		} else {
+			for _, p := range r.GetPublishes() {
+				add(p.GetJob().GetQueue())
+			}
+		}
+		return qs
+	}
 }
 
 func consumeQueues(req any) []string {
@@ -89,6 +117,10 @@ var rules = map[string]rule{
 	pb.Predictor_Predict_FullMethodName: {perm: auth.Publish, queues: queueOf((*pb.PredictRequest).GetQueue)},
 	pb.Predictor_Observe_FullMethodName: {perm: auth.Consume, queues: queueOf((*pb.ObserveRequest).GetQueue)},
 	pb.Predictor_Attach_FullMethodName:  {perm: auth.Consume, queues: queueOf((*pb.AttachRequest).GetQueue)},
+	// A report carries both: a consumer's observations, a publisher's
+	// publishes answered from its cache.
+	pb.Predictor_Report_FullMethodName: {perm: auth.Consume, queues: reportQueues(true),
+		and: &rule{perm: auth.Publish, queues: reportQueues(false)}},
 }
 
 func ruleFor(method string) (rule, bool) {
@@ -154,6 +186,9 @@ func check(g *auth.Grant, r rule, req any) error {
 		if err := g.Check(r.perm, q); err != nil {
 			return authStatus(err)
 		}
+	}
+	if r.and != nil {
+		return check(g, *r.and, req)
 	}
 	return nil
 }

@@ -49,14 +49,16 @@ type authBundle struct {
 
 // authSetup serves a broker with tokens: "admin" may do everything;
 // "orders" may do everything on queues named orders.*; "others" holds every
-// permission, but on queues named other.*; "reader" may read every queue.
+// permission, but on queues named other.*; "reader" may read every queue;
+// "publisher" may publish to orders.*.
 func authSetup(t *testing.T) *authBundle {
 	t.Helper()
 	path, toks := authtest.TokenFile(t, map[string][]string{
-		"admin":  {"admin"},
-		"orders": {"admin:orders."},
-		"others": {"admin:other."},
-		"reader": {"read"},
+		"admin":     {"admin"},
+		"orders":    {"admin:orders."},
+		"others":    {"admin:other."},
+		"reader":    {"read"},
+		"publisher": {"publish:orders."},
 	})
 	tokens, err := auth.LoadTokens(path)
 	if err != nil {
@@ -213,6 +215,38 @@ var rpcCalls = map[string]func(ctx context.Context, c *grpc.ClientConn, q string
 		_, err := pb.NewPredictorClient(c).Attach(ctx, &pb.AttachRequest{Queue: q})
 		return err
 	},
+	"Report": func(ctx context.Context, c *grpc.ClientConn, q string) error {
+		_, err := pb.NewPredictorClient(c).Report(ctx, &pb.ReportRequest{
+			Observations: []*pb.ObserveRequest{{Queue: q}},
+			Publishes:    []*pb.CountedPublish{{Job: &pb.PredictRequest{Queue: q}}},
+		})
+		return err
+	},
+}
+
+// A Report needs what its parts would need as calls of their own: consume
+// on every queue its observations name, publish on every queue its
+// publishes name.
+func TestReportNeedsBothPermissions(t *testing.T) {
+	t.Parallel()
+	ab := authSetup(t)
+	ctx := t.Context()
+	pub := pb.NewPredictorClient(ab.dial(t, ab.tokens["publisher"]))
+	const q = "orders.eu"
+	publishes := []*pb.CountedPublish{{Job: &pb.PredictRequest{Queue: q}, Counted: durationpb.New(time.Millisecond)}}
+	// The broker in this test serves no predictor: past the check, the
+	// call is Unimplemented.
+	if _, err := pub.Report(ctx, &pb.ReportRequest{Publishes: publishes}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("publishes with publish on %s: %v, want to pass the check", q, err)
+	}
+	for name, req := range map[string]*pb.ReportRequest{
+		"an observation":             {Observations: []*pb.ObserveRequest{{Queue: q}}, Publishes: publishes},
+		"a publish to another queue": {Publishes: append(publishes, &pb.CountedPublish{Job: &pb.PredictRequest{Queue: "billing"}})},
+	} {
+		if _, err := pub.Report(ctx, req); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s with publish on orders.* only: %v, want PermissionDenied", name, err)
+		}
+	}
 }
 
 // Every RPC without a token, with a token the broker does not know, with a

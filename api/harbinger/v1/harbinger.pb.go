@@ -4430,6 +4430,247 @@ func (*ObserveResponse) Descriptor() ([]byte, []int) {
 	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
 }
 
+// ReportRequest is a batch of observations and publishes.
+type ReportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Observations, each handled as an Observe call.
+	Observations []*ObserveRequest `protobuf:"bytes,1,rep,name=observations,proto3" json:"observations,omitempty"`
+	// Publishes the client answered from its cache.
+	Publishes     []*CountedPublish `protobuf:"bytes,2,rep,name=publishes,proto3" json:"publishes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportRequest) Reset() {
+	*x = ReportRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportRequest) ProtoMessage() {}
+
+func (x *ReportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
+func (*ReportRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ReportRequest) GetObservations() []*ObserveRequest {
+	if x != nil {
+		return x.Observations
+	}
+	return nil
+}
+
+func (x *ReportRequest) GetPublishes() []*CountedPublish {
+	if x != nil {
+		return x.Publishes
+	}
+	return nil
+}
+
+// CountedPublish is a message published with a prediction the client
+// already had: the predictor counts it in its queue's backlog at the
+// duration stamped on it, as Predict does with x-harbinger-counted-ns.
+type CountedPublish struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The message's key.
+	Job *PredictRequest `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// The predicted duration stamped on the message.
+	Counted       *durationpb.Duration `protobuf:"bytes,2,opt,name=counted,proto3" json:"counted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountedPublish) Reset() {
+	*x = CountedPublish{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountedPublish) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountedPublish) ProtoMessage() {}
+
+func (x *CountedPublish) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountedPublish.ProtoReflect.Descriptor instead.
+func (*CountedPublish) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *CountedPublish) GetJob() *PredictRequest {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+func (x *CountedPublish) GetCounted() *durationpb.Duration {
+	if x != nil {
+		return x.Counted
+	}
+	return nil
+}
+
+// ReportResponse answers a ReportRequest.
+type ReportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The predictor's answer for each publish's key now, in the request's
+	// order, for the client's cache; empty for a publish that failed.
+	Answers []*PredictResponse `protobuf:"bytes,1,rep,name=answers,proto3" json:"answers,omitempty"`
+	// The observations that failed, by index in the request.
+	ObservationErrors []*ReportError `protobuf:"bytes,2,rep,name=observation_errors,json=observationErrors,proto3" json:"observation_errors,omitempty"`
+	// The publishes that failed, by index in the request.
+	PublishErrors []*ReportError `protobuf:"bytes,3,rep,name=publish_errors,json=publishErrors,proto3" json:"publish_errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportResponse) Reset() {
+	*x = ReportResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportResponse) ProtoMessage() {}
+
+func (x *ReportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
+func (*ReportResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ReportResponse) GetAnswers() []*PredictResponse {
+	if x != nil {
+		return x.Answers
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetObservationErrors() []*ReportError {
+	if x != nil {
+		return x.ObservationErrors
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetPublishErrors() []*ReportError {
+	if x != nil {
+		return x.PublishErrors
+	}
+	return nil
+}
+
+// ReportError says why one item of a ReportRequest failed.
+type ReportError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The item's index in its list.
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// The gRPC status code the item's own call would have returned.
+	Code uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	// The error message.
+	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportError) Reset() {
+	*x = ReportError{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportError) ProtoMessage() {}
+
+func (x *ReportError) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportError.ProtoReflect.Descriptor instead.
+func (*ReportError) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ReportError) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReportError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ReportError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // AttachRequest changes a queue's count of handlers.
 type AttachRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4443,7 +4684,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4455,7 +4696,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4468,7 +4709,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -4494,7 +4735,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4747,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4760,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -4861,7 +5102,21 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tpredicted\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\tpredicted\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\rR\x04tier\x12\x12\n" +
 	"\x04cold\x18\x03 \x01(\bR\x04cold\"\x11\n" +
-	"\x0fObserveResponse\"A\n" +
+	"\x0fObserveResponse\"\x8d\x01\n" +
+	"\rReportRequest\x12@\n" +
+	"\fobservations\x18\x01 \x03(\v2\x1c.harbinger.v1.ObserveRequestR\fobservations\x12:\n" +
+	"\tpublishes\x18\x02 \x03(\v2\x1c.harbinger.v1.CountedPublishR\tpublishes\"u\n" +
+	"\x0eCountedPublish\x12.\n" +
+	"\x03job\x18\x01 \x01(\v2\x1c.harbinger.v1.PredictRequestR\x03job\x123\n" +
+	"\acounted\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\acounted\"\xd5\x01\n" +
+	"\x0eReportResponse\x127\n" +
+	"\aanswers\x18\x01 \x03(\v2\x1d.harbinger.v1.PredictResponseR\aanswers\x12H\n" +
+	"\x12observation_errors\x18\x02 \x03(\v2\x19.harbinger.v1.ReportErrorR\x11observationErrors\x12@\n" +
+	"\x0epublish_errors\x18\x03 \x03(\v2\x19.harbinger.v1.ReportErrorR\rpublishErrors\"Q\n" +
+	"\vReportError\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"A\n" +
 	"\rAttachRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bhandlers\x18\x02 \x01(\x05R\bhandlers\"\x10\n" +
@@ -4898,11 +5153,12 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x0eDeleteSchedule\x12#.harbinger.v1.DeleteScheduleRequest\x1a$.harbinger.v1.DeleteScheduleResponse\x12F\n" +
 	"\n" +
 	"PauseQueue\x12\x1f.harbinger.v1.PauseQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12I\n" +
-	"\bListJobs\x12\x1d.harbinger.v1.ListJobsRequest\x1a\x1e.harbinger.v1.ListJobsResponse2\xe0\x01\n" +
+	"\bListJobs\x12\x1d.harbinger.v1.ListJobsRequest\x1a\x1e.harbinger.v1.ListJobsResponse2\xa5\x02\n" +
 	"\tPredictor\x12F\n" +
 	"\aPredict\x12\x1c.harbinger.v1.PredictRequest\x1a\x1d.harbinger.v1.PredictResponse\x12F\n" +
 	"\aObserve\x12\x1c.harbinger.v1.ObserveRequest\x1a\x1d.harbinger.v1.ObserveResponse\x12C\n" +
-	"\x06Attach\x12\x1b.harbinger.v1.AttachRequest\x1a\x1c.harbinger.v1.AttachResponseB@Z>github.com/harbinger-mq/harbinger/api/harbinger/v1;harbingerv1b\x06proto3"
+	"\x06Attach\x12\x1b.harbinger.v1.AttachRequest\x1a\x1c.harbinger.v1.AttachResponse\x12C\n" +
+	"\x06Report\x12\x1b.harbinger.v1.ReportRequest\x1a\x1c.harbinger.v1.ReportResponseB@Z>github.com/harbinger-mq/harbinger/api/harbinger/v1;harbingerv1b\x06proto3"
 
 var (
 	file_harbinger_v1_harbinger_proto_rawDescOnce sync.Once
@@ -4917,7 +5173,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -4975,25 +5231,29 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*ObserveRequest)(nil),             // 53: harbinger.v1.ObserveRequest
 	(*Stamp)(nil),                      // 54: harbinger.v1.Stamp
 	(*ObserveResponse)(nil),            // 55: harbinger.v1.ObserveResponse
-	(*AttachRequest)(nil),              // 56: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 57: harbinger.v1.AttachResponse
-	nil,                                // 58: harbinger.v1.Message.HeadersEntry
-	nil,                                // 59: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 60: harbinger.v1.JobInfo.HeadersEntry
-	nil,                                // 61: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 62: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 63: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 64: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 65: google.protobuf.Timestamp
+	(*ReportRequest)(nil),              // 56: harbinger.v1.ReportRequest
+	(*CountedPublish)(nil),             // 57: harbinger.v1.CountedPublish
+	(*ReportResponse)(nil),             // 58: harbinger.v1.ReportResponse
+	(*ReportError)(nil),                // 59: harbinger.v1.ReportError
+	(*AttachRequest)(nil),              // 60: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 61: harbinger.v1.AttachResponse
+	nil,                                // 62: harbinger.v1.Message.HeadersEntry
+	nil,                                // 63: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 64: harbinger.v1.JobInfo.HeadersEntry
+	nil,                                // 65: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 66: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 67: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 68: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 69: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	64, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	58, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	65, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	64, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	64, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	64, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	64, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	68, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	62, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	69, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	68, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	68, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	68, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	68, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,  // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,  // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,  // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -5001,110 +5261,119 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	10, // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11, // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	12, // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	64, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	68, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,  // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	64, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	64, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	68, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	68, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	16, // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	15, // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	14, // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	59, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	65, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	64, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	60, // 24: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
-	65, // 25: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
-	65, // 26: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
-	65, // 27: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
-	65, // 28: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
-	65, // 29: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
-	65, // 30: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
-	65, // 31: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
-	65, // 32: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
-	64, // 33: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
+	63, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	69, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	68, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	64, // 24: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
+	69, // 25: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
+	69, // 26: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
+	69, // 27: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
+	69, // 28: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
+	69, // 29: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
+	69, // 30: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
+	69, // 31: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
+	69, // 32: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
+	68, // 33: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
 	21, // 34: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
 	22, // 35: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
-	65, // 36: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	64, // 37: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	65, // 38: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	65, // 39: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	64, // 40: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	65, // 41: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	64, // 42: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	65, // 43: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	64, // 44: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	61, // 45: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	65, // 46: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	65, // 47: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	69, // 36: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	68, // 37: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	69, // 38: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	69, // 39: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	68, // 40: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	69, // 41: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	68, // 42: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	69, // 43: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	68, // 44: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	65, // 45: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	69, // 46: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	69, // 47: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
 	25, // 48: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	64, // 49: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	62, // 50: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	64, // 51: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	64, // 52: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	64, // 53: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	64, // 54: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	68, // 49: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	66, // 50: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	68, // 51: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	68, // 52: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	68, // 53: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	68, // 54: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
 	32, // 55: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	64, // 56: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	68, // 56: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
 	32, // 57: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
 	33, // 58: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	63, // 59: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	65, // 60: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	67, // 59: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	69, // 60: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	41, // 61: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
 	48, // 62: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	64, // 63: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	64, // 64: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	68, // 63: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	68, // 64: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
 	54, // 65: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	64, // 66: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	4,  // 67: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 68: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 69: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 70: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	34, // 71: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	35, // 72: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	37, // 73: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	38, // 74: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	42, // 75: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	44, // 76: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	46, // 77: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	49, // 78: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 79: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	23, // 80: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	25, // 81: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	26, // 82: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	28, // 83: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	29, // 84: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	31, // 85: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	19, // 86: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	51, // 87: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	53, // 88: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	56, // 89: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	5,  // 90: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 91: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 92: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 93: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	33, // 94: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	36, // 95: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	40, // 96: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	39, // 97: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	43, // 98: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	45, // 99: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	47, // 100: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	50, // 101: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 102: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	24, // 103: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	25, // 104: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	27, // 105: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	25, // 106: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	30, // 107: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	33, // 108: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	20, // 109: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	52, // 110: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	55, // 111: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	57, // 112: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	90, // [90:113] is the sub-list for method output_type
-	67, // [67:90] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	68, // 66: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	53, // 67: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
+	57, // 68: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
+	51, // 69: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
+	68, // 70: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
+	52, // 71: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
+	59, // 72: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
+	59, // 73: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
+	4,  // 74: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,  // 75: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,  // 76: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,  // 77: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	34, // 78: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	35, // 79: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	37, // 80: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	38, // 81: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	42, // 82: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	44, // 83: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	46, // 84: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	49, // 85: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	17, // 86: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	23, // 87: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	25, // 88: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	26, // 89: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	28, // 90: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	29, // 91: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	31, // 92: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	19, // 93: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	51, // 94: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	53, // 95: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	60, // 96: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	56, // 97: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
+	5,  // 98: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,  // 99: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13, // 100: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,  // 101: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	33, // 102: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	36, // 103: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	40, // 104: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	39, // 105: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	43, // 106: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	45, // 107: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	47, // 108: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	50, // 109: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	18, // 110: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	24, // 111: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	25, // 112: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	27, // 113: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	25, // 114: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	30, // 115: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	33, // 116: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	20, // 117: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	52, // 118: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	55, // 119: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	61, // 120: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	58, // 121: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
+	98, // [98:122] is the sub-list for method output_type
+	74, // [74:98] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -5130,7 +5399,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   63,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

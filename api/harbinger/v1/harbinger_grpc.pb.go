@@ -1012,6 +1012,7 @@ const (
 	Predictor_Predict_FullMethodName = "/harbinger.v1.Predictor/Predict"
 	Predictor_Observe_FullMethodName = "/harbinger.v1.Predictor/Observe"
 	Predictor_Attach_FullMethodName  = "/harbinger.v1.Predictor/Attach"
+	Predictor_Report_FullMethodName  = "/harbinger.v1.Predictor/Report"
 )
 
 // PredictorClient is the client API for Predictor service.
@@ -1031,6 +1032,13 @@ type PredictorClient interface {
 	// (harbinger sidecar --hold) estimates a queue's wait from its backlog
 	// and its handlers; one that does not ignores the call.
 	Attach(ctx context.Context, in *AttachRequest, opts ...grpc.CallOption) (*AttachResponse, error)
+	// Report carries, in one call, what a busy client would otherwise send
+	// one call at a time: observations (each as an Observe call) and the
+	// publishes it answered from its cache (each as a Predict call that
+	// counts the duration already stamped on the message). Every item
+	// succeeds or fails on its own; the response lists those that failed.
+	// A request of more than 4096 items in all is refused whole.
+	Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error)
 }
 
 type predictorClient struct {
@@ -1071,6 +1079,16 @@ func (c *predictorClient) Attach(ctx context.Context, in *AttachRequest, opts ..
 	return out, nil
 }
 
+func (c *predictorClient) Report(ctx context.Context, in *ReportRequest, opts ...grpc.CallOption) (*ReportResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportResponse)
+	err := c.cc.Invoke(ctx, Predictor_Report_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PredictorServer is the server API for Predictor service.
 // All implementations must embed UnimplementedPredictorServer
 // for forward compatibility.
@@ -1088,6 +1106,13 @@ type PredictorServer interface {
 	// (harbinger sidecar --hold) estimates a queue's wait from its backlog
 	// and its handlers; one that does not ignores the call.
 	Attach(context.Context, *AttachRequest) (*AttachResponse, error)
+	// Report carries, in one call, what a busy client would otherwise send
+	// one call at a time: observations (each as an Observe call) and the
+	// publishes it answered from its cache (each as a Predict call that
+	// counts the duration already stamped on the message). Every item
+	// succeeds or fails on its own; the response lists those that failed.
+	// A request of more than 4096 items in all is refused whole.
+	Report(context.Context, *ReportRequest) (*ReportResponse, error)
 	mustEmbedUnimplementedPredictorServer()
 }
 
@@ -1106,6 +1131,9 @@ func (UnimplementedPredictorServer) Observe(context.Context, *ObserveRequest) (*
 }
 func (UnimplementedPredictorServer) Attach(context.Context, *AttachRequest) (*AttachResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Attach not implemented")
+}
+func (UnimplementedPredictorServer) Report(context.Context, *ReportRequest) (*ReportResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Report not implemented")
 }
 func (UnimplementedPredictorServer) mustEmbedUnimplementedPredictorServer() {}
 func (UnimplementedPredictorServer) testEmbeddedByValue()                   {}
@@ -1182,6 +1210,24 @@ func _Predictor_Attach_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Predictor_Report_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PredictorServer).Report(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Predictor_Report_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PredictorServer).Report(ctx, req.(*ReportRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Predictor_ServiceDesc is the grpc.ServiceDesc for Predictor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1200,6 +1246,10 @@ var Predictor_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Attach",
 			Handler:    _Predictor_Attach_Handler,
+		},
+		{
+			MethodName: "Report",
+			Handler:    _Predictor_Report_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
