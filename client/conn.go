@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/internal/tlscheck"
 )
 
 // watchConn reports the connection's failures and recoveries to log until
@@ -70,10 +70,11 @@ func lastConnError(broker pb.BrokerClient) string {
 // handshake with something that is not one.
 func connHint(why string, tlsOn bool) string {
 	switch {
-	case !tlsOn && strings.Contains(why, "server preface"):
-		return "the broker closed the connection at once: if it serves TLS, dial it WithTLS"
-	case tlsOn && strings.Contains(why, "first record does not look like a TLS handshake"):
+	case !tlscheck.Mismatch(why, tlsOn):
+		return ""
+	case tlsOn:
 		return "the broker does not serve TLS: dial it without WithTLS"
+	default:
+		return "the broker closed the connection at once: if it serves TLS, dial it WithTLS"
 	}
-	return ""
 }

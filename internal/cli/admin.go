@@ -27,6 +27,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/auth"
 	"github.com/harbinger-mq/harbinger/internal/broker"
 	"github.com/harbinger-mq/harbinger/internal/server"
+	"github.com/harbinger-mq/harbinger/internal/tlscheck"
 )
 
 func init() {
@@ -176,14 +177,14 @@ func tlsHint(err error, tlsOn bool) error {
 	if err == nil || status.Code(err) != codes.Unavailable {
 		return err
 	}
-	msg := status.Convert(err).Message()
 	switch {
-	case !tlsOn && strings.Contains(msg, "server preface"):
-		return fmt.Errorf("%w (the broker closed the connection at once: if it serves TLS, add -tls, with -tls-ca for a private CA)", err)
-	case tlsOn && strings.Contains(msg, "first record does not look like a TLS handshake"):
+	case !tlscheck.Mismatch(status.Convert(err).Message(), tlsOn):
+		return err
+	case tlsOn:
 		return fmt.Errorf("%w (the broker does not serve TLS: drop -tls and the -tls-* flags)", err)
+	default:
+		return fmt.Errorf("%w (the broker closed the connection at once: if it serves TLS, add -tls, with -tls-ca for a private CA)", err)
 	}
-	return err
 }
 
 func envOr(name, def string) string {
