@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -11,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
-	"github.com/harbinger-mq/harbinger/internal/tlscheck"
 )
 
 // watchConn reports the connection's failures and recoveries to log until
@@ -67,14 +67,15 @@ func lastConnError(broker pb.BrokerClient) string {
 // connHint names what most often causes a connection error: a client and
 // a broker that disagree on TLS. A TLS broker closes a plaintext
 // connection before its HTTP/2 preface; a plaintext broker answers a TLS
-// handshake with something that is not one.
+// handshake with something that is not one. The admin CLI tells the same
+// from internal/tlscheck, which the SDK may not import;
+// TestConnHintAgreesWithTLSCheck keeps the two in step.
 func connHint(why string, tlsOn bool) string {
 	switch {
-	case !tlscheck.Mismatch(why, tlsOn):
-		return ""
-	case tlsOn:
-		return "the broker does not serve TLS: dial it without WithTLS"
-	default:
+	case !tlsOn && strings.Contains(why, "server preface"):
 		return "the broker closed the connection at once: if it serves TLS, dial it WithTLS"
+	case tlsOn && strings.Contains(why, "first record does not look like a TLS handshake"):
+		return "the broker does not serve TLS: dial it without WithTLS"
 	}
+	return ""
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/harbinger-mq/harbinger/internal/text"
+	"github.com/harbinger-mq/harbinger/internal/tlscheck"
 )
 
 // The SDK depends only on the public API package, as its package comment
@@ -41,6 +42,26 @@ func TestReasonAgreesWithText(t *testing.T) {
 	} {
 		if got, want := reason(errors.New(s)), text.Clean(s, maxReason); got != want {
 			t.Errorf("reason(%.20q...) = %.20q... (%d bytes), want %.20q... (%d bytes)", s, got, len(got), want, len(want))
+		}
+	}
+}
+
+// connHint keeps internal/tlscheck's rule (the admin CLI's): a hint
+// exactly for the causes that say the client and the broker disagree on
+// TLS, from either side.
+func TestConnHintAgreesWithTLSCheck(t *testing.T) {
+	t.Parallel()
+	for _, why := range []string{
+		"",
+		`connection error: desc = "error reading server preface: EOF"`,
+		`connection error: desc = "transport: authentication handshake failed: tls: first record does not look like a TLS handshake"`,
+		`connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`,
+		"délai dépassé \xff",
+	} {
+		for _, tlsOn := range []bool{false, true} {
+			if hinted, want := connHint(why, tlsOn) != "", tlscheck.Mismatch(why, tlsOn); hinted != want {
+				t.Errorf("connHint(%q, %v) hints %v, tlscheck.Mismatch says %v", why, tlsOn, hinted, want)
+			}
 		}
 	}
 }

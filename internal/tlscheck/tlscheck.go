@@ -1,7 +1,8 @@
 // Package tlscheck tells from a failed gRPC connection's cause whether the
 // client and the server disagree on TLS, the commonest reason a client
-// that dials the right address never gets through. The SDK and the admin
-// CLI word the advice each for their own users.
+// that dials the right address never gets through. The admin CLI words
+// its own advice from it; the SDK, which imports nothing internal, keeps a
+// copy of the rule that its tests hold to this one.
 package tlscheck
 
 import "strings"
