@@ -134,8 +134,9 @@ func sidecarArmMethod(arms []Arm) string {
 		return ""
 	}
 	return fmt.Sprintf("%s: the same layout, with its priorities and holds from %d `harbinger sidecar --hold` processes the harness starts per run "+
-		"(producers and workers alternating between them, the clients caching each key's answer for %v, the sidecars combining their queues' backlogs); "+
-		"its MAE and tier accuracy are the mean of the sidecars' own scores. ", arms[i].Name, SidecarsPerRun, SidecarCacheFor)
+		"(producers and workers alternating between them, the clients caching each key's answer for %v and sending their reports in batches, "+
+		"a batch at most %v after its first report, the sidecars combining their queues' backlogs); "+
+		"its MAE and tier accuracy are the mean of the sidecars' own scores. ", arms[i].Name, SidecarsPerRun, SidecarCacheFor, rabbitmq.DefaultReportEvery)
 }
 
 func describeLoad(cfg FlowConfig) string {

@@ -71,7 +71,7 @@ func (d *SidecarDriver) Broker() string { return RabbitSidecars }
 
 // Version implements Driver.
 func (d *SidecarDriver) Version(ctx context.Context) string {
-	v := d.rabbit.Version(ctx) + fmt.Sprintf(" through %d harbinger sidecar --hold processes (clients caching each key's answer for %v)", SidecarsPerRun, SidecarCacheFor)
+	v := d.rabbit.Version(ctx) + fmt.Sprintf(" through %d harbinger sidecar --hold processes (clients caching each key's answer for %v, reports in batches every %v at most)", SidecarsPerRun, SidecarCacheFor, rabbitmq.DefaultReportEvery)
 	if n := len(d.urls); n > 1 {
 		v += fmt.Sprintf(", sidecar i connected to node i mod %d", n)
 	}
