@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -80,7 +83,7 @@ func (f *fakeSidecar) take(req *harbingerv1.ObserveRequest) error {
 	if f.fail {
 		return status.Error(codes.Unavailable, "down")
 	}
-	if req.GetJobType() == "bad" {
+	if strings.HasPrefix(req.GetJobType(), "bad") {
 		return status.Error(codes.InvalidArgument, "bad job type")
 	}
 	f.observed = append(f.observed, req.GetJobType())
@@ -279,14 +282,24 @@ func (m *manualTimer) after(d time.Duration, f func()) func() bool {
 	defer m.mu.Unlock()
 	m.armed++
 	m.f = f
-	return func() bool { return true }
+	return func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		stopped := m.f != nil
+		m.f = nil
+		return stopped
+	}
 }
 
+// fire runs what is armed, if anything: a stopped timer does not fire.
 func (m *manualTimer) fire() {
 	m.mu.Lock()
 	f := m.f
+	m.f = nil
 	m.mu.Unlock()
-	f()
+	if f != nil {
+		f()
+	}
 }
 
 // A busy consumer's reports share calls: a batch goes as soon as it holds
@@ -391,5 +404,103 @@ func TestRemoteReportsBounded(t *testing.T) {
 	}
 	if s := tb.remote.Stats(); s.ObserveErrors != 1 {
 		t.Fatalf("stats %+v, want the one refused report counted", s)
+	}
+}
+
+// A property test of the report batcher against a reference model: random
+// runs of reports (good, refused by the sidecar, not UTF-8), timer fires,
+// a sidecar that goes down and comes back, and reports sent one at a time
+// or in batches. The model says when each batch goes (full, or when the
+// timer fires) and so each report's fate; the Remote must give every
+// report exactly that fate, once: taken by the sidecar, or failed to its
+// onErr, with the counts to match, in calls of the sizes the model sends.
+func TestRemoteReportsMatchModel(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(seed, 7))
+			every := DefaultReportEvery
+			if seed%4 == 3 {
+				every = -1 // each report alone
+			}
+			tb := setupRemoteOptions(t, true, RemoteOptions{ReportEvery: every})
+			timer := &manualTimer{}
+			tb.remote.reports.after = timer.after
+
+			var mu sync.Mutex
+			failed := map[string]int{}
+			var wantTaken []string
+			wantFailed := map[string]int{}
+			var pending []string // the model's batch: job types waiting
+			var wantBatches []int
+			down := false
+			settle := func() { // the model sends the batch; the Remote has too
+				tb.remote.reports.sending.Wait()
+				if len(pending) > 0 {
+					wantBatches = append(wantBatches, len(pending))
+				}
+				for _, jt := range pending {
+					if down || strings.HasPrefix(jt, "bad") {
+						wantFailed[jt]++
+					} else {
+						wantTaken = append(wantTaken, jt)
+					}
+				}
+				pending = nil
+			}
+			odds := 20 // one op in odds fires the timer, one toggles the sidecar
+			if seed%2 == 1 {
+				odds = 1000 // batches fill
+			}
+			for i := range 1200 {
+				switch r := rng.IntN(odds); {
+				case r == 0:
+					timer.fire()
+					settle()
+				case r == 1:
+					down = !down
+					tb.server.setFail(down)
+				default:
+					jt := fmt.Sprintf("tâche-%d", i)
+					switch rng.IntN(10) {
+					case 0:
+						jt = fmt.Sprintf("bad-%d", i)
+					case 1:
+						jt = fmt.Sprintf("\xff-%d", i)
+					}
+					tb.remote.report(Key{Queue: "q", JobType: jt}, &Stamp{Predicted: ms}, ms, func(error) {
+						mu.Lock()
+						failed[jt]++
+						mu.Unlock()
+					})
+					if !utf8.ValidString(jt) {
+						wantFailed[jt]++ // at once, never queued
+						break
+					}
+					pending = append(pending, jt)
+					if every < 0 || len(pending) == reportBatch {
+						settle()
+					}
+				}
+			}
+			timer.fire()
+			settle()
+			taken, batches := tb.server.reported()
+			if !slices.Equal(batches, wantBatches) {
+				t.Fatalf("Report calls of %v items, the model's %v", batches, wantBatches)
+			}
+			if !slices.Equal(taken, wantTaken) {
+				t.Fatalf("sidecar took %d reports, the model %d", len(taken), len(wantTaken))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !maps.Equal(failed, wantFailed) {
+				t.Fatalf("%d reports failed, the model says %d", len(failed), len(wantFailed))
+			}
+			if s := tb.remote.Stats(); s.ObserveErrors != uint64(len(wantFailed)) {
+				t.Fatalf("ObserveErrors %d, want %d", s.ObserveErrors, len(wantFailed))
+			}
+		})
 	}
 }
