@@ -56,7 +56,7 @@ type countedPublish struct {
 
 // reports collects a Remote's reports (completions, and publishes answered
 // from its cache) and sends them to the sidecar in batches: one Report
-// call per batch, sent when the batch fills or every seconds after its
+// call per batch, sent when the batch fills or `every` after its
 // first report, at most reportCalls at once. Nobody waits for a batch:
 // a failed item is counted, and a completion's failure is passed to its
 // onErr. Against a sidecar that predates Report, the batch's items go out
@@ -121,7 +121,7 @@ func (q *reports) count(p countedPublish) {
 func checkUTF8(parts ...string) error {
 	for _, s := range parts {
 		if !utf8.ValidString(s) {
-			return fmt.Errorf("rabbitmq: key part %q is not valid UTF-8: the sidecar takes UTF-8 keys only", s)
+			return fmt.Errorf("rabbitmq: key part %.64q is not valid UTF-8: the sidecar takes UTF-8 keys only", s)
 		}
 	}
 	return nil
