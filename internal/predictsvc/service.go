@@ -82,6 +82,19 @@ type Service struct {
 	local *rabbitmq.Local
 	cfg   Config
 	share atomic.Pointer[sharer] // nil while there is nowhere to share
+
+	reportCalls, reportItems atomic.Uint64
+}
+
+// Stats counts the service's Report calls and the items they carried:
+// how far its clients batch.
+type Stats struct {
+	ReportCalls, ReportItems uint64
+}
+
+// Stats returns the counts so far.
+func (s *Service) Stats() Stats {
+	return Stats{ReportCalls: s.reportCalls.Load(), ReportItems: s.reportItems.Load()}
 }
 
 // sharer boxes a Sharer for atomic.Pointer.
@@ -218,6 +231,8 @@ func (s *Service) Report(ctx context.Context, req *harbingerv1.ReportRequest) (*
 	if n := len(obs) + len(pubs); n > MaxReportItems {
 		return nil, status.Errorf(codes.InvalidArgument, "predictsvc: a report carries at most %d items, got %d: send it in parts", MaxReportItems, n)
 	}
+	s.reportCalls.Add(1)
+	s.reportItems.Add(uint64(len(obs) + len(pubs)))
 	resp := &harbingerv1.ReportResponse{Answers: make([]*harbingerv1.PredictResponse, len(pubs))}
 	for i, o := range obs {
 		if err := s.observe(ctx, o); err != nil {

@@ -512,6 +512,9 @@ func TestServiceReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkItems(t, "observation", resp.GetObservationErrors(), []uint32{1, 2, 3})
+	if st := tb.svc.Stats(); st.ReportCalls != 2 || st.ReportItems != 11 {
+		t.Errorf("stats %+v, want 2 calls of 11 items", st)
+	}
 	if got := tb.local.Stats().Backlog["q"]; got != 0 {
 		t.Errorf("backlog after both publishes completed: %v, want 0", got)
 	}

@@ -14,6 +14,7 @@ type collector struct {
 
 	keys, observations, rejected, evicted, mae, accuracy, boundary, predictions, cold                 *prometheus.Desc
 	shared, sharedPredictions, batches, snapshots, caughtUp, connected, node, connects, held, backlog *prometheus.Desc
+	reportCalls, reportItems                                                                          *prometheus.Desc
 }
 
 func newCollector(stats func() Stats) *collector {
@@ -40,6 +41,8 @@ func newCollector(stats func() Stats) *collector {
 		node:              d("harbinger_sidecar_amqp_node", "1 for the RabbitMQ node (host:port of --amqp-url) the sidecar shares through; absent while disconnected.", "node"),
 		connects:          d("harbinger_sidecar_amqp_connections_total", "Connections made to RabbitMQ: one more after each reconnect, to the same node or another of --amqp-url's."),
 		held:              d("harbinger_sidecar_held_total", "Long messages given a hold (--hold)."),
+		reportCalls:       d("harbinger_sidecar_report_calls_total", "Report calls from clients, each a batch of completions and publishes."),
+		reportItems:       d("harbinger_sidecar_report_items_total", "Completions and publishes the Report calls carried."),
 		backlog:           d("harbinger_sidecar_backlog_seconds", "Predicted work published and not yet completed, for queues with attached handlers (--hold).", "queue"),
 	}
 }
@@ -91,6 +94,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.connects, s.Connects)
 	counter(c.held, p.Held)
+	counter(c.reportCalls, s.Reports.ReportCalls)
+	counter(c.reportItems, s.Reports.ReportItems)
 	for q, w := range p.Backlog {
 		gauge(c.backlog, w.Seconds(), q)
 	}

@@ -155,6 +155,9 @@ type Stats struct {
 	// while disconnected; Connects counts the connections it has made.
 	Node     string
 	Connects uint64
+	// Reports counts the Report calls its clients made and the reports
+	// (completions and publishes) they carried.
+	Reports predictsvc.Stats
 }
 
 // Sidecar is a running sidecar.
@@ -278,7 +281,7 @@ func (s *Sidecar) Connected() <-chan struct{} { return s.connected }
 
 // Stats returns the sidecar's figures.
 func (s *Sidecar) Stats() Stats {
-	st := Stats{Predictor: s.local.Stats()}
+	st := Stats{Predictor: s.local.Stats(), Reports: s.svc.Stats()}
 	s.mu.Lock()
 	st.Share = s.prevShare
 	if s.share != nil {
