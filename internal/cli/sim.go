@@ -51,7 +51,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var tf traceFlags
 	tf.register(fs)
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
-	armsFlag := fs.String("arms", strings.Join(sim.StandardArms, ","), "comma-separated arms: "+strings.Join(sim.StandardArms, ", ")+", strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys, shadow, or any policy name (serve -policy); predictive is the default policy (bounded), strict-aging the policy named predictive")
+	armsFlag := fs.String("arms", strings.Join(sim.StandardArms, ","), "comma-separated arms: "+strings.Join(sim.StandardArms, ", ")+", strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys, oracle-sept, oracle-keys, shadow, or any policy name (serve -policy); predictive is the default policy (bounded), strict-aging the policy named predictive")
 	workers := fs.Int("workers", 0, "worker count (default: the workload's)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	var tune policyFlags

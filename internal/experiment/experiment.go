@@ -203,6 +203,8 @@ func buildArms(types []workload.JobType) ([]armSpec, error) {
 		add(def(ArmTiers6, func(a *sim.Arm) { a.Options.Tiers = 6 })),
 		add(by(ArmSJF, "sjf", nil)),
 		add(by(ArmOracleSJF, "oracle-sjf", nil)),
+		add(by(ArmOracleSEPT, "oracle-sept", nil)),
+		add(by(ArmOracleKeys, "oracle-keys", nil)),
 		add(by(ArmPrevious, "previous", nil)),
 		add(by(ArmNoLongKeys, "no-long-keys", nil)),
 		add(def(ArmGuardTight, func(a *sim.Arm) { a.Options.Guard = new(guardTight) })),

@@ -47,6 +47,10 @@ type Arm struct {
 	Options   sched.PolicyOptions
 	Predictor predict.Config
 	Oracle    bool // tiers from the true durations, known in advance
+	// KeyMeans places every message at its key's true mean duration over
+	// the seed's jobs, known in advance: the best any estimate made from
+	// the key alone can do, with no noise and no cold start.
+	KeyMeans bool
 	// NewModel, when set, gives each run its own Model: the estimate of a
 	// warm, ungated key comes from it instead of the key's EWMA.
 	NewModel func() Model
@@ -71,7 +75,10 @@ var StandardArms = []string{"fifo", "static", "predictive", "weighted", "oracle"
 // "no-aging" (strict priority alone), "sjf" (shortest predicted first, one
 // level), "oracle-sjf" (true durations known in advance, shortest first,
 // one level, no bound and no aging: a fixed reference for the mean that does
-// not move when the default policy changes), "previous" (the bounded policy
+// not move when the default policy changes), "oracle-sept" (each key's true
+// mean duration known in advance, shortest expected first, one level, no
+// bound: the most any estimate from the key alone can buy the mean),
+// "oracle-keys" (the default's rules on those key means), "previous" (the bounded policy
 // as it was before its guard on every message: only long messages bounded,
 // at three quarters of their FIFO wait plus a second of predicted work, the
 // most expensive fifth of the recent work long), "virtual-fifo" and
@@ -110,6 +117,13 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 		a.Options.Tiers = 1
 		a.Options.AgingOff = true // drops the bound, guard included
 		a.Options.ShortestFirst = true
+	case "oracle-sept":
+		a.Policy, a.KeyMeans = sched.Bounded, true
+		a.Options.Tiers = 1
+		a.Options.AgingOff = true
+		a.Options.ShortestFirst = true
+	case "oracle-keys":
+		a.Policy, a.KeyMeans = sched.DefaultPolicy, true
 	case "virtual-fifo":
 		a.Policy = sched.Bounded
 		a.Options.VirtualFIFO = true
@@ -128,7 +142,7 @@ func ArmByName(name string, types []workload.JobType) (Arm, error) {
 		a.Predictor.LongKeys = -1
 	default:
 		if _, err := sched.NewPolicy(name, sched.PolicyOptions{StaticTiers: StaticMap(types)}); err != nil {
-			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys or a policy name)", name, strings.Join(StandardArms, ", "))
+			return Arm{}, fmt.Errorf("sim: unknown arm %q (want %s, strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys, oracle-sept, oracle-keys or a policy name)", name, strings.Join(StandardArms, ", "))
 		}
 		a.Policy = name
 		a.Options.StaticTiers = StaticMap(types)
@@ -184,6 +198,10 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 	if arm.NewModel != nil {
 		model = arm.NewModel()
 	}
+	var keyMean map[predict.Key]time.Duration
+	if arm.KeyMeans {
+		keyMean = keyMeans(q, types, jobs)
+	}
 	// A policy that tracks FIFO in a virtual run needs the worker count.
 	q.SetWorkers(workers, epoch)
 	var busy busyHeap
@@ -216,6 +234,8 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 				switch {
 				case arm.Oracle:
 					preds[next] = q.ClassifyKnown(it, j.Duration)
+				case arm.KeyMeans:
+					preds[next] = q.ClassifyKnown(it, keyMean[keys[next]])
 				case model != nil:
 					preds[next] = classifyWith(q, model, it, keys[next], t, j)
 				default:
@@ -237,7 +257,7 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 	}
 
 	res := report.Summarize(seed, n, records)
-	if pol.UsePredictor || pol.Shadow || arm.Oracle || model != nil {
+	if pol.UsePredictor || pol.Shadow || arm.Oracle || arm.KeyMeans || model != nil {
 		s := q.Predictor.Summary()
 		res.MAEms = report.Num(float64(s.MAE) / 1e6)
 		if s.MAESamples == 0 {
@@ -246,6 +266,30 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 		res.TierAccuracy = report.Num(s.TierAccuracy)
 	}
 	return res, records, nil
+}
+
+// keyMeans is every key's mean duration over jobs, keyed as q's predictor
+// keys them.
+func keyMeans(q *sched.Queue, types []workload.JobType, jobs []workload.Job) map[predict.Key]time.Duration {
+	type acc struct {
+		sum time.Duration
+		n   int64
+	}
+	sums := make(map[predict.Key]acc)
+	for i := range jobs {
+		j := &jobs[i]
+		t := &types[j.Type]
+		k := q.Predictor.KeyFor(queueName, t.Producer, t.Name, uint64(j.Size))
+		a := sums[k]
+		a.sum += j.Duration
+		a.n++
+		sums[k] = a
+	}
+	out := make(map[predict.Key]time.Duration, len(sums))
+	for k, a := range sums {
+		out[k] = a.sum / time.Duration(a.n)
+	}
+	return out
 }
 
 // classifyWith places a message by model's estimate when its key is warm

@@ -205,6 +205,64 @@ func TestOracleServesShortFirst(t *testing.T) {
 	}
 }
 
+// Oracle SEPT knows each key's mean, not each job's duration: under a
+// backlog it serves the key with the shorter mean first and a key's own jobs
+// in arrival order, however their true durations differ; oracle SJF goes by
+// the true durations.
+func TestOracleSEPTServesShortKeyFirst(t *testing.T) {
+	t.Parallel()
+	types := []workload.JobType{
+		{Name: "mixed", Producer: "p", Class: "mid"}, // 1 ms and 199 ms, mean 100 ms
+		{Name: "steady", Producer: "p", Class: "short"},
+	}
+	var jobs []workload.Job
+	for i := range 60 {
+		j := workload.Job{Seq: i, Type: i % 2, Duration: 50 * time.Millisecond}
+		if j.Type == 0 {
+			j.Duration = time.Millisecond
+			if i%4 == 0 {
+				j.Duration = 199 * time.Millisecond
+			}
+		}
+		jobs = append(jobs, j)
+	}
+	for _, name := range []string{"oracle-sept", "oracle-sjf"} {
+		_, recs, err := RunSeed(types, jobs, 1, mustArm(t, name, types), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The one worker starts jobs one after another: each record's start
+		// is its place in the order served.
+		slices.SortFunc(recs, func(a, b report.Record) int { return cmp.Compare(a.Started, b.Started) })
+		var order []int
+		var prevMixed time.Duration = -1
+		for _, r := range recs {
+			order = append(order, r.Type)
+			if name == "oracle-sept" && r.Type == 0 {
+				// Arrival order within the key: the mixed jobs alternate
+				// 199 ms, 1 ms, 199 ms ... so their durations alternate too.
+				d := r.Done - r.Started
+				if prevMixed >= 0 && (d == prevMixed) {
+					t.Errorf("oracle-sept: two mixed jobs of %v in a row: not arrival order", d)
+				}
+				prevMixed = d
+			}
+		}
+		switch name {
+		case "oracle-sept":
+			for i, ty := range order {
+				if want := 0; i >= 30 && ty != want || i < 30 && ty != 1 {
+					t.Fatalf("oracle-sept served types %v: want the 30 steady jobs (mean 50 ms) before the mixed (mean 100 ms)", order)
+				}
+			}
+		case "oracle-sjf":
+			if order[0] != 0 {
+				t.Errorf("oracle-sjf served a %d first: the 1 ms mixed jobs are the shortest", order[0])
+			}
+		}
+	}
+}
+
 func TestProductionFlowGate(t *testing.T) {
 	t.Parallel()
 	w := mustLoad(t, productionFlow)
@@ -286,7 +344,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("Run with a bad arm: error %v", err)
 	}
 	// Every named arm resolves.
-	for _, name := range append(slices.Clone(StandardArms), "strict-aging", "no-aging", "sjf", "oracle-sjf", "previous", "virtual-fifo", "virtual-fifo-dispatch", "no-long-keys", "shadow", "bounded") {
+	for _, name := range append(slices.Clone(StandardArms), "strict-aging", "no-aging", "sjf", "oracle-sjf", "previous", "virtual-fifo", "virtual-fifo-dispatch", "no-long-keys", "oracle-sept", "oracle-keys", "shadow", "bounded") {
 		if _, err := ArmByName(name, w.JobTypes); err != nil {
 			t.Errorf("ArmByName(%q): %v", name, err)
 		}
