@@ -437,6 +437,7 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 	}
 	r.Gate = report.Gate(r.Arms, report.LiveBaselines)
 	r.Secondary = report.Secondary(r.Arms, report.LiveBaselines, true)
+	r.Warnings = report.BaselineWarnings(r.Arms, report.LiveBaselines)
 	out.Report = r
 	return out, nil
 }

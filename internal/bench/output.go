@@ -166,6 +166,9 @@ func FlowMarkdown(w io.Writer, r *report.Report, charts bool) error {
 		fmt.Fprintf(&b, " (%d without a result: not every arm was run)", missing)
 	}
 	b.WriteString(".\n\n")
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(&b, "**Warning.** %s\n\n", warn)
+	}
 	b.WriteString("## Per arm\n\nEach figure is the median across seeds, in workload seconds; lost is the worst seed.\n\n")
 	b.WriteString("| arm | mean s | P99 s | short median s | export max wait s | lost | throughput/s | MAE ms | tier accuracy |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -147,6 +147,15 @@ func Secondary(arms map[string]*ArmResult, b Baselines, live bool) []Row {
 		add("S5", "rabbitmq-priority", b.RabbitFIFO, mExport, "ratio")
 		add("S6", "rabbitmq-predictive", b.RabbitFIFO, mExport, "ratio")
 		add("S7", "rabbitmq-predictive", b.RabbitFIFO, mP99, "ratio")
+		// The gate's guards against the other FIFO baselines, and the gate
+		// baseline's own pace against theirs (BaselineWarnings).
+		n := 8
+		for _, other := range otherFIFO(b) {
+			add(fmt.Sprintf("S%d", n), b.Primary, other, mP99, "ratio")
+			add(fmt.Sprintf("S%d", n+1), b.Primary, other, mExport, "ratio")
+			add(fmt.Sprintf("S%d", n+2), b.RabbitFIFO, other, mThroughput, "ratio")
+			n += 3
+		}
 	} else {
 		add("S1", b.Primary, "oracle", mMean, "ratio")
 		add("S2", "weighted", b.RabbitFIFO, mMean, "percent")
@@ -155,4 +164,41 @@ func Secondary(arms map[string]*ArmResult, b Baselines, live bool) []Row {
 		add("S5", "static", b.RabbitFIFO, mP99, "ratio")
 	}
 	return rows
+}
+
+// LiveHarbingerFIFO is the live run's own FIFO arm: a third FIFO baseline
+// beside the gate's two.
+const LiveHarbingerFIFO = "harbinger-fifo"
+
+// otherFIFO lists the live FIFO arms besides the gate's baseline.
+func otherFIFO(b Baselines) []string {
+	var out []string
+	for _, a := range []string{b.RedisFIFO, LiveHarbingerFIFO} {
+		if a != b.RabbitFIFO {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// BaselineWarnings says when the gate's FIFO baseline kept a slower pace
+// than another FIFO arm of the same run: every broker runs the same jobs on
+// the same workers, so their throughput should agree, and when the
+// baseline's falls short of another's by G4's own margin (a paired median
+// below 0.98x), G1, G2 and G4, ratios to it, flatter the primary arm.
+func BaselineWarnings(arms map[string]*ArmResult, b Baselines) []string {
+	var out []string
+	for _, other := range otherFIFO(b) {
+		r := compare(arms, "", b.RabbitFIFO, other, mThroughput, "ratio", 0.98, true)
+		if r.Note != "" || r.Pass {
+			continue
+		}
+		p99 := compare(arms, "", b.Primary, other, mP99, "ratio", 1.10, false)
+		exp := compare(arms, "", b.Primary, other, mExport, "ratio", 1.00, false)
+		out = append(out, fmt.Sprintf("The gate's baseline %s kept a slower pace than %s (%s its throughput, paired by seed, where G4 asks 0.980x): "+
+			"G1, G2 and G4 are ratios to it and flatter %s. Against %s, %s has a P99 of %s (G1 allows 1.100x) and an export max wait of %s (G2 allows 1.000x).",
+			b.RabbitFIFO, other, FormatValue("ratio", r.Estimate), b.Primary, other, b.Primary,
+			FormatValue("ratio", p99.Estimate), FormatValue("ratio", exp.Estimate)))
+	}
+	return out
 }

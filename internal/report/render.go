@@ -38,6 +38,9 @@ func WriteText(w io.Writer, r *Report) error {
 		}
 	}
 	fmt.Fprintf(w, "\nGate: %d of %d rows pass.\n", passed, len(r.Gate))
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "Warning: %s\n", warn)
+	}
 	if r.Method != "" {
 		fmt.Fprintf(w, "\nMethod: %s\n", r.Method)
 	}

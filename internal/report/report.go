@@ -143,6 +143,9 @@ type Report struct {
 	Arms      map[string]*ArmResult `json:"arms"`
 	Gate      []Row                 `json:"gate"`
 	Secondary []Row                 `json:"secondary"`
-	Method    string                `json:"method"`
-	ArmOrder  []string              `json:"arm_order"`
+	// Warnings are what a reader must know before trusting the gate, such
+	// as a baseline that ran slow (BaselineWarnings).
+	Warnings []string `json:"warnings,omitempty"`
+	Method   string   `json:"method"`
+	ArmOrder []string `json:"arm_order"`
 }

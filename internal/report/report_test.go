@@ -119,3 +119,75 @@ func TestJSONAndText(t *testing.T) {
 		}
 	}
 }
+
+// withThroughput sets every seed's throughput of a.
+func withThroughput(a *ArmResult, perS ...float64) *ArmResult {
+	per := append([]SeedResult(nil), a.PerSeed...)
+	for i := range per {
+		per[i].ThroughputPerS = Num(perS[i])
+	}
+	return Combine(per)
+}
+
+// A live run whose RabbitMQ FIFO baseline delivers 10% less than the other
+// FIFO arms is flagged, with the guards read against the others; one that
+// keeps pace (within G4's 2%) is not.
+func TestBaselineWarnings(t *testing.T) {
+	t.Parallel()
+	b := LiveBaselines
+	pace := []float64{96, 95, 97, 96, 95}
+	fresh := func(rabbitPace []float64) map[string]*ArmResult {
+		return map[string]*ArmResult{
+			b.Primary:         withThroughput(arm(4, 8, 12, 16, 20), pace...),
+			b.RabbitFIFO:      withThroughput(arm(20, 40, 60, 80, 100), rabbitPace...),
+			b.RedisFIFO:       withThroughput(arm(10, 20, 30, 40, 50), pace...),
+			LiveHarbingerFIFO: withThroughput(arm(10, 20, 30, 40, 50), pace...),
+		}
+	}
+	slow := make([]float64, len(pace))
+	near := make([]float64, len(pace))
+	for i, p := range pace {
+		slow[i], near[i] = 0.9*p, 0.985*p
+	}
+	ws := BaselineWarnings(fresh(slow), b)
+	if len(ws) != 2 {
+		t.Fatalf("a baseline at 0.9x the others' pace: %d warnings, want one per other FIFO arm: %q", len(ws), ws)
+	}
+	for i, other := range []string{b.RedisFIFO, LiveHarbingerFIFO} {
+		// The primary is 0.4x the others on every seed: P99 and export
+		// wait 0.400x against them, 0.200x against the slow baseline.
+		for _, want := range []string{b.RabbitFIFO + " kept a slower pace than " + other, "(0.900x its throughput", "a P99 of 0.400x", "export max wait of 0.400x"} {
+			if !strings.Contains(ws[i], want) {
+				t.Errorf("warning %d lacks %q: %s", i, want, ws[i])
+			}
+		}
+	}
+	if ws := BaselineWarnings(fresh(near), b); len(ws) != 0 {
+		t.Errorf("a baseline at 0.985x the others' pace is flagged: %q", ws)
+	}
+	// A run without the other FIFO arms has nothing to compare.
+	arms := fresh(slow)
+	delete(arms, b.RedisFIFO)
+	delete(arms, LiveHarbingerFIFO)
+	if ws := BaselineWarnings(arms, b); len(ws) != 0 {
+		t.Errorf("no other FIFO arm, yet warnings: %q", ws)
+	}
+	// The secondary rows carry the same comparisons.
+	rows := Secondary(fresh(slow), b, true)
+	found := 0
+	for _, r := range rows {
+		if r.Criterion == b.RabbitFIFO+" throughput vs "+b.RedisFIFO && math.Abs(float64(r.Estimate)-0.9) < 1e-9 {
+			found++
+		}
+		if r.Criterion == b.Primary+" all-message P99 vs "+LiveHarbingerFIFO && math.Abs(float64(r.Estimate)-0.4) < 1e-9 {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Errorf("secondary rows lack the baseline comparisons: %+v", rows)
+	}
+	// The simulator's baselines are one arm: nothing to warn about.
+	if ws := BaselineWarnings(map[string]*ArmResult{"fifo": arm(1, 2), "predictive": arm(1, 2)}, SimBaselines); len(ws) != 0 {
+		t.Errorf("simulator: %q", ws)
+	}
+}
