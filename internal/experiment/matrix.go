@@ -320,45 +320,28 @@ func (m *MatrixResults) matrixMarkdown(b *strings.Builder, cmd string) {
 // first, both on each key's true mean duration.
 func (m *MatrixResults) keyMarkdown(b *strings.Builder) {
 	b.WriteString("**What the key alone allows.** The predictor sees a message's key, not its duration. `" + ArmOracleKeys + "` runs the default's rules with every message placed at its key's true mean duration over the seed's jobs, known in advance (no cold start, no spread gate, no estimation noise; the long keys are not applied, only the work-share cut). `" + ArmOracleSEPT + "` orders by the same means, shortest expected first on one level with no bound: what ordering by the key alone buys the mean when nothing is held back. `" + ArmSJF + "` is shortest predicted first with no bound, on the predictor's estimates. Per cell, each arm's longest class max wait, P99 and mean capture against FIFO, and its result:\n\n")
-	b.WriteString("| scenario | load |")
-	for _, a := range keyArms {
-		fmt.Fprintf(b, " %s |", a)
-	}
-	b.WriteString("\n|---|---|")
-	for range keyArms {
-		b.WriteString("---|")
-	}
-	b.WriteString("\n")
-	for si, sc := range m.Scenarios {
-		for _, l := range m.Loads {
-			fmt.Fprintf(b, "| %s | %s |", sc.Label, fmtLoad(l))
-			for _, a := range keyArms {
-				v := m.Verdict(si, l, a)
-				fmt.Fprintf(b, " %s, %s, %s, %s |", fmtRatio(v.Export), fmtRatio(v.P99), fmtShare(v.Captured), strings.ReplaceAll(passWord(v), "**", ""))
-			}
-			b.WriteString("\n")
-		}
-	}
-	b.WriteString("\n")
+	m.cellTable(b, keyArms)
 }
 
 // virtualMarkdown writes, cell by cell, what tracking FIFO in a virtual
 // FIFO run does to the default, on both clocks and on true durations.
 func (m *MatrixResults) virtualMarkdown(b *strings.Builder) {
 	b.WriteString("**FIFO's progress from a virtual FIFO run.** The default counts a message's FIFO moment in the predicted work it has dispatched itself. `" + ArmVirtual + "` replays the same messages, in predicted costs, through FIFO on the scenario's number of workers in real time (`sched.Bound.VirtualFIFO`): a message's FIFO moment is when that run starts it. `" + ArmVirtualDispatch + "` runs it on a clock that, while messages wait, advances by the predicted work dispatched shared among the workers, and by real time only while none wait (`sched.Bound.DispatchClock`). `" + ArmOracleVirtual + "` is the oracle (the default's rules on true durations) with the real-time virtual run, which on true durations is FIFO's run exactly. Per cell, each arm's longest class max wait, P99 and mean capture against FIFO, and its result:\n\n")
+	m.cellTable(b, virtualArms)
+}
+
+// cellTable writes, per cell, each arm's longest class max wait, P99 and
+// mean capture against FIFO, and its result.
+func (m *MatrixResults) cellTable(b *strings.Builder, arms []string) {
 	b.WriteString("| scenario | load |")
-	for _, a := range virtualArms {
+	for _, a := range arms {
 		fmt.Fprintf(b, " %s |", a)
 	}
-	b.WriteString("\n|---|---|")
-	for range virtualArms {
-		b.WriteString("---|")
-	}
-	b.WriteString("\n")
+	b.WriteString("\n|---|---|" + strings.Repeat("---|", len(arms)) + "\n")
 	for si, sc := range m.Scenarios {
 		for _, l := range m.Loads {
 			fmt.Fprintf(b, "| %s | %s |", sc.Label, fmtLoad(l))
-			for _, a := range virtualArms {
+			for _, a := range arms {
 				v := m.Verdict(si, l, a)
 				fmt.Fprintf(b, " %s, %s, %s, %s |", fmtRatio(v.Export), fmtRatio(v.P99), fmtShare(v.Captured), strings.ReplaceAll(passWord(v), "**", ""))
 			}
