@@ -14,17 +14,17 @@ import (
 )
 
 // applyEnvAndFile gives every flag of fs that the command line left unset
-// the value of its HARBINGER_<FLAG> environment variable, else of its key
-// in the YAML file at path (keys are flag names, dashes or underscores;
-// unknown keys are errors), the conventions serve follows: flag, then
-// environment, then file, then default.
+// the value of its <prefix><FLAG> environment variable (envNameWith), else
+// of its key in the YAML file at path (keys are flag names, dashes or
+// underscores; unknown keys are errors), the conventions serve follows:
+// flag, then environment, then file, then default.
 //
 // A flag kept under an old name as well (the same variable, its usage
 // "old name of -NEW") is one setting: given on the command line under
 // either name it takes neither's environment variable or key; else the
 // new name's variable, then the old's, then the new name's key, then the
 // old's.
-func applyEnvAndFile(fs *flag.FlagSet, getenv func(string) string, path string) error {
+func applyEnvAndFile(fs *flag.FlagSet, prefix string, getenv func(string) string, path string) error {
 	var file map[string]any
 	if path != "" {
 		data, err := os.ReadFile(path)
@@ -62,8 +62,9 @@ func applyEnvAndFile(fs *flag.FlagSet, getenv func(string) string, path string) 
 			continue
 		}
 		done, err := applyFrom(fs, s, func(f *flag.Flag) (string, string, bool) {
-			v := getenv(envName(f.Name))
-			return v, envName(f.Name), v != ""
+			name := envNameWith(prefix, f.Name)
+			v := getenv(name)
+			return v, name, v != ""
 		})
 		if err != nil {
 			return err
@@ -83,6 +84,12 @@ func applyEnvAndFile(fs *flag.FlagSet, getenv func(string) string, path string) 
 		}
 	}
 	return nil
+}
+
+// envNameWith is the environment variable of a flag under prefix: prefix,
+// then the flag's name in capitals with its dashes as underscores.
+func envNameWith(prefix, flag string) string {
+	return prefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
 // sameVariable reports whether a and b are flags on one variable (the

@@ -25,7 +25,7 @@ func TestApplyEnvAndFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"HARBINGER_HTTP_ADDR": "127.0.0.1:9999", "HARBINGER_TIERS": "9"}
-	if err := applyEnvAndFile(fs, func(k string) string { return env[k] }, path); err != nil {
+	if err := applyEnvAndFile(fs, serveEnvPrefix, func(k string) string { return env[k] }, path); err != nil {
 		t.Fatal(err)
 	}
 	// flag > environment > file > default
@@ -34,13 +34,13 @@ func TestApplyEnvAndFile(t *testing.T) {
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	_ = os.WriteFile(bad, []byte("grpc_adr: x\n"), 0o600)
-	if err := applyEnvAndFile(fs, func(string) string { return "" }, bad); err == nil {
+	if err := applyEnvAndFile(fs, serveEnvPrefix, func(string) string { return "" }, bad); err == nil {
 		t.Fatal("a misspelt key was accepted")
 	}
 	fs2 := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs2.Int("tiers", 5, "")
 	_ = fs2.Parse(nil)
-	if err := applyEnvAndFile(fs2, func(k string) string { return map[string]string{"HARBINGER_TIERS": "many"}[k] }, ""); err == nil {
+	if err := applyEnvAndFile(fs2, serveEnvPrefix, func(k string) string { return map[string]string{"HARBINGER_TIERS": "many"}[k] }, ""); err == nil {
 		t.Fatal("a bad environment value was accepted")
 	}
 }
@@ -74,11 +74,32 @@ func TestApplyEnvAndFileOldNames(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		if err := applyEnvAndFile(fs, func(k string) string { return tc.env[k] }, path); err != nil {
+		if err := applyEnvAndFile(fs, serveEnvPrefix, func(k string) string { return tc.env[k] }, path); err != nil {
 			t.Fatal(err)
 		}
 		if *grpcAddr != tc.grpc || *httpAddr != tc.web {
 			t.Errorf("%s: grpc %q, http %q; want %q, %q", tc.name, *grpcAddr, *httpAddr, tc.grpc, tc.web)
 		}
+	}
+}
+
+// Under another prefix only that prefix's variables count: the sidecar's
+// HARBINGER_SIDECAR_TIERS, not serve's HARBINGER_TIERS.
+func TestApplyEnvAndFilePrefix(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"HARBINGER_TIERS": "9", "HARBINGER_GRPC_ADDR": "0.0.0.0:7070", "HARBINGER_SIDECAR_TIERS": "4"}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	tiers := fs.Int("tiers", 5, "")
+	grpcAddr := fs.String("grpc-addr", "127.0.0.1:7072", "")
+	_ = fs.Parse(nil)
+	if err := applyEnvAndFile(fs, sidecarEnvPrefix, func(k string) string { return env[k] }, ""); err != nil {
+		t.Fatal(err)
+	}
+	if *tiers != 4 || *grpcAddr != "127.0.0.1:7072" {
+		t.Errorf("tiers %d, grpc %s: want 4 from HARBINGER_SIDECAR_TIERS and the default address", *tiers, *grpcAddr)
+	}
+	if got := serveSettingsInEnv(fs, func(k string) string { return env[k] }); len(got) != 2 || got[0] != "HARBINGER_GRPC_ADDR" || got[1] != "HARBINGER_TIERS" {
+		t.Errorf("serve's variables found: %q", got)
 	}
 }

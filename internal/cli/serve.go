@@ -279,9 +279,10 @@ var serveSettings = []setting{
 	{"default-ttl", "time to live of jobs published without one; 0 is forever", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.DefaultTTL })},
 }
 
-func envName(flag string) string {
-	return "HARBINGER_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
+// serveEnvPrefix starts the environment variable of every serve flag.
+const serveEnvPrefix = "HARBINGER_"
+
+func envName(flag string) string { return envNameWith(serveEnvPrefix, flag) }
 
 // loadServeConfig builds the config from defaults, file, environment and
 // flags, in that order of precedence.

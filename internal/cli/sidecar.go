@@ -3,10 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -25,9 +27,35 @@ func init() {
 // RabbitMQ URL.
 const amqpURLEnv = "HARBINGER_AMQP_URL"
 
+// sidecarEnvPrefix starts the environment variable of every sidecar flag:
+// its own, not serve's, so that a sidecar on a host whose environment is
+// set for serve does not take serve's addresses, certificates or tokens.
+const sidecarEnvPrefix = "HARBINGER_SIDECAR_"
+
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runSidecarEnv(ctx, args, os.Getenv, stdout, stderr)
+}
+
+// serveSettingsInEnv lists the serve-style variables (HARBINGER_<FLAG>) set
+// in the environment for flags of fs, which the sidecar does not read; the
+// sidecar names them once at start so that a setting moved from serve's
+// names is not lost in silence. HARBINGER_AMQP_URL is the sidecar's own
+// default for -amqp-url and not listed.
+func serveSettingsInEnv(fs *flag.FlagSet, getenv func(string) string) []string {
+	var out []string
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		if name != amqpURLEnv && getenv(name) != "" {
+			out = append(out, name)
+		}
+	})
+	return out
+}
+
+// runSidecarEnv is runSidecar with the environment read through getenv.
+func runSidecarEnv(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := newFlags("sidecar", "sidecar [-config FILE] [-grpc-addr ADDR] [-http-addr ADDR|off] [-amqp-url URL[,URL...]|-] [-exchange NAME] [-max-priority N] [-tiers N] [-snapshot-every D] [-hold] [-report-every D] [-backlog-expiry D] [-tls-cert FILE -tls-key FILE [-tls-client-ca FILE]] [-tokens FILE] [-insecure] [-log-level L] [-log-format F]", stderr)
-	defURL := os.Getenv(amqpURLEnv)
+	defURL := getenv(amqpURLEnv)
 	if defURL == "" {
 		defURL = sidecar.DefaultAMQPURL
 	}
@@ -50,13 +78,15 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tlsClientCA := fs.String("tls-client-ca", "", "PEM CA whose client certificates are required (mutual TLS)")
 	tokensFile := fs.String("tokens", "", "token file: every Predictor call then asks for a token (publish to predict, consume to observe); read once at start (no SIGHUP reload: SIGHUP stops the sidecar)")
 	insecureFlag := fs.Bool("insecure", false, "allow the gRPC port beyond loopback without TLS and auth (the metrics port is never checked: it serves reads only, without TLS or tokens)")
-	configPath := fs.String("config", os.Getenv("HARBINGER_CONFIG"), "YAML file of settings, keys as the flags' names (env HARBINGER_CONFIG); every flag also reads HARBINGER_<FLAG>; precedence: flag, environment, file, default")
+	configEnv := envNameWith(sidecarEnvPrefix, "config")
+	configPath := fs.String("config", getenv(configEnv), "YAML file of settings, keys as the flags' names (env "+configEnv+"); every flag also reads "+sidecarEnvPrefix+"<FLAG>, e.g. "+envNameWith(sidecarEnvPrefix, "grpc-addr")+" (not serve's HARBINGER_<FLAG>); precedence: flag, environment, file, default")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := applyEnvAndFile(fs, os.Getenv, *configPath); err != nil {
+	if err := applyEnvAndFile(fs, sidecarEnvPrefix, getenv, *configPath); err != nil {
 		return err
 	}
+	ignored := serveSettingsInEnv(fs, getenv)
 	exposure := ServeConfig{GRPCAddr: *listen, HTTPAddr: "off", TLSCert: *tlsCert, TLSKey: *tlsKey, TLSClientCA: *tlsClientCA, Tokens: *tokensFile, Insecure: *insecureFlag}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return errors.New("TLS needs both -tls-cert and -tls-key")
@@ -113,6 +143,9 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("-log-format %q: want text or json", *logFormat)
 	}
 	log := slog.New(h)
+	if len(ignored) > 0 {
+		log.Info("harbinger sidecar: serve's settings in the environment are not the sidecar's; it reads "+sidecarEnvPrefix+"<FLAG>", "ignored", strings.Join(ignored, ","))
+	}
 	cfg := sidecar.Config{
 		Listen:  *listen,
 		HTTP:    *httpAddr,

@@ -31,6 +31,48 @@ func TestSidecarRefusesExposureWithoutAuthAndTLS(t *testing.T) {
 	}
 }
 
+// A sidecar reads HARBINGER_SIDECAR_<FLAG>, not serve's HARBINGER_<FLAG>:
+// with serve's settings in the environment (every interface, serve's
+// config file) it starts on its own address, and says once which of serve's
+// variables it left alone; its own variable for the same flag is read
+// (every interface without TLS or tokens is refused).
+func TestSidecarEnvironmentIsItsOwn(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"HARBINGER_GRPC_ADDR":         "0.0.0.0:0",
+		"HARBINGER_CONFIG":            "/nonexistent/serve.yaml",
+		"HARBINGER_SIDECAR_GRPC_ADDR": "127.0.0.1:0",
+		"HARBINGER_SIDECAR_HTTP_ADDR": "off",
+		"HARBINGER_AMQP_URL":          "-",
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	r, w := io.Pipe()
+	var logs strings.Builder
+	done := make(chan error, 1)
+	go func() {
+		done <- runSidecarEnv(ctx, nil, func(k string) string { return env[k] }, w, &logs)
+		w.Close()
+	}()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	cancel()
+	go io.Copy(io.Discard, r)
+	if err := <-done; err != nil {
+		t.Fatalf("with serve's settings in the environment: %v", err)
+	}
+	if err != nil || !strings.HasPrefix(line, "harbinger sidecar: gRPC on 127.0.0.1:") || !strings.Contains(line, "metrics off") {
+		t.Errorf("the sidecar said %q (%v): want its own address from HARBINGER_SIDECAR_GRPC_ADDR and metrics off", line, err)
+	}
+	if l := logs.String(); !strings.Contains(l, "HARBINGER_CONFIG,HARBINGER_GRPC_ADDR") || strings.Contains(l, "HARBINGER_AMQP_URL") {
+		t.Errorf("the log does not name exactly serve's variables it ignored: %s", l)
+	}
+
+	env["HARBINGER_SIDECAR_GRPC_ADDR"] = "0.0.0.0:0"
+	err = runSidecarEnv(t.Context(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "beyond loopback") {
+		t.Fatalf("HARBINGER_SIDECAR_GRPC_ADDR on every interface without TLS or tokens: %v", err)
+	}
+}
+
 // The line a sidecar prints when it is up says where it listens, and that
 // its metrics are off when -http-addr is off.
 func TestSidecarSaysWhereItListens(t *testing.T) {
