@@ -98,6 +98,14 @@ func compare(arms map[string]*ArmResult, id, a, b string, m metric, kind string,
 	return row
 }
 
+// The pre-registered guards' thresholds: G1's all-message P99 ratio, G2's
+// export max wait ratio, G4's throughput ratio.
+const (
+	g1MaxP99        = 1.10
+	g2MaxExport     = 1.00
+	g4MinThroughput = 0.98
+)
+
 // Gate evaluates the pre-registered gate for the given baselines.
 func Gate(arms map[string]*ArmResult, b Baselines) []Row {
 	p := b.Primary
@@ -107,10 +115,10 @@ func Gate(arms map[string]*ArmResult, b Baselines) []Row {
 		compare(arms, "P3", p, b.RedisFIFO, mMean, "percent", -0.50, false),
 		compare(arms, "P4", p, b.RedisFIFO, mShort, "percent", -0.90, false),
 		compare(arms, "P5", p, b.P5, mMean, "percent", 0, false),
-		compare(arms, "G1", p, b.RabbitFIFO, mP99, "ratio", 1.10, false),
-		compare(arms, "G2", p, b.RabbitFIFO, mExport, "ratio", 1.00, false),
+		compare(arms, "G1", p, b.RabbitFIFO, mP99, "ratio", g1MaxP99, false),
+		compare(arms, "G2", p, b.RabbitFIFO, mExport, "ratio", g2MaxExport, false),
 		lostRow(arms, p),
-		compare(arms, "G4", p, b.RabbitFIFO, mThroughput, "ratio", 0.98, true),
+		compare(arms, "G4", p, b.RabbitFIFO, mThroughput, "ratio", g4MinThroughput, true),
 	}
 	return rows
 }
@@ -189,16 +197,17 @@ func otherFIFO(b Baselines) []string {
 func BaselineWarnings(arms map[string]*ArmResult, b Baselines) []string {
 	var out []string
 	for _, other := range otherFIFO(b) {
-		r := compare(arms, "", b.RabbitFIFO, other, mThroughput, "ratio", 0.98, true)
+		r := compare(arms, "", b.RabbitFIFO, other, mThroughput, "ratio", g4MinThroughput, true)
 		if r.Note != "" || r.Pass {
 			continue
 		}
-		p99 := compare(arms, "", b.Primary, other, mP99, "ratio", 1.10, false)
-		exp := compare(arms, "", b.Primary, other, mExport, "ratio", 1.00, false)
-		out = append(out, fmt.Sprintf("The gate's baseline %s kept a slower pace than %s (%s its throughput, paired by seed, where G4 asks 0.980x): "+
-			"G1, G2 and G4 are ratios to it and flatter %s. Against %s, %s has a P99 of %s (G1 allows 1.100x) and an export max wait of %s (G2 allows 1.000x).",
-			b.RabbitFIFO, other, FormatValue("ratio", r.Estimate), b.Primary, other, b.Primary,
-			FormatValue("ratio", p99.Estimate), FormatValue("ratio", exp.Estimate)))
+		p99 := compare(arms, "", b.Primary, other, mP99, "ratio", g1MaxP99, false)
+		exp := compare(arms, "", b.Primary, other, mExport, "ratio", g2MaxExport, false)
+		ratio := func(v Num) string { return FormatValue("ratio", v) }
+		out = append(out, fmt.Sprintf("The gate's baseline %s kept a slower pace than %s (%s its throughput, paired by seed, where G4 asks %s): "+
+			"G1, G2 and G4 are ratios to it and flatter %s. Against %s, %s has a P99 of %s (G1 allows %s) and an export max wait of %s (G2 allows %s).",
+			b.RabbitFIFO, other, ratio(r.Estimate), ratio(g4MinThroughput), b.Primary, other, b.Primary,
+			ratio(p99.Estimate), ratio(g1MaxP99), ratio(exp.Estimate), ratio(g2MaxExport)))
 	}
 	return out
 }
