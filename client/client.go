@@ -99,8 +99,9 @@ func WithTLS(cfg *tls.Config) Option {
 }
 
 // WithKeepalive sets how long a connection with an open call may stay
-// quiet before the client pings the broker (at least 10s: gRPC's floor,
-// and the most often the broker allows), and how long
+// quiet before the client pings the broker (at least 10s, gRPC's floor;
+// the broker allows pings twice as often, so a client at the floor is
+// never cut off for pinging too often), and how long
 // it waits for the answer before it takes the connection for dead and
 // reconnects. The defaults are KeepaliveTime and KeepaliveTimeout; a
 // network that drops idle connections sooner needs a shorter time.
