@@ -55,11 +55,19 @@ type Fleet struct {
 	// queue: this sidecar's to report for good, as its own.
 	inherited map[string]time.Duration
 	// orphans are the last nets of dead peers this sidecar left to a live
-	// sidecar with a smaller id, until that one reports adopting them or
-	// this one becomes the smallest live: a smaller peer that dies before
-	// it has reported its adoptions (two sidecars cut off together) would
-	// otherwise take them with it.
-	orphans map[string]map[string]time.Duration
+	// sidecar with a smaller id, until that one reports adopting them,
+	// this one becomes the smallest live, or an expiry passes without
+	// either: a smaller peer that dies before it has reported its
+	// adoptions (two sidecars cut off together) would otherwise take them
+	// with it, and one that joined after the dead peer's last report never
+	// knew it and never adopts it.
+	orphans map[string]orphan
+}
+
+// orphan is a dead peer's last nets and when this sidecar found it dead.
+type orphan struct {
+	nets  map[string]time.Duration
+	since time.Time
 }
 
 // adoption is a dead peer's last nets, by queue, and when this sidecar
@@ -98,7 +106,7 @@ type queueTotals struct {
 func NewFleet(self string, expiry time.Duration) *Fleet {
 	return &Fleet{self: self, expiry: expiry, peers: make(map[string]*peerReport),
 		adopted: make(map[string]adoption), inherited: make(map[string]time.Duration),
-		orphans: make(map[string]map[string]time.Duration)}
+		orphans: make(map[string]orphan)}
 }
 
 // MaxFleetPeers bounds the peers a sidecar keeps reports of: the ids
@@ -146,7 +154,8 @@ func (f *Fleet) Update(from string, now time.Time, r backlogReport) {
 // Expire declares dead every peer whose latest report is older than the
 // expiry at now. This sidecar adopts a dead peer's nets when its own id is
 // the smallest among the live sidecars it knows, then or later: until a
-// sidecar with a smaller id reports adopting them, or dies too. Adoptions
+// sidecar with a smaller id reports adopting them, or dies too, or an
+// expiry passes with no such report. Adoptions
 // held for FoldAfter expiries that no live peer reports are folded into
 // the inherited nets. It returns the ids that died.
 func (f *Fleet) Expire(now time.Time) []string {
@@ -172,13 +181,19 @@ func (f *Fleet) Expire(now time.Time) []string {
 				nets[q] = t.Net
 			}
 		}
-		f.orphans[id] = nets
+		f.orphans[id] = orphan{nets: nets, since: now}
 	}
-	if len(f.orphans) > 0 && f.smallestLive() {
-		for id, nets := range f.orphans {
-			f.adopted[id] = adoption{nets: nets, since: now}
+	// The smallest live sidecar adopts at once. Another adopts a dead peer
+	// left to a smaller one when an expiry passes and that one has not
+	// reported adopting it: it may have joined after the dead peer's last
+	// report. Should two adopt the same peer, the larger drops it when the
+	// smaller's report names it (Update).
+	smallest := f.smallestLive()
+	for id, o := range f.orphans {
+		if smallest || now.Sub(o.since) > f.expiry {
+			f.adopted[id] = adoption{nets: o.nets, since: now}
+			delete(f.orphans, id)
 		}
-		clear(f.orphans)
 	}
 	for id, a := range f.adopted {
 		if now.Sub(a.since) > FoldAfter*f.expiry && !f.adoptedByPeer(id) {

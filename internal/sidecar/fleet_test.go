@@ -452,6 +452,41 @@ func TestFleetLeavesAdoptionToSmallerPeer(t *testing.T) {
 	}
 }
 
+// A dead peer left to a smaller sidecar that joined after the dead one's
+// last report (so never heard of it) is adopted by one that did once an
+// expiry passes with no adoption reported: otherwise nobody ever adopts
+// it, and the survivors' completions of its messages drive the backlog
+// below the truth for good. TestFleetMatchesModel found it.
+func TestFleetAdoptsWhatTheSmallestNeverKnew(t *testing.T) {
+	t.Parallel()
+	start := time.Unix(1000, 0)
+	c, a := NewFleet("c", DefaultBacklogExpiry), NewFleet("a", DefaultBacklogExpiry)
+	c.Update("x", start, backlogReport{Seq: 1, Queues: map[string]queueTotals{"jobs": {Net: int64(time.Second)}}})
+	var seq uint64
+	var adoptedAt time.Duration
+	for now := start; now.Sub(start) <= 3*DefaultBacklogExpiry; now = now.Add(DefaultReportEvery) {
+		seq++
+		a.Expire(now)
+		c.Update("a", now, a.Report(seq, nil)) // a joined after x's last word
+		c.Expire(now)
+		a.Update("c", now, c.Report(seq, nil))
+		if _, adopted := c.Peers(); adopted == 1 && adoptedAt == 0 {
+			adoptedAt = now.Sub(start)
+		}
+	}
+	if w, _ := c.Backlog("jobs"); w != time.Second {
+		t.Fatalf("c counts %v of x's work, want its 1s: adopted by c since a never knew x", w)
+	}
+	// Found dead one expiry after its last report, adopted one more
+	// expiry later, each at c's next tick.
+	if lo, hi := 2*DefaultBacklogExpiry, 2*DefaultBacklogExpiry+2*DefaultReportEvery; adoptedAt <= lo || adoptedAt > hi {
+		t.Errorf("c adopted x %v after its last report, want after one expiry of waiting for a (in (%v, %v])", adoptedAt, lo, hi)
+	}
+	if w, _ := a.Backlog("jobs"); w != time.Second {
+		t.Errorf("a counts %v of x's work through c's reports, want 1s", w)
+	}
+}
+
 // cutter forwards TCP connections to RabbitMQ until cut, when it closes
 // every one and refuses new ones: a lost connection the test controls.
 type cutter struct {
