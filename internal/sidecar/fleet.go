@@ -27,7 +27,8 @@ import (
 // positive net would leave those completions subtracting forever. So one
 // live sidecar, the one with the smallest id among those it knows to be
 // live, adopts the dead peer's last net and reports it with its own from
-// then on. If two sidecars disagree on who is live, the net is adopted
+// then on; if that one never heard of the dead peer (it joined after its
+// last report), another that did adopts it an expiry later. If two sidecars disagree on who is live, the net is adopted
 // twice or not at all until their views agree; a report carries the ids a
 // sidecar has adopted, and a sidecar drops its adoption of an id another
 // live sidecar with a smaller id has adopted too.
