@@ -402,6 +402,11 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 	static := sim.StaticMap(types)
 	out := &FlowResult{}
 	perArm := make(map[string][]report.SeedResult)
+	simFIFO := make(map[uint64]float64) // FIFO's mean latency per seed, simulated: the baselines' yardstick
+	fifo, err := sim.ArmByName("fifo", types)
+	if err != nil {
+		return nil, err
+	}
 	for _, seed := range cfg.Seeds {
 		jobs := cfg.Source.Generate(seed)
 		if cfg.Window > 0 {
@@ -411,6 +416,11 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 			}
 			jobs = jobs[:k]
 		}
+		sr, _, err := sim.RunSeed(types, jobs, cfg.Workers, fifo, seed)
+		if err != nil {
+			return nil, fmt.Errorf("bench: simulating FIFO for seed %d: %w", seed, err)
+		}
+		simFIFO[seed] = float64(sr.MeanS)
 		for _, arm := range cfg.Arms {
 			prog := &Progress{}
 			stop := StartProgress(cfg.Progress, "bench", cfg.ProgressEvery, prog)
@@ -438,6 +448,13 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 	r.Gate = report.Gate(r.Arms, report.LiveBaselines)
 	r.Secondary = report.Secondary(r.Arms, report.LiveBaselines, true)
 	r.Warnings = report.BaselineWarnings(r.Arms, report.LiveBaselines)
+	var fifoArms []string
+	for _, a := range cfg.Arms {
+		if a.Policy == PolicyFIFO {
+			fifoArms = append(fifoArms, a.Name)
+		}
+	}
+	r.Warnings = append(r.Warnings, report.SlowSeeds(r.Arms, fifoArms, simFIFO)...)
 	out.Report = r
 	return out, nil
 }

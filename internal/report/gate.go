@@ -211,3 +211,44 @@ func BaselineWarnings(arms map[string]*ArmResult, b Baselines) []string {
 	}
 	return out
 }
+
+// slowSeedFactor is how far past its arm's median a seed's ratio of live
+// to simulated FIFO mean latency must be to be called slow.
+const slowSeedFactor = 1.5
+
+// SlowSeeds flags the seeds on which a FIFO arm of a live run ran slow:
+// each seed's mean latency is taken over what the simulator gives FIFO on
+// the same jobs and workers (simMean, by seed), which leaves the broker's
+// overhead; an arm's overhead should not move much from seed to seed, so a
+// seed whose ratio is more than slowSeedFactor times the arm's median
+// ratio (over at least three seeds) was a slow run of that baseline, and
+// every paired ratio against it on that seed flatters the arm compared.
+func SlowSeeds(arms map[string]*ArmResult, fifoArms []string, simMean map[uint64]float64) []string {
+	var out []string
+	for _, name := range fifoArms {
+		a := arms[name]
+		if a == nil {
+			continue
+		}
+		var seeds []uint64
+		var ratios []float64
+		for _, s := range a.PerSeed {
+			m, ok := simMean[s.Seed]
+			if v := float64(s.MeanS); ok && m > 0 && !math.IsNaN(v) {
+				seeds = append(seeds, s.Seed)
+				ratios = append(ratios, v/m)
+			}
+		}
+		if len(ratios) < 3 {
+			continue
+		}
+		med := stats.Median(ratios)
+		for i, r := range ratios {
+			if r > slowSeedFactor*med {
+				out = append(out, fmt.Sprintf("%s ran seed %d slow: its mean latency was %.2fx what the simulator gives FIFO on the same jobs, "+
+					"where its seeds' median was %.2fx; ratios against it on that seed flatter the arm compared.", name, seeds[i], r, med))
+			}
+		}
+	}
+	return out
+}

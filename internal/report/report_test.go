@@ -191,3 +191,41 @@ func TestBaselineWarnings(t *testing.T) {
 		t.Errorf("simulator: %q", ws)
 	}
 }
+
+// A FIFO arm's seed that ran far slower against the simulator than its
+// other seeds is flagged, by arm and seed; the spread of an ordinary run
+// is not.
+func TestSlowSeeds(t *testing.T) {
+	t.Parallel()
+	sim := map[uint64]float64{1: 9.3, 2: 8.3, 3: 14.1, 4: 10.9, 5: 8.5}
+	fifoAt := func(ratios ...float64) *ArmResult {
+		var per []SeedResult
+		for i, r := range ratios {
+			seed := uint64(i + 1)
+			per = append(per, SeedResult{Seed: seed, MeanS: Num(r * sim[seed]), P99S: 1, ShortMedianS: 1, ExportMaxWaitS: 1,
+				ThroughputPerS: 100, MAEms: Num(math.NaN()), TierAccuracy: Num(math.NaN())})
+		}
+		return Combine(per)
+	}
+	arms := map[string]*ArmResult{
+		// The first cluster run of the sidecars: seed 3 an outlier.
+		"rabbitmq-fifo": fifoAt(2.09, 2.43, 3.68, 2.18, 2.14),
+		// The registered run of 2026-12-03: an ordinary spread.
+		"redis-fifo": fifoAt(1.85, 1.51, 1.99, 1.47, 1.74),
+		// Not a FIFO arm, however slow.
+		"harbinger-predictive": fifoAt(1, 1, 9, 1, 1),
+	}
+	ws := SlowSeeds(arms, []string{"rabbitmq-fifo", "redis-fifo", "nats-fifo"}, sim)
+	if len(ws) != 1 || !strings.Contains(ws[0], "rabbitmq-fifo ran seed 3 slow") || !strings.Contains(ws[0], "3.68x") || !strings.Contains(ws[0], "2.18x") {
+		t.Fatalf("want one warning, for rabbitmq-fifo's seed 3 at 3.68x against a median of 2.18x: %q", ws)
+	}
+	// Two seeds are too few to call one slow; a seed the simulator has no
+	// figure for is left out.
+	two := map[string]*ArmResult{"rabbitmq-fifo": fifoAt(1, 5)}
+	if ws := SlowSeeds(two, []string{"rabbitmq-fifo"}, sim); len(ws) != 0 {
+		t.Errorf("two seeds: %q", ws)
+	}
+	if ws := SlowSeeds(arms, []string{"rabbitmq-fifo"}, map[uint64]float64{1: 9.3, 2: 8.3, 4: 10.9, 5: 8.5}); len(ws) != 0 {
+		t.Errorf("seed 3 without a simulated figure: %q", ws)
+	}
+}
