@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
 
@@ -98,7 +99,11 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"(each completion scored against the prediction stamped on the message); none for the other arms. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+
 		"Per-arm figures are medians across seeds; comparisons are medians of per-seed paired differences with 95%% percentile bootstrap intervals "+
 		"(10,000 resamples of seeds, fixed RNG seed); a row passes when its point estimate meets the threshold. Live form of the gate: "+
-		"baselines rabbitmq-fifo and redis-fifo, P5 against rabbitmq-predictive. Arrivals: %s. Environment: %s.",
+		"baselines rabbitmq-fifo and redis-fifo, P5 against rabbitmq-predictive. "+
+		"Warnings name a gate baseline whose throughput is below "+fmt.Sprintf("%.2f", report.G4MinThroughput)+"x another FIFO arm's (paired median), "+
+		"and a FIFO arm's seed whose mean latency, over the simulator's FIFO mean on the same jobs and workers, is more than "+
+		fmt.Sprintf("%g", report.SlowSeedFactor)+"x that arm's median. "+
+		"Arrivals: %s. Environment: %s.",
 		cfg.Source.Name(), describeLoad(cfg), cfg.Seeds, cfg.TimeScale, strings.Join(ArmNames(cfg.Arms), ", "),
 		len(producers), cfg.Workers, rangeStr(over, "%.0f"), cfg.DrainTimeout, window, env)
 }

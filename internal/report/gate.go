@@ -99,11 +99,12 @@ func compare(arms map[string]*ArmResult, id, a, b string, m metric, kind string,
 }
 
 // The pre-registered guards' thresholds: G1's all-message P99 ratio, G2's
-// export max wait ratio, G4's throughput ratio.
+// export max wait ratio, G4's throughput ratio (also the least a gate
+// baseline's throughput may be of another FIFO arm's: BaselineWarnings).
 const (
 	g1MaxP99        = 1.10
 	g2MaxExport     = 1.00
-	g4MinThroughput = 0.98
+	G4MinThroughput = 0.98
 )
 
 // Gate evaluates the pre-registered gate for the given baselines.
@@ -118,7 +119,7 @@ func Gate(arms map[string]*ArmResult, b Baselines) []Row {
 		compare(arms, "G1", p, b.RabbitFIFO, mP99, "ratio", g1MaxP99, false),
 		compare(arms, "G2", p, b.RabbitFIFO, mExport, "ratio", g2MaxExport, false),
 		lostRow(arms, p),
-		compare(arms, "G4", p, b.RabbitFIFO, mThroughput, "ratio", g4MinThroughput, true),
+		compare(arms, "G4", p, b.RabbitFIFO, mThroughput, "ratio", G4MinThroughput, true),
 	}
 	return rows
 }
@@ -197,7 +198,7 @@ func otherFIFO(b Baselines) []string {
 func BaselineWarnings(arms map[string]*ArmResult, b Baselines) []string {
 	var out []string
 	for _, other := range otherFIFO(b) {
-		r := compare(arms, "", b.RabbitFIFO, other, mThroughput, "ratio", g4MinThroughput, true)
+		r := compare(arms, "", b.RabbitFIFO, other, mThroughput, "ratio", G4MinThroughput, true)
 		if r.Note != "" || r.Pass {
 			continue
 		}
@@ -206,21 +207,21 @@ func BaselineWarnings(arms map[string]*ArmResult, b Baselines) []string {
 		ratio := func(v Num) string { return FormatValue("ratio", v) }
 		out = append(out, fmt.Sprintf("The gate's baseline %s kept a slower pace than %s (%s its throughput, paired by seed, where G4 asks %s): "+
 			"G1, G2 and G4 are ratios to it and flatter %s. Against %s, %s has a P99 of %s (G1 allows %s) and an export max wait of %s (G2 allows %s).",
-			b.RabbitFIFO, other, ratio(r.Estimate), ratio(g4MinThroughput), b.Primary, other, b.Primary,
+			b.RabbitFIFO, other, ratio(r.Estimate), ratio(G4MinThroughput), b.Primary, other, b.Primary,
 			ratio(p99.Estimate), ratio(g1MaxP99), ratio(exp.Estimate), ratio(g2MaxExport)))
 	}
 	return out
 }
 
-// slowSeedFactor is how far past its arm's median a seed's ratio of live
+// SlowSeedFactor is how far past its arm's median a seed's ratio of live
 // to simulated FIFO mean latency must be to be called slow.
-const slowSeedFactor = 1.5
+const SlowSeedFactor = 1.5
 
 // SlowSeeds flags the seeds on which a FIFO arm of a live run ran slow:
 // each seed's mean latency is taken over what the simulator gives FIFO on
 // the same jobs and workers (simMean, by seed), which leaves the broker's
 // overhead; an arm's overhead should not move much from seed to seed, so a
-// seed whose ratio is more than slowSeedFactor times the arm's median
+// seed whose ratio is more than SlowSeedFactor times the arm's median
 // ratio (over at least three seeds) was a slow run of that baseline, and
 // every paired ratio against it on that seed flatters the arm compared.
 func SlowSeeds(arms map[string]*ArmResult, fifoArms []string, simMean map[uint64]float64) []string {
@@ -244,7 +245,7 @@ func SlowSeeds(arms map[string]*ArmResult, fifoArms []string, simMean map[uint64
 		}
 		med := stats.Median(ratios)
 		for i, r := range ratios {
-			if r > slowSeedFactor*med {
+			if r > SlowSeedFactor*med {
 				out = append(out, fmt.Sprintf("%s ran seed %d slow: its mean latency was %.2fx what the simulator gives FIFO on the same jobs, "+
 					"where its seeds' median was %.2fx; ratios against it on that seed flatter the arm compared.", name, seeds[i], r, med))
 			}
