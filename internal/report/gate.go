@@ -102,8 +102,8 @@ func compare(arms map[string]*ArmResult, id, a, b string, m metric, kind string,
 // export max wait ratio, G4's throughput ratio (also the least a gate
 // baseline's throughput may be of another FIFO arm's: BaselineWarnings).
 const (
-	g1MaxP99        = 1.10
-	g2MaxExport     = 1.00
+	G1MaxP99        = 1.10
+	G2MaxExport     = 1.00
 	G4MinThroughput = 0.98
 )
 
@@ -116,8 +116,8 @@ func Gate(arms map[string]*ArmResult, b Baselines) []Row {
 		compare(arms, "P3", p, b.RedisFIFO, mMean, "percent", -0.50, false),
 		compare(arms, "P4", p, b.RedisFIFO, mShort, "percent", -0.90, false),
 		compare(arms, "P5", p, b.P5, mMean, "percent", 0, false),
-		compare(arms, "G1", p, b.RabbitFIFO, mP99, "ratio", g1MaxP99, false),
-		compare(arms, "G2", p, b.RabbitFIFO, mExport, "ratio", g2MaxExport, false),
+		compare(arms, "G1", p, b.RabbitFIFO, mP99, "ratio", G1MaxP99, false),
+		compare(arms, "G2", p, b.RabbitFIFO, mExport, "ratio", G2MaxExport, false),
 		lostRow(arms, p),
 		compare(arms, "G4", p, b.RabbitFIFO, mThroughput, "ratio", G4MinThroughput, true),
 	}
@@ -202,13 +202,13 @@ func BaselineWarnings(arms map[string]*ArmResult, b Baselines) []string {
 		if r.Note != "" || r.Pass {
 			continue
 		}
-		p99 := compare(arms, "", b.Primary, other, mP99, "ratio", g1MaxP99, false)
-		exp := compare(arms, "", b.Primary, other, mExport, "ratio", g2MaxExport, false)
+		p99 := compare(arms, "", b.Primary, other, mP99, "ratio", G1MaxP99, false)
+		exp := compare(arms, "", b.Primary, other, mExport, "ratio", G2MaxExport, false)
 		ratio := func(v Num) string { return FormatValue("ratio", v) }
 		out = append(out, fmt.Sprintf("The gate's baseline %s kept a slower pace than %s (%s its throughput, paired by seed, where G4 asks %s): "+
 			"G1, G2 and G4 are ratios to it and flatter %s. Against %s, %s has a P99 of %s (G1 allows %s) and an export max wait of %s (G2 allows %s).",
 			b.RabbitFIFO, other, ratio(r.Estimate), ratio(G4MinThroughput), b.Primary, other, b.Primary,
-			ratio(p99.Estimate), ratio(g1MaxP99), ratio(exp.Estimate), ratio(g2MaxExport)))
+			ratio(p99.Estimate), ratio(G1MaxP99), ratio(exp.Estimate), ratio(G2MaxExport)))
 	}
 	return out
 }
