@@ -297,6 +297,41 @@ func TestShareIgnoresImpossibleQueues(t *testing.T) {
 // been caught up since; the memory of it stays bounded all the same.
 // Before, the set of keys caught up was cleared at 40,000, and the next
 // snapshot naming a key from before replayed its EWMA into it again.
+// A snapshot that knows a key less well than this sidecar does leaves it
+// for a better-informed peer's, whose snapshot then catches it up.
+func TestSnapshotCatchUpWaitsForBetterPeer(t *testing.T) {
+	t.Parallel()
+	local, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newShare(ShareConfig{Clock: clock.NewFake(time.Unix(1000, 0))}.WithDefaults(), local)
+	s.send = func(context.Context, string, []byte) error { return nil }
+	ctx := context.Background()
+	k := rabbitmq.Key{Queue: "jobs", Producer: "wéb", JobType: "résumé"}
+	for range 5 {
+		if err := local.Observe(ctx, k, 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snapshotWith := func(count uint64, d time.Duration) []byte {
+		body, err := json.Marshal(snapshot{Keys: []snapshotKey{{
+			observation: observation{Queue: k.Queue, Producer: k.Producer, JobType: k.JobType, NS: int64(d)}, Count: count}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return body
+	}
+	s.foldSnapshot(ctx, "peer-that-saw-two", snapshotWith(2, time.Second))
+	if st, _ := local.Lookup(k); st.Count != 5 {
+		t.Fatalf("a snapshot that saw the key twice replayed it into a sidecar that saw it 5 times: %d observations", st.Count)
+	}
+	s.foldSnapshot(ctx, "peer-that-saw-1000", snapshotWith(1000, time.Second))
+	if st, _ := local.Lookup(k); st.Count != 5+uint64(DefaultCatchUpObservations) {
+		t.Fatalf("after a better-informed peer's snapshot: %d observations, want %d", st.Count, 5+DefaultCatchUpObservations)
+	}
+}
+
 func TestSnapshotCatchUpOncePerKey(t *testing.T) {
 	t.Parallel()
 	local, err := rabbitmq.NewLocal(rabbitmq.LocalConfig{MaxKeys: 200_000})

@@ -583,6 +583,13 @@ func (s *Share) foldSnapshot(ctx context.Context, from string, body []byte) {
 		if sk.NS <= 0 || !ok {
 			continue
 		}
+		// A key is caught up once, from the first snapshot that knows it
+		// better than this sidecar does; one that knows it less well
+		// leaves it for a better-informed peer's.
+		have, _ := s.local.Lookup(k)
+		if have.Count >= sk.Count {
+			continue
+		}
 		s.mu.Lock()
 		done := s.caughtUp[k] || s.caughtUpOld[k]
 		if !done {
@@ -593,10 +600,6 @@ func (s *Share) foldSnapshot(ctx context.Context, from string, body []byte) {
 		}
 		s.mu.Unlock()
 		if done {
-			continue
-		}
-		have, _ := s.local.Lookup(k)
-		if have.Count >= sk.Count {
 			continue
 		}
 		n := min(sk.Count-have.Count, uint64(s.cfg.CatchUpObservations))
