@@ -102,8 +102,15 @@ func fixUTF8(b []byte, md protoreflect.MessageDescriptor) ([]byte, []string, err
 		if m < 0 {
 			return nil, nil, protowire.ParseError(m)
 		}
+		raw := b[:n+m]
 		b = b[n+m:]
 		switch fd.Kind() {
+		default:
+			// Bytes, packed scalars, or a field sent with the wrong wire
+			// type (which the decoder keeps as an unknown field, byte for
+			// byte): nothing to fix, so left exactly as it came.
+			out = append(out, raw...)
+			continue
 		case protoreflect.StringKind:
 			if !utf8.Valid(v) {
 				v = []byte(strings.ToValidUTF8(string(v), "\uFFFD"))
