@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/delivery"
@@ -197,7 +198,12 @@ func (b *Broker) recover() error {
 		for _, rj := range js {
 			all = append(all, rj)
 		}
-		slices.SortFunc(all, func(a, b *recovered) int { return cmp.Compare(a.job.Seq, b.job.Seq) })
+		// By FIFO position; a log the broker did not write may give two
+		// jobs one position, and the id then decides, so that every
+		// recovery of the same log puts them in the same order.
+		slices.SortFunc(all, func(a, b *recovered) int {
+			return cmp.Or(cmp.Compare(a.job.Seq, b.job.Seq), strings.Compare(a.job.ID, b.job.ID))
+		})
 		q.mu.Lock()
 		learned += q.restoreLearning(preds[name], obs[name])
 		delete(preds, name)
