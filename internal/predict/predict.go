@@ -35,6 +35,11 @@ const (
 	MaxTiers               = 16
 )
 
+// keyMeanAlpha is the weight of a new observation in a key's slow mean,
+// the figure the LongKeys cut ranks keys by. For its first 1/keyMeanAlpha
+// observations the mean is a plain running mean.
+const keyMeanAlpha = 0.05
+
 // Estimators a Config may name.
 const (
 	EstimateEWMA   = "ewma"   // the key's EWMA (the default: it tracks the mean, which SJF wants)
@@ -72,10 +77,13 @@ type Config struct {
 	// would starve. Negative disables.
 	LongShare float64
 	// LongKeys, when positive, also marks Long the messages of the
-	// costliest keys: those whose predicted cost is among the top LongKeys
-	// share of the warm keys tracked (at least one key), however little
-	// of the recent work they make up. Only with LongShare. Zero or
-	// negative is off: the predictor alone does not do it, the bounded
+	// costliest keys: those whose slow mean duration (weight 0.05, a
+	// running mean over a key's first twenty observations) is among the
+	// top LongKeys share of the warm keys tracked (at least one key),
+	// however little of the recent work they make up. The slow mean, not
+	// the EWMA that orders messages, ranks keys, so that a costly kind of
+	// job stays long through a few short runs. Only with LongShare. Zero
+	// or negative is off: the predictor alone does not do it, the bounded
 	// policy asks for it (sched.DefaultLongKeys).
 	LongKeys float64
 	// GateLongOnly applies the spread gate only to keys whose p99 is long
@@ -181,6 +189,7 @@ type entry struct {
 	key        Key
 	count      uint64
 	ewmaMS     float64
+	meanMS     float64 // slow mean (keyMeanAlpha): what the LongKeys cut ranks keys by
 	hist       histogram
 	p50, p99   float64 // cached after each observation
 	tier       int     // tier of the last prediction
@@ -203,14 +212,14 @@ type Predictor struct {
 	sincePlan  int
 	boundaries []float64 // ms; len Tiers-1; message goes to first tier whose boundary >= cost
 	longMS     float64   // warm predictions at or above this cost are Long
-	keyCutMS   float64   // and those at or above this one (LongKeys)
+	keyCutMS   float64   // and keys whose slow mean is at or above this one (LongKeys)
 	sinceKeys  int       // predictions since keyCutMS was computed
 	sorted     []float64 // scratch for recomputing boundaries
 	keyCosts   []float64 // scratch for recomputing keyCutMS
-	// The warm keys and their costs (costOf), side by side, so that
-	// keyCut reads one dense array rather than walking the keys' map.
+	// The warm keys and their slow means, side by side, so that keyCut
+	// reads one dense array rather than walking the keys' map.
 	warm      []*entry
-	warmCosts []float64
+	warmMeans []float64
 	typicalMS float64 // EWMA over all observations, the cost given to cold keys
 
 	observations, rejected, evicted uint64
@@ -268,7 +277,7 @@ func (p *Predictor) Predict(k Key) Prediction {
 	pr.Cost = msToDuration(cost)
 	p.record(cost)
 	pr.Tier = p.tierOf(cost)
-	pr.Long = p.isLong(cost)
+	pr.Long = p.isLong(cost) || p.longKey(e)
 	e.tier = pr.Tier
 	return pr
 }
@@ -318,9 +327,10 @@ func (p *Predictor) Observe(k Key, pred Prediction, d time.Duration) error {
 	}
 	e.count++
 	if e.count == 1 {
-		e.ewmaMS = ms
+		e.ewmaMS, e.meanMS = ms, ms
 	} else {
 		e.ewmaMS += p.cfg.Alpha * (ms - e.ewmaMS)
+		e.meanMS += max(keyMeanAlpha, 1/float64(e.count)) * (ms - e.meanMS)
 	}
 	e.hist.observe(d, p.cfg.Decay)
 	e.p50 = e.hist.quantileMS(0.5)
@@ -329,8 +339,8 @@ func (p *Predictor) Observe(k Key, pred Prediction, d time.Duration) error {
 	return nil
 }
 
-// noteCost keeps e's place among the warm keys' costs up to date after
-// what it learned changed.
+// noteCost keeps e's place among the warm keys' slow means up to date
+// after what it learned changed.
 func (p *Predictor) noteCost(e *entry) {
 	if e.count < uint64(p.cfg.MinObservations) {
 		return
@@ -338,10 +348,10 @@ func (p *Predictor) noteCost(e *entry) {
 	if e.warmIdx < 0 {
 		e.warmIdx = int32(len(p.warm))
 		p.warm = append(p.warm, e)
-		p.warmCosts = append(p.warmCosts, p.costOf(e))
+		p.warmMeans = append(p.warmMeans, e.meanMS)
 		return
 	}
-	p.warmCosts[e.warmIdx] = p.costOf(e)
+	p.warmMeans[e.warmIdx] = e.meanMS
 }
 
 // dropWarm takes an evicted key out of the warm keys: the last one takes
@@ -352,10 +362,10 @@ func (p *Predictor) dropWarm(e *entry) {
 		return
 	}
 	last := len(p.warm) - 1
-	p.warm[i], p.warmCosts[i] = p.warm[last], p.warmCosts[last]
+	p.warm[i], p.warmMeans[i] = p.warm[last], p.warmMeans[last]
 	p.warm[i].warmIdx = i
 	p.warm[last] = nil
-	p.warm, p.warmCosts = p.warm[:last], p.warmCosts[:last]
+	p.warm, p.warmMeans = p.warm[:last], p.warmMeans[:last]
 	e.warmIdx = -1
 }
 
@@ -396,7 +406,7 @@ func (p *Predictor) record(ms float64) {
 		p.boundaries = boundaries(p.sorted, p.cfg.Tiers, p.boundaries)
 		p.longMS = longCut(p.sorted, p.cfg.LongShare)
 	}
-	// The keys' cut visits every warm key's cost (a copy and a
+	// The keys' cut visits every warm key's mean (a copy and a
 	// quickselect of one dense array), so it is recomputed no more often
 	// than once per key's worth of predictions: O(1) a prediction, and a
 	// pause of about a quarter of a millisecond per 100,000 keys
@@ -408,14 +418,13 @@ func (p *Predictor) record(ms float64) {
 	}
 }
 
-// keyCut is the predicted cost from which a warm key is among the
-// costliest LongKeys share of the warm keys (at least one); +Inf with no
-// warm key.
+// keyCut is the slow mean from which a warm key is among the costliest
+// LongKeys share of the warm keys (at least one); +Inf with no warm key.
 func (p *Predictor) keyCut() float64 {
-	if len(p.warmCosts) == 0 {
+	if len(p.warmMeans) == 0 {
 		return math.Inf(1)
 	}
-	costs := append(p.keyCosts[:0], p.warmCosts...)
+	costs := append(p.keyCosts[:0], p.warmMeans...)
 	p.keyCosts = costs
 	top := max(int(math.Ceil(float64(len(costs))*p.cfg.LongKeys)), 1)
 	return nthSmallest(costs, len(costs)-top)
@@ -490,6 +499,12 @@ func (p *Predictor) spreadGated(e *entry) bool {
 
 func (p *Predictor) isLong(ms float64) bool {
 	return p.cfg.LongShare > 0 && (ms >= p.longMS || ms >= p.keyCutMS)
+}
+
+// longKey reports whether a warm key is among the costliest LongKeys share
+// of the keys by its slow mean.
+func (p *Predictor) longKey(e *entry) bool {
+	return p.cfg.LongShare > 0 && e.meanMS >= p.keyCutMS
 }
 
 // Boundaries computes tier boundaries from a sample of costs: the

@@ -794,8 +794,8 @@ func BenchmarkKeyCut(b *testing.B) {
 }
 
 // TestKeyCutMatchesSort checks the costliest keys' cut, kept from a dense
-// array of the warm keys' costs, against the reference: every warm key's
-// cost, from the map, sorted. Keys come, warm up and are evicted (MaxKeys
+// array of the warm keys' slow means, against the reference: every warm
+// key's slow mean, from the map, sorted. Keys come, warm up and are evicted (MaxKeys
 // below the keys in use), costs tie often, and a snapshot is restored
 // midway; both estimators.
 func TestKeyCutMatchesSort(t *testing.T) {
@@ -807,7 +807,7 @@ func TestKeyCutMatchesSort(t *testing.T) {
 				var costs []float64
 				for _, e := range p.keys {
 					if e.count >= uint64(p.cfg.MinObservations) {
-						costs = append(costs, p.costOf(e))
+						costs = append(costs, e.meanMS)
 					}
 				}
 				if len(costs) == 0 {
@@ -833,8 +833,8 @@ func TestKeyCutMatchesSort(t *testing.T) {
 					if got, want := p.keyCut(), reference(); got != want {
 						t.Fatalf("after %d observations the key cut is %v, want %v", i+1, got, want)
 					}
-					if len(p.warm) != len(p.warmCosts) || len(p.warm) > len(p.keys) {
-						t.Fatalf("%d warm keys with %d costs, of %d keys", len(p.warm), len(p.warmCosts), len(p.keys))
+					if len(p.warm) != len(p.warmMeans) || len(p.warm) > len(p.keys) {
+						t.Fatalf("%d warm keys with %d means, of %d keys", len(p.warm), len(p.warmMeans), len(p.keys))
 					}
 					for j, e := range p.warm {
 						if int(e.warmIdx) != j || p.keys[e.key] != e {
@@ -867,5 +867,82 @@ func TestNthSmallest(t *testing.T) {
 		if got := nthSmallest(slices.Clone(xs), k); got != sorted[k] {
 			t.Fatalf("nthSmallest(%v, %d) = %v, want %v", xs, k, got, sorted[k])
 		}
+	}
+}
+
+// TestKeyMean checks the slow mean the costliest keys' cut ranks keys by
+// against its definition: a plain running mean over a key's first twenty
+// observations, then an EWMA of weight 0.05.
+func TestKeyMean(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{})
+	k := p.KeyFor("q", "producer-ß", "report", 4<<10)
+	rng := rand.New(rand.NewPCG(9, 10))
+	var sum, want float64
+	for n := 1; n <= 200; n++ {
+		d := float64(1 + rng.IntN(5000))
+		observe(t, p, k, Prediction{}, ms(d))
+		if n <= 20 {
+			sum += d
+			want = sum / float64(n)
+		} else {
+			want = 0.95*want + 0.05*d
+		}
+		if got := p.keys[k].meanMS; math.Abs(got-want) > 1e-6*want {
+			t.Fatalf("after %d observations the slow mean is %v ms, want %v", n, got, want)
+		}
+	}
+}
+
+// TestLongKeyStaysLongThroughShortRuns: a costly kind of job that runs
+// short a few times in a row stays among the long keys (its slow mean
+// still ranks it there) while its EWMA, which orders its messages, follows
+// the short runs; a kind that stays short long enough leaves them. The
+// spread gate is off: it would mark this very mix long by itself, and the
+// test is of the cut.
+func TestLongKeyStaysLongThroughShortRuns(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{LongShare: 0.01, LongKeys: 0.05, SpreadGate: -1})
+	keyOf := func(i int) Key {
+		return Key{Queue: "q", Producer: "billing", JobType: "kind-" + strconv.Itoa(i), SizeBucket: -1}
+	}
+	const report = 40
+	for i := range report {
+		for range 3 {
+			observe(t, p, keyOf(i), Prediction{}, ms(float64(i+1))) // 1 to 40 ms
+		}
+	}
+	for range 30 {
+		observe(t, p, keyOf(report), Prediction{}, time.Second)
+	}
+	// predict spreads a recompute's worth of predictions over the short
+	// kinds, then predicts report once.
+	predict := func() Prediction {
+		for n := range DefaultRecomputeEvery + 1 {
+			p.Predict(keyOf(n % report))
+		}
+		return p.Predict(keyOf(report))
+	}
+	if pr := predict(); !pr.Long {
+		t.Fatalf("the 1 s kind among 1-40 ms kinds is not long: %+v", pr)
+	}
+	for range 20 {
+		observe(t, p, keyOf(report), Prediction{}, 20*time.Millisecond)
+	}
+	pr := predict()
+	if pr.Cost > 40*time.Millisecond {
+		t.Fatalf("after 20 runs of 20 ms the EWMA still predicts %v; the test needs it among the short kinds", pr.Cost)
+	}
+	if !pr.Long {
+		t.Errorf("after 20 short runs the 1 s kind is no longer long (predicted %v, slow mean %.0f ms, cut %.0f ms)", pr.Cost, p.keys[keyOf(report)].meanMS, p.keyCutMS)
+	}
+	if ks, _ := p.Lookup(keyOf(report)); !ks.Long {
+		t.Error("its stats do not say long")
+	}
+	for range 200 {
+		observe(t, p, keyOf(report), Prediction{}, 20*time.Millisecond)
+	}
+	if pr := predict(); pr.Long {
+		t.Errorf("after 220 runs of 20 ms the kind is still long (slow mean %.0f ms, cut %.0f ms)", p.keys[keyOf(report)].meanMS, p.keyCutMS)
 	}
 }

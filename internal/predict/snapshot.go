@@ -26,6 +26,7 @@ type keySnapshot struct {
 	SizeBucket        int8
 	Count             uint64
 	EWMAMS            float64
+	MeanMS            float64 // the slow mean; 0 in snapshots from before it, read as EWMAMS
 	Hist              [histBuckets]float32
 	HistTotal         float64
 	HistWeight        float64
@@ -45,7 +46,7 @@ func (p *Predictor) Snapshot() []byte {
 	for e := p.tail; e != nil; e = e.prev {
 		s.Keys = append(s.Keys, keySnapshot{
 			Producer: e.key.Producer, JobType: e.key.JobType, SizeBucket: e.key.SizeBucket,
-			Count: e.count, EWMAMS: e.ewmaMS, Hist: e.hist.w, HistTotal: e.hist.total, HistWeight: e.hist.weight,
+			Count: e.count, EWMAMS: e.ewmaMS, MeanMS: e.meanMS, Hist: e.hist.w, HistTotal: e.hist.total, HistWeight: e.hist.weight,
 			Tier: e.tier, AbsErrMS: e.absErrMS, Scored: e.scored, TierHits: e.tierHits,
 		})
 	}
@@ -72,14 +73,17 @@ func (p *Predictor) Restore(queue string, data []byte) error {
 	p.keys = make(map[Key]*entry, min(len(s.Keys), p.cfg.MaxKeys))
 	p.head, p.tail = nil, nil
 	clear(p.warm)
-	p.warm, p.warmCosts = p.warm[:0], p.warmCosts[:0]
+	p.warm, p.warmMeans = p.warm[:0], p.warmMeans[:0]
 	for _, k := range s.Keys {
 		key := Key{Queue: queue, Producer: k.Producer, JobType: k.JobType, SizeBucket: k.SizeBucket}
 		if p.keys[key] != nil {
 			continue
 		}
 		e := p.insert(key) // evicts the oldest past MaxKeys, as live use would
-		e.count, e.ewmaMS, e.tier = k.Count, k.EWMAMS, min(max(k.Tier, 0), p.cfg.Tiers-1)
+		e.count, e.ewmaMS, e.meanMS, e.tier = k.Count, k.EWMAMS, k.MeanMS, min(max(k.Tier, 0), p.cfg.Tiers-1)
+		if e.meanMS <= 0 {
+			e.meanMS = e.ewmaMS
+		}
 		e.hist = histogram{w: k.Hist, total: k.HistTotal, weight: k.HistWeight}
 		e.absErrMS, e.scored, e.tierHits = k.AbsErrMS, k.Scored, min(k.TierHits, k.Scored)
 		e.p50 = e.hist.quantileMS(0.5)

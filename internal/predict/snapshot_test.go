@@ -1,6 +1,8 @@
 package predict
 
 import (
+	"bytes"
+	"encoding/gob"
 	"fmt"
 	"testing"
 	"time"
@@ -31,9 +33,32 @@ func TestSnapshotRestoresWhatWasLearned(t *testing.T) {
 		t.Fatalf("summary after restore: %+v, want %+v", b, a)
 	}
 	for _, k := range keys {
+		if e := p.keys[k]; e != nil && r.keys[k].meanMS != e.meanMS {
+			t.Fatalf("key %v: restored slow mean %v, original %v", k, r.keys[k].meanMS, e.meanMS)
+		}
 		a, b := p.Predict(k), r.Predict(k)
 		if a != b {
 			t.Fatalf("key %v: restored predicts %+v, original %+v", k, b, a)
+		}
+	}
+	// A snapshot written before keys had a slow mean restores it as the EWMA.
+	var old snapshot
+	if err := gob.NewDecoder(bytes.NewReader(snap)).Decode(&old); err != nil {
+		t.Fatal(err)
+	}
+	for i := range old.Keys {
+		old.Keys[i].MeanMS = 0
+	}
+	var b bytes.Buffer
+	if err := gob.NewEncoder(&b).Encode(&old); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore("q", b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	for k, e := range r.keys {
+		if e.meanMS != e.ewmaMS || e.meanMS <= 0 {
+			t.Fatalf("key %v from an old snapshot: slow mean %v, EWMA %v", k, e.meanMS, e.ewmaMS)
 		}
 	}
 	if err := r.Restore("q", []byte("not a snapshot")); err == nil {

@@ -57,7 +57,7 @@ func (p *Predictor) stats(e *entry) KeyStats {
 		ks.TierAccuracy = float64(e.tierHits) / float64(e.scored)
 	}
 	ks.SpreadGated = !ks.Cold && p.spreadGated(e)
-	ks.Long = p.cfg.LongShare > 0 && (ks.Cold || ks.SpreadGated || p.isLong(p.costOf(e)))
+	ks.Long = p.cfg.LongShare > 0 && (ks.Cold || ks.SpreadGated || p.isLong(p.costOf(e)) || p.longKey(e))
 	return ks
 }
 
