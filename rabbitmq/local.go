@@ -38,8 +38,8 @@ type LocalConfig struct {
 	// priority, as are cold and gated keys' messages; default 0.2, negative
 	// disables (tiers only).
 	LongShare float64
-	// LongKeys: the messages of the costliest keys, those whose predicted
-	// cost is among the top LongKeys share of the warm keys (at least
+	// LongKeys: the messages of the costliest keys, those whose slow mean
+	// duration is among the top LongKeys share of the warm keys (at least
 	// one), are Long too, as in the broker's default policy; default
 	// DefaultLongKeys, negative disables. With LongShare negative no
 	// message is Long and this does nothing.

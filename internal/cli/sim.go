@@ -54,10 +54,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	armsFlag := fs.String("arms", strings.Join(sim.StandardArms, ","), "comma-separated arms: "+strings.Join(sim.StandardArms, ", ")+", strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys, oracle-sept, oracle-keys, shadow, or any policy name (serve -policy); predictive is the default policy (bounded), strict-aging the policy named predictive")
 	workers := fs.Int("workers", 0, "worker count (default: the workload's)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	overhead := fs.Duration("overhead", 0, "per-message cost outside the handler, in workload time: a worker starts each handler this much after taking the message (a live broker's delivery and ack round trip; 0 is an ideal broker)")
 	var tune policyFlags
 	tune.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *overhead < 0 {
+		return fmt.Errorf("--overhead cannot be negative, got %v", *overhead)
 	}
 	src, err := loadSource(*wl, tf)
 	if err != nil {
@@ -81,7 +85,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "%s\n\n", d.Describe())
 	}
 	begin := time.Now()
-	rep, err := sim.Run(src, arms, sim.Options{Seeds: seeds, Workers: *workers})
+	rep, err := sim.Run(src, arms, sim.Options{Seeds: seeds, Workers: *workers, Overhead: *overhead})
 	if err != nil {
 		return err
 	}

@@ -61,11 +61,12 @@ var (
 	DefaultLongShare = 0.01
 	// DefaultLongKeys is the share of a queue's warm keys whose messages
 	// the bounded policy's predictor marks long besides the work-share cut
-	// (predict.Config's LongKeys): the costliest twentieth, at least one
-	// key. A rare, costly kind of job carries too little of the recent
-	// work to reach the 1% cut, and is then left to the guard, which lets
-	// it start up to half its FIFO latency late; this keeps the costliest
-	// kinds of job to their FIFO start (docs/policy.md).
+	// (predict.Config's LongKeys): the costliest twentieth by a slow mean
+	// of each key's durations, at least one key. A rare, costly kind of
+	// job carries too little of the recent work to reach the 1% cut, and
+	// is then left to the guard, which lets it start up to half its FIFO
+	// latency late; this keeps the costliest kinds of job to their FIFO
+	// start (docs/policy.md).
 	DefaultLongKeys = 0.05
 	// DefaultOvertake is the guard's overtaking ratio (Bound.Overtake):
 	// once FIFO would have started a message, only messages predicted at

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -348,5 +349,77 @@ func TestErrors(t *testing.T) {
 		if _, err := ArmByName(name, w.JobTypes); err != nil {
 			t.Errorf("ArmByName(%q): %v", name, err)
 		}
+	}
+}
+
+// A per-message overhead delays every handler's start by that much and
+// keeps the worker busy for it, and the ack still reports the handler's
+// own duration. Checked against a reference FIFO on two workers written
+// with a plain slice of free times.
+func TestOverheadDelaysEveryHandler(t *testing.T) {
+	t.Parallel()
+	types := []workload.JobType{
+		{Name: "resize", Producer: "p", Class: "short", Duration: workload.DurationSpec{Dist: "fixed", MeanMS: 20}},
+		{Name: "export", Producer: "p", Class: "export", Duration: workload.DurationSpec{Dist: "fixed", MeanMS: 700}},
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	var jobs []workload.Job
+	at := time.Duration(0)
+	for i := range 400 {
+		at += time.Duration(rng.IntN(200)) * time.Millisecond
+		ty := 0
+		if rng.IntN(8) == 0 {
+			ty = 1
+		}
+		jobs = append(jobs, workload.Job{Seq: i, Type: ty, Arrival: at,
+			Duration: time.Duration(types[ty].Duration.MeanMS) * time.Millisecond})
+	}
+	const overhead = 7 * time.Millisecond
+	fifo := mustArm(t, "fifo", types)
+	fifo.Overhead = overhead
+	_, recs, err := RunSeed(types, jobs, 2, fifo, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := []time.Duration{0, 0}
+	want := map[time.Duration][]time.Duration{} // sent -> starts, in order
+	for _, j := range jobs {
+		w := 0
+		if free[1] < free[0] {
+			w = 1
+		}
+		start := max(j.Arrival, free[w]) + overhead
+		free[w] = start + j.Duration
+		want[j.Arrival] = append(want[j.Arrival], start)
+	}
+	got := map[time.Duration][]time.Duration{}
+	for _, r := range recs {
+		if r.Done-r.Started != time.Duration(types[r.Type].Duration.MeanMS)*time.Millisecond {
+			t.Fatalf("a %s job ran %v from its handler's start", types[r.Type].Name, r.Done-r.Started)
+		}
+		got[r.Sent] = append(got[r.Sent], r.Started)
+	}
+	for sent, starts := range want {
+		g := slices.Clone(got[sent])
+		slices.Sort(g)
+		if !slices.Equal(g, starts) {
+			t.Fatalf("jobs sent at %v started at %v, want %v", sent, g, starts)
+		}
+	}
+
+	// The predictor learns the handlers' durations, not the overhead:
+	// with fixed durations it ends up exact.
+	pred := mustArm(t, "predictive", types)
+	pred.Overhead = 50 * time.Millisecond
+	res, _, err := RunSeed(types, jobs, 2, pred, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mae := float64(res.MAEms); !(mae < 0.5) {
+		t.Errorf("with fixed durations and an overhead the predictor is off by %v ms on average", mae)
+	}
+	pred.Overhead = -time.Millisecond
+	if _, _, err := RunSeed(types, jobs, 2, pred, 1); err == nil || !strings.Contains(err.Error(), "overhead") {
+		t.Errorf("a negative overhead: %v", err)
 	}
 }
