@@ -190,12 +190,33 @@ func otherFIFO(b Baselines) []string {
 	return out
 }
 
-// BaselineWarnings says when the gate's FIFO baseline kept a slower pace
+// BaselineWarnings says when a gate's FIFO baseline kept a slower pace
 // than another FIFO arm of the same run: every broker runs the same jobs on
-// the same workers, so their throughput should agree, and when the
+// the same workers, so their throughput should agree, and when a
 // baseline's falls short of another's by G4's own margin (a paired median
-// below 0.98x), G1, G2 and G4, ratios to it, flatter the primary arm.
+// below 0.98x), the rows that are ratios to it flatter the primary arm:
+// G1, G2 and G4 for RabbitFIFO, P3 and P4 for RedisFIFO.
 func BaselineWarnings(arms map[string]*ArmResult, b Baselines) []string {
+	out := rabbitWarnings(arms, b)
+	if b.RedisFIFO == b.RabbitFIFO {
+		return out
+	}
+	for _, other := range []string{b.RabbitFIFO, LiveHarbingerFIFO} {
+		r := compare(arms, "", b.RedisFIFO, other, mThroughput, "ratio", G4MinThroughput, true)
+		if r.Note != "" || r.Pass {
+			continue
+		}
+		mean := compare(arms, "", b.Primary, other, mMean, "percent", -0.50, false)
+		out = append(out, fmt.Sprintf("The gate's baseline %s kept a slower pace than %s (%s its throughput, paired by seed): "+
+			"P3 and P4 are differences from it and flatter %s. Against %s, %s's mean differs by %s (P3 asks %s or less).",
+			b.RedisFIFO, other, FormatValue("ratio", r.Estimate), b.Primary, other, b.Primary,
+			FormatValue("percent", mean.Estimate), FormatValue("percent", -0.50)))
+	}
+	return out
+}
+
+// rabbitWarnings is BaselineWarnings for RabbitFIFO, the guards' baseline.
+func rabbitWarnings(arms map[string]*ArmResult, b Baselines) []string {
 	var out []string
 	for _, other := range otherFIFO(b) {
 		r := compare(arms, "", b.RabbitFIFO, other, mThroughput, "ratio", G4MinThroughput, true)

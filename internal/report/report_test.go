@@ -186,6 +186,23 @@ func TestBaselineWarnings(t *testing.T) {
 	if found != 2 {
 		t.Errorf("secondary rows lack the baseline comparisons: %+v", rows)
 	}
+	// A slow Redis baseline flatters P3 and P4, and is named against each
+	// FIFO arm that kept a faster pace.
+	arms = fresh(pace)
+	arms[b.RedisFIFO] = withThroughput(arm(20, 40, 60, 80, 100), slow...)
+	ws = BaselineWarnings(arms, b)
+	if len(ws) != 2 {
+		t.Fatalf("a Redis baseline at 0.9x the others' pace: %d warnings, want 2: %q", len(ws), ws)
+	}
+	for i, other := range []string{b.RabbitFIFO, LiveHarbingerFIFO} {
+		// The primary's mean is 0.2x rabbitmq-fifo's and 0.4x harbinger-fifo's.
+		mean := []string{"-80.0%", "-60.0%"}[i]
+		for _, want := range []string{b.RedisFIFO + " kept a slower pace than " + other, "(0.900x its throughput", "P3 and P4", "mean differs by " + mean} {
+			if !strings.Contains(ws[i], want) {
+				t.Errorf("warning %d lacks %q: %s", i, want, ws[i])
+			}
+		}
+	}
 	// The simulator's baselines are one arm: nothing to warn about.
 	if ws := BaselineWarnings(map[string]*ArmResult{"fifo": arm(1, 2), "predictive": arm(1, 2)}, SimBaselines); len(ws) != 0 {
 		t.Errorf("simulator: %q", ws)
