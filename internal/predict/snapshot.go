@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/gob"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -70,6 +71,9 @@ func (p *Predictor) Restore(queue string, data []byte) error {
 	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(&s); err != nil {
 		return fmt.Errorf("predict: decoding a snapshot: %w", err)
 	}
+	if err := s.check(); err != nil {
+		return fmt.Errorf("predict: a snapshot of queue %q: %w", queue, err)
+	}
 	p.keys = make(map[Key]*entry, min(len(s.Keys), p.cfg.MaxKeys))
 	p.head, p.tail = nil, nil
 	clear(p.warm)
@@ -107,5 +111,34 @@ func (p *Predictor) Restore(queue string, data []byte) error {
 	p.typicalMS = s.TypicalMS
 	p.observations, p.rejected, p.evicted = s.Observations, s.Rejected, s.Evicted
 	p.absErrMS, p.maeN, p.tierHits, p.tierN = s.AbsErrMS, s.MAEN, s.TierHits, s.TierN
+	return nil
+}
+
+// check refuses a snapshot whose figures no predictor writes: a negative,
+// infinite or NaN duration, weight or error anywhere, which would come
+// out as a negative or meaningless predicted cost. A snapshot comes from
+// the broker's own log, so this is a damaged log, and one refused is
+// relearned from the durations acked after it.
+func (s *snapshot) check() error {
+	bad := func(v float64) bool { return !(v >= 0) || math.IsInf(v, 1) }
+	if bad(s.TypicalMS) || bad(s.AbsErrMS) {
+		return fmt.Errorf("typical cost %v ms or error %v ms is not a duration", s.TypicalMS, s.AbsErrMS)
+	}
+	for i, ms := range s.Recent {
+		if bad(ms) {
+			return fmt.Errorf("recent cost %d is %v ms", i, ms)
+		}
+	}
+	for _, k := range s.Keys {
+		if bad(k.EWMAMS) || bad(k.MeanMS) || bad(k.HistTotal) || bad(k.HistWeight) || bad(k.AbsErrMS) {
+			return fmt.Errorf("key %q/%q: EWMA %v ms, mean %v ms, histogram %v and %v, error %v ms: not all durations and weights",
+				k.Producer, k.JobType, k.EWMAMS, k.MeanMS, k.HistTotal, k.HistWeight, k.AbsErrMS)
+		}
+		for b, w := range k.Hist {
+			if bad(float64(w)) {
+				return fmt.Errorf("key %q/%q: histogram bucket %d weighs %v", k.Producer, k.JobType, b, w)
+			}
+		}
+	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/gob"
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -64,4 +66,66 @@ func TestSnapshotRestoresWhatWasLearned(t *testing.T) {
 	if err := r.Restore("q", []byte("not a snapshot")); err == nil {
 		t.Fatal("garbage restored")
 	}
+}
+
+// FuzzRestore: a snapshot read back from a damaged log, raw bytes or a
+// well-formed snapshot with any figures in it, is either refused with an
+// error that leaves the predictor as it was, or restored into a predictor
+// whose predictions are sane and whose own snapshot restores to the same
+// predictions.
+func FuzzRestore(f *testing.F) {
+	src := mustNew(f, Config{LongShare: 0.01, LongKeys: 0.05})
+	for i := range 50 {
+		k := src.KeyFor("q", "wéb", fmt.Sprintf("type-%d", i%7), uint64(i))
+		observe(f, src, k, src.Predict(k), time.Duration(1+i%5)*time.Millisecond)
+	}
+	f.Add(src.Snapshot(), uint64(5), 12.5, 11.0, 3.0, 1.0, float32(2), float32(1), 1, 4.0, 9.0)
+	f.Add([]byte("not a snapshot"), uint64(0), math.NaN(), math.Inf(1), -1.0, 0.0, float32(-1), float32(math.NaN()), -7, math.NaN(), -3.0)
+	f.Fuzz(func(t *testing.T, data []byte, count uint64, ewma, mean, histTotal, histWeight float64, w0, w1 float32, tier int, recent, typical float64) {
+		var b bytes.Buffer
+		ks := keySnapshot{Producer: "wéb", JobType: "report", SizeBucket: 3, Count: count, EWMAMS: ewma, MeanMS: mean,
+			HistTotal: histTotal, HistWeight: histWeight, Tier: tier}
+		ks.Hist[10], ks.Hist[20] = w0, w1
+		s := snapshot{Keys: []keySnapshot{ks}, Recent: []float64{recent, 1, 2, recent}, TypicalMS: typical}
+		if err := gob.NewEncoder(&b).Encode(&s); err != nil {
+			t.Fatal(err)
+		}
+		for _, snap := range [][]byte{data, b.Bytes()} {
+			p := mustNew(t, Config{LongShare: 0.01, LongKeys: 0.05})
+			k := p.KeyFor("q", "wéb", "report", 4)
+			observe(t, p, k, Prediction{}, 3*time.Millisecond)
+			before := p.Snapshot()
+			if err := p.Restore("q", snap); err != nil {
+				if !bytes.Equal(p.Snapshot(), before) {
+					t.Fatalf("a refused snapshot (%v) changed the predictor", err)
+				}
+				continue
+			}
+			check := func(p *Predictor) []Prediction {
+				var out []Prediction
+				for _, k := range []Key{k, p.KeyFor("q", "wéb", "other", 0)} {
+					pr := p.Predict(k)
+					if pr.Cost < 0 || pr.Tier < 0 || pr.Tier >= DefaultTiers {
+						t.Fatalf("after a restore %v predicts %+v", k, pr)
+					}
+					out = append(out, pr)
+				}
+				return out
+			}
+			// Restore recomputes the tiers from the window, so compare a
+			// restore with a restore of its own snapshot, before either
+			// predicts.
+			again := mustNew(t, Config{LongShare: 0.01, LongKeys: 0.05})
+			if err := again.Restore("q", p.Snapshot()); err != nil {
+				t.Fatalf("a restored predictor's own snapshot is refused: %v", err)
+			}
+			if a, b := check(p), check(again); !slices.Equal(a, b) {
+				t.Fatalf("restored twice predicts %+v, once %+v", b, a)
+			}
+			if err := p.Observe(k, Prediction{}, 5*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			check(p)
+		}
+	})
 }
