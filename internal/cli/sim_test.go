@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -75,5 +77,46 @@ func TestTiersFlagKeepsOneLevelArms(t *testing.T) {
 		if got := arms[i].Options.Tiers; got != want {
 			t.Errorf("%s: %d tiers after --tiers 4, want %d", arms[i].Name, got, want)
 		}
+	}
+}
+
+// --overhead charges every message outside its handler: the same FIFO run
+// gets slower, the method line says so, and a negative one is refused.
+func TestSimOverheadFlag(t *testing.T) {
+	t.Parallel()
+	run := func(args ...string) (string, error) {
+		var out, errOut strings.Builder
+		err := runSim(context.Background(), append([]string{"--arms", "fifo", "--seeds", "1"}, args...), &out, &errOut)
+		return out.String(), err
+	}
+	mean := func(out string) float64 {
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "fifo" {
+				v, err := strconv.ParseFloat(f[1], 64)
+				if err != nil {
+					t.Fatalf("fifo row %q: %v", line, err)
+				}
+				return v
+			}
+		}
+		t.Fatalf("no fifo row in %q", out)
+		return 0
+	}
+	ideal, err := run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := run("--overhead", "2ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := mean(ideal), mean(loaded); !(b > a) {
+		t.Errorf("FIFO mean %v s with a 2 ms overhead, %v s without", b, a)
+	}
+	if !strings.Contains(loaded, "costs its worker 2ms before the handler starts") || strings.Contains(ideal, "before the handler starts") {
+		t.Errorf("the method line does not say when there is an overhead:\n%s", loaded)
+	}
+	if _, err := run("--overhead", "-1ms"); err == nil || !strings.Contains(err.Error(), "--overhead cannot be negative") {
+		t.Errorf("a negative overhead: %v", err)
 	}
 }
