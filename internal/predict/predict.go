@@ -206,16 +206,16 @@ type Predictor struct {
 	keys       map[Key]*entry
 	head, tail *entry
 
-	recent     []float64 // ring of recent warm predicted costs, ms
-	recentN    int       // filled slots
-	recentPos  int
-	sincePlan  int
-	boundaries []float64 // ms; len Tiers-1; message goes to first tier whose boundary >= cost
-	longMS     float64   // warm predictions at or above this cost are Long
-	keyCutMS   float64   // and keys whose slow mean is at or above this one (LongKeys)
-	sinceKeys  int       // predictions since keyCutMS was computed
-	sorted     []float64 // scratch for recomputing boundaries
-	keyCosts   []float64 // scratch for recomputing keyCutMS
+	recent      []float64 // ring of recent warm predicted costs, ms
+	recentN     int       // filled slots
+	recentPos   int
+	sincePlan   int
+	boundaries  []float64 // ms; len Tiers-1; message goes to first tier whose boundary >= cost
+	longMS      float64   // warm predictions at or above this cost are Long
+	keyCutMS    float64   // and keys whose slow mean is at or above this one (LongKeys)
+	sinceKeys   int       // predictions since keyCutMS was computed
+	sorted      []float64 // scratch for recomputing boundaries
+	meanScratch []float64 // scratch for recomputing keyCutMS
 	// The warm keys and their slow means, side by side, so that keyCut
 	// reads one dense array rather than walking the keys' map.
 	warm      []*entry
@@ -424,10 +424,10 @@ func (p *Predictor) keyCut() float64 {
 	if len(p.warmMeans) == 0 {
 		return math.Inf(1)
 	}
-	costs := append(p.keyCosts[:0], p.warmMeans...)
-	p.keyCosts = costs
-	top := max(int(math.Ceil(float64(len(costs))*p.cfg.LongKeys)), 1)
-	return nthSmallest(costs, len(costs)-top)
+	means := append(p.meanScratch[:0], p.warmMeans...)
+	p.meanScratch = means
+	top := max(int(math.Ceil(float64(len(means))*p.cfg.LongKeys)), 1)
+	return nthSmallest(means, len(means)-top)
 }
 
 // nthSmallest returns the value that would be at index n of xs sorted
