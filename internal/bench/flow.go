@@ -13,6 +13,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/rmqcluster"
 	"github.com/harbinger-mq/harbinger/internal/sim"
+	"github.com/harbinger-mq/harbinger/internal/stats"
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
@@ -54,6 +55,19 @@ type RunResult struct {
 	// Overrun is the mean time, in wall microseconds, handlers slept past
 	// the scaled duration they were asked to sleep.
 	OverrunUS float64
+	// Turnaround is what a busy queue costs a worker per message: the
+	// wall time from a handler's return to the same worker's next handler
+	// start, over the messages sent at least turnaroundMargin before that
+	// return (so that a worker idle for lack of work, or waiting for a
+	// message still on its way to the broker, is not counted). It is the
+	// ack, the broker's choice of the next message and its delivery. TurnaroundUS
+	// is the mean, TurnaroundP99US the 99th percentile, in microseconds;
+	// NaN when no message qualified.
+	TurnaroundUS, TurnaroundP99US float64
+	// CPU is the CPU the broker process (where the harness can account
+	// for it) and the harness used per completed message, from the first
+	// send to the end of the run.
+	CPU CPUPerMsg
 	// MAEms and TierAccuracy are the predictor's, where the arm's driver
 	// can report them (NaN otherwise). MAE is in workload milliseconds.
 	MAEms, TierAccuracy float64
@@ -127,37 +141,46 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 		records   = make([]report.Record, 0, n)
 		dups      int
 		overrun   time.Duration
+		turns     turnarounds
 		allDone   = make(chan struct{})
 		comp      wakeCompensator
 	)
-	handler := func(hctx context.Context, body []byte) error {
-		start := time.Now()
-		seq, sent, err := decodeBody(body)
-		if err != nil || seq >= uint64(n) {
-			return nil // not ours: ack and drop
-		}
-		want := scale(rs.Jobs[seq].Duration)
-		if !sleepUntil(start.Add(want-comp.estimate(want)), hctx.Done()) {
-			return hctx.Err()
-		}
-		end := time.Now()
-		comp.observe(end.Sub(start) - want)
-		t0 := time.Unix(0, t0ns.Load())
-		mu.Lock()
-		defer mu.Unlock()
-		overrun += end.Sub(start) - want
-		if completed[seq] {
-			dups++
+	// newHandler is one worker's handler: it sleeps the job's scaled
+	// duration and records it; prevEnd is when this worker's last handler
+	// returned, for the turnaround (turnarounds.add).
+	newHandler := func() Handler {
+		var prevEnd time.Time
+		return func(hctx context.Context, body []byte) error {
+			start := time.Now()
+			seq, sent, err := decodeBody(body)
+			if err != nil || seq >= uint64(n) {
+				return nil // not ours: ack and drop
+			}
+			want := scale(rs.Jobs[seq].Duration)
+			if !sleepUntil(start.Add(want-comp.estimate(want)), hctx.Done()) {
+				return hctx.Err()
+			}
+			end := time.Now()
+			comp.observe(end.Sub(start) - want)
+			t0 := time.Unix(0, t0ns.Load())
+			mu.Lock()
+			defer mu.Unlock()
+			overrun += end.Sub(start) - want
+			turns = turns.add(prevEnd, sent, start)
+			prevEnd = end
+			if completed[seq] {
+				dups++
+				return nil
+			}
+			completed[seq] = true
+			j := &rs.Jobs[seq]
+			records = append(records, report.Record{Type: j.Type, Class: rs.Types[j.Type].Class,
+				Sent: back(sent.Sub(t0)), Started: back(start.Sub(t0)), Done: back(end.Sub(t0))})
+			if int(prog.done.Add(1)) == n {
+				close(allDone)
+			}
 			return nil
 		}
-		completed[seq] = true
-		j := &rs.Jobs[seq]
-		records = append(records, report.Record{Type: j.Type, Class: rs.Types[j.Type].Class,
-			Sent: back(sent.Sub(t0)), Started: back(start.Sub(t0)), Done: back(end.Sub(t0))})
-		if int(prog.done.Add(1)) == n {
-			close(allDone)
-		}
-		return nil
 	}
 
 	// Workers first, so that no arm's first messages wait for a consumer.
@@ -174,7 +197,7 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 			var once sync.Once
 			signal := func() { once.Do(ready.Done) }
 			defer signal()
-			if err := q.Work(wctx, w, signal, handler); err != nil && wctx.Err() == nil {
+			if err := q.Work(wctx, w, signal, newHandler()); err != nil && wctx.Err() == nil {
 				workErr <- fmt.Errorf("%s worker %d: %w", rs.Arm.Name, w, err)
 			}
 		}()
@@ -209,6 +232,7 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 		close(allDone)
 	}
 
+	cpu0 := sampleCPU(q)
 	t0 := time.Now()
 	t0ns.Store(t0.UnixNano())
 	prog.start.Store(t0.UnixNano())
@@ -271,6 +295,7 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 		runErr = ctx.Err()
 	}
 	timer.Stop()
+	cpu1 := sampleCPU(q)
 	stopWorkers()
 	wg.Wait()
 	if runErr != nil {
@@ -284,12 +309,46 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 	if c := len(records) + dups; c > 0 {
 		res.OverrunUS = float64(overrun.Microseconds()) / float64(c)
 	}
+	res.TurnaroundUS, res.TurnaroundP99US = turns.stats()
+	res.CPU = perMsg(cpu0, cpu1, int64(len(records)))
 	res.MAEms, res.TierAccuracy = math.NaN(), math.NaN()
 	if ps, ok := q.(predictorStats); ok {
 		mae, acc := ps.PredictorStats(ctx)
 		res.MAEms, res.TierAccuracy = mae/rs.TimeScale, acc
 	}
 	return res, nil
+}
+
+// turnaroundMargin is how long before a worker's handler returned a
+// message must have been sent for its wait to count in the turnaround: a
+// publish's own trip to the broker (a millisecond at its 99th percentile
+// on one machine) is not the worker's turnaround.
+const turnaroundMargin = 2 * time.Millisecond
+
+// turnarounds are the waits that count toward RunResult.Turnaround.
+type turnarounds []time.Duration
+
+// add counts the wait of a worker whose last handler returned at prevEnd
+// (zero for its first message) and whose next handler started at start,
+// on a message sent at sent, if the message was surely waiting at the
+// broker when the worker came free.
+func (ts turnarounds) add(prevEnd, sent, start time.Time) turnarounds {
+	if prevEnd.IsZero() || !sent.Before(prevEnd.Add(-turnaroundMargin)) {
+		return ts
+	}
+	return append(ts, start.Sub(prevEnd))
+}
+
+// stats is the mean and 99th percentile in microseconds, NaN for none.
+func (ts turnarounds) stats() (meanUS, p99US float64) {
+	if len(ts) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	us := make([]float64, len(ts))
+	for i, t := range ts {
+		us[i] = float64(t) / float64(time.Microsecond)
+	}
+	return stats.Mean(us), stats.Quantile(us, 0.99)
 }
 
 // wakeCompensator learns how late the OS wakes a sleeping handler on this
@@ -431,8 +490,9 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 				return nil, err
 			}
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "bench: %s seed %d finished in %.1f s: %d/%d done\n",
-					arm.Name, seed, res.Wall.Seconds(), len(res.Records), res.Sent)
+				fmt.Fprintf(cfg.Progress, "bench: %s seed %d finished in %.1f s: %d/%d done, handler overrun %.0f µs, turnaround mean %.0f µs, P99 %.0f µs; CPU per message: %s\n",
+					arm.Name, seed, res.Wall.Seconds(), len(res.Records), res.Sent,
+					res.OverrunUS, res.TurnaroundUS, res.TurnaroundP99US, res.CPU)
 			}
 			out.Runs = append(out.Runs, res)
 			sr := report.Summarize(seed, res.Sent, res.Records)

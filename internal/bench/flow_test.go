@@ -108,6 +108,13 @@ func TestFlowHarbingerServe(t *testing.T) {
 				if math.IsNaN(run.MAEms) || math.IsNaN(run.TierAccuracy) || run.TierAccuracy < 0 || run.TierAccuracy > 1 {
 					t.Errorf("%s: MAE %v ms, tier accuracy %v: want the serve process's figures", run.Arm, run.MAEms, run.TierAccuracy)
 				}
+				// The broker is a process of its own, so its CPU is accounted.
+				if b := run.CPU.BrokerUS; b == nil || *b < 0 || run.CPU.HarnessUS <= 0 {
+					t.Errorf("%s: CPU per message %v: want the serve process's and the harness's", run.Arm, run.CPU)
+				}
+				if run.TurnaroundUS < 0 || run.TurnaroundP99US < 0 {
+					t.Errorf("%s: turnaround mean %v µs, P99 %v µs: negative", run.Arm, run.TurnaroundUS, run.TurnaroundP99US)
+				}
 			}
 			m := FlowMethod(cfg.WithDefaults(), Describe(ctx, drivers), res.Runs)
 			for _, want := range []string{tc.line, "Admin.ListKeys"} {

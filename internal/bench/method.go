@@ -94,6 +94,10 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		sidecarArmMethod(cfg.Arms)+
 		"Redis: reliable list queue (LPUSH; BLMOVE into a per-worker processing list; LREM as the ack; a starting worker pushes its processing list back). "+
 		"Latency: producer send to handler return (the ack), per message. "+
+		"Turnaround (wall µs; each run's figures in the progress output, with the CPU per message of the broker process and of the harness): "+
+		"the time from a handler's return to the same worker's next handler start, counted when the message it then got was sent at least "+
+		turnaroundMargin.String()+" before, so that work was waiting: the ack, the broker's choice and the delivery; its mean per run ranged "+
+		turnaroundRanges(runs)+". "+
 		"MAE (workload ms, routed predictions only) and tier accuracy come from the arm's own predictor after the run: "+
 		"the Harbinger broker's own figures for its queue (it predicts under every policy; "+flowHarbingerStats(cfg.HarbingerMode)+"), the rabbitmq package's Local for rabbitmq-predictive "+
 		"(each completion scored against the prediction stamped on the message); none for the other arms. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+
@@ -162,6 +166,30 @@ func rangeStr(xs []float64, format string) string {
 		return a
 	}
 	return a + " to " + b
+}
+
+// turnaroundRanges is each arm's range of mean turnarounds over its runs,
+// in the order the arms first ran.
+func turnaroundRanges(runs []RunResult) string {
+	var order []string
+	by := map[string][]float64{}
+	for _, r := range runs {
+		if math.IsNaN(r.TurnaroundUS) {
+			continue
+		}
+		if _, ok := by[r.Arm]; !ok {
+			order = append(order, r.Arm)
+		}
+		by[r.Arm] = append(by[r.Arm], r.TurnaroundUS)
+	}
+	if len(order) == 0 {
+		return "n/a (no run had work waiting)"
+	}
+	parts := make([]string, len(order))
+	for i, a := range order {
+		parts[i] = a + " " + rangeStr(by[a], "%.0f")
+	}
+	return strings.Join(parts, ", ")
 }
 
 // rabbitPredictiveLayout describes the priorities the rabbitmq package's
