@@ -62,8 +62,12 @@ type RunResult struct {
 	// message still on its way to the broker, is not counted). It is the
 	// ack, the broker's choice of the next message and its delivery. TurnaroundUS
 	// is the mean, TurnaroundP99US the 99th percentile, in microseconds;
-	// NaN when no message qualified.
-	TurnaroundUS, TurnaroundP99US float64
+	// NaN when no message qualified. TurnaroundShare is the sum of those
+	// waits over the workers' wall time: the capacity the run lost to
+	// turnarounds while work waited. Compare arms by the share: a policy
+	// changes which waits qualify (shortest-first leaves fewer, in busier
+	// moments), so means over different moments can mislead.
+	TurnaroundUS, TurnaroundP99US, TurnaroundShare float64
 	// CPU is the CPU the broker process (where the harness can account
 	// for it) and the harness used per completed message, from the first
 	// send to the end of the run.
@@ -310,6 +314,7 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 		res.OverrunUS = float64(overrun.Microseconds()) / float64(c)
 	}
 	res.TurnaroundUS, res.TurnaroundP99US = turns.stats()
+	res.TurnaroundShare = turns.share(rs.Workers, res.Wall)
 	res.CPU = perMsg(cpu0, cpu1, int64(len(records)))
 	res.MAEms, res.TierAccuracy = math.NaN(), math.NaN()
 	if ps, ok := q.(predictorStats); ok {
@@ -337,6 +342,18 @@ func (ts turnarounds) add(prevEnd, sent, start time.Time) turnarounds {
 		return ts
 	}
 	return append(ts, start.Sub(prevEnd))
+}
+
+// share is the waits' sum over workers x wall.
+func (ts turnarounds) share(workers int, wall time.Duration) float64 {
+	if workers < 1 || wall <= 0 {
+		return math.NaN()
+	}
+	var sum time.Duration
+	for _, t := range ts {
+		sum += t
+	}
+	return float64(sum) / (float64(workers) * float64(wall))
 }
 
 // stats is the mean and 99th percentile in microseconds, NaN for none.
@@ -490,9 +507,9 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 				return nil, err
 			}
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "bench: %s seed %d finished in %.1f s: %d/%d done, handler overrun %.0f µs, turnaround mean %.0f µs, P99 %.0f µs; CPU per message: %s\n",
+				fmt.Fprintf(cfg.Progress, "bench: %s seed %d finished in %.1f s: %d/%d done, handler overrun %.0f µs, turnaround mean %.0f µs, P99 %.0f µs, %.1f%% of worker time; CPU per message: %s\n",
 					arm.Name, seed, res.Wall.Seconds(), len(res.Records), res.Sent,
-					res.OverrunUS, res.TurnaroundUS, res.TurnaroundP99US, res.CPU)
+					res.OverrunUS, res.TurnaroundUS, res.TurnaroundP99US, 100*res.TurnaroundShare, res.CPU)
 			}
 			out.Runs = append(out.Runs, res)
 			sr := report.Summarize(seed, res.Sent, res.Records)

@@ -97,7 +97,7 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"Turnaround (wall µs; each run's figures in the progress output, with the CPU per message of the broker process and of the harness): "+
 		"the time from a handler's return to the same worker's next handler start, counted when the message it then got was sent at least "+
 		turnaroundMargin.String()+" before, so that work was waiting: the ack, the broker's choice and the delivery; its mean per run ranged "+
-		turnaroundRanges(runs)+". "+
+		turnaroundRanges(runs)+" (a policy changes which waits count, so arms compare by the share of worker time the waits took, on each run's line). "+
 		"MAE (workload ms, routed predictions only) and tier accuracy come from the arm's own predictor after the run: "+
 		"the Harbinger broker's own figures for its queue (it predicts under every policy; "+flowHarbingerStats(cfg.HarbingerMode)+"), the rabbitmq package's Local for rabbitmq-predictive "+
 		"(each completion scored against the prediction stamped on the message); none for the other arms. Lost = sent - completed after a drain timeout of %s (wall) after the last send. "+

@@ -27,6 +27,13 @@ func TestTurnaroundsCountOnlyWaitingWork(t *testing.T) {
 	if mean != 450 || p99 < 250 || p99 > 650 {
 		t.Errorf("mean %v µs, P99 %v µs; want 450 and a value between the two", mean, p99)
 	}
+	// 900 µs of waits over 2 workers x 9 ms of wall: 5%.
+	if got := ts.share(2, 9*time.Millisecond); math.Abs(got-0.05) > 1e-12 {
+		t.Errorf("share %v, want 0.05", got)
+	}
+	if got := ts.share(0, time.Second); !math.IsNaN(got) {
+		t.Errorf("share with no workers %v, want NaN", got)
+	}
 	if m, p := turnarounds(nil).stats(); !math.IsNaN(m) || !math.IsNaN(p) {
 		t.Errorf("no waits: got %v, %v; want NaN", m, p)
 	}

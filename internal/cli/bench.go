@@ -82,9 +82,15 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	start := time.Now()
 	out := fs.String("out", defaultOut(start), "directory for report.md, results.jsonl, summary.json and charts; \"\" writes none")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the harness process (producers, workers, client libraries) to this file; the brokers run in their own processes unless --harbinger-in-process")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	stopProfiles, err := startProfiles(*cpuProfile, "")
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	mode := bench.ServeMemory
 	switch {
 	case *inProcess && *durable:

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -62,5 +64,23 @@ func TestBenchCostRefusesInfiniteRate(t *testing.T) {
 	err := runBenchCost(ctx, []string{"--rate", "+Inf", "--out", ""}, io.Discard, io.Discard)
 	if err == nil || !strings.HasPrefix(err.Error(), "--rate must be a positive number") {
 		t.Errorf("bench cost --rate +Inf: %v, want it refused naming --rate", err)
+	}
+}
+
+// bench flow --cpuprofile writes the harness's profile even when the run
+// stops early, and names the flag when it cannot create the file.
+func TestBenchFlowCPUProfile(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "harness.prof")
+	err := runBenchFlow(t.Context(), []string{"--cpuprofile", prof, "--arms", "no-such-arm", "--out", ""}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no-such-arm") {
+		t.Fatalf("bench flow with an unknown arm: %v", err)
+	}
+	if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+		t.Errorf("profile after an early stop: %v, %v; want a non-empty file", fi, err)
+	}
+	err = runBenchFlow(t.Context(), []string{"--cpuprofile", filepath.Join(dir, "missing", "x.prof"), "--out", ""}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Errorf("an uncreatable profile path: %v, want an error naming --cpuprofile", err)
 	}
 }
