@@ -3,7 +3,9 @@ package rabbitmq
 import (
 	"container/heap"
 	"context"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -33,6 +35,17 @@ type layout struct {
 	// hold queue's head before its TTL is up (basic.get on the hold
 	// queue), so that no worker idles while held work waits.
 	idlePull bool
+	// guard, above 0, gives every message that is not long a start
+	// deadline when it is published: its estimated FIFO wait W (the
+	// queue's backlog over its handlers) plus guard x (W + its predicted
+	// cost). Levels are FIFO queues a worker sees the heads of; a head
+	// past its deadline goes first, earliest deadline first.
+	guard float64
+	// pinned models the tier queues as RabbitMQ serves them: every
+	// worker consumes each level with a prefetch of 1, so a level's head
+	// is pushed to one worker and waits in that worker's buffer, and a
+	// worker chooses only among the messages it holds.
+	pinned bool
 }
 
 // bucketDown is the longest of the TTLs 1 ms x f^k that is at most d.
@@ -111,7 +124,21 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 	var holdHead time.Duration // the hold queue releases in publish order
 	var held []int             // the hold queue, in publish order
 	inHold := make([]bool, len(jobs))
+	deadline := make([]time.Duration, len(jobs))
 	free := w.Workers
+	var buf [][]int // pinned: each worker's held message per level, -1 for none
+	var running []int
+	var worker []int
+	rr := 0
+	if l != nil && l.pinned {
+		buf = make([][]int, w.Workers)
+		running = make([]int, w.Workers)
+		for k := range buf {
+			buf[k] = slices.Repeat([]int{-1}, len(levels))
+			running[k] = -1
+		}
+		worker = make([]int, len(jobs))
+	}
 	for events.Len() > 0 {
 		e := heap.Pop(&events).(modelEvent)
 		now, i := e.at, e.seq
@@ -119,6 +146,9 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 		case evDone:
 			done[i] = now
 			free++
+			if buf != nil {
+				running[worker[i]] = -1
+			}
 			if local != nil {
 				local.Forget(ctx, "q", predicted[i])
 				_ = local.Observe(ctx, keys[i], jobs[i].Duration)
@@ -137,6 +167,12 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 			jt := &w.JobTypes[jobs[i].Type]
 			keys[i] = Key{Queue: "q", Producer: jt.Producer, JobType: jt.Name, Size: uint64(jobs[i].Size)}
 			pr, _ := local.Predict(ctx, keys[i])
+			if l.guard > 0 && !pr.Long {
+				c := local.backlog.consumers["q"]
+				wait := local.backlog.work["q"] / time.Duration(c) // before this message: Predict counted it
+				wait -= min(wait, pr.Predicted/time.Duration(c))
+				deadline[i] = now + wait + time.Duration(l.guard*float64(wait+pr.Predicted))
+			}
 			prio[i], predicted[i] = pr.AMQP, pr.Predicted
 			if pr.Long && pr.Hold >= minHold {
 				at := now + pr.Hold.Truncate(time.Millisecond)
@@ -153,7 +189,43 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 			}
 			levels[prio[i]] = append(levels[prio[i]], i)
 		}
-		for free > 0 {
+		for buf != nil {
+			moved := false
+			for q := range levels {
+				for n := 0; n < w.Workers && len(levels[q]) > 0; n++ {
+					k := (rr + n) % w.Workers
+					if buf[k][q] >= 0 || (running[k] >= 0 && int(prio[running[k]]) == q) {
+						continue
+					}
+					buf[k][q], levels[q] = levels[q][0], levels[q][1:]
+					rr, moved = k+1, true
+				}
+			}
+			for k := range buf {
+				if running[k] >= 0 {
+					continue
+				}
+				pick := dueFirst(buf[k], deadline, now)
+				for q := len(levels) - 1; q >= 0 && pick < 0; q-- {
+					if buf[k][q] >= 0 {
+						pick = q
+					}
+				}
+				if pick < 0 {
+					continue
+				}
+				j := buf[k][pick]
+				buf[k][pick], running[k], worker[j] = -1, j, k
+				started[j] = now
+				free--
+				moved = true
+				heap.Push(&events, modelEvent{at: now + jobs[j].Duration + perMessage, kind: evDone, seq: j})
+			}
+			if !moved {
+				break
+			}
+		}
+		for buf == nil && free > 0 {
 			p := len(levels) - 1
 			for p >= 0 && len(levels[p]) == 0 {
 				p--
@@ -169,6 +241,18 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 				j, held = held[0], held[1:]
 				inHold[j] = false
 			} else {
+				if l != nil && l.guard > 0 {
+					heads := make([]int, len(levels))
+					for q := range levels {
+						heads[q] = -1
+						if len(levels[q]) > 0 {
+							heads[q] = levels[q][0]
+						}
+					}
+					if due := dueFirst(heads, deadline, now); due >= 0 {
+						p = due
+					}
+				}
 				j = levels[p][0]
 				levels[p] = levels[p][1:]
 			}
@@ -191,6 +275,21 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 	return r
 }
 
+// dueFirst returns the level whose message in heads (-1 for none) is
+// past its deadline (zero for none) and due earliest, or -1.
+func dueFirst(heads []int, deadline []time.Duration, now time.Duration) int {
+	due := -1
+	for q, m := range heads {
+		if m < 0 || deadline[m] == 0 || deadline[m] > now {
+			continue
+		}
+		if due < 0 || deadline[m] < deadline[heads[due]] {
+			due = q
+		}
+	}
+	return due
+}
+
 func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
@@ -204,7 +303,8 @@ func median(v []float64) float64 {
 // old layout (three tiers, long messages at the top at once) on mean and
 // P99, and keep the longest export wait below FIFO's. `go test -run
 // TestLayoutSimulation -v ./rabbitmq/` prints the table docs/sidecar.md
-// quotes.
+// quotes; LAYOUT_SEEDS=20 runs seeds 1-20 instead of the workload's, and
+// LAYOUT_PER_MESSAGE=6ms sets the per-message cost.
 func TestLayoutSimulation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates 30 runs of the registered workload")
@@ -214,21 +314,44 @@ func TestLayoutSimulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const perMessage = 4 * time.Millisecond
+	perMessage := 4 * time.Millisecond
+	if v := os.Getenv("LAYOUT_PER_MESSAGE"); v != "" {
+		var err error
+		if perMessage, err = time.ParseDuration(v); err != nil || perMessage < 0 {
+			t.Fatalf("LAYOUT_PER_MESSAGE=%q: want a duration", v)
+		}
+	}
 	layouts := []layout{
-		{"3 tiers, long at the top at once", 3, false, 0, false},
-		{"5 tiers, long at the top at once", 5, false, 0, false},
-		{"3 tiers, long held (0.95)", 3, true, 0, false},
-		{"9 tiers, long held (0.95)", 9, true, 0, false},
-		{"5 tiers, held, no head-of-line wait", 5, true, 1, false},
-		{"5 tiers, held, idle workers take held work", 5, true, 0, true},
-		{"5 tiers, held in TTL buckets 2x apart", 5, true, 2, false},
-		{"5 tiers, held in TTL buckets 1.41x apart", 5, true, 1.41, false},
-		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true, 0, false},
+		{"3 tiers, long at the top at once", 3, false, 0, false, 0, false},
+		{"5 tiers, long at the top at once", 5, false, 0, false, 0, false},
+		{"3 tiers, long held (0.95)", 3, true, 0, false, 0, false},
+		{"9 tiers, long held (0.95)", 9, true, 0, false, 0, false},
+		{"5 tiers, held, no head-of-line wait", 5, true, 1, false, 0, false},
+		{"5 tiers, held, idle workers take held work", 5, true, 0, true, 0, false},
+		{"5 tiers, held in TTL buckets 2x apart", 5, true, 2, false, 0, false},
+		{"5 tiers, held in TTL buckets 1.41x apart", 5, true, 1.41, false, 0, false},
+		{"5 tiers, held, deadlines at guard 1", 5, true, 0, false, 1, false},
+		{"5 tiers, held, deadlines at guard 2", 5, true, 0, false, 2, false},
+		{"5 tiers, held, pinned, no deadlines", 5, true, 0, false, 0, true},
+		{"5 tiers, held, pinned, deadlines at guard 1", 5, true, 0, false, 1, true},
+		{"5 tiers, held, pinned, deadlines at guard 1.5", 5, true, 0, false, 1.5, true},
+		{"5 tiers, held, pinned, deadlines at guard 2", 5, true, 0, false, 2, true},
+		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true, 0, false, 0, false},
 	}
 	type change struct{ mean, p99, export []float64 }
 	changes := make([]change, len(layouts))
-	for _, seed := range w.Seeds {
+	seeds := w.Seeds
+	if v := os.Getenv("LAYOUT_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("LAYOUT_SEEDS=%q: want a count of seeds", v)
+		}
+		seeds = nil
+		for s := range n {
+			seeds = append(seeds, uint64(s+1))
+		}
+	}
+	for _, seed := range seeds {
 		fifo := simulateLayout(t, w, seed, nil, perMessage)
 		for li := range layouts {
 			r := simulateLayout(t, w, seed, &layouts[li], perMessage)
@@ -238,7 +361,7 @@ func TestLayoutSimulation(t *testing.T) {
 			c.export = append(c.export, r.exportWait/fifo.exportWait)
 		}
 	}
-	t.Logf("median over seeds %v of per-seed changes vs FIFO, per-message cost %v:", w.Seeds, perMessage)
+	t.Logf("median over seeds %v of per-seed changes vs FIFO, per-message cost %v:", seeds, perMessage)
 	for li, l := range layouts {
 		c := changes[li]
 		t.Logf("  %-42s mean %+5.1f%%  P99 %.2fx  export max wait %.2fx", l.name, 100*median(c.mean), median(c.p99), median(c.export))
