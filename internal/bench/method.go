@@ -87,7 +87,7 @@ func FlowMethod(cfg FlowConfig, env Environment, runs []RunResult) string {
 		"Identical for every arm: %d producer goroutines (one per workload producer, each with its own channel or stream) publish each job "+
 		"at its scaled arrival time with its key (producer, job type, size hint) and the send time in the payload; %d workers, each "+
 		"with prefetch 1, sleep the job's scaled true duration and ack (Harbinger and rabbitmq-predictive ack with the measured duration). "+
-		"Handlers (and producers, between arrivals) sleep the last 1.5 ms on a timerfd the Go runtime's poller waits on, with a learned wake-up correction; the mean overrun per run was %s µs. "+
+		"Handlers (and producers, between arrivals) sleep the last 1.5 ms "+preciseSleepMethod+", with a learned wake-up correction; the mean overrun per run was %s µs. "+
 		"RabbitMQ: transient messages, no publisher confirms, manual ack; rabbitmq-priority uses x-max-priority 3 and the workload's static_tier map "+
 		"with tier t -> AMQP priority 2-t (tier 0 -> 2, 1 -> 1, 2 -> 0), no aging; rabbitmq-predictive publishes and consumes through Harbinger's "+
 		"rabbitmq package with a fresh in-process predictor per run and the package's defaults: "+rabbitPredictiveLayout()+". "+

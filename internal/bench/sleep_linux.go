@@ -39,6 +39,9 @@ func preciseSleep(d time.Duration) {
 	timerFDs.Put(t)
 }
 
+// preciseSleepMethod says how preciseSleep sleeps, for the method line.
+const preciseSleepMethod = "on a timerfd the Go runtime's poller waits on"
+
 // timerFDs keeps idle timers for reuse: a sleep costs two system calls, not
 // six. A timer the pool drops is closed by its os.File's finalizer.
 var timerFDs sync.Pool
