@@ -10,7 +10,7 @@ import (
 )
 
 // One process publishes and consumes "thumbnails" with the in-process
-// predictor: five tiers under x-max-priority 3, long messages held in
+// predictor: five tiers under x-max-priority 5, long messages held in
 // thumbnails.hold for 95% of their predicted FIFO wait, then served first.
 func Example() {
 	ctx := context.Background()

@@ -18,7 +18,7 @@ import (
 // means its default (those of Harbinger's broker).
 type LocalConfig struct {
 	Tiers           int     // number of tiers, default 5
-	MaxPriority     uint8   // the queues' x-max-priority, default 3; sets Priority.AMQP
+	MaxPriority     uint8   // the queues' x-max-priority, default 5; sets Priority.AMQP
 	Alpha           float64 // EWMA weight of a new observation, default 0.2
 	MinObservations int     // a key with fewer observations is cold, default 3
 	SpreadGate      float64 // p99/p50 above this takes the middle tier, default 16; negative disables

@@ -43,20 +43,14 @@ type Predictor interface {
 	Observe(ctx context.Context, k Key, d time.Duration) error
 }
 
-// Defaults shared by the options structs. The predictor draws five tiers,
-// which approximate Harbinger's shortest-first order much better than
-// three; a classic queue with x-max-priority 3 has four priorities, the
-// top one for long messages and three that the five tiers share (tiers 0
-// and 1 at 2, 2 and 3 at 1, 4 at 0). RabbitMQ keeps a sub-queue per
-// priority and works through them on every delivery: five priorities
-// below the top instead of three cost the live flow run about twice the
-// layout's turnaround over a plain queue's and changed the order little
-// (docs/sidecar.md, "Fewer priorities"). Until 2026-12-06 the default was
-// x-max-priority 5, one priority per tier; a queue declared with it keeps
-// working with MaxPriority 5 (and the sidecar's --max-priority 5).
+// Defaults shared by the options structs. A classic queue with
+// x-max-priority 5 (the most RabbitMQ recommends) has six priorities: the
+// top one for long messages and one for each of five tiers. Five tiers
+// approximate Harbinger's shortest-first order much better than three; see
+// docs/sidecar.md for the measurement.
 const (
 	DefaultTiers       = 5
-	DefaultMaxPriority = 3
+	DefaultMaxPriority = 5
 )
 
 // Headers the Publisher sets so that consumers (and the Ager) know a

@@ -16,7 +16,7 @@ import (
 // PublisherOptions configures a Publisher. The zero value of a field means
 // its default.
 type PublisherOptions struct {
-	MaxPriority uint8 // the queue's x-max-priority, default 3; long messages get it
+	MaxPriority uint8 // the queue's x-max-priority, default 5; long messages get it
 	Tiers       int   // the predictor's tier count, default 5
 	Mandatory   bool  // publish with the mandatory flag
 	// HoldQueue, when set, is the hold queue (DeclareHoldQueue) of the

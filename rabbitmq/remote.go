@@ -41,8 +41,8 @@ const maxCached = 10_000
 // means its default.
 type RemoteOptions struct {
 	Timeout     time.Duration // per call, default 50 ms
-	Tiers       int           // the sidecar's tier count, for the fallback priority; default 3
-	MaxPriority uint8         // for the fallback priority; default 3
+	Tiers       int           // the sidecar's tier count, for the fallback priority; default 5
+	MaxPriority uint8         // for the fallback priority; default 5
 	// TLS, when set, connects over TLS with it (for a sidecar started
 	// with -tls-cert; its Certificates for one that asks for client
 	// certificates).

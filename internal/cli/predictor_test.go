@@ -127,7 +127,7 @@ func observeStep(jobType string, d time.Duration, n int) predictorStep {
 }
 
 // The proto's contract for PredictResponse, at the default 5 tiers under
-// x-max-priority 3: a long message takes the top priority, the tiers share
+// x-max-priority 5: a long message takes the top priority, the tiers share
 // those below it, shortest highest.
 var (
 	topPriority   = uint32(rabbitmq.DefaultMaxPriority)
