@@ -46,6 +46,9 @@ type layout struct {
 	// is pushed to one worker and waits in that worker's buffer, and a
 	// worker chooses only among the messages it holds.
 	pinned bool
+	// maxPriority, when set, is the queue's x-max-priority, on which the
+	// tiers are spread (PriorityFor); by default one priority per tier.
+	maxPriority uint8
 }
 
 // bucketDown is the longest of the TTLs 1 ms x f^k that is at most d.
@@ -101,6 +104,9 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 	var local *Local
 	if l != nil {
 		cfg := LocalConfig{Tiers: l.tiers, MaxPriority: uint8(l.tiers)}
+		if l.maxPriority > 0 {
+			cfg.MaxPriority = l.maxPriority
+		}
 		if !l.hold {
 			cfg.Hold = -1
 		}
@@ -109,7 +115,7 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 			t.Fatal(err)
 		}
 		local.Attach(ctx, "q", w.Workers)
-		levels = make([][]int, l.tiers+1)
+		levels = make([][]int, cfg.MaxPriority+1)
 	}
 	keys := make([]Key, len(jobs))
 	prio := make([]uint8, len(jobs))
@@ -331,21 +337,22 @@ func TestLayoutSimulation(t *testing.T) {
 		}
 	}
 	layouts := []layout{
-		{"3 tiers, long at the top at once", 3, false, 0, false, 0, false},
-		{"5 tiers, long at the top at once", 5, false, 0, false, 0, false},
-		{"3 tiers, long held (0.95)", 3, true, 0, false, 0, false},
-		{"9 tiers, long held (0.95)", 9, true, 0, false, 0, false},
-		{"5 tiers, held, no head-of-line wait", 5, true, 1, false, 0, false},
-		{"5 tiers, held, idle workers take held work", 5, true, 0, true, 0, false},
-		{"5 tiers, held in TTL buckets 2x apart", 5, true, 2, false, 0, false},
-		{"5 tiers, held in TTL buckets 1.41x apart", 5, true, 1.41, false, 0, false},
-		{"5 tiers, held, deadlines at guard 1", 5, true, 0, false, 1, false},
-		{"5 tiers, held, deadlines at guard 2", 5, true, 0, false, 2, false},
-		{"5 tiers, held, pinned, no deadlines", 5, true, 0, false, 0, true},
-		{"5 tiers, held, pinned, deadlines at guard 1", 5, true, 0, false, 1, true},
-		{"5 tiers, held, pinned, deadlines at guard 1.5", 5, true, 0, false, 1.5, true},
-		{"5 tiers, held, pinned, deadlines at guard 2", 5, true, 0, false, 2, true},
-		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true, 0, false, 0, false},
+		{"3 tiers, long at the top at once", 3, false, 0, false, 0, false, 0},
+		{"5 tiers, long at the top at once", 5, false, 0, false, 0, false, 0},
+		{"3 tiers, long held (0.95)", 3, true, 0, false, 0, false, 0},
+		{"9 tiers, long held (0.95)", 9, true, 0, false, 0, false, 0},
+		{"5 tiers, held, no head-of-line wait", 5, true, 1, false, 0, false, 0},
+		{"5 tiers, held, idle workers take held work", 5, true, 0, true, 0, false, 0},
+		{"5 tiers, held in TTL buckets 2x apart", 5, true, 2, false, 0, false, 0},
+		{"5 tiers, held in TTL buckets 1.41x apart", 5, true, 1.41, false, 0, false, 0},
+		{"5 tiers, held, deadlines at guard 1", 5, true, 0, false, 1, false, 0},
+		{"5 tiers, held, deadlines at guard 2", 5, true, 0, false, 2, false, 0},
+		{"5 tiers, held, pinned, no deadlines", 5, true, 0, false, 0, true, 0},
+		{"5 tiers, held, pinned, deadlines at guard 1", 5, true, 0, false, 1, true, 0},
+		{"5 tiers, held, pinned, deadlines at guard 1.5", 5, true, 0, false, 1.5, true, 0},
+		{"5 tiers, held, pinned, deadlines at guard 2", 5, true, 0, false, 2, true, 0},
+		{"5 tiers on x-max-priority 3, held", 5, true, 0, false, 0, false, 3},
+		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true, 0, false, 0, false, 0},
 	}
 	type change struct{ mean, p99, export []float64 }
 	changes := make([]change, len(layouts))
