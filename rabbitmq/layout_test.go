@@ -302,6 +302,21 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
+// envDuration is the duration in the environment variable name, or def
+// when it is unset.
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		t.Fatalf("%s=%q: want a duration", name, v)
+	}
+	return d
+}
+
 // TestLayoutSimulation compares layouts on the pre-registered workload with
 // a per-message cost of 4 ms of workload time (0.4 ms of wall time at the
 // registered time scale, about what the live rabbitmq-fifo arm's latencies
@@ -322,37 +337,25 @@ func TestLayoutSimulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	perMessage := 4 * time.Millisecond
-	if v := os.Getenv("LAYOUT_PER_MESSAGE"); v != "" {
-		var err error
-		if perMessage, err = time.ParseDuration(v); err != nil || perMessage < 0 {
-			t.Fatalf("LAYOUT_PER_MESSAGE=%q: want a duration", v)
-		}
-	}
-	fifoPerMessage := perMessage
-	if v := os.Getenv("LAYOUT_FIFO_PER_MESSAGE"); v != "" {
-		var err error
-		if fifoPerMessage, err = time.ParseDuration(v); err != nil || fifoPerMessage < 0 {
-			t.Fatalf("LAYOUT_FIFO_PER_MESSAGE=%q: want a duration", v)
-		}
-	}
+	perMessage := envDuration(t, "LAYOUT_PER_MESSAGE", 4*time.Millisecond)
+	fifoPerMessage := envDuration(t, "LAYOUT_FIFO_PER_MESSAGE", perMessage)
 	layouts := []layout{
-		{"3 tiers, long at the top at once", 3, false, 0, false, 0, false, 0},
-		{"5 tiers, long at the top at once", 5, false, 0, false, 0, false, 0},
-		{"3 tiers, long held (0.95)", 3, true, 0, false, 0, false, 0},
-		{"9 tiers, long held (0.95)", 9, true, 0, false, 0, false, 0},
-		{"5 tiers, held, no head-of-line wait", 5, true, 1, false, 0, false, 0},
-		{"5 tiers, held, idle workers take held work", 5, true, 0, true, 0, false, 0},
-		{"5 tiers, held in TTL buckets 2x apart", 5, true, 2, false, 0, false, 0},
-		{"5 tiers, held in TTL buckets 1.41x apart", 5, true, 1.41, false, 0, false, 0},
-		{"5 tiers, held, deadlines at guard 1", 5, true, 0, false, 1, false, 0},
-		{"5 tiers, held, deadlines at guard 2", 5, true, 0, false, 2, false, 0},
-		{"5 tiers, held, pinned, no deadlines", 5, true, 0, false, 0, true, 0},
-		{"5 tiers, held, pinned, deadlines at guard 1", 5, true, 0, false, 1, true, 0},
-		{"5 tiers, held, pinned, deadlines at guard 1.5", 5, true, 0, false, 1.5, true, 0},
-		{"5 tiers, held, pinned, deadlines at guard 2", 5, true, 0, false, 2, true, 0},
-		{"5 tiers on x-max-priority 3, held", 5, true, 0, false, 0, false, 3},
-		{"5 tiers, long held (0.95): the defaults", DefaultTiers, true, 0, false, 0, false, 0},
+		{name: "3 tiers, long at the top at once", tiers: 3},
+		{name: "5 tiers, long at the top at once", tiers: 5},
+		{name: "3 tiers, long held (0.95)", tiers: 3, hold: true},
+		{name: "9 tiers, long held (0.95)", tiers: 9, hold: true},
+		{name: "5 tiers, held, no head-of-line wait", tiers: 5, hold: true, buckets: 1},
+		{name: "5 tiers, held, idle workers take held work", tiers: 5, hold: true, idlePull: true},
+		{name: "5 tiers, held in TTL buckets 2x apart", tiers: 5, hold: true, buckets: 2},
+		{name: "5 tiers, held in TTL buckets 1.41x apart", tiers: 5, hold: true, buckets: 1.41},
+		{name: "5 tiers, held, deadlines at guard 1", tiers: 5, hold: true, guard: 1},
+		{name: "5 tiers, held, deadlines at guard 2", tiers: 5, hold: true, guard: 2},
+		{name: "5 tiers, held, pinned, no deadlines", tiers: 5, hold: true, pinned: true},
+		{name: "5 tiers, held, pinned, deadlines at guard 1", tiers: 5, hold: true, guard: 1, pinned: true},
+		{name: "5 tiers, held, pinned, deadlines at guard 1.5", tiers: 5, hold: true, guard: 1.5, pinned: true},
+		{name: "5 tiers, held, pinned, deadlines at guard 2", tiers: 5, hold: true, guard: 2, pinned: true},
+		{name: "5 tiers on x-max-priority 3, held", tiers: 5, hold: true, maxPriority: 3},
+		{name: "5 tiers, long held (0.95): the defaults", tiers: DefaultTiers, hold: true},
 	}
 	type change struct{ mean, p99, export []float64 }
 	changes := make([]change, len(layouts))
