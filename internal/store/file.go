@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -157,6 +158,7 @@ type FileStore struct {
 	started  bool  // the flusher runs (it closes done)
 	syncWant Pos   // Compact needs everything up to here fsynced
 	size     int64 // bytes in segment files, written or buffered
+	sizeNow  atomic.Int64 // size, for Size without the lock
 	replayed bool
 	tick     bool        // interval mode: time to fsync what was written
 	tickT    clock.Timer // interval mode: the next tick
@@ -171,12 +173,16 @@ type FileStore struct {
 	segs     []uint64         // segment numbers on disk, oldest first (guarded by mu)
 	segBytes map[uint64]int64 // bytes of records in each segment but the head (guarded by mu)
 	headSize int64            // the head's records as Replay found them
+	// The head was fsynced up to syncedOff; markedOff is the offset the
+	// last sync mark written to it claims (see appendMark).
+	syncedOff, markedOff int64
 	// The end of the last round whose records were answered (synced with
 	// fsync always, written with an interval): where a failed round's
 	// records are cut back to (see cutBack).
 	okSeg uint64
 	okOff int64
 	spare []byte
+	mark  []byte // the flusher's buffer for a sync mark
 	done  chan struct{}
 }
 
@@ -273,10 +279,13 @@ func (e *CorruptError) Error() string {
 
 func (e *CorruptError) Unwrap() error { return e.Err }
 
-// Replay implements Store. It reads every segment in order; a torn record
-// at the end of the last segment is cut off with a warning, a bad record
-// anywhere else is a *CorruptError (or, with Salvage, the end of the log).
-// Then it opens the last segment for appending.
+// Replay implements Store. It reads every segment in order. A frame of
+// the last segment that does not read, with no sync mark after it
+// claiming it was fsynced, is a torn tail (a death or power cut
+// mid-write): it and what follows are cut off with a warning and kept in
+// a *.corrupt file beside the segment. Any other bad frame is a
+// *CorruptError naming the file and offset (or, with Salvage, the end of
+// the log). Then it opens the last segment for appending.
 func (s *FileStore) Replay(fn func(*Record) error) error {
 	s.mu.Lock()
 	if s.replayed {
@@ -294,6 +303,10 @@ func (s *FileStore) Replay(fn func(*Record) error) error {
 		}
 		off := 0
 		for off < len(data) {
+			if _, ok := readMark(data[off:]); ok {
+				off += markFrame
+				continue
+			}
 			end, err := endOfRecords(data, off)
 			if end && err == nil {
 				// The rest is the segment's space allocated ahead, never
@@ -307,20 +320,28 @@ func (s *FileStore) Replay(fn func(*Record) error) error {
 				r, fl, err = readFrame(data[off:])
 			}
 			if err != nil {
-				var fe *frameError
 				last := i == len(segs)-1
-				torn := errors.As(err, &fe) && (fe.torn || fe.end > 0 && zeroAfter(data, off+fe.end))
-				if torn && last && !lengthBitFlipped(data[off:]) {
-					s.log.Warn("store: cutting off a torn final record (the broker died mid-write; it was never confirmed)",
-						"file", path, "offset", off, "bytes", len(data)-off)
-				} else if !s.opts.Salvage {
+				switch {
+				case last && s.tornTail(data, off, err):
+					tail := trimZeros(data[off:])
+					s.log.Warn("store: cutting off a torn tail (the broker or machine stopped mid-write; no sync mark says it was ever on disk, so nothing in it was confirmed)",
+						"file", path, "offset", off, "bytes", len(tail), "err", err)
+					if len(tail) > 0 {
+						// Kept: a tail whose last fsync was answered and
+						// whose mark had not followed yet may hold
+						// confirmed records damaged since.
+						if err := s.setAside(path, tail); err != nil {
+							return fmt.Errorf("store: keeping the torn tail: %w", err)
+						}
+					}
+				case !s.opts.Salvage:
 					return &CorruptError{File: path, Offset: int64(off), Err: err}
-				} else {
+				default:
 					s.log.Error("store: salvage: cutting the log at a corrupt record and setting what follows aside",
 						"file", path, "offset", off, "err", err)
 					// What the cut drops is kept beside the log, as the
 					// later segments are, for whoever checks what was lost.
-					if err := s.setAside(path, data[off:]); err != nil {
+					if err := s.setAside(path, trimZeros(data[off:])); err != nil {
 						return fmt.Errorf("store: salvage: %w", err)
 					}
 					for _, later := range segs[i+1:] {
@@ -358,7 +379,39 @@ func (s *FileStore) Replay(fn func(*Record) error) error {
 		s.mu.Unlock()
 		s.headSize = int64(len(data))
 	}
+	s.sizeNow.Store(s.size)
 	return s.openHead()
+}
+
+// tornTail reports whether err, for the frame at off of the last segment,
+// may be a write cut short: by the process dying (a frame cut short, or
+// whose CRC fails, before zeros) or by a power cut, which keeps what was
+// fsynced and any part of what was written after it, in any order, so
+// that zeros or a torn frame can come before whole ones. It is not when
+// a sync mark after off says the segment was fsynced past off (the bytes
+// were on disk and were damaged since), when the frame's CRC matches (it
+// was written whole), or when the frame reads but for one flipped bit
+// of its length (a length damaged after it was written, which would
+// otherwise swallow the records after it).
+func (s *FileStore) tornTail(data []byte, off int, err error) bool {
+	var fe *frameError
+	if errors.As(err, &fe) && fe.whole {
+		return false
+	}
+	if _, ok := syncedPast(data, off+1, off); ok {
+		return false
+	}
+	return !lengthBitFlipped(data[off:])
+}
+
+// trimZeros is b without its trailing zeros: a segment's space allocated
+// ahead and never written.
+func trimZeros(b []byte) []byte {
+	n := len(b)
+	for n > 0 && b[n-1] == 0 {
+		n--
+	}
+	return b[:n]
 }
 
 // asideName claims a name for setting path aside that no earlier salvage
@@ -437,7 +490,15 @@ func (s *FileStore) openHead() error {
 		f.Close()
 		return fmt.Errorf("store: sync data directory: %w", err)
 	}
+	// What the last run wrote may have reached only the page cache; once
+	// it is synced, the first write's mark says so, and damage to it
+	// from then on is told from a torn write.
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("store: sync segment: %w", err)
+	}
 	s.seg, s.segN, s.segSize = f, n, s.headSize
+	s.syncedOff, s.markedOff = s.headSize, 0
 	s.okSeg, s.okOff = n, s.headSize
 	s.mu.Lock()
 	s.started = true
@@ -481,7 +542,7 @@ func (s *FileStore) Append(recs ...*Record) (Pos, error) {
 	for _, r := range recs {
 		s.buf = appendFrame(s.buf, r)
 	}
-	s.size += int64(len(s.buf) - before)
+	s.addSize(int64(len(s.buf) - before))
 	s.stats.Bytes += uint64(len(s.buf) - before)
 	s.stats.Records += uint64(len(recs))
 	s.appended += Pos(len(recs))
@@ -568,7 +629,7 @@ func (s *FileStore) Compact(m Mark) error {
 			return fmt.Errorf("store: remove %s: %w", p, err)
 		}
 		s.mu.Lock()
-		s.size -= s.segBytes[n]
+		s.addSize(-s.segBytes[n])
 		delete(s.segBytes, n)
 		s.mu.Unlock()
 	}
@@ -578,12 +639,15 @@ func (s *FileStore) Compact(m Mark) error {
 	return s.fs.SyncDir(s.dir)
 }
 
-// Size implements Store.
-func (s *FileStore) Size() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.size
+// addSize, with mu held, counts n more bytes in the log.
+func (s *FileStore) addSize(n int64) {
+	s.size += n
+	s.sizeNow.Store(s.size)
 }
+
+// Size implements Store. It takes no lock: callers check it after every
+// append to see whether a checkpoint is due.
+func (s *FileStore) Size() int64 { return s.sizeNow.Load() }
 
 // Stats implements Store.
 func (s *FileStore) Stats() Stats {
@@ -671,7 +735,7 @@ func (s *FileStore) flush() {
 			return
 		}
 		if len(s.buf) == 0 && len(s.marks) == 0 && s.closing {
-			err := s.seg.Sync()
+			err := s.closeHead()
 			if err == nil {
 				err = ErrClosed
 			}
@@ -700,6 +764,9 @@ func (s *FileStore) flush() {
 			lastSync = s.opts.Clock.Now()
 			syncTook = lastSync.Sub(start)
 			dirty = false
+			if err == nil {
+				s.syncedOff = s.segSize
+			}
 		}
 		s.mu.Lock()
 		if err == nil && sync {
@@ -846,9 +913,46 @@ func (s *FileStore) writeSeg(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
+	if s.syncedOff > s.markedOff {
+		err := s.writeMark(syncMark{synced: s.syncedOff})
+		s.mu.Lock()
+		s.addSize(markFrame)
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 	n, err := s.seg.WriteAt(b, s.segSize)
 	s.segSize += int64(n)
 	return err
+}
+
+// writeMark writes a sync mark at the head's end (see appendMark); the
+// caller counts its bytes in the log's size.
+func (s *FileStore) writeMark(m syncMark) error {
+	s.mark = appendMark(s.mark[:0], m)
+	n, err := s.seg.WriteAt(s.mark, s.segSize)
+	s.segSize += int64(n)
+	if err == nil {
+		s.markedOff = m.synced
+	}
+	return err
+}
+
+// closeHead, with mu held, syncs the head, then writes a closing mark
+// that claims all of it and syncs that: a log closed cleanly is claimed to
+// its end, so any damage to it later is told from a torn write.
+func (s *FileStore) closeHead() error {
+	if err := s.seg.Sync(); err != nil {
+		return err
+	}
+	s.syncedOff = s.segSize
+	err := s.writeMark(syncMark{synced: s.segSize, closed: true})
+	s.addSize(markFrame)
+	if err != nil {
+		return err
+	}
+	return s.seg.Sync()
 }
 
 // rotate syncs and closes the current segment and starts segment n.
@@ -879,6 +983,7 @@ func (s *FileStore) rotate(n uint64) error {
 	s.mu.Lock()
 	s.segBytes[s.segN] = s.segSize
 	s.seg, s.segN, s.segSize = f, n, 0
+	s.syncedOff, s.markedOff = 0, 0
 	s.segs = append(s.segs, n)
 	s.progress.Broadcast()
 	s.mu.Unlock()

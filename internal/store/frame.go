@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -36,7 +37,11 @@ func appendFrame(b []byte, r *Record) []byte {
 type frameError struct {
 	torn bool
 	end  int
-	err  error
+	// whole: the CRC matched, so the frame was written whole; it does
+	// not decode (a kind from a newer build, or damage before the CRC was
+	// computed), and is no torn write wherever it is.
+	whole bool
+	err   error
 }
 
 func (e *frameError) Error() string { return e.err.Error() }
@@ -65,7 +70,7 @@ func readFrame(b []byte) (*Record, int, error) {
 	if err != nil {
 		// No end: the CRC matched, so the frame was written whole and is
 		// no torn write, even as the log's last.
-		return nil, 0, &frameError{err: err}
+		return nil, 0, &frameError{whole: true, err: err}
 	}
 	if r.Job != nil && r.Job.Payload != nil {
 		r.Job.Payload = append([]byte(nil), r.Job.Payload...)
@@ -74,6 +79,80 @@ func readFrame(b []byte) (*Record, int, error) {
 		r.Data = append([]byte(nil), r.Data...)
 	}
 	return r, end, nil
+}
+
+// A sync mark is a frame of the log's own, never replayed as a record: it
+// says that the segment it is in was fsynced up to a stated offset before
+// the mark was written. The flusher puts one at the start of the first
+// write after each fsync, and Close puts a last one (closed set) after
+// the final fsync, claiming the whole segment. Recovery uses them to tell
+// a torn tail from damage: bytes before an offset some mark claims were
+// on disk once, so a frame there that does not read was damaged since,
+// while bytes after every claim may be a power cut's unordered writes.
+//
+// Its body is fixed: kindMark, a flags byte, the offset (8 bytes, little
+// endian). A fixed size lets recovery look for marks past a frame that
+// does not read, where the chain of lengths is broken.
+const (
+	kindMark  = 0xff
+	markBody  = 10
+	markFrame = frameHeader + markBody
+)
+
+// syncMark is a mark's content.
+type syncMark struct {
+	synced int64 // the segment was fsynced up to here
+	closed bool  // written by Close: nothing was appended after it
+}
+
+// appendMark appends m as a frame to b.
+func appendMark(b []byte, m syncMark) []byte {
+	start := len(b)
+	b = binary.LittleEndian.AppendUint32(b, markBody)
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	var flags byte
+	if m.closed {
+		flags = 1
+	}
+	b = append(b, kindMark, flags)
+	b = binary.LittleEndian.AppendUint64(b, uint64(m.synced))
+	binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(b[start+frameHeader:], castagnoli))
+	return b
+}
+
+// readMark reads the mark at the start of b, if there is a whole one.
+func readMark(b []byte) (syncMark, bool) {
+	if len(b) < markFrame || binary.LittleEndian.Uint32(b) != markBody || b[frameHeader] != kindMark || b[frameHeader+1] > 1 {
+		return syncMark{}, false
+	}
+	body := b[frameHeader:markFrame]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+		return syncMark{}, false
+	}
+	return syncMark{synced: int64(binary.LittleEndian.Uint64(body[2:])), closed: body[1] == 1}, true
+}
+
+// markPrefix is how every mark frame starts: its length.
+var markPrefix = []byte{markBody, 0, 0, 0}
+
+// syncedPast reports whether a mark in data after off claims that the
+// segment was fsynced past off: then the bytes at off were on disk and
+// any damage there happened since. Only marks at or after from are looked
+// for; a mark's claim never reaches past itself, so a claim past off
+// comes from a mark after it. The search costs one scan of data.
+func syncedPast(data []byte, from, off int) (int, bool) {
+	for p := from; p+markFrame <= len(data); {
+		i := bytes.Index(data[p:], markPrefix)
+		if i < 0 {
+			break
+		}
+		p += i
+		if m, ok := readMark(data[p:]); ok && m.synced > int64(off) && m.synced <= int64(p) {
+			return p, true
+		}
+		p++
+	}
+	return 0, false
 }
 
 // lengthBitFlipped reports whether b starts with a whole frame but for

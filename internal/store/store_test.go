@@ -107,7 +107,11 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("size = %d", s.Size())
 				}
 				st := s.Stats()
-				if st.Records != uint64(len(want)) || st.Size != s.Size() || st.Bytes < uint64(st.Size) {
+				// The file log's size counts its sync marks too: at most
+				// one a sync.
+				marks := (st.Size - int64(st.Bytes)) / markFrame
+				if st.Records != uint64(len(want)) || st.Size != s.Size() || st.Size < int64(st.Bytes) ||
+					(st.Size-int64(st.Bytes))%markFrame != 0 || uint64(marks) > st.Syncs {
 					t.Errorf("stats after %d records in %d bytes: %+v", len(want), s.Size(), st)
 				}
 				var synced, waited uint64
@@ -237,6 +241,46 @@ func writeSome(t *testing.T, s *FileStore, n int) []*Record {
 	return all
 }
 
+// frames lists the offsets of the records in a segment's data, skipping
+// sync marks, up to its zeros.
+func frames(t *testing.T, data []byte) []int {
+	t.Helper()
+	var offs []int
+	for off := 0; off < len(data); {
+		if _, ok := readMark(data[off:]); ok {
+			off += markFrame
+			continue
+		}
+		if end, _ := endOfRecords(data, off); end {
+			break
+		}
+		_, n, err := readFrame(data[off:])
+		if err != nil {
+			t.Fatalf("frame at %d: %v", off, err)
+		}
+		offs = append(offs, off)
+		off += n
+	}
+	return offs
+}
+
+// recordsEnd is where a segment's frames and marks end.
+func recordsEnd(data []byte) int {
+	off := 0
+	for off < len(data) {
+		if _, ok := readMark(data[off:]); ok {
+			off += markFrame
+			continue
+		}
+		_, n, err := readFrame(data[off:])
+		if err != nil {
+			break
+		}
+		off += n
+	}
+	return off
+}
+
 func lastSegment(t *testing.T, dir string) string {
 	t.Helper()
 	m, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
@@ -297,33 +341,69 @@ func TestTornFinalRecordIsCut(t *testing.T) {
 	}
 }
 
-// In space allocated ahead, the records end at the first zero length; a
-// record after zeros means a stretch of the log was lost, and is refused.
-func TestRecordsAfterZerosAreRefused(t *testing.T) {
+// In space allocated ahead, the records end at the first zero length. A
+// record after zeros is refused where a sync mark after it says the
+// segment was on disk past the zeros (a stretch of confirmed records was
+// lost), and cut off and kept beside the log where nothing says so: a
+// power cut can leave the unsynced tail's later writes without its
+// earlier ones.
+func TestRecordsAfterZeros(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	s := openFile(t, dir, FileOptions{})
-	replayAll(t, s)
-	writeSome(t, s, 3)
-	end := s.Size()
-	s.Close()
-	seg := lastSegment(t, dir)
-	f, err := os.OpenFile(seg, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(appendFrame(nil, sample(9)[1]), end+4096); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	r, err := OpenFile(dir, FileOptions{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var ce *CorruptError
-	if err := r.Replay(func(*Record) error { return nil }); !errors.As(err, &ce) || ce.Offset != end {
-		t.Fatalf("Replay = %v, want a CorruptError at offset %d", err, end)
+	for _, where := range []string{"before a mark's claim", "after every claim"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			s := openFile(t, dir, FileOptions{})
+			replayAll(t, s)
+			want := writeSome(t, s, 3)
+			end := s.Size()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			seg := lastSegment(t, dir)
+			data, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var off int
+			if where == "after every claim" {
+				// The close mark claims the records; a frame lands 4 KiB
+				// past it, zeros between.
+				off = int(end) + markFrame
+				copy(data[off+4096:], appendFrame(nil, sample(9)[1]))
+			} else {
+				// The second record zeroed, the marks after it intact.
+				recs := frames(t, data)
+				off = recs[1]
+				clear(data[off:recs[2]])
+			}
+			if err := os.WriteFile(seg, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, err := OpenFile(dir, FileOptions{Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			var got []*Record
+			err = r.Replay(func(rec *Record) error { got = append(got, rec); return nil })
+			if where == "before a mark's claim" {
+				var ce *CorruptError
+				if !errors.As(err, &ce) || ce.Offset != int64(off) {
+					t.Fatalf("Replay = %v, want a CorruptError at offset %d", err, off)
+				}
+				if after, _ := os.ReadFile(seg); !bytes.Equal(after, data) {
+					t.Fatal("the refused segment was changed")
+				}
+				return
+			}
+			if err != nil || len(got) != len(want) {
+				t.Fatalf("Replay = %v with %d records, want the %d confirmed", err, len(got), len(want))
+			}
+			if kept, _ := os.ReadFile(seg + ".corrupt"); !bytes.Equal(kept, trimZeros(data[off:])) {
+				t.Fatalf("kept %d bytes of the cut tail, want its %d without the zeros", len(kept), len(trimZeros(data[off:])))
+			}
+		})
 	}
 }
 
@@ -357,15 +437,7 @@ func TestCorruptMiddleIsRefusedOrSalvaged(t *testing.T) {
 
 	// Salvage keeps the first segment and sets the rest aside.
 	first, _ := os.ReadFile(segs[0])
-	var want int
-	for off := 0; off < len(first); {
-		_, n, err := readFrame(first[off:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		off += n
-		want++
-	}
+	want := len(frames(t, first))
 	later := make(map[string][]byte)
 	for _, p := range segs[2:] {
 		later[p], _ = os.ReadFile(p)
@@ -380,7 +452,7 @@ func TestCorruptMiddleIsRefusedOrSalvaged(t *testing.T) {
 	if len(aside) != len(segs)-1 {
 		t.Fatalf("set aside %d files, want %d", len(aside), len(segs)-1)
 	}
-	if got, _ := os.ReadFile(bad + ".corrupt"); !bytes.Equal(got, data) {
+	if got, _ := os.ReadFile(bad + ".corrupt"); !bytes.Equal(got, trimZeros(data)) {
 		t.Errorf("the bad segment's cut-off part set aside is %d bytes, want its %d", len(got), len(data))
 	}
 	for p, want := range later {
@@ -941,20 +1013,6 @@ func TestLastSegmentDamageIsNotTakenForATornWrite(t *testing.T) {
 			s := openFile(t, dir, FileOptions{})
 			replayAll(t, s)
 			writeSome(t, s, 3)
-			if damage == "unknown kind" {
-				// A newer build's record, written and confirmed last.
-				frame := appendFrame(nil, &Record{Kind: KindDrop, Queue: "媒体\xff"})
-				frame[frameHeader] = byte(kindEnd)
-				binary.LittleEndian.PutUint32(frame[4:], crc32.Checksum(frame[frameHeader:], castagnoli))
-				f, err := os.OpenFile(lastSegment(t, dir), os.O_WRONLY, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := f.WriteAt(frame, s.Size()); err != nil {
-					t.Fatal(err)
-				}
-				f.Close()
-			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -963,19 +1021,20 @@ func TestLastSegmentDamageIsNotTakenForATornWrite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The second record's frame, or the last one.
-			off := frameHeader + int(binary.LittleEndian.Uint32(data))
+			var off int
 			var bit int
 			if _, err := fmt.Sscanf(damage, "length bit %d", &bit); err == nil {
+				// The second record's frame.
+				off = frames(t, data)[1]
 				binary.LittleEndian.PutUint32(data[off:], binary.LittleEndian.Uint32(data[off:])^1<<bit)
 			} else {
-				for off = 0; ; {
-					_, n, err := readFrame(data[off:])
-					if err != nil {
-						break
-					}
-					off += n
-				}
+				// A newer build's record, written whole and last: no
+				// mark follows it.
+				frame := appendFrame(nil, &Record{Kind: KindDrop, Queue: "媒体\xff"})
+				frame[frameHeader] = byte(kindEnd)
+				binary.LittleEndian.PutUint32(frame[4:], crc32.Checksum(frame[frameHeader:], castagnoli))
+				off = recordsEnd(data)
+				copy(data[off:], frame)
 			}
 			if err := os.WriteFile(seg, data, 0o644); err != nil {
 				t.Fatal(err)
