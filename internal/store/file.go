@@ -155,9 +155,9 @@ type FileStore struct {
 	waits    []Pos // positions blocked Waits wait for and the flusher has not released
 	err      error // sticky: the store failed or closed
 	closing  bool
-	started  bool  // the flusher runs (it closes done)
-	syncWant Pos   // Compact needs everything up to here fsynced
-	size     int64 // bytes in segment files, written or buffered
+	started  bool         // the flusher runs (it closes done)
+	syncWant Pos          // Compact needs everything up to here fsynced
+	size     int64        // bytes in segment files, written or buffered
 	sizeNow  atomic.Int64 // size, for Size without the lock
 	replayed bool
 	tick     bool        // interval mode: time to fsync what was written
