@@ -424,7 +424,7 @@ func (b *Broker) Declare(name string, cfg QueueConfig) (QueueInfo, error) {
 	if err != nil {
 		return QueueInfo{}, err
 	}
-	q, created, err := b.create(name, cfg)
+	q, _, err := b.create(name, cfg)
 	if err != nil {
 		return QueueInfo{}, err
 	}
@@ -436,13 +436,22 @@ func (b *Broker) Declare(name string, cfg QueueConfig) (QueueInfo, error) {
 	}
 	if !equalConfig(q.cfg, cfg) {
 		err = q.reconfigureLocked(cfg, pol, b.clk.Now())
-	} else if created && b.cfg.Store != nil && !b.recovering.Load() {
-		// Only a change is logged: at replay a declare means the jobs out
-		// of line were to be classified afresh (see reconfigureLocked).
+	} else if b.cfg.Store != nil && !b.recovering.Load() && !q.declared {
+		// An answered declare brings the queue back from a restart, also
+		// one a publish or subscribe created before. The replay resets
+		// jobs out of line only where the config changed.
 		q.logLocked(q.declareRecord())
+		q.declared = true
 	}
+	if b.recovering.Load() {
+		q.declared = true
+	}
+	pos := q.wrote
 	q.unlockChanged()
 	if err != nil {
+		return QueueInfo{}, err
+	}
+	if err := b.persisted(pos, "the declare"); err != nil {
 		return QueueInfo{}, err
 	}
 	return q.info(), nil
@@ -472,10 +481,11 @@ func (b *Broker) Purge(name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer q.unlockChanged()
 	n := q.line.Purge()
 	q.applyLocked(b.clk.Now())
-	return n, nil
+	pos := q.wrote
+	q.unlockChanged()
+	return n, b.persisted(pos, fmt.Sprintf("the purge of %d jobs", n))
 }
 
 // QueueDeleted counts what DeleteQueue dropped: the queue's jobs by state,
@@ -582,13 +592,14 @@ func (b *Broker) Cancel(queueName, id string) (JobState, error) {
 	if err != nil {
 		return "", err
 	}
-	defer q.unlockChanged()
 	st, err := q.line.Cancel(id, b.clk.Now())
 	q.applyLocked(b.clk.Now())
+	pos := q.wrote
+	q.unlockChanged()
 	if err != nil {
 		return "", fmt.Errorf("%w: %q is not waiting, delayed or running in queue %q (finished, dead-lettered or never published)", ErrUnknownMessage, id, queueName)
 	}
-	return JobState(st), nil
+	return JobState(st), b.persisted(pos, "the cancel")
 }
 
 // Pause stops deliveries from a queue (paused true) or starts them again.
@@ -599,12 +610,12 @@ func (b *Broker) Pause(name string, paused bool) error {
 	if err != nil {
 		return err
 	}
-	defer q.unlockChanged()
 	if q.paused == paused {
+		q.unlockChanged()
 		return nil
 	}
 	q.paused = paused
-	q.logLocked(q.pauseRecord())
+	pos := q.logLocked(q.pauseRecord())
 	if !paused {
 		for _, c := range q.cons {
 			if c.waiting {
@@ -612,7 +623,12 @@ func (b *Broker) Pause(name string, paused bool) error {
 			}
 		}
 	}
-	return nil
+	q.unlockChanged()
+	what := "the pause"
+	if !paused {
+		what = "the resume"
+	}
+	return b.persisted(pos, what)
 }
 
 // RequeueDeadLetters moves dead letters (all of the queue's when ids is
@@ -633,14 +649,20 @@ func (b *Broker) takeDeadLetters(name string, ids []string, requeue bool) (int, 
 	if err != nil {
 		return 0, err
 	}
-	defer q.unlockChanged()
 	if q.closed {
+		q.unlockChanged()
 		return 0, ErrShuttingDown
 	}
 	now := b.clk.Now()
 	n := q.line.TakeDead(ids, requeue, now)
 	q.applyLocked(now)
-	return n, nil
+	pos := q.wrote
+	q.unlockChanged()
+	what := fmt.Sprintf("the deletion of %d dead letters", n)
+	if requeue {
+		what = fmt.Sprintf("the requeue of %d dead letters", n)
+	}
+	return n, b.persisted(pos, what)
 }
 
 // settled uncounts n jobs that were in flight, and tells a Shutdown waiting

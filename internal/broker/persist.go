@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"cmp"
 	"container/heap"
 	"context"
@@ -50,7 +51,29 @@ func (q *queue) logLocked(recs ...*store.Record) store.Pos {
 	if err != nil && q.b.storeFailed.CompareAndSwap(false, true) {
 		q.b.log.Error("broker: the log refuses records; publishes are refused until the broker restarts", "err", err)
 	}
+	q.wrote = max(q.wrote, pos)
 	return pos
+}
+
+// persisted waits, with no lock held, until the log holds the records an
+// admin call appended, up to pos (its queue's wrote when it unlocked): an
+// answered purge, cancel, pause, declare or dead-letter change is on disk,
+// as an answered publish is. what names the change for the error.
+func (b *Broker) persisted(pos store.Pos, what string) error {
+	st := b.cfg.Store
+	if st == nil || b.recovering.Load() {
+		return nil
+	}
+	if b.storeFailed.Load() {
+		return fmt.Errorf("%w: the log refuses records; %s took effect but a restart may undo it", ErrNotDurable, what)
+	}
+	if pos == 0 {
+		return nil
+	}
+	if err := st.Wait(pos); err != nil {
+		return fmt.Errorf("%w: %v; %s took effect but a restart may undo it", ErrNotDurable, err, what)
+	}
+	return nil
 }
 
 // pauseRecord is q's paused state.
@@ -100,7 +123,13 @@ func (b *Broker) recover() error {
 	obs := map[string][]observation{}          // acks after the queue's last predictor snapshot
 	jobs := map[string]map[string]*recovered{} // queue -> id -> job
 	records := 0
-	err := st.Replay(func(r *store.Record) error {
+	// A queue a publish or subscribe created has the broker's default
+	// config, and no declare record until a checkpoint or declare.
+	defaultDecl, err := json.Marshal(b.cfg.Queue)
+	if err != nil {
+		return fmt.Errorf("broker: encoding the default queue config: %w", err)
+	}
+	err = st.Replay(func(r *store.Record) error {
 		records++
 		switch r.Kind {
 		case store.KindDrop:
@@ -112,9 +141,17 @@ func (b *Broker) recover() error {
 			delete(jobs, r.Queue)
 			return nil
 		case store.KindDeclare:
+			prev, ok := decls[r.Queue]
+			if !ok {
+				prev = defaultDecl
+			}
 			decls[r.Queue] = r.Data
-			for _, rj := range jobs[r.Queue] {
-				rj.reset = true
+			if !bytes.Equal(prev, r.Data) {
+				// The jobs out of line when the config changed are
+				// classified afresh when they are back in line.
+				for _, rj := range jobs[r.Queue] {
+					rj.reset = true
+				}
 			}
 			return nil
 		case store.KindPredictor:
@@ -395,6 +432,7 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 		return 0, 0, nil
 	}
 	head := []*store.Record{q.declareRecord(), q.pauseRecord()}
+	q.declared = true
 	q.uniqueRecords(q.b.clk.Now(), func(r *store.Record) { head = append(head, r) })
 	head = append(head, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()})
 	pos, err = st.Append(head...)

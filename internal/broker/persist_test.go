@@ -440,3 +440,37 @@ func TestRecoveryDeadLettersALastAttemptInFlight(t *testing.T) {
 		}
 	})
 }
+
+// A running job that was cancelled stays with its worker, and a
+// checkpoint taken meanwhile does not write it again: a restart after the
+// checkpoint used to bring it back, ready to run once more.
+func TestCheckpointDropsACancelledRunningJob(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, st store.Store, clk *clock.Fake) {
+		b := durable(t, st, clk, Config{})
+		ids, err := b.Publish(&Message{Queue: "q", Payload: []byte("run me once")}, &Message{Queue: "q", Payload: []byte("keep me")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := b.Subscribe("q", "w", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := c.Next(context.Background())
+		if err != nil || d.ID != ids[0] {
+			t.Fatalf("Next = %v, %v; want %s", d.ID, err, ids[0])
+		}
+		if state, err := b.Cancel("q", d.ID); err != nil || state != JobRunning {
+			t.Fatalf("Cancel = %v, %v", state, err)
+		}
+		if err := b.Checkpoint(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		crash(b)
+		r := durable(t, st, clk, Config{})
+		got := view(r)
+		if len(got) != 1 || got[0].ID != ids[1] {
+			t.Fatalf("recovered %+v, want only %s (the cancelled %s must stay gone)", got, ids[1], ids[0])
+		}
+	})
+}

@@ -33,6 +33,10 @@ type queue struct {
 	cons    map[delivery.Holder]*Consumer
 	waiters waitList
 	lastPos store.Pos // the log position of the queue's last publish
+	wrote   store.Pos // the log position of the queue's last record
+	// declared: the log holds the queue's config (a declare, or a
+	// checkpoint), so it comes back from a restart even with no jobs.
+	declared bool
 	unique  uniqueIndex
 
 	// One timer for the line's next deadline: the earliest lease end, TTL
@@ -235,6 +239,7 @@ func (q *queue) reconfigureLocked(cfg QueueConfig, pol sched.Policy, now time.Ti
 		// come back; the waiting ones are now, and their records after
 		// the declare say how.
 		q.logLocked(q.declareRecord())
+		q.declared = true
 	}
 	q.line.Reconfigure(q.lineConfig(cfg), nsq, now)
 	q.timer.stop() // the new scheduler's expiries may be later

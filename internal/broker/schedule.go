@@ -316,8 +316,12 @@ func (b *Broker) DeleteSchedule(name string) error {
 	}
 	delete(b.sched.all, name)
 	if st := b.cfg.Store; st != nil {
-		if _, err := st.Append(&store.Record{Kind: store.KindSchedule, ID: name}); err != nil {
-			return fmt.Errorf("%w: %v", ErrNotDurable, err)
+		pos, err := st.Append(&store.Record{Kind: store.KindSchedule, ID: name})
+		if err == nil {
+			err = st.Wait(pos)
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v; the schedule is deleted but a restart may bring it back", ErrNotDurable, err)
 		}
 	}
 	return nil

@@ -986,7 +986,11 @@ func (l *Line) StateRecords(emit func(*store.Record)) int {
 	}
 	l.Each(
 		func(j *Job) { rec(j, store.Ready, "", time.Time{}) },
-		func(j *Job) { rec(j, store.Ready, "", time.Time{}) },
+		func(j *Job) {
+			if !j.is(flagCancelled) { // gone for good once it settles (see StateRecordTo)
+				rec(j, store.Ready, "", time.Time{})
+			}
+		},
 		func(j *Job) { rec(j, store.Delayed, "", time.Time{}) },
 		func(d DeadLetterEntry) { rec(d.Job, store.Dead, d.Reason, d.At) },
 	)
@@ -1053,7 +1057,10 @@ func (l *Line) StateRecordTo(s *Snapshot, i int, r *store.Record) bool {
 	j := jobOf(s.items[i])
 	s.items[i] = nil // a job that ends during the checkpoint is not kept for it
 	switch {
-	case j.is(flagGone):
+	case j.is(flagGone), j.is(flagCancelled):
+		// A cancelled job still running is gone for good: its remove
+		// record is written, and a state record after it would bring it
+		// back at the next restart.
 		return false
 	case j.is(flagDead):
 		d, ok := s.dead[j]
