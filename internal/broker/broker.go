@@ -45,7 +45,6 @@ type Broker struct {
 	bytes     atomic.Int64 // held by every message not yet settled for good; see reserve
 
 	storeFailed    atomic.Bool   // the store refused an append; logged once
-	published      atomic.Uint64 // publishes since the last checkpoint check
 	nextCheckpoint atomic.Int64  // log size that triggers the next checkpoint
 	checkpointing  atomic.Bool
 	batchJobs      int            // jobs a checkpoint writes per hold of a queue's lock; 0 is checkpointBatch
@@ -77,6 +76,7 @@ func New(cfg Config) (*Broker, error) {
 			return nil, err
 		}
 		b.startSchedules()
+		b.maybeCheckpoint()
 	}
 	return b, nil
 }
@@ -303,10 +303,7 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 				}
 			}
 		}
-		if b.published.Add(uint64(len(msgs))) >= 1024 {
-			b.published.Store(0)
-			b.maybeCheckpoint()
-		}
+		b.maybeCheckpoint()
 	}
 	return out
 }

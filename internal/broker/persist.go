@@ -51,7 +51,10 @@ func (q *queue) logLocked(recs ...*store.Record) store.Pos {
 	if err != nil && q.b.storeFailed.CompareAndSwap(false, true) {
 		q.b.log.Error("broker: the log refuses records; publishes are refused until the broker restarts", "err", err)
 	}
-	q.wrote = max(q.wrote, pos)
+	if pos > 0 {
+		q.wrote = pos
+	}
+	q.b.maybeCheckpoint()
 	return pos
 }
 
@@ -306,7 +309,10 @@ func (b *Broker) recover() error {
 	b.log.Info("broker: recovered", "records", records, "queues", len(*b.queues.Load()),
 		"ready", ready, "delayed", delayed, "dead_letters", dead, "unique_keys", keys, "durations_relearned", learned,
 		"log_bytes", st.Size(), "took", time.Since(start).Round(time.Millisecond))
-	b.nextCheckpoint.Store(max(b.cfg.CheckpointBytes, 2*st.Size()))
+	// The threshold follows the live jobs, not the log as found: a log
+	// that grew through crashes (each restart used to double it) is
+	// compacted as soon as the broker starts (see New).
+	b.nextCheckpoint.Store(max(b.cfg.CheckpointBytes, 2*b.bytes.Load()))
 	return nil
 }
 
@@ -346,7 +352,10 @@ func (b *Broker) forceReserve(j *delivery.Job, queueName string) {
 }
 
 // maybeCheckpoint starts a checkpoint when the log has grown past its
-// threshold; one runs at a time.
+// threshold; one runs at a time. It is called after every append (it
+// reads two atomics), so that the log's size follows the bytes written:
+// a few large jobs, or acks alone, trigger it as surely as many
+// publishes.
 func (b *Broker) maybeCheckpoint() {
 	st := b.cfg.Store
 	if st == nil || b.draining.Load() || st.Size() < b.nextCheckpoint.Load() || !b.checkpointing.CompareAndSwap(false, true) {

@@ -474,3 +474,69 @@ func TestCheckpointDropsACancelledRunningJob(t *testing.T) {
 		}
 	})
 }
+
+// The log's size follows the live jobs, whatever their size: checkpoints
+// are triggered by the bytes appended (large payloads, acks alone), not by
+// a count of publishes, and a restart sets the threshold from the jobs it
+// recovered, not from the log it read (which used to double it at every
+// restart, so a log grown through crashes was never compacted).
+func TestLogSizeFollowsLiveJobs(t *testing.T) {
+	t.Parallel()
+	const limit = 1 << 20
+	dir := t.TempDir()
+	open := func(checkpoint int64) (*Broker, *store.FileStore) {
+		st, err := store.OpenFile(dir, store.FileOptions{SegmentBytes: 256 << 10, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		return durable(t, st, clk, Config{CheckpointBytes: checkpoint}), st
+	}
+	payload := []byte(strings.Repeat("ü", 32<<10)) // 64 KiB
+	work := func(b *Broker, st *store.FileStore, n int, check bool) {
+		c, err := b.Subscribe("q", "w", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for i := range n {
+			if _, err := b.Publish(&Message{Queue: "q", Payload: payload}); err != nil {
+				t.Fatal(err)
+			}
+			d, err := c.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Ack(d.ID, time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			c.AddCredit(1)
+			b.bg.Wait() // a checkpoint the appends started
+			if size := st.Size(); check && size > limit+2*int64(len(payload)) {
+				t.Fatalf("after %d jobs of 64 KiB published and acked, the log holds %d bytes, over the threshold of %d and a job", i+1, size, limit)
+			}
+		}
+	}
+	// 100 jobs of 64 KiB, each acked: 6.4 MB through a 1 MiB threshold.
+	b, st := open(limit)
+	work(b, st, 100, true)
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	// A log grown with checkpoints out of reach, then a restart with the
+	// threshold back: the broker compacts it at once, nothing being live.
+	b, st = open(1 << 40)
+	work(b, st, 100, false)
+	crash(b)
+	grown := st.Size()
+	st.Close()
+	b, st = open(limit)
+	b.bg.Wait()
+	if size := st.Size(); size > limit || grown < 4*limit {
+		t.Fatalf("a log of %d bytes with no live job holds %d bytes after a restart, want at most %d", grown, size, limit)
+	}
+	crash(b)
+	st.Close()
+}

@@ -560,6 +560,10 @@ func (s *FileStore) Wait(pos Pos) error {
 	if s.err != nil {
 		return s.err
 	}
+	if pos > s.appended {
+		// Nothing would ever release it.
+		return fmt.Errorf("store: Wait for position %d, past the %d records appended", pos, s.appended)
+	}
 	s.wanted = max(s.wanted, pos)
 	s.waits = append(s.waits, pos)
 	s.work.Signal() // it may owe an fsync for pos, or be gathering waiters
