@@ -44,8 +44,8 @@ type Broker struct {
 	inflight  atomic.Int64
 	bytes     atomic.Int64 // held by every message not yet settled for good; see reserve
 
-	storeFailed    atomic.Bool   // the store refused an append; logged once
-	nextCheckpoint atomic.Int64  // log size that triggers the next checkpoint
+	storeFailed    atomic.Bool  // the store refused an append; logged once
+	nextCheckpoint atomic.Int64 // log size that triggers the next checkpoint
 	checkpointing  atomic.Bool
 	batchJobs      int            // jobs a checkpoint writes per hold of a queue's lock; 0 is checkpointBatch
 	bg             sync.WaitGroup // checkpoints in the background

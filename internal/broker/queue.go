@@ -37,7 +37,7 @@ type queue struct {
 	// declared: the log holds the queue's config (a declare, or a
 	// checkpoint), so it comes back from a restart even with no jobs.
 	declared bool
-	unique  uniqueIndex
+	unique   uniqueIndex
 
 	// One timer for the line's next deadline: the earliest lease end, TTL
 	// or due time.
