@@ -769,7 +769,11 @@ func (s *FileStore) flush() {
 			syncTook = lastSync.Sub(start)
 			dirty = false
 			if err == nil {
+				// Claimed before anyone is answered: a record confirmed
+				// by this fsync and damaged later, with the process
+				// killed before it wrote again, is told from a torn write.
 				s.syncedOff = s.segSize
+				err = s.claim()
 			}
 		}
 		s.mu.Lock()
@@ -917,17 +921,26 @@ func (s *FileStore) writeSeg(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	if s.syncedOff > s.markedOff {
-		err := s.writeMark(syncMark{synced: s.syncedOff})
-		s.mu.Lock()
-		s.addSize(markFrame)
-		s.mu.Unlock()
-		if err != nil {
-			return err
-		}
+	if err := s.claim(); err != nil {
+		return err
 	}
 	n, err := s.seg.WriteAt(b, s.segSize)
 	s.segSize += int64(n)
+	return err
+}
+
+// claim, in the flusher without mu, writes a sync mark for what was
+// fsynced of the head since the last mark, if anything was. The mark
+// itself is made durable by the next fsync; until then it only helps
+// against a process killed, whose writes the page cache keeps.
+func (s *FileStore) claim() error {
+	if s.syncedOff <= s.markedOff {
+		return nil
+	}
+	err := s.writeMark(syncMark{synced: s.syncedOff})
+	s.mu.Lock()
+	s.addSize(markFrame)
+	s.mu.Unlock()
 	return err
 }
 
