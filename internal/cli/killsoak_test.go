@@ -96,7 +96,7 @@ func TestKill9LogStaysBounded(t *testing.T) {
 		mu       sync.Mutex
 		live     = map[string]int{} // confirmed and not yet handled: payload size
 		handled  = map[string]bool{}
-		worst    int64              // the largest data directory seen against its bound
+		worst    int64 // the largest data directory seen against its bound
 		progress = make(chan struct{}, 1<<16)
 		acked    atomic.Int64
 	)
