@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ type testBundle struct {
 	web    *Server
 	hs     *httptest.Server
 	tokens map[string]string
+	set    *auth.Tokens // the dashboard's, for tests that reload it
+	path   string       // its file
 }
 
 // setup serves a dashboard over a broker on a fake clock; with grants, it
@@ -51,7 +54,7 @@ func setup(t testing.TB, grants map[string][]string) *testBundle {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Tokens, tb.tokens = tokens, toks
+		cfg.Tokens, tb.tokens, tb.set, tb.path = tokens, toks, tokens, path
 	}
 	tb.web, err = New(cfg)
 	if err != nil {
@@ -246,6 +249,62 @@ func TestSignInAndOut(t *testing.T) {
 	}
 	if _, _, h := tb.do(t, "POST", "/logout", "", "", ""); !strings.Contains(h.Get("Set-Cookie"), "Max-Age=0") {
 		t.Errorf("sign out left the cookie: %q", h.Get("Set-Cookie"))
+	}
+}
+
+// The dashboard keeps no session of its own: a signed-in browser's cookie
+// is the token, looked up again on every request, so a token removed from
+// the file and reloaded stops working at once for a browser already
+// signed in with it, on pages, the JSON API and actions alike.
+func TestSignedInBrowserLosesARevokedToken(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, map[string][]string{"ops": {"admin"}, "viewer": {"read"}})
+	tb.publish(t, &broker.Message{Queue: "q"})
+	get := func(path string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), "GET", tb.hs.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/queues/q"); code != 200 {
+		t.Fatalf("signed in: %d", code)
+	}
+	// The file now holds only the viewer.
+	var f strings.Builder
+	f.WriteString("tokens:\n")
+	f.WriteString(auth.FileEntry("viewer", tb.tokens["viewer"], []auth.Scope{{Perm: auth.Read}}))
+	if err := os.WriteFile(tb.path, []byte(f.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.set.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if code := get("/queues/q"); code != http.StatusSeeOther {
+		t.Errorf("a page with a revoked token's cookie: %d, want 303 to the sign-in page", code)
+	}
+	if code := get("/api/v1/queues/q"); code != http.StatusUnauthorized {
+		t.Errorf("the JSON API with a revoked token's cookie: %d, want 401", code)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/api/v1/queues/q/pause", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if in, _ := tb.b.Queue("q"); in.Paused || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("an action with a revoked token's cookie: %d, paused %v; want 401 and nothing done", resp.StatusCode, in.Paused)
 	}
 }
 
