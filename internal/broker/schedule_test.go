@@ -166,6 +166,14 @@ func TestScheduleRefusesTimesItCannotKeep(t *testing.T) {
 		{Schedule{Name: "cron-tz", Queue: "q", Cron: " CRON_TZ=Asia/Tokyo 0 9 * * *"}, "time_zone"},
 		{Schedule{Name: "bad\xffname", Queue: "q", Every: time.Hour}, "not valid UTF-8"},
 		{Schedule{Name: "tab\tname", Queue: "q", Every: time.Hour}, "control characters"},
+		// every and @every have one minimum. The cron library rounded
+		// @every 1ns up to a second and cut @every 1.5s to one.
+		{Schedule{Name: "every-ns", Queue: "q", Every: time.Nanosecond}, "at least 1s"},
+		{Schedule{Name: "cron-every-ns", Queue: "q", Cron: "@every 1ns"}, "at least 1s"},
+		{Schedule{Name: "cron-every-999ms", Queue: "q", Cron: "@every 999ms"}, "at least 1s"},
+		{Schedule{Name: "cron-every-0", Queue: "q", Cron: "@every 0s"}, "at least 1s"},
+		{Schedule{Name: "cron-every-neg", Queue: "q", Cron: "@every -5m"}, "at least 1s"},
+		{Schedule{Name: "cron-every-frac", Queue: "q", Cron: "@every 1.5s"}, "whole seconds"},
 	} {
 		_, err := tb.b.DeclareSchedule(tc.s)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -174,6 +182,11 @@ func TestScheduleRefusesTimesItCannotKeep(t *testing.T) {
 	}
 	if got := tb.b.Schedules(); len(got) != 0 {
 		t.Errorf("refused schedules were kept: %+v", got)
+	}
+	for _, spec := range []string{"@every 1s", "@every 90s", "@every 1h30m"} {
+		if _, err := tb.b.DeclareSchedule(Schedule{Name: spec, Queue: "q", Cron: spec}); err != nil {
+			t.Errorf("%q: %v", spec, err)
+		}
 	}
 }
 
