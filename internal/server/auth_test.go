@@ -400,7 +400,7 @@ func TestMetricsAskForAToken(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hs.Client().Do(req) // not DefaultClient: another test's hs.Close closes its idle connections
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -34,7 +34,7 @@ func TestDiskFailureRefusesPublishes(t *testing.T) {
 			defer hs.Close()
 			health := func() (int, string) {
 				t.Helper()
-				resp, err := http.Get(hs.URL + "/healthz")
+				resp, err := hs.Client().Get(hs.URL + "/healthz")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -83,14 +83,27 @@ func (tb *testBundle) do(t *testing.T, method, path, token, body, contentType st
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := cl.Do(req)
+	resp, err := tb.client(false).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), resp.Header
+}
+
+// client is an HTTP client of tb's server alone that follows redirects or
+// not. Not http.DefaultClient: httptest.Server.Close closes the idle
+// connections of http.DefaultTransport, so a parallel test's server going
+// away could break a request of this test that was taking one of them
+// ("transport connection broken: http: CloseIdleConnections called"), a
+// POST being sent again by no one.
+func (tb *testBundle) client(follow bool) *http.Client {
+	c := *tb.hs.Client()
+	if !follow {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
+	return &c
 }
 
 func (tb *testBundle) publish(t testing.TB, msgs ...*broker.Message) []string {
@@ -227,7 +240,7 @@ func TestSignInAndOut(t *testing.T) {
 	}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", tb.hs.URL+"/", nil)
 	req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := tb.client(true).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +252,7 @@ func TestSignInAndOut(t *testing.T) {
 	req, _ = http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/logout", nil)
 	req.Header.Set("Origin", "https://elsewhere.example")
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	resp, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	resp, err = tb.client(false).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +280,7 @@ func TestSignedInBrowserLosesARevokedToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
-		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		resp, err := tb.client(false).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +311,7 @@ func TestSignedInBrowserLosesARevokedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := tb.client(true).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +332,7 @@ func TestActionsRefuseOtherSites(t *testing.T) {
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := tb.client(true).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +347,7 @@ func TestActionsRefuseOtherSites(t *testing.T) {
 	// Same origin: fine.
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/api/v1/queues/q/pause", nil)
 	req.Header.Set("Origin", tb.hs.URL)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := tb.client(true).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +376,7 @@ func TestActionsRefuseAnOpaqueOrigin(t *testing.T) {
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
-		cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		cl := tb.client(false)
 		resp, err := cl.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -403,7 +416,7 @@ func TestActionsRefuseAnOpaqueOrigin(t *testing.T) {
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "null")
-	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	cl := guarded.client(false)
 	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -980,7 +993,7 @@ func TestDeleteQueueAsksForAdmin(t *testing.T) {
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", "Bearer "+tb.tokens["ops"])
 	req.Header.Set("Origin", "https://evil.example")
-	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	cl := tb.client(false)
 	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)
