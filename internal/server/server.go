@@ -123,10 +123,11 @@ const (
 // flow-control windows large enough for a full-size request, and a
 // decoding that answers a string that is not UTF-8 with InvalidArgument
 // and the field's name (see requestCodec; its interceptors run after those
-// of options given before these).
+// of options given before these), and ConnOptions with their defaults.
 func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 	l := Limits(cfg)
-	return append(UTF8Options(), []grpc.ServerOption{
+	opts := append(UTF8Options(), ConnOptions(ConnConfig{})...)
+	return append(opts, []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(l.MaxRequestBytes)),
 		grpc.MaxSendMsgSize(sendLimit(cfg)),
 		// One write buffer per connection, shared by its streams, and a
@@ -139,10 +140,8 @@ func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 		// worker waiting for jobs learns when its connection died without
 		// a word (client.KeepaliveTime): allow pings that often, where
 		// gRPC's default refuses more than one per five minutes and then
-		// closes the connection. The broker pings a quiet client too, and
-		// drops one that does not answer, with its consumers.
+		// closes the connection. (The broker's own pings: ConnOptions.)
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 	}...)
 }
 
