@@ -429,9 +429,11 @@ func (b *Broker) fireDueLocked(now time.Time) {
 			b.log.Error("broker: schedule tick not published", "schedule", s.Name, "tick", tick, "err", res.Err)
 			continue
 		}
-		if !res.Duplicate {
-			s.Fired++
-		}
+		// Counted even when the job is a duplicate: a tick fires once per
+		// run (NextTick has moved past it), so a duplicate is this tick's
+		// own job, published before a kill that lost the tick's record
+		// (LastTick and Fired), and the tick has not been counted yet.
+		s.Fired++
 		s.LastTick = tick
 		if err := b.logSchedule(s); err != nil {
 			b.log.Error("broker: schedule tick not logged", "schedule", s.Name, "err", err)
