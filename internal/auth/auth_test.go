@@ -135,6 +135,69 @@ func TestTokenFileAndReload(t *testing.T) {
 	}
 }
 
+// Streams hold a grant for as long as they last, so they must hear of
+// each reload that takes: OnReload runs once per reload that took (not
+// for one refused), Generation tells a stale grant from a current one, and
+// a stopped OnReload runs nothing.
+func TestReloadNotifies(t *testing.T) {
+	t.Parallel()
+	path, toks := authtest.TokenFile(t, map[string][]string{"ops": {"admin"}})
+	ts, err := auth.LoadTokens(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := ts.Generation()
+	fired := make(chan struct{}, 1)
+	notify := func() { fired <- struct{}{} }
+	ts.OnReload(notify)
+	stopped := ts.OnReload(func() { t.Error("a stopped OnReload ran") })
+	if !stopped() {
+		t.Fatal("stop of a waiting OnReload reported it had run")
+	}
+
+	good := mustRead(t, path)
+	if err := os.WriteFile(path, []byte("tokens: [oops"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Reload(); err == nil {
+		t.Fatal("a broken file reloaded")
+	}
+	select {
+	case <-fired:
+		t.Fatal("a refused reload notified")
+	default:
+	}
+	if ts.Generation() != gen {
+		t.Fatal("a refused reload changed the generation")
+	}
+
+	if err := os.WriteFile(path, []byte("tokens:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	<-fired // the test times out if it never comes
+	if ts.Generation() == gen {
+		t.Fatal("a reload left the generation as it was")
+	}
+	if _, err := ts.Lookup(toks["ops"]); !errors.Is(err, auth.ErrBadToken) {
+		t.Fatalf("after the notice the removed token is still known: %v", err)
+	}
+	// One notice per call: the next reload tells only who asked again.
+	ts.OnReload(notify)
+	if err := os.WriteFile(path, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	<-fired
+	if _, err := ts.Lookup(toks["ops"]); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestTokenFileErrors(t *testing.T) {
 	t.Parallel()
 	h := auth.Hash("x")

@@ -6,6 +6,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -162,11 +164,18 @@ func (g *Grant) CheckAll(p Permission) error {
 
 // Tokens is the set of tokens a broker accepts, read from a file of their
 // hashes. It is safe for concurrent use; Reload swaps the whole set at once.
+//
+// What was checked once, when a call began, must be checked again after a
+// reload for as long as the call lasts (a stream): Generation tells a
+// stale check from a current one, and OnReload wakes whoever holds one.
 type Tokens struct {
 	path string
 
-	mu     sync.RWMutex
-	byHash map[[sha256.Size]byte]*Grant
+	mu       sync.RWMutex
+	byHash   map[[sha256.Size]byte]*Grant
+	reloaded context.Context // done at the next Reload that takes
+	next     context.CancelFunc
+	gen      atomic.Uint64 // Reloads that took; raised after byHash is swapped
 }
 
 // tokenFile is the YAML layout of the token file:
@@ -218,8 +227,35 @@ func (t *Tokens) Reload() error {
 	}
 	t.mu.Lock()
 	t.byHash = m
+	t.gen.Add(1)
+	wake := t.next
+	t.reloaded, t.next = context.WithCancel(context.Background())
 	t.mu.Unlock()
+	if wake != nil {
+		wake()
+	}
 	return nil
+}
+
+// Generation counts the reloads that took effect. A check made with the
+// grant Lookup returned after reading Generation holds for as long as
+// Generation still returns the same number.
+func (t *Tokens) Generation() uint64 { return t.gen.Load() }
+
+// OnReload arranges for f to run, in a goroutine of its own, after the
+// next Reload that takes effect (a failed one changes nothing). It covers
+// one reload: to hear of the one after, call OnReload again, before
+// looking the token up anew so that no reload slips between the two.
+// stop cancels the call, reporting whether it did; a stream calls it when
+// it ends, so nothing is left waiting.
+func (t *Tokens) OnReload(f func()) (stop func() bool) {
+	t.mu.RLock()
+	ctx := t.reloaded
+	t.mu.RUnlock()
+	if ctx == nil { // never loaded: no reload to wait for
+		return func() bool { return false }
+	}
+	return context.AfterFunc(ctx, f)
 }
 
 func parseTokens(data []byte) (map[[sha256.Size]byte]*Grant, error) {

@@ -26,6 +26,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/store"
+	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
 // Broker is an in-memory job broker. Its methods are safe for concurrent use.
@@ -149,12 +150,23 @@ func (b *Broker) checkQueueName(name string) error {
 	if len(name) > b.cfg.MaxQueueName {
 		return invalid("queue", fmt.Sprintf("name is %d bytes, over the limit of %d", len(name), b.cfg.MaxQueueName))
 	}
-	for _, r := range name {
-		if r < 0x21 || r == 0x7f || r == utf8.RuneError {
-			return invalid("queue", fmt.Sprintf("name %q has a space, control character or invalid UTF-8", name))
-		}
+	i := strings.IndexFunc(name, text.BadNameRune)
+	if i < 0 {
+		return nil
 	}
-	return nil
+	// Before this rule only ASCII spaces and controls were refused: a log
+	// may hold a queue named with another space or a format character,
+	// and such a queue keeps working (recovered, published to, declared
+	// again) while it exists. A new one may not be made.
+	asciiRule := func(r rune) bool { return r < 0x21 || r == 0x7f || r == utf8.RuneError }
+	if strings.IndexFunc(name, asciiRule) < 0 && (b.recovering.Load() || (*b.queues.Load())[name] != nil) {
+		return nil
+	}
+	what := "invalid UTF-8"
+	if r, size := utf8.DecodeRuneInString(name[i:]); r != utf8.RuneError || size > 1 {
+		what = fmt.Sprintf("%U", r)
+	}
+	return invalid("queue", fmt.Sprintf("name %q has %s at byte %d; a queue name may not have spaces, control or format characters (such as zero-width spaces or bidi controls) or invalid UTF-8", name, what, i))
 }
 
 // Validate checks a message against the limits without publishing it.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -38,6 +39,12 @@ const (
 	MaxAttemptsLimit = 10_000
 	// MaxLease bounds any lease, so a typo cannot pin a job for a year.
 	MaxLease = 24 * time.Hour
+	// MinLease bounds any lease from below, as MinEvery bounds a
+	// schedule's interval: a lease shorter than a round trip and the
+	// worker's first renewal hands a running job to a second worker
+	// before the first could ask for more time, and a lease of 1 ns
+	// arms the queue's timer anew for each delivery.
+	MinLease = time.Second
 	// MaxDelay bounds how far ahead a job may be scheduled.
 	MaxDelay = 365 * 24 * time.Hour
 	// MaxInFlightLimit bounds QueueConfig.MaxInFlight.
@@ -148,6 +155,21 @@ type QueueConfig struct {
 	RetryJitter float64       `yaml:"retry_jitter"`
 	// Shadow predicts and records tiers without acting on them (FIFO order).
 	Shadow bool `yaml:"shadow"`
+}
+
+// UnmarshalJSON reads a config as the log keeps it. A lease under
+// MinLease, which brokers before the minimum took, reads as MinLease, so
+// that a queue declared with one is recovered (and then given the
+// minimum) instead of stopping the broker from starting.
+func (q *QueueConfig) UnmarshalJSON(data []byte) error {
+	type plain QueueConfig // without this method
+	if err := json.Unmarshal(data, (*plain)(q)); err != nil {
+		return err
+	}
+	if q.Lease > 0 && q.Lease < MinLease {
+		q.Lease = MinLease
+	}
+	return nil
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -316,8 +338,8 @@ func (q QueueConfig) policy() (sched.Policy, error) {
 	if q.MaxAttempts < 0 || q.MaxAttempts > MaxAttemptsLimit {
 		return sched.Policy{}, invalid("max_attempts", fmt.Sprintf("must be 1 to %d, got %d", MaxAttemptsLimit, q.MaxAttempts))
 	}
-	if q.Lease < 0 || q.Lease > MaxLease {
-		return sched.Policy{}, invalid("lease", fmt.Sprintf("must be positive and at most %v, got %v", MaxLease, q.Lease))
+	if q.Lease < 0 || (q.Lease > 0 && q.Lease < MinLease) || q.Lease > MaxLease {
+		return sched.Policy{}, invalid("lease", fmt.Sprintf("must be 0 (default %v) or %v to %v, got %v", DefaultLease, MinLease, MaxLease, q.Lease))
 	}
 	if q.RetryBase < 0 || q.RetryBase > MaxNackDelay || q.RetryMax < 0 || q.RetryMax > MaxNackDelay {
 		return sched.Policy{}, invalid("retry", fmt.Sprintf("retry base and max must be 0 (default) to %v, got %v and %v", MaxNackDelay, q.RetryBase, q.RetryMax))

@@ -245,15 +245,16 @@ const MaxNackDelay = 24 * time.Hour
 const maxReason = 1024
 
 // Extend renews a delivery's lease to lease from now; 0 means the queue's
-// lease. A lease over MaxLease is capped to it, and a negative one taken as
-// the queue's lease; either is applied with an *AdjustedError.
+// lease. A lease over MaxLease is capped to it, one under MinLease raised
+// to it, and a negative one taken as the queue's lease; each is applied
+// with an *AdjustedError.
 func (c *Consumer) Extend(id string, lease time.Duration) error {
 	q := c.q
 	q.mu.Lock()
 	defer q.unlockChanged() // the inspector shows the lease's end
 	var adjusted error
-	if lease < 0 || lease > MaxLease {
-		capped := MaxLease
+	if lease < 0 || (lease > 0 && lease < MinLease) || lease > MaxLease {
+		capped := min(max(lease, MinLease), MaxLease)
 		if lease < 0 {
 			capped = q.cfg.Lease
 		}

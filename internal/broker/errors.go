@@ -145,10 +145,18 @@ type AdjustedError struct {
 	Field  string
 	Got    time.Duration
 	Capped time.Duration
+	// Sent, when set, is the value as the client sent it, for a value Got
+	// cannot hold (a wire duration past what a time.Duration holds, which
+	// the transport saturated): the error then quotes it instead of Got.
+	Sent string
 }
 
 func (e *AdjustedError) Error() string {
-	return fmt.Sprintf("broker: message %s: %s %v is out of range; %v was used", e.ID, e.Field, e.Got, e.Capped)
+	got := e.Got.String()
+	if e.Sent != "" {
+		got = e.Sent
+	}
+	return fmt.Sprintf("broker: message %s: %s %s is out of range; %v was used", e.ID, e.Field, got, e.Capped)
 }
 
 // Is makes errors.Is(err, ErrAdjusted) true.

@@ -25,6 +25,12 @@ const DefaultCatchUp = time.Hour
 // MaxSchedules bounds the periodic schedules a broker holds.
 const MaxSchedules = 10_000
 
+// MinEvery is the shortest interval a schedule may have, given as every
+// or as a cron expression's @every: ticks come no faster than once a
+// second (the cron library's own floor, which it applied without a word,
+// rounding @every 1ns up to 1s and cutting @every 1.5s to 1s).
+const MinEvery = time.Second
+
 // Schedule is a periodic job: each tick publishes one job to Queue. It
 // runs either on a cron expression in a time zone, or every Every.
 type Schedule struct {
@@ -69,8 +75,8 @@ func (s *Schedule) compile(b *Broker) error {
 	switch {
 	case (s.Cron == "") == (s.Every == 0):
 		return invalid("schedule", "give either a cron expression or an interval (every)")
-	case s.Every < 0 || (s.Every > 0 && s.Every < time.Second):
-		return invalid("every", fmt.Sprintf("must be at least 1s, got %v", s.Every))
+	case s.Every < 0 || (s.Every > 0 && s.Every < MinEvery):
+		return invalid("every", fmt.Sprintf("must be at least %v, got %v", MinEvery, s.Every))
 	case s.CatchUp < 0 || s.CatchUp > 7*24*time.Hour:
 		return invalid("catch_up", fmt.Sprintf("must be 0 (default %v) to 7 days, got %v", DefaultCatchUp, s.CatchUp))
 	}
@@ -105,6 +111,28 @@ func parseCron(spec string) (_ cron.Schedule, err error) {
 		}
 	}()
 	return cronParser.Parse(spec)
+}
+
+// checkCronEvery holds a cron expression's @every to what every takes: at
+// least MinEvery, in whole seconds, since the cron library rounds anything
+// shorter up to a second and drops a fraction of a second. A schedule
+// recovered from the log is not checked: it was declared before this.
+func checkCronEvery(spec string) error {
+	arg, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every ")
+	if !ok {
+		return nil
+	}
+	d, err := time.ParseDuration(arg)
+	if err != nil {
+		return nil // compile has refused it
+	}
+	switch {
+	case d < MinEvery:
+		return invalid("cron", fmt.Sprintf("%q: @every must be at least %v, got %v", spec, MinEvery, d))
+	case d%time.Second != 0:
+		return invalid("cron", fmt.Sprintf("%q: @every takes whole seconds (the cron library would tick every %v); for %v give every instead", spec, d.Truncate(time.Second), d))
+	}
+	return nil
 }
 
 // zoned evaluates a cron schedule in a time zone.
@@ -206,6 +234,9 @@ func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 		return Schedule{}, invalid("start", fmt.Sprintf("%v is more than 100 years from now", s.Start.Format(time.RFC3339)))
 	}
 	if err := s.compile(b); err != nil {
+		return Schedule{}, err
+	}
+	if err := checkCronEvery(s.Cron); err != nil {
 		return Schedule{}, err
 	}
 	// A date that never comes (February 30) parses; the cron library then
@@ -402,9 +433,11 @@ func (b *Broker) fireDueLocked(now time.Time) {
 			b.log.Error("broker: schedule tick not published", "schedule", s.Name, "tick", tick, "err", res.Err)
 			continue
 		}
-		if !res.Duplicate {
-			s.Fired++
-		}
+		// Counted even when the job is a duplicate: a tick fires once per
+		// run (NextTick has moved past it), so a duplicate is this tick's
+		// own job, published before a kill that lost the tick's record
+		// (LastTick and Fired), and the tick has not been counted yet.
+		s.Fired++
 		s.LastTick = tick
 		if err := b.logSchedule(s); err != nil {
 			b.log.Error("broker: schedule tick not logged", "schedule", s.Name, "err", err)

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,6 +167,14 @@ func TestScheduleRefusesTimesItCannotKeep(t *testing.T) {
 		{Schedule{Name: "cron-tz", Queue: "q", Cron: " CRON_TZ=Asia/Tokyo 0 9 * * *"}, "time_zone"},
 		{Schedule{Name: "bad\xffname", Queue: "q", Every: time.Hour}, "not valid UTF-8"},
 		{Schedule{Name: "tab\tname", Queue: "q", Every: time.Hour}, "control characters"},
+		// every and @every have one minimum. The cron library rounded
+		// @every 1ns up to a second and cut @every 1.5s to one.
+		{Schedule{Name: "every-ns", Queue: "q", Every: time.Nanosecond}, "at least 1s"},
+		{Schedule{Name: "cron-every-ns", Queue: "q", Cron: "@every 1ns"}, "at least 1s"},
+		{Schedule{Name: "cron-every-999ms", Queue: "q", Cron: "@every 999ms"}, "at least 1s"},
+		{Schedule{Name: "cron-every-0", Queue: "q", Cron: "@every 0s"}, "at least 1s"},
+		{Schedule{Name: "cron-every-neg", Queue: "q", Cron: "@every -5m"}, "at least 1s"},
+		{Schedule{Name: "cron-every-frac", Queue: "q", Cron: "@every 1.5s"}, "whole seconds"},
 	} {
 		_, err := tb.b.DeclareSchedule(tc.s)
 		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
@@ -174,6 +183,11 @@ func TestScheduleRefusesTimesItCannotKeep(t *testing.T) {
 	}
 	if got := tb.b.Schedules(); len(got) != 0 {
 		t.Errorf("refused schedules were kept: %+v", got)
+	}
+	for _, spec := range []string{"@every 1s", "@every 90s", "@every 1h30m"} {
+		if _, err := tb.b.DeclareSchedule(Schedule{Name: spec, Queue: "q", Cron: spec}); err != nil {
+			t.Errorf("%q: %v", spec, err)
+		}
 	}
 }
 
@@ -502,5 +516,69 @@ func TestScheduleRedeclareOwesNoSkippedTick(t *testing.T) {
 	tb.clk.Advance(25 * time.Minute) // 04:00 fires
 	if n := ready(t, tb.b, "q"); n != 2 {
 		t.Errorf("%d ticks at 04:00, want 2", n)
+	}
+}
+
+// scheduleLosing is a store that loses schedule records while lose is
+// set, as a broker killed after a tick's job reached the disk and before
+// the tick's own record did loses it.
+type scheduleLosing struct {
+	store.Store
+	lose atomic.Bool
+}
+
+func (s *scheduleLosing) Append(recs ...*store.Record) (store.Pos, error) {
+	if s.lose.Load() {
+		kept := recs[:0:0]
+		for _, r := range recs {
+			if r.Kind != store.KindSchedule {
+				kept = append(kept, r)
+			}
+		}
+		recs = kept
+	}
+	return s.Store.Append(recs...)
+}
+
+// A schedule's fired count is the ticks whose job was published, kill or
+// no kill. A kill after a tick's job was durable and before the tick's
+// record was fires the tick again at restart, which finds its job by its
+// unique key and publishes nothing; before, that tick was then not
+// counted, so after each such kill the count fell one further behind the
+// jobs the schedule had published.
+func TestScheduleFiredCountsTicksAcrossKills(t *testing.T) {
+	t.Parallel()
+	st := &scheduleLosing{Store: store.NewMemory()}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	b := durable(t, st, clk, Config{})
+	if _, err := b.DeclareSchedule(Schedule{Name: "hourly", Queue: "q", Every: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	fired := func(b *Broker) uint64 {
+		t.Helper()
+		s := b.Schedules()
+		if len(s) != 1 {
+			t.Fatalf("schedules: %+v", s)
+		}
+		return s[0].Fired
+	}
+	for kill := 1; kill <= 5; kill++ {
+		st.lose.Store(true)
+		clk.Advance(time.Hour) // a tick fires; its record is lost
+		crash(b)
+		st.lose.Store(false)
+		b = durable(t, st, clk, Config{}) // the tick fires again: a duplicate
+		if n, f := ready(t, b, "q"), fired(b); n != kill || f != uint64(kill) {
+			t.Fatalf("after kill %d: %d jobs published, fired %d; want %d and %d", kill, n, f, kill, kill)
+		}
+	}
+	clk.Advance(time.Hour) // a tick without a kill
+	if n, f := ready(t, b, "q"), fired(b); n != 6 || f != 6 {
+		t.Fatalf("after a tick without a kill: %d jobs, fired %d; want 6 and 6", n, f)
+	}
+	crash(b)
+	b = durable(t, st, clk, Config{})
+	if n, f := ready(t, b, "q"), fired(b); n != 6 || f != 6 {
+		t.Fatalf("after a restart: %d jobs, fired %d; want 6 and 6", n, f)
 	}
 }

@@ -274,7 +274,7 @@ var serveSettings = []setting{
 	{"policy", "default scheduling policy: fifo, static, predictive, weighted, bounded or shadow (default " + broker.DefaultPolicy + ")", str(func(c *ServeConfig) *string { return &c.Broker.Queue.Policy })},
 	{"tiers", "default number of tiers (default 3)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.Tiers })},
 	{"max-depth", "ready jobs per queue before publishes are refused (default 1000000)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.MaxDepth })},
-	{"lease", "visibility timeout of a delivery (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.Lease })},
+	{"lease", "visibility timeout of a delivery, 1s to 24h (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.Lease })},
 	{"max-attempts", "deliveries before a job is dead-lettered (default 5)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.MaxAttempts })},
 	{"default-ttl", "time to live of jobs published without one; 0 is forever", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.DefaultTTL })},
 }

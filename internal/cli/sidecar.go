@@ -117,6 +117,7 @@ func runSidecarEnv(ctx context.Context, args []string, getenv func(string) strin
 		gopts = append(gopts, server.AuthOptions(tokens)...)
 	}
 	gopts = append(gopts, server.UTF8Options()...)
+	gopts = append(gopts, server.ConnOptions(server.ConnConfig{})...)
 	if *maxPriority < 1 || *maxPriority > 255 {
 		return fmt.Errorf("--max-priority must be 1 to 255, got %d", *maxPriority)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +27,10 @@ type rule struct {
 	// token may not read instead of refusing the call.
 	filter bool
 	and    *rule // a second permission the request needs as well
+	// holds, for a stream, lists the queues a message names that the
+	// stream goes on using after it (a Consume's Subscribe): a reload
+	// that takes the permission on one of them away ends the stream.
+	holds func(req any) []string
 }
 
 func queueOf[T any](get func(T) string) func(any) []string {
@@ -90,7 +96,7 @@ func consumeQueues(req any) []string {
 var rules = map[string]rule{
 	pb.Broker_Publish_FullMethodName:       {perm: auth.Publish, queues: publishQueues},
 	pb.Broker_PublishStream_FullMethodName: {perm: auth.Publish, queues: publishQueues},
-	pb.Broker_Consume_FullMethodName:       {perm: auth.Consume, queues: consumeQueues},
+	pb.Broker_Consume_FullMethodName:       {perm: auth.Consume, queues: consumeQueues, holds: consumeQueues},
 	pb.Broker_GetLimits_FullMethodName:     {any: true},
 
 	pb.Admin_DeclareQueue_FullMethodName:       {perm: auth.Admin, queues: queueOf((*pb.DeclareQueueRequest).GetName)},
@@ -241,28 +247,172 @@ func visible[T any](g *auth.Grant, perm auth.Permission, items []T, queue func(T
 }
 
 func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	gen := a.tokens.Generation() // before the lookup: a reload after it is seen
 	g, r, err := a.grant(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
-	if g == nil || r.any {
+	if g == nil {
 		return h(srv, ss)
 	}
-	return h(srv, &checkedStream{ServerStream: ss, g: g, r: r})
+	s := a.checked(ss, g, r, gen)
+	defer s.end()
+	if err := s.revoked(); err != nil {
+		return err // revoked before the handler began
+	}
+	err = h(srv, s)
+	if rerr := s.revoked(); rerr != nil {
+		// Whatever the handler made of its context's end (Canceled), or of
+		// a send refused, the client is told why.
+		return rerr
+	}
+	return err
 }
 
-// checkedStream checks every message a client sends on a stream: a
-// PublishStream request may name any queue, and a Consume stream names its
-// queue in its Subscribe.
+// checked wraps a stream that g, looked up in generation gen of the
+// tokens, was allowed to open, and starts watching the tokens for a
+// reload that revokes or narrows g.
+func (a *authorizer) checked(ss grpc.ServerStream, g *auth.Grant, r rule, gen uint64) *checkedStream {
+	ctx, cancel := context.WithCancelCause(ss.Context())
+	s := &checkedStream{ServerStream: ss, tokens: a.tokens, token: bearer(ss.Context()), r: r, ctx: ctx, cancel: cancel}
+	s.g.Store(g)
+	s.gen.Store(gen)
+	s.watch()
+	// A reload between the lookup and watch had no watcher to wake.
+	_ = s.current()
+	return s
+}
+
+// checkedStream checks every message a client sends on a stream against
+// the token's grant as it is now: a PublishStream request may name any
+// queue, and a Consume stream names its queue in its Subscribe. A stream
+// outlives the token file it was opened under, so after each reload it
+// checks its token again: a token removed from the file ends the stream
+// (Unauthenticated), one that no longer holds the permission on a queue
+// the stream subscribed to ends it too (PermissionDenied), and a later
+// request is checked against what the token holds now. Messages the
+// broker would send after the reload are not sent. An idle stream is woken
+// by the reload itself (OnReload), which cancels its context.
 type checkedStream struct {
 	grpc.ServerStream
-	g *auth.Grant
-	r rule
+	tokens *auth.Tokens
+	token  string
+	r      rule
+	ctx    context.Context // the stream's, ended with the status when the token is revoked
+	cancel context.CancelCauseFunc
+
+	g   atomic.Pointer[auth.Grant] // as of gen
+	gen atomic.Uint64              // the tokens' generation g was looked up in
+
+	mu     sync.Mutex
+	held   []string // queues a Consume stream subscribed to
+	err    error    // the status that ended the stream, once it has
+	ended  bool     // the handler returned
+	unwait func() bool
 }
+
+// Context is the stream's context, cancelled once the token is revoked.
+func (s *checkedStream) Context() context.Context { return s.ctx }
 
 func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return check(s.g, s.r, m)
+	if err := s.current(); err != nil {
+		return err
+	}
+	if err := check(s.g.Load(), s.r, m); err != nil {
+		return err
+	}
+	if s.r.holds != nil {
+		if qs := s.r.holds(m); len(qs) > 0 {
+			s.mu.Lock()
+			s.held = append(s.held, qs...)
+			s.mu.Unlock()
+			// A reload between the check and now was checked without
+			// these queues: check again.
+			return s.recheck()
+		}
+	}
+	return nil
+}
+
+func (s *checkedStream) SendMsg(m any) error {
+	if err := s.current(); err != nil {
+		return err
+	}
+	return s.ServerStream.SendMsg(m)
+}
+
+// current returns nil while the stream's token allows what the stream
+// does, checking it again after a reload; else the status that ends the
+// stream. Between reloads it costs one atomic load.
+func (s *checkedStream) current() error {
+	if s.gen.Load() == s.tokens.Generation() {
+		return nil
+	}
+	return s.recheck()
+}
+
+// recheck looks the token up in the tokens now in force. The first time
+// the token no longer allows the stream, it records why and cancels the
+// stream's context with it.
+func (s *checkedStream) recheck() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	gen := s.tokens.Generation() // before the lookup: a later reload is seen next time
+	g, err := s.tokens.Lookup(s.token)
+	switch {
+	case err != nil:
+		s.err = status.Error(codes.Unauthenticated, "token not recognised: it was revoked while this stream was open; the stream ends")
+	case !s.r.any:
+		for _, q := range s.held {
+			if err := g.Check(s.r.perm, q); err != nil {
+				s.err = status.Error(codes.PermissionDenied, strings.TrimPrefix(err.Error(), "auth: ")+" any more: the token file changed while this stream was open; the stream ends")
+				break
+			}
+		}
+	}
+	if s.err != nil {
+		s.cancel(s.err)
+		return s.err
+	}
+	s.g.Store(g)
+	s.gen.Store(gen)
+	return nil
+}
+
+// watch checks the token again at the next reload, and so on until the
+// stream ends.
+func (s *checkedStream) watch() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended || s.err != nil {
+		return
+	}
+	s.unwait = s.tokens.OnReload(func() {
+		s.watch() // first, so that no reload slips between the two
+		_ = s.current()
+	})
+}
+
+// end stops watching the tokens; the handler has returned.
+func (s *checkedStream) end() {
+	s.mu.Lock()
+	s.ended = true
+	if s.unwait != nil {
+		s.unwait()
+	}
+	s.mu.Unlock()
+	s.cancel(context.Canceled)
+}
+
+// revoked is the status that ended the stream, if a reload did.
+func (s *checkedStream) revoked() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }

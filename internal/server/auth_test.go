@@ -45,6 +45,9 @@ func TestAuthCoversEveryRPC(t *testing.T) {
 type authBundle struct {
 	addr   string
 	tokens map[string]string
+	b      *broker.Broker
+	set    *auth.Tokens // the server's, for tests that reload it
+	path   string       // its file
 }
 
 // authSetup serves a broker with tokens: "admin" may do everything;
@@ -81,7 +84,7 @@ func authSetup(t *testing.T) *authBundle {
 		gs.Stop()
 		<-done
 	})
-	return &authBundle{addr: lis.Addr().String(), tokens: toks}
+	return &authBundle{addr: lis.Addr().String(), tokens: toks, b: b, set: tokens, path: path}
 }
 
 func (ab *authBundle) dial(t *testing.T, token string) *grpc.ClientConn {
@@ -397,7 +400,7 @@ func TestMetricsAskForAToken(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hs.Client().Do(req) // not DefaultClient: another test's hs.Close closes its idle connections
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -83,6 +83,36 @@ func TestBadRequestsAnsweredPerJob(t *testing.T) {
 	}
 }
 
+// A nack whose delay is out of range is applied with the delay capped, and
+// the answer quotes the delay that was sent. Before, any negative delay
+// was passed to the broker as -1 ns and reported as "nack delay -1ns", and
+// one past what a time.Duration holds as 2562047h47m16.854775807s.
+func TestNackDelayOutOfRangeQuotesWhatWasSent(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{Clock: fakeClock()})
+	tb.publish(t, pmsg("q", "a"))
+	c := tb.consume(t, "q", 1)
+	for _, tc := range []struct {
+		delay *durationpb.Duration
+		want  string
+	}{
+		{durationpb.New(-time.Second), "nack delay -1s is out of range; 0s was used"},
+		{durationpb.New(-1500 * time.Millisecond), "nack delay -1.5s is out of range; 0s was used"},
+		{&durationpb.Duration{Seconds: 1e12}, "nack delay 1000000000000s is out of range; 24h0m0s was used"},
+		{&durationpb.Duration{Seconds: -1e12}, "nack delay -1000000000000s is out of range; 0s was used"},
+	} {
+		d := c.recv(t) // the one job, back at once after each nack capped to no delay
+		c.nack(t, &pb.Nack{Id: d.Id, Action: pb.NackAction_NACK_ACTION_REQUEUE_AFTER, Delay: tc.delay, Credit: 1})
+		e := c.recvError(t)
+		if e.Id != d.Id || !e.Applied || codes.Code(e.Code) != codes.InvalidArgument || !strings.Contains(e.Message, tc.want) {
+			t.Fatalf("a nack with delay %v answered %v, want applied, saying %q", tc.delay, e, tc.want)
+		}
+		if tc.delay.Seconds > 0 {
+			tb.clk.Advance(broker.MaxNackDelay) // due again
+		}
+	}
+}
+
 func TestGetLimitsFollowsConfig(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, broker.Config{MaxPayload: 8 << 20, MaxHeaderBytes: 1 << 10})
@@ -273,8 +303,16 @@ func TestExtendOutOfRangeIsApplied(t *testing.T) {
 	if got, want := tb.deadline(t, "q", id), clk.Now().Add(lease); !got.Equal(want) {
 		t.Fatalf("after a negative lease the lease ends at %v, want %v (the queue's lease from now)", got, want)
 	}
+	// Under the minimum: raised to it.
+	if e := extend(durationpb.New(time.Nanosecond)); !e.Applied || !strings.Contains(e.Message, "lease 1ns is out of range; 1s was used") {
+		t.Fatalf("a lease of 1ns answered %v, want applied, raised to %v", e, broker.MinLease)
+	}
+	if got, want := tb.deadline(t, "q", id), clk.Now().Add(broker.MinLease); !got.Equal(want) {
+		t.Fatalf("after a lease of 1ns the lease ends at %v, want %v", got, want)
+	}
 	// 300 years: a valid proto duration, past what a time.Duration holds.
-	if e := extend(&durationpb.Duration{Seconds: 300 * 365 * 24 * 3600}); !e.Applied || !strings.Contains(e.Message, "24h0m0s was used") {
+	// The answer quotes what was sent, not the saturated value.
+	if e := extend(&durationpb.Duration{Seconds: 300 * 365 * 24 * 3600}); !e.Applied || !strings.Contains(e.Message, "lease 9460800000s is out of range; 24h0m0s was used") {
 		t.Fatalf("a lease of 300 years answered %v, want applied, capped", e)
 	}
 	if got, want := tb.deadline(t, "q", id), clk.Now().Add(broker.MaxLease); !got.Equal(want) {

@@ -26,8 +26,9 @@ type HTTPOptions struct {
 func HTTPHandler(b *broker.Broker) http.Handler { return NewHTTPHandler(b, HTTPOptions{}) }
 
 // NewHTTPHandler serves /metrics (Prometheus, read from the broker's
-// inspector at scrape time, plus Go runtime metrics), /healthz (200 while
-// the broker takes work, 503 once it drains) and, with opts.Dashboard, the
+// inspector at scrape time, plus Go runtime metrics), /healthz (200 "ok"
+// while the broker takes work; 503 and the reason once it drains or its
+// log refuses writes, see broker.Health) and, with opts.Dashboard, the
 // dashboard at /.
 func NewHTTPHandler(b *broker.Broker, opts HTTPOptions) http.Handler {
 	reg := prometheus.NewRegistry()
@@ -40,9 +41,9 @@ func NewHTTPHandler(b *broker.Broker, opts HTTPOptions) http.Handler {
 	mux.Handle("GET /metrics", m)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if b.Draining() {
+		if h := b.Health(); !h.OK() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("draining\n"))
+			_, _ = w.Write([]byte(h.Reason() + "\n"))
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

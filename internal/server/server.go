@@ -123,10 +123,11 @@ const (
 // flow-control windows large enough for a full-size request, and a
 // decoding that answers a string that is not UTF-8 with InvalidArgument
 // and the field's name (see requestCodec; its interceptors run after those
-// of options given before these).
+// of options given before these), and ConnOptions with their defaults.
 func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 	l := Limits(cfg)
-	return append(UTF8Options(), []grpc.ServerOption{
+	opts := append(UTF8Options(), ConnOptions(ConnConfig{})...)
+	return append(opts, []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(l.MaxRequestBytes)),
 		grpc.MaxSendMsgSize(sendLimit(cfg)),
 		// One write buffer per connection, shared by its streams, and a
@@ -139,10 +140,8 @@ func ServerOptions(cfg broker.Config) []grpc.ServerOption {
 		// worker waiting for jobs learns when its connection died without
 		// a word (client.KeepaliveTime): allow pings that often, where
 		// gRPC's default refuses more than one per five minutes and then
-		// closes the connection. The broker pings a quiet client too, and
-		// drops one that does not answer, with its consumers.
+		// closes the connection. (The broker's own pings: ConnOptions.)
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: MinPingInterval, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 	}...)
 }
 
@@ -446,8 +445,8 @@ func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestE
 		default:
 			return requestError("nack", n.Id, status.Errorf(codes.InvalidArgument, "unknown nack action %d; the job stays leased to this consumer", n.Action)), credit(n.Credit), nil
 		}
-		err := c.Nack(n.Id, action, nackDelay(n.Delay), n.Reason)
-		return requestError("nack", n.Id, err), credit(n.Credit), nil
+		err := c.Nack(n.Id, action, wireDuration(n.Delay), n.Reason)
+		return requestError("nack", n.Id, asSent(err, n.Delay)), credit(n.Credit), nil
 	case *pb.ConsumeRequest_Extend:
 		e := r.Extend
 		// Only a malformed lease is refused: one that is negative or over
@@ -459,9 +458,9 @@ func (s *Server) apply(c *broker.Consumer, req *pb.ConsumeRequest) (*pb.RequestE
 			if err := e.Lease.CheckValid(); err != nil {
 				return requestError("extend", e.Id, invalidArg("extend lease: %v; the lease is unchanged", err)), 0, nil
 			}
-			lease = e.Lease.AsDuration() // saturates past what a time.Duration holds
+			lease = wireDuration(e.Lease)
 		}
-		return requestError("extend", e.Id, c.Extend(e.Id, lease)), 0, nil
+		return requestError("extend", e.Id, asSent(c.Extend(e.Id, lease), e.Lease)), 0, nil
 	case *pb.ConsumeRequest_Subscribe:
 		return nil, 0, invalidArg("this stream is already subscribed to queue %q; open another stream for another queue", c.Queue())
 	default:
@@ -502,24 +501,38 @@ func ackDuration(d *durationpb.Duration) (time.Duration, bool) {
 	if d == nil || d.CheckValid() != nil {
 		return 0, false
 	}
-	if d.Seconds > math.MaxInt64/int64(time.Second)-1 || d.Seconds < math.MinInt64/int64(time.Second)+1 {
+	if !fitsDuration(d) {
 		return 0, false
 	}
 	return d.AsDuration(), true
 }
 
-// nackDelay converts a nack's delay, saturating values that do not fit (the
-// broker caps them and says so).
-func nackDelay(d *durationpb.Duration) time.Duration {
-	switch {
-	case d == nil:
+// wireDuration converts a request's duration, nil as 0. One past what a
+// time.Duration holds saturates (the broker caps it and says so, quoting
+// what was sent: asSent).
+func wireDuration(d *durationpb.Duration) time.Duration {
+	if d == nil {
 		return 0
-	case d.Seconds < 0 || d.Nanos < 0:
-		return -1
-	case d.Seconds > math.MaxInt64/int64(time.Second)-1:
-		return math.MaxInt64
 	}
 	return d.AsDuration()
+}
+
+// asSent makes an *AdjustedError quote the duration as the client sent
+// it where wireDuration saturated it. Before, a nack's negative delay was
+// passed on as -1 ns and reported so ("nack delay -1ns is out of range"),
+// and a lease of 300 years as 2562047h47m16.854775807s.
+func asSent(err error, d *durationpb.Duration) error {
+	var adj *broker.AdjustedError
+	if d != nil && errors.As(err, &adj) && (d.CheckValid() != nil || !fitsDuration(d)) {
+		adj.Sent = formatDuration(d)
+	}
+	return err
+}
+
+// fitsDuration reports whether d converts to a time.Duration without
+// saturating.
+func fitsDuration(d *durationpb.Duration) bool {
+	return d.Seconds <= math.MaxInt64/int64(time.Second)-1 && d.Seconds >= math.MinInt64/int64(time.Second)+1
 }
 
 // formatDuration prints a proto duration as sent, even one that does not

@@ -445,7 +445,7 @@ func TestHTTPMetricsAndHealthz(t *testing.T) {
 	hs := httptest.NewServer(HTTPHandler(tb.b))
 	defer hs.Close()
 	get := func(path string) (int, string) {
-		resp, err := http.Get(hs.URL + path)
+		resp, err := hs.Client().Get(hs.URL + path)
 		if err != nil {
 			t.Fatal(err)
 		}

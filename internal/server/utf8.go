@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
+	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
 // A string field of a request must be UTF-8 (protobuf says so, and the
@@ -26,8 +27,12 @@ import (
 // interceptors below refuse a request that carries one with
 // InvalidArgument and the fields' names, and Publish refuses only the
 // messages of a batch that carry one (fromMessage), storing the rest. A
-// request that decodes is untouched: the codec does the extra work only
-// after protobuf has refused one.
+// request that is not protobuf at all, which gRPC would answer with
+// Internal too (it wraps any decoding error so, and offers no hook to
+// change the code), decodes as an empty message with a note of the
+// decoder's error, which the same interceptors refuse with
+// InvalidArgument. A request that decodes is untouched: the codec does the
+// extra work only after protobuf has refused one.
 
 // UTF8Options are the server options that answer a request with a string
 // that is not UTF-8 as above (ServerOptions includes them; the sidecar's
@@ -57,22 +62,40 @@ func (c requestCodec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Ma
 
 func (c requestCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.base.Unmarshal(data, v)
-	if err == nil || !strings.Contains(err.Error(), "invalid UTF-8") {
-		return err
+	if err == nil {
+		return nil
 	}
 	m, ok := v.(proto.Message)
 	if !ok {
 		return err
 	}
-	fixed, _, ferr := fixUTF8(data.Materialize(), m.ProtoReflect().Descriptor())
-	if ferr != nil {
-		return err
+	if strings.Contains(err.Error(), "invalid UTF-8") {
+		fixed, _, ferr := fixUTF8(data.Materialize(), m.ProtoReflect().Descriptor())
+		if ferr == nil && proto.Unmarshal(fixed, m) == nil {
+			return nil
+		}
 	}
-	if uerr := proto.Unmarshal(fixed, m); uerr != nil {
-		return err
-	}
+	// Not protobuf, or not this message's: gRPC would answer Internal
+	// whatever this returned. The request decodes as empty, with a note
+	// the interceptors answer with InvalidArgument before any handler
+	// sees it.
+	proto.Reset(m)
+	note := protowire.AppendTag(nil, malformedField, protowire.BytesType)
+	note = protowire.AppendString(note, text.Clean(err.Error(), maxMalformedNote))
+	m.ProtoReflect().SetUnknown(note)
 	return nil
 }
+
+// malformedField is the unknown field that carries the note of a request
+// that did not decode: the number below badUTF8Field.
+const malformedField = badUTF8Field - 1
+
+// maxMalformedNote bounds the decoder's error quoted back.
+const maxMalformedNote = 512
+
+// malformed returns the note requestCodec left in a request that did not
+// decode, or "" when it did.
+func malformed(m proto.Message) string { return unknownString(m, malformedField) }
 
 // fixUTF8 returns b, the encoding of a message of type md, with every
 // string field that is not valid UTF-8 made valid (each bad byte replaced
@@ -159,24 +182,27 @@ func dedupe(paths []string) []string {
 
 // badUTF8 returns the note requestCodec left in m: the paths of its
 // string fields that were not UTF-8, or "" when there were none.
-func badUTF8(m proto.Message) string {
+func badUTF8(m proto.Message) string { return unknownString(m, badUTF8Field) }
+
+// unknownString returns the string in m's unknown field num, or "".
+func unknownString(m proto.Message, num protowire.Number) string {
 	if m == nil {
 		return ""
 	}
 	u := m.ProtoReflect().GetUnknown()
 	for len(u) > 0 {
-		num, typ, n := protowire.ConsumeTag(u)
+		field, typ, n := protowire.ConsumeTag(u)
 		if n < 0 {
 			return ""
 		}
-		if num == badUTF8Field && typ == protowire.BytesType {
+		if field == num && typ == protowire.BytesType {
 			v, m := protowire.ConsumeBytes(u[n:])
 			if m < 0 {
 				return ""
 			}
 			return string(v)
 		}
-		m := protowire.ConsumeFieldValue(num, typ, u[n:])
+		m := protowire.ConsumeFieldValue(field, typ, u[n:])
 		if m < 0 {
 			return ""
 		}
@@ -190,8 +216,9 @@ func utf8Error(paths string) error {
 	return invalidArg("%s: not valid UTF-8 (protobuf strings must be)", paths)
 }
 
-// checkUTF8Unary refuses a request requestCodec noted. A publish is left to
-// Publish, which refuses only the messages at fault.
+// checkUTF8Unary refuses a request requestCodec noted: one that did not
+// decode at all, or one with a bad string. A publish with a bad string is
+// left to Publish, which refuses only the messages at fault.
 func checkUTF8Unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if err := checkUTF8(req); err != nil {
 		return nil, err
@@ -215,13 +242,18 @@ func (s utf8Stream) RecvMsg(m any) error {
 }
 
 func checkUTF8(req any) error {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return nil
+	}
+	if note := malformed(m); note != "" {
+		return invalidArg("the request is not a valid %s: %s", m.ProtoReflect().Descriptor().FullName(), note)
+	}
 	if _, ok := req.(*pb.PublishRequest); ok {
 		return nil
 	}
-	if m, ok := req.(proto.Message); ok {
-		if paths := badUTF8(m); paths != "" {
-			return utf8Error(paths)
-		}
+	if paths := badUTF8(m); paths != "" {
+		return utf8Error(paths)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -132,6 +133,52 @@ func TestInvalidUTF8RefusedWithItsField(t *testing.T) {
 	}
 	if _, err := tb.ac.ListQueues(context.Background(), &pb.ListQueuesRequest{}); err != nil {
 		t.Errorf("the broker after bad requests: %v", err)
+	}
+}
+
+// A request that is not protobuf, or not the method's message, is the
+// client's fault: InvalidArgument, naming the message and what the decoder
+// found, unary or streamed, and nothing of it is done. gRPC answers a
+// request its codec cannot decode with Internal, as if the broker had
+// failed, which is what the broker answered before.
+func TestMalformedRequestIsInvalidArgument(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	conn := rawConn(t, tb.addr)
+	junk := []rawproto.Request{
+		{0x0a, 0xff, 0xff},       // a length past the end
+		{0x0a, 0x05, 0x0a, 0x01}, // a message cut short
+		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, // a tag of 11 bytes
+		{0x07}, // field 0
+		{0x0b}, // a group never ended
+	}
+	for _, j := range junk {
+		for _, call := range []struct {
+			method string
+			reply  proto.Message
+			want   string
+		}{
+			{"/harbinger.v1.Admin/DeclareQueue", new(pb.QueueInfo), "harbinger.v1.DeclareQueueRequest"},
+			{"/harbinger.v1.Broker/Publish", new(pb.PublishResponse), "harbinger.v1.PublishRequest"},
+			{"/grpc.health.v1.Health/Check", new(healthpb.HealthCheckResponse), "grpc.health.v1.HealthCheckRequest"},
+		} {
+			err := conn.Invoke(t.Context(), call.method, &j, call.reply)
+			wantCode(t, err, codes.InvalidArgument, "not a valid "+call.want)
+		}
+		for _, method := range []string{"/harbinger.v1.Broker/Consume", "/harbinger.v1.Broker/PublishStream"} {
+			stream, err := conn.NewStream(t.Context(), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := stream.SendMsg(&j); err != nil {
+				t.Fatal(err)
+			}
+			err = stream.RecvMsg(new(pb.ConsumeResponse))
+			wantCode(t, err, codes.InvalidArgument, "not a valid harbinger.v1.")
+		}
+	}
+	if qs, err := tb.ac.ListQueues(context.Background(), &pb.ListQueuesRequest{}); err != nil || len(qs.Queues) != 0 {
+		t.Errorf("the broker after malformed requests: %v, %v; want no queue made", qs, err)
 	}
 }
 

@@ -3,6 +3,7 @@ package text
 import (
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -40,4 +41,36 @@ func FuzzClean(f *testing.F) {
 			t.Fatalf("%q is not a prefix of %q", got, full)
 		}
 	})
+}
+
+func TestBadNameRune(t *testing.T) {
+	t.Parallel()
+	// Every bidi control (Unicode's Bidi_Control property) is refused, as
+	// is every space, control and format character.
+	for _, tab := range []*unicode.RangeTable{unicode.Bidi_Control, unicode.White_Space, unicode.Cc, unicode.Cf} {
+		for _, r16 := range tab.R16 {
+			for r := rune(r16.Lo); r <= rune(r16.Hi); r += rune(r16.Stride) {
+				if !BadNameRune(r) {
+					t.Errorf("%U is allowed in a name", r)
+				}
+			}
+		}
+		for _, r32 := range tab.R32 {
+			for r := rune(r32.Lo); r <= rune(r32.Hi); r += rune(r32.Stride) {
+				if !BadNameRune(r) {
+					t.Errorf("%U is allowed in a name", r)
+				}
+			}
+		}
+	}
+	for _, r := range "\uFFFD" {
+		if !BadNameRune(r) {
+			t.Errorf("%U is allowed in a name", r)
+		}
+	}
+	for _, r := range "az09.-_:/*?#%é注文✓😀" {
+		if BadNameRune(r) {
+			t.Errorf("%U is refused in a name", r)
+		}
+	}
 }

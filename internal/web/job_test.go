@@ -665,7 +665,7 @@ func (tb *testBundle) submit(t *testing.T, page, marker string, hdr map[string]s
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	cl := tb.client(false)
 	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ type testBundle struct {
 	web    *Server
 	hs     *httptest.Server
 	tokens map[string]string
+	set    *auth.Tokens // the dashboard's, for tests that reload it
+	path   string       // its file
 }
 
 // setup serves a dashboard over a broker on a fake clock; with grants, it
@@ -51,7 +54,7 @@ func setup(t testing.TB, grants map[string][]string) *testBundle {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Tokens, tb.tokens = tokens, toks
+		cfg.Tokens, tb.tokens, tb.set, tb.path = tokens, toks, tokens, path
 	}
 	tb.web, err = New(cfg)
 	if err != nil {
@@ -80,14 +83,27 @@ func (tb *testBundle) do(t *testing.T, method, path, token, body, contentType st
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := cl.Do(req)
+	resp, err := tb.client(false).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), resp.Header
+}
+
+// client is an HTTP client of tb's server alone that follows redirects or
+// not. Not http.DefaultClient: httptest.Server.Close closes the idle
+// connections of http.DefaultTransport, so a parallel test's server going
+// away could break a request of this test that was taking one of them
+// ("transport connection broken: http: CloseIdleConnections called"), a
+// POST being sent again by no one.
+func (tb *testBundle) client(follow bool) *http.Client {
+	c := *tb.hs.Client()
+	if !follow {
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	}
+	return &c
 }
 
 func (tb *testBundle) publish(t testing.TB, msgs ...*broker.Message) []string {
@@ -224,7 +240,7 @@ func TestSignInAndOut(t *testing.T) {
 	}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", tb.hs.URL+"/", nil)
 	req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := tb.client(true).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +252,7 @@ func TestSignInAndOut(t *testing.T) {
 	req, _ = http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/logout", nil)
 	req.Header.Set("Origin", "https://elsewhere.example")
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
-	resp, err = (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	resp, err = tb.client(false).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +262,62 @@ func TestSignInAndOut(t *testing.T) {
 	}
 	if _, _, h := tb.do(t, "POST", "/logout", "", "", ""); !strings.Contains(h.Get("Set-Cookie"), "Max-Age=0") {
 		t.Errorf("sign out left the cookie: %q", h.Get("Set-Cookie"))
+	}
+}
+
+// The dashboard keeps no session of its own: a signed-in browser's cookie
+// is the token, looked up again on every request, so a token removed from
+// the file and reloaded stops working at once for a browser already
+// signed in with it, on pages, the JSON API and actions alike.
+func TestSignedInBrowserLosesARevokedToken(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, map[string][]string{"ops": {"admin"}, "viewer": {"read"}})
+	tb.publish(t, &broker.Message{Queue: "q"})
+	get := func(path string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), "GET", tb.hs.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
+		resp, err := tb.client(false).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get("/queues/q"); code != 200 {
+		t.Fatalf("signed in: %d", code)
+	}
+	// The file now holds only the viewer.
+	var f strings.Builder
+	f.WriteString("tokens:\n")
+	f.WriteString(auth.FileEntry("viewer", tb.tokens["viewer"], []auth.Scope{{Perm: auth.Read}}))
+	if err := os.WriteFile(tb.path, []byte(f.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.set.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if code := get("/queues/q"); code != http.StatusSeeOther {
+		t.Errorf("a page with a revoked token's cookie: %d, want 303 to the sign-in page", code)
+	}
+	if code := get("/api/v1/queues/q"); code != http.StatusUnauthorized {
+		t.Errorf("the JSON API with a revoked token's cookie: %d, want 401", code)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/api/v1/queues/q/pause", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Cookie", auth.CookieName+"="+tb.tokens["ops"])
+	resp, err := tb.client(true).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if in, _ := tb.b.Queue("q"); in.Paused || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("an action with a revoked token's cookie: %d, paused %v; want 401 and nothing done", resp.StatusCode, in.Paused)
 	}
 }
 
@@ -260,7 +332,7 @@ func TestActionsRefuseOtherSites(t *testing.T) {
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := tb.client(true).Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +347,7 @@ func TestActionsRefuseOtherSites(t *testing.T) {
 	// Same origin: fine.
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", tb.hs.URL+"/api/v1/queues/q/pause", nil)
 	req.Header.Set("Origin", tb.hs.URL)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := tb.client(true).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +376,7 @@ func TestActionsRefuseAnOpaqueOrigin(t *testing.T) {
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
-		cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		cl := tb.client(false)
 		resp, err := cl.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -344,7 +416,7 @@ func TestActionsRefuseAnOpaqueOrigin(t *testing.T) {
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "null")
-	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	cl := guarded.client(false)
 	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -921,7 +993,7 @@ func TestDeleteQueueAsksForAdmin(t *testing.T) {
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", "Bearer "+tb.tokens["ops"])
 	req.Header.Set("Origin", "https://evil.example")
-	cl := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	cl := tb.client(false)
 	resp, err := cl.Do(req)
 	if err != nil {
 		t.Fatal(err)

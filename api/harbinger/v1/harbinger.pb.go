@@ -972,9 +972,10 @@ type Extend struct {
 	// Delivery id whose lease is renewed.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// New lease, counted from when the server receives the request; unset
-	// or zero is the queue's lease. Over 24 hours it is capped to that, and
-	// negative it is the queue's lease, either answered with a RequestError
-	// (applied); malformed, the lease is unchanged and a RequestError says so.
+	// or zero is the queue's lease. Over 24 hours it is capped to that, under
+	// a second raised to that, and negative it is the queue's lease, each
+	// answered with a RequestError (applied); malformed, the lease is
+	// unchanged and a RequestError says so.
 	Lease         *durationpb.Duration `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2678,7 +2679,7 @@ type QueueConfig struct {
 	MaxDepth uint64 `protobuf:"varint,7,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
 	// Default deliveries before a job is dead-lettered.
 	MaxAttempts uint32 `protobuf:"varint,8,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
-	// Default lease given with each delivery.
+	// Default lease given with each delivery: 1 second to 24 hours.
 	Lease *durationpb.Duration `protobuf:"bytes,9,opt,name=lease,proto3" json:"lease,omitempty"`
 	// Default time to live for jobs published without one.
 	DefaultTtl *durationpb.Duration `protobuf:"bytes,10,opt,name=default_ttl,json=defaultTtl,proto3" json:"default_ttl,omitempty"`
