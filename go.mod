@@ -4,6 +4,10 @@ go 1.26.0
 
 require (
 	github.com/chromedp/chromedp v0.23.0
+	github.com/harbinger-mq/harbinger/api v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/client v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/internal/predict v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/rabbitmq v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -27,4 +31,14 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+)
+
+// The SDK, the API, the RabbitMQ package and the predictor they share are
+// modules of their own in this repository (docs/modules.md); build them
+// from here, not from a published version.
+replace (
+	github.com/harbinger-mq/harbinger/api => ./api
+	github.com/harbinger-mq/harbinger/client => ./client
+	github.com/harbinger-mq/harbinger/internal/predict => ./internal/predict
+	github.com/harbinger-mq/harbinger/rabbitmq => ./rabbitmq
 )

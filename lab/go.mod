@@ -4,6 +4,10 @@ go 1.26.0
 
 require (
 	github.com/harbinger-mq/harbinger v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/api v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/client v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/internal/predict v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/rabbitmq v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
@@ -32,4 +36,10 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/harbinger-mq/harbinger => ../
+replace (
+	github.com/harbinger-mq/harbinger => ../
+	github.com/harbinger-mq/harbinger/api => ../api
+	github.com/harbinger-mq/harbinger/client => ../client
+	github.com/harbinger-mq/harbinger/internal/predict => ../internal/predict
+	github.com/harbinger-mq/harbinger/rabbitmq => ../rabbitmq
+)

@@ -1,4 +1,4 @@
-package client_test
+package sdk_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 
 // A Producer batches publishes from any number of goroutines over one
 // stream.
-func ExampleProducer() {
+func Example_producer() {
 	addr, stop := startBroker()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -53,7 +53,7 @@ func ExampleProducer() {
 }
 
 // DeclareQueue picks a queue's policy and limits before use.
-func ExampleClient_DeclareQueue() {
+func Example_declareQueue() {
 	addr, stop := startBroker()
 	defer stop()
 	ctx := context.Background()

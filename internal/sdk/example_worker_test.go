@@ -1,4 +1,4 @@
-package client_test
+package sdk_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 // A worker consumes a queue; the SDK measures each handler and acks with
 // the duration, so the broker learns which jobs are short.
-func ExampleClient_RunWorker() {
+func Example_runWorker() {
 	addr, stop := startBroker()
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,4 +1,4 @@
-package rabbitmq
+package layout
 
 import (
 	"container/heap"
@@ -9,14 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/rabbitmq"
+
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
-// A discrete-event model of what RabbitMQ does with the Publisher's
+// A discrete-event model of what RabbitMQ does with the rabbitmq.Publisher's
 // priorities: a classic priority queue (strict priority, FIFO within a
 // priority), a FIFO hold queue whose messages expire only at its head, and
 // a fixed per-message cost on the worker for the publish-deliver-ack round
-// trip. The priorities and holds come from the real Local predictor. It is
+// trip. The priorities and holds come from the real rabbitmq.Local predictor. It is
 // how the package's defaults were chosen, and it keeps the choice honest:
 // if a change to the predictor made the defaults worse than the old layout
 // on the pre-registered workload, TestLayoutSimulation fails.
@@ -47,9 +49,13 @@ type layout struct {
 	// worker chooses only among the messages it holds.
 	pinned bool
 	// maxPriority, when set, is the queue's x-max-priority, on which the
-	// tiers are spread (PriorityFor); by default one priority per tier.
+	// tiers are spread (rabbitmq.PriorityFor); by default one priority per tier.
 	maxPriority uint8
 }
+
+// minHold is the rabbitmq package's shortest hold worth a detour (its
+// unexported minHold): per-message TTLs are whole milliseconds.
+const minHold = time.Millisecond
 
 // bucketDown is the longest of the TTLs 1 ms x f^k that is at most d.
 func bucketDown(d time.Duration, f float64) time.Duration {
@@ -101,9 +107,9 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 	ctx := context.Background()
 	jobs := w.Generate(seed)
 	levels := [][]int{nil}
-	var local *Local
+	var local *rabbitmq.Local
 	if l != nil {
-		cfg := LocalConfig{Tiers: l.tiers, MaxPriority: uint8(l.tiers)}
+		cfg := rabbitmq.LocalConfig{Tiers: l.tiers, MaxPriority: uint8(l.tiers)}
 		if l.maxPriority > 0 {
 			cfg.MaxPriority = l.maxPriority
 		}
@@ -111,13 +117,13 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 			cfg.Hold = -1
 		}
 		var err error
-		if local, err = NewLocal(cfg); err != nil {
+		if local, err = rabbitmq.NewLocal(cfg); err != nil {
 			t.Fatal(err)
 		}
 		local.Attach(ctx, "q", w.Workers)
 		levels = make([][]int, cfg.MaxPriority+1)
 	}
-	keys := make([]Key, len(jobs))
+	keys := make([]rabbitmq.Key, len(jobs))
 	prio := make([]uint8, len(jobs))
 	predicted := make([]time.Duration, len(jobs))
 	started := make([]time.Duration, len(jobs))
@@ -171,11 +177,12 @@ func simulateLayout(t *testing.T, w *workload.Workload, seed uint64, l *layout, 
 				break
 			}
 			jt := &w.JobTypes[jobs[i].Type]
-			keys[i] = Key{Queue: "q", Producer: jt.Producer, JobType: jt.Name, Size: uint64(jobs[i].Size)}
+			keys[i] = rabbitmq.Key{Queue: "q", Producer: jt.Producer, JobType: jt.Name, Size: uint64(jobs[i].Size)}
 			pr, _ := local.Predict(ctx, keys[i])
 			if l.guard > 0 && !pr.Long {
-				c := local.backlog.consumers["q"]
-				wait := local.backlog.work["q"] / time.Duration(c) // before this message: Predict counted it
+				tot := local.Totals()["q"] // without peers: the queue's work and handlers
+				c := tot.Consumers
+				wait := tot.Net / time.Duration(c) // before this message: Predict counted it
 				wait -= min(wait, pr.Predicted/time.Duration(c))
 				deadline[i] = now + wait + time.Duration(l.guard*float64(wait+pr.Predicted))
 			}
@@ -333,7 +340,7 @@ func TestLayoutSimulation(t *testing.T) {
 		t.Skip("simulates 30 runs of the registered workload")
 	}
 	t.Parallel()
-	w, err := workload.Load("../workloads/production-flow.yaml")
+	w, err := workload.Load("../../../workloads/production-flow.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +362,7 @@ func TestLayoutSimulation(t *testing.T) {
 		{name: "5 tiers, held, pinned, deadlines at guard 1.5", tiers: 5, hold: true, guard: 1.5, pinned: true},
 		{name: "5 tiers, held, pinned, deadlines at guard 2", tiers: 5, hold: true, guard: 2, pinned: true},
 		{name: "5 tiers on x-max-priority 3, held", tiers: 5, hold: true, maxPriority: 3},
-		{name: "5 tiers, long held (0.95): the defaults", tiers: DefaultTiers, hold: true},
+		{name: "5 tiers, long held (0.95): the defaults", tiers: rabbitmq.DefaultTiers, hold: true},
 	}
 	type change struct{ mean, p99, export []float64 }
 	changes := make([]change, len(layouts))

@@ -1,4 +1,4 @@
-package client_test
+package sdk_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 
 // A job that must not run before a given moment: published now, invisible
 // until then.
-func ExampleMessage_delay() {
+func Example_messageDelay() {
 	addr, stop := startBroker()
 	defer stop()
 	ctx := context.Background()
@@ -30,7 +30,7 @@ func ExampleMessage_delay() {
 
 // Publishing the same order twice (a retried HTTP request, say) stores one
 // job: the second publish answers with the first job's id.
-func ExampleClient_PublishEach_unique() {
+func Example_publishEachUnique() {
 	addr, stop := startBroker()
 	defer stop()
 	ctx := context.Background()
@@ -45,7 +45,7 @@ func ExampleClient_PublishEach_unique() {
 }
 
 // Cancelling a running job cancels its handler's context.
-func ExampleClient_CancelJob() {
+func Example_cancelJob() {
 	addr, stop := startBroker()
 	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -69,7 +69,7 @@ func ExampleClient_CancelJob() {
 }
 
 // Pausing a queue stops its deliveries; publishes are still taken.
-func ExampleClient_PauseQueue() {
+func Example_pauseQueue() {
 	addr, stop := startBroker()
 	defer stop()
 	ctx := context.Background()
@@ -87,7 +87,7 @@ func ExampleClient_PauseQueue() {
 }
 
 // A periodic job on the broker: every weekday at 07:30 New York time.
-func ExampleClient_DeclareSchedule() {
+func Example_declareSchedule() {
 	addr, stop := startBroker()
 	defer stop()
 	ctx := context.Background()
