@@ -38,7 +38,7 @@ const (
 	// process, on a fresh data directory.
 	ServeDurable
 	// BareServer starts the bare gRPC queue (BareQueue) as its own process
-	// with `harbinger bench bare-queue-server`.
+	// with `harbinger-lab bench bare-queue-server`.
 	BareServer
 )
 
@@ -190,7 +190,7 @@ func serveReady(line string) (grpcAddr, httpAddr string, ok bool) {
 	return rec.GRPC, rec.HTTP, true
 }
 
-// BareQueueCommand is the hidden `harbinger bench` subcommand that serves a
+// BareQueueCommand is the hidden `harbinger-lab bench` subcommand that serves a
 // BareQueue; it prints bareListening and the address once it listens.
 const BareQueueCommand = "bare-queue-server"
 

@@ -289,7 +289,7 @@ func (c *tcpConn) close() {
 	}
 }
 
-// BareTCPCommand is the hidden `harbinger bench` subcommand that serves a
+// BareTCPCommand is the hidden `harbinger-lab bench` subcommand that serves a
 // BareTCPServer; it prints bareTCPListening and the address once it listens.
 const BareTCPCommand = "bare-tcp-server"
 

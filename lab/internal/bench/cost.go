@@ -221,7 +221,7 @@ func (c CostConfig) validate() error {
 }
 
 // CostResult is the broker-cost comparison; its JSON is what
-// `harbinger bench cost --json` prints.
+// `harbinger-lab bench cost --json` prints.
 type CostResult struct {
 	Arms     map[string]*CostArm `json:"arms"`
 	Ratios   []Ratio             `json:"ratios"`
@@ -858,11 +858,11 @@ func CostMethod(cfg CostConfig, env Environment) string {
 				"so it marks the limit of that way of publishing over the transport; ")
 		}
 		if has[BareGRPC] {
-			b.WriteString("bare-grpc is a server in this repository (internal/bench BareQueue, started as `harbinger bench " + BareQueueCommand + "`) that speaks the same gRPC API with the same server options " +
+			b.WriteString("bare-grpc is a server in this repository (lab/internal/bench BareQueue, started as `harbinger-lab bench " + BareQueueCommand + "`) that speaks the same gRPC API with the same server options " +
 				"and keeps one slice of waiting messages per queue: no scheduling, predictor, leases, redelivery or store, so it marks the limit of the transport and SDK; ")
 		}
 		if has[BareTCP] {
-			b.WriteString("bare-tcp is the bare queue without gRPC (internal/bench BareTCPServer, started as `harbinger bench " + BareTCPCommand + "`): " +
+			b.WriteString("bare-tcp is the bare queue without gRPC (lab/internal/bench BareTCPServer, started as `harbinger-lab bench " + BareTCPCommand + "`): " +
 				"the same publish, prefetch-1 delivery and ack over plain TCP in length-prefixed frames, each publish answered and the answers flushed when no further request is buffered, as Redis does; " +
 				"it marks what a framed protocol of Harbinger's own, instead of gRPC, would cost per message; ")
 		}

@@ -14,7 +14,7 @@ func natsForTest(t *testing.T) Driver {
 	bin, ok := LocateNATSServer(ctx)
 	if !ok {
 		if !requireServices() {
-			unavailable(t, "nats-server 2.10 or later (HARBINGER_NATS_SERVER, or run `harbinger bench cost --arms nats-jetstream` once to build "+NATSServerVersion+" into the cache)", nil)
+			unavailable(t, "nats-server 2.10 or later (HARBINGER_NATS_SERVER, or run `harbinger-lab bench cost --arms nats-jetstream` once to build "+NATSServerVersion+" into the cache)", nil)
 		}
 		// CI: the bench's own setup builds it.
 		var err error

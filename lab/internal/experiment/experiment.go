@@ -2,7 +2,7 @@
 // pre-registered workload and the shipped trace at several offered loads
 // through many variants of the scheduler and predictor, and renders the
 // findings as Markdown tables and hand-written SVG charts
-// (docs/experiments.md). It only composes the simulator; the one model it
+// (lab/results/experiments.md). It only composes the simulator; the one model it
 // adds, a regression tree standing in for a heavier predictor, lives here
 // too, so the scheduling core stays as it ships.
 package experiment

@@ -89,7 +89,7 @@ var virtualArms = []string{ArmDefault, ArmVirtual, ArmVirtualDispatch, ArmOracle
 var stressFS embed.FS
 
 // StressWorkloads are the workloads written to break the default policy
-// (internal/experiment/workloads): each file says what it is built to do.
+// (lab/internal/experiment/workloads): each file says what it is built to do.
 func StressWorkloads() ([]*workload.Workload, error) {
 	names, err := stressFS.ReadDir("workloads")
 	if err != nil {
@@ -286,7 +286,7 @@ func (m *MatrixResults) matrixMarkdown(b *strings.Builder, cmd string) {
 	fmt.Fprintf(b, "the longest class's max wait at most %.1fx FIFO's (the export class; on the trace, the longest 5%% of functions by mean), the all-message P99 at most %.2fx FIFO's, and, wherever oracle SJF cuts the mean by at least %.0f%%, a mean that captures at least %.0f%% of oracle SJF's cut (captured = (1 - default/FIFO) / (1 - oracle SJF/FIFO)). ",
 		MatrixExportMax, MatrixP99Max, 100*MatrixMinGain, 100*MatrixCapture)
 	fmt.Fprintf(b, "Ratios are medians across seeds %v of the per-seed ratio to FIFO. Oracle SJF (`%s`) knows every true duration and runs shortest first with no bound: a reference that does not move when the default does. `%s` is the default before its long keys (only the work-share cut and unpredictable messages long); `%s` is the default with the most expensive fifth of the recent work long (the share before the 1%% cut); `%s` the default before the guard (only long messages bounded). ", m.Seeds, ArmOracleSJF, ArmNoLongKeys, ArmShare20, ArmPrevious)
-	fmt.Fprintf(b, "The trace windows are chosen by the clock (one hour every six hours); the stress workloads (bimodal, bursts, drift, heavy-tail, sized, tenants) are in internal/experiment/workloads/, each file saying what it is built to break. Loads are set with `sim.AtLoad` as above.\n\n")
+	fmt.Fprintf(b, "The trace windows are chosen by the clock (one hour every six hours); the stress workloads (bimodal, bursts, drift, heavy-tail, sized, tenants) are in lab/internal/experiment/workloads/, each file saying what it is built to break. Loads are set with `sim.AtLoad` as above.\n\n")
 	fmt.Fprintf(b, "![5. The evaluation matrix](%s/matrix.svg)\n\n", ChartDir)
 	fmt.Fprintf(b, "Reproduce: `%s` (arms: %s).\n\n", cmd, strings.Join(matrixArms, ", "))
 	pass, cells := m.Passes(ArmDefault)
