@@ -171,10 +171,18 @@ func runMatrixArms(scenarios []Scenario, loads []float64, c Config, names []stri
 		}
 		var arms []armSpec
 		for _, name := range names {
+			found := false
 			for _, a := range all {
 				if a.Name == name {
-					arms = append(arms, a)
+					arms, found = append(arms, a), true
 				}
+			}
+			if !found {
+				known := make([]string, len(all))
+				for i, a := range all {
+					known[i] = a.Name
+				}
+				return nil, fmt.Errorf("experiment: unknown arm %q (want one of: %s)", name, strings.Join(known, ", "))
 			}
 		}
 		first := sc.Src.Generate(c.Seeds[0])
