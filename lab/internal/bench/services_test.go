@@ -46,7 +46,7 @@ func redisForTest(t *testing.T) *RedisDriver {
 
 func productionFlow(t *testing.T) sim.Source {
 	t.Helper()
-	w, err := workload.Load("../../workloads/production-flow.yaml")
+	w, err := workload.Load("../../../workloads/production-flow.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

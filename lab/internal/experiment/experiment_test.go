@@ -268,7 +268,7 @@ func TestStressWorkloads(t *testing.T) {
 // every window, then adds the stress workloads.
 func TestDefaultMatrix(t *testing.T) {
 	t.Parallel()
-	tr, err := trace.Load("../../traces/azure-functions-2019", trace.Options{})
+	tr, err := trace.Load("../../../traces/azure-functions-2019", trace.Options{})
 	if err != nil {
 		t.Skip("the shipped trace is not at hand:", err)
 	}

@@ -330,7 +330,7 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 // imply) and checks the defaults' case: five tiers with holding beat the
 // old layout (three tiers, long messages at the top at once) on mean and
 // P99, and keep the longest export wait below FIFO's. `go test -run
-// TestLayoutSimulation -v ./rabbitmq/` prints the table docs/sidecar.md
+// TestLayoutSimulation -v ./internal/layout/` (from lab/) prints the table lab/notes/sidecar.md
 // quotes; LAYOUT_SEEDS=20 runs seeds 1-20 instead of the workload's,
 // LAYOUT_PER_MESSAGE=6ms sets the per-message cost, and
 // LAYOUT_FIFO_PER_MESSAGE=1.8ms gives the FIFO run a cost of its own (by
