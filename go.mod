@@ -4,12 +4,14 @@ go 1.26.0
 
 require (
 	github.com/chromedp/chromedp v0.23.0
-	github.com/nats-io/nats.go v1.55.0
+	github.com/harbinger-mq/harbinger/api v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/client v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/internal/predict v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/rabbitmq v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/rabbitmq/amqp091-go v1.16.0
-	github.com/redis/go-redis/v9 v9.23.0
 	github.com/robfig/cron/v3 v3.0.1
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.6
@@ -23,15 +25,20 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
-	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
-	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+)
+
+// The SDK, the API, the RabbitMQ package and the predictor they share are
+// modules of their own in this repository (docs/modules.md); build them
+// from here, not from a published version.
+replace (
+	github.com/harbinger-mq/harbinger/api => ./api
+	github.com/harbinger-mq/harbinger/client => ./client
+	github.com/harbinger-mq/harbinger/internal/predict => ./internal/predict
+	github.com/harbinger-mq/harbinger/rabbitmq => ./rabbitmq
 )

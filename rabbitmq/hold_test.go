@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/harbinger-mq/harbinger/internal/sched"
 )
 
 func TestLocalHoldsLongMessages(t *testing.T) {
@@ -131,13 +129,6 @@ func TestLocalScoresStampedCompletions(t *testing.T) {
 	after := l.Stats()
 	if after.Backlog["q"] != before.Backlog["q"] || after.Backlog["q"] <= 0 || after.MAESamples != before.MAESamples {
 		t.Errorf("after impossible stamps: backlog %v (want %v), MAE samples %d (want %d)", after.Backlog["q"], before.Backlog["q"], after.MAESamples, before.MAESamples)
-	}
-}
-
-func TestDefaultHoldIsTheBrokersBound(t *testing.T) {
-	t.Parallel()
-	if DefaultHold != 1+sched.DefaultStretch {
-		t.Errorf("DefaultHold %v, the broker's bound %v: keep them equal", DefaultHold, 1+sched.DefaultStretch)
 	}
 }
 

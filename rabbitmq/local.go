@@ -9,9 +9,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/predict"
-	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
 // LocalConfig configures an in-process predictor. The zero value of a field
@@ -407,7 +407,7 @@ func (l *Local) keyFor(k Key) predict.Key {
 }
 
 func cleanName(s string) string {
-	c := text.Clean(s, MaxNameLen)
+	c := clean(s, MaxNameLen)
 	if len(s) > MaxNameLen {
 		c = strings.Clone(c) // not a window on a header kept whole
 	}
@@ -483,4 +483,22 @@ func (l *Local) Stats() LocalStats {
 		Predictions: append([]uint64(nil), l.predictions...), Cold: l.cold, Held: l.held,
 		Queues: len(l.backlog.consumers), Backlog: maps.Clone(l.backlog.work),
 	}
+}
+
+// clean returns s with invalid UTF-8 replaced by U+FFFD and cut to at most
+// n bytes on a character boundary: the broker's rule for names (its
+// internal/text, which this module cannot import; the root module's
+// internal/sdk checks that the two agree).
+func clean(s string, n int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

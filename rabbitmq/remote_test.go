@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	harbingerv1 "github.com/harbinger-mq/harbinger/api/harbinger/v1"
-	"github.com/harbinger-mq/harbinger/internal/clock"
 )
 
 // fakeSidecar answers Predict with a predicted duration of 10 ms times the
@@ -138,7 +137,7 @@ func (f *fakeSidecar) setFail(v bool) {
 }
 
 type remoteBundle struct {
-	clk    *clock.Fake
+	clk    *fakeClock
 	server *fakeSidecar
 	remote *Remote
 }
@@ -161,7 +160,7 @@ func setupRemoteOptions(t *testing.T, report bool, opts RemoteOptions) remoteBun
 	harbingerv1.RegisterPredictorServer(srv, fake)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
-	clk := clock.NewFake(time.Unix(1000, 0))
+	clk := &fakeClock{now: time.Unix(1000, 0)}
 	opts.Timeout, opts.Now = 5*time.Second, clk.Now
 	r, err := DialSidecarOptions(context.Background(), lis.Addr().String(), opts)
 	if err != nil {
@@ -503,4 +502,22 @@ func TestRemoteReportsMatchModel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fakeClock is the clock of the Remote's cache in these tests.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }

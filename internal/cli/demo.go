@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/harbinger-mq/harbinger/internal/bench"
+	"github.com/harbinger-mq/harbinger/internal/harness"
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/workload"
@@ -39,7 +39,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	jobs := w.Generate(*seed)
-	d := bench.NewHarbinger(bench.HarbingerOptions{Shared: true})
+	d := harness.NewHarbinger(harness.HarbingerOptions{Shared: true})
 	defer d.Close()
 	if *scale == 0 {
 		chosen, overhead, err := demoScale(ctx, d, w.JobTypes, jobs, w.Workers)
@@ -55,24 +55,24 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, t := range w.JobTypes {
 		static[t.Name] = t.StaticTier
 	}
-	fifo := bench.Arm{Name: "fifo", Broker: bench.Harbinger, Policy: bench.PolicyFIFO}
-	pred := bench.Arm{Name: "predictive", Broker: bench.Harbinger, Policy: bench.PolicyPredictive}
+	fifo := harness.Arm{Name: "fifo", Broker: harness.Harbinger, Policy: harness.PolicyFIFO}
+	pred := harness.Arm{Name: "predictive", Broker: harness.Harbinger, Policy: harness.PolicyPredictive}
 	fmt.Fprintf(stdout, "Harbinger demo: %q (%d jobs, %.0f s of arrivals, %d workers per queue) squeezed %.0fx into about %.0f s,\n",
 		w.Name, len(jobs), w.ArrivalsS, w.Workers, 1 / *scale, w.ArrivalsS**scale)
 	fmt.Fprintln(stdout, "published through gRPC to one in-process broker, into a FIFO queue and a default (predictive) queue at once.")
 
-	arms := []bench.Arm{fifo, pred}
-	progs := []*bench.Progress{{}, {}}
-	results := make([]bench.RunResult, len(arms))
+	arms := []harness.Arm{fifo, pred}
+	progs := []*harness.Progress{{}, {}}
+	results := make([]harness.RunResult, len(arms))
 	errs := make([]error, len(arms))
-	stop := bench.StartProgress(stderr, "demo", 3*time.Second, progs...)
+	stop := harness.StartProgress(stderr, "demo", 3*time.Second, progs...)
 	var wg sync.WaitGroup
 	for i, a := range arms {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = bench.RunArm(ctx, d, bench.RunSpec{Arm: a, Seed: *seed, Types: w.JobTypes, Jobs: jobs,
-				Workers: w.Workers, TimeScale: *scale, DrainTimeout: bench.DefaultDrainTimeout, Static: static}, progs[i])
+			results[i], errs[i] = harness.RunArm(ctx, d, harness.RunSpec{Arm: a, Seed: *seed, Types: w.JobTypes, Jobs: jobs,
+				Workers: w.Workers, TimeScale: *scale, DrainTimeout: harness.DefaultDrainTimeout, Static: static}, progs[i])
 		}()
 	}
 	wg.Wait()
@@ -125,7 +125,7 @@ const maxDemoTimeScale = 0.4
 // sharing the cores) and returns the time scale at which it stays under
 // demoOverheadShare of the mean job, from DefaultDemoTimeScale to
 // maxDemoTimeScale.
-func demoScale(ctx context.Context, d bench.Driver, types []workload.JobType, jobs []workload.Job, workers int) (float64, time.Duration, error) {
+func demoScale(ctx context.Context, d harness.Driver, types []workload.JobType, jobs []workload.Job, workers int) (float64, time.Duration, error) {
 	const n = 2000
 	probe := make([]workload.Job, min(n, len(jobs)))
 	var mean time.Duration
@@ -137,8 +137,8 @@ func demoScale(ctx context.Context, d bench.Driver, types []workload.JobType, jo
 		probe[i].Seq, probe[i].Arrival, probe[i].Duration = i, 0, time.Microsecond
 	}
 	start := time.Now()
-	_, err := bench.RunArm(ctx, d, bench.RunSpec{Arm: bench.Arm{Name: "calibrate", Broker: bench.Harbinger, Policy: bench.PolicyFIFO},
-		Seed: 1, Types: types, Jobs: probe, Workers: workers, TimeScale: 1, DrainTimeout: bench.DefaultDrainTimeout}, &bench.Progress{})
+	_, err := harness.RunArm(ctx, d, harness.RunSpec{Arm: harness.Arm{Name: "calibrate", Broker: harness.Harbinger, Policy: harness.PolicyFIFO},
+		Seed: 1, Types: types, Jobs: probe, Workers: workers, TimeScale: 1, DrainTimeout: harness.DefaultDrainTimeout}, &harness.Progress{})
 	if err != nil {
 		return 0, 0, fmt.Errorf("demo: measuring this machine: %w", err)
 	}

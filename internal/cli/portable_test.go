@@ -31,12 +31,6 @@ func TestDefaultWorkloadFromAnyDirectory(t *testing.T) {
 	if code := Main(context.Background(), []string{"sim", "-seeds", "1", "-arms", "fifo,predictive", "-json"}, &out, io.Discard); code != 0 {
 		t.Fatalf("harbinger sim outside the repository exited %d", code)
 	}
-	// bench flow too: from here it gets as far as the arms.
-	var errOut bytes.Buffer
-	if code := Main(context.Background(), []string{"bench", "flow", "-arms", "no-such-arm"}, io.Discard, &errOut); code == 0 ||
-		!strings.Contains(errOut.String(), "no-such-arm") {
-		t.Fatalf("harbinger bench flow outside the repository exited %d: %s", code, errOut.String())
-	}
 	// A file of that name in the working directory wins over the copy.
 	if err := os.MkdirAll(filepath.Dir(DefaultWorkload), 0o755); err != nil {
 		t.Fatal(err)

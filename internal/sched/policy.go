@@ -110,7 +110,7 @@ type PolicyOptions struct {
 	MinSlack    time.Duration
 	// OthersStretch, when set, bounds the bounded policy's other (not long)
 	// messages too, with this stretch; nil leaves them unbounded (the
-	// default: see docs/experiments.md for the trade-off).
+	// default: see lab/results/experiments.md for the trade-off).
 	OthersStretch *float64
 	// ShortestFirst orders each level by predicted cost, not arrival.
 	ShortestFirst bool

@@ -1,0 +1,138 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/broker"
+)
+
+func harbingerForTest(t *testing.T) Driver {
+	t.Helper()
+	d := NewHarbinger(HarbingerOptions{})
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// The predictor figures read through ListKeys (a serve process's) add up
+// to the broker's own (an in-process broker's), on many keys with
+// non-ASCII names, routed and cold predictions, and one key that never
+// completes anything.
+func TestKeysStatsMatchBroker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q, err := harbingerForTest(t).Setup(ctx, QueueSpec{Name: "keys-stats", Policy: PolicyPredictive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hq := q.(*HarbingerQueue)
+	b := hq.s.b
+	types := []string{"thumbnail", "rapport.pdf", "メール", "größe", "export"}
+	c, err := b.Subscribe("keys-stats", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Rounds of publishes, each consumed before the next is published, so
+	// that later rounds are predicted from what earlier ones taught.
+	for round := range 20 {
+		var msgs []*broker.Message
+		for i := range 200 {
+			msgs = append(msgs, &broker.Message{Queue: "keys-stats", Producer: fmt.Sprint("web-", i%3), JobType: types[i%len(types)],
+				Payload: make([]byte, 1+(i*37)%4096)})
+		}
+		if round == 10 {
+			msgs = append(msgs, &broker.Message{Queue: "keys-stats", Producer: "never", JobType: "acked", Payload: []byte("x")})
+		}
+		if _, err := b.Publish(msgs...); err != nil {
+			t.Fatal(err)
+		}
+		for i := range msgs {
+			d, err := c.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.AddCredit(1) // the credit an ack's answer grants, as the server does
+			if d.Producer == "never" {
+				continue // left in flight: predicted, never scored
+			}
+			// Each type's cost differs, with some noise, so tiers and errors vary.
+			cost := time.Duration(len(d.JobType)*len(d.JobType))*time.Millisecond + time.Duration((round+i)%7)*time.Millisecond
+			if err := c.Ack(d.ID, cost); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wantMAE, wantAcc := hq.PredictorStats(ctx)
+	gotMAE, gotAcc := hq.keysStats(ctx)
+	if math.IsNaN(wantMAE) || math.IsNaN(wantAcc) {
+		t.Fatalf("the broker scored nothing: MAE %v, accuracy %v", wantMAE, wantAcc)
+	}
+	if math.Abs(gotMAE-wantMAE) > 1e-3*wantMAE || math.Abs(gotAcc-wantAcc) > 1e-9 {
+		t.Errorf("through ListKeys: MAE %.6f ms, accuracy %.6f; the broker's own: %.6f ms, %.6f", gotMAE, gotAcc, wantMAE, wantAcc)
+	}
+}
+
+// The log's figures come from two scrapes of a durable broker's /metrics:
+// the text exposition is parsed as Prometheus does, and the window's
+// differences give fsyncs, publishes and records per fsync.
+func TestLogFigures(t *testing.T) {
+	t.Parallel()
+	page := func(records, syncs, slow, syncSec, waits, waitSec float64) string {
+		return fmt.Sprintf(`# HELP harbinger_log_records_total Records appended.
+# TYPE harbinger_log_records_total counter
+harbinger_log_records_total %v
+# HELP harbinger_log_fsync_duration_seconds Fsyncs.
+# TYPE harbinger_log_fsync_duration_seconds histogram
+harbinger_log_fsync_duration_seconds_bucket{le="0.001"} %v
+harbinger_log_fsync_duration_seconds_bucket{le="0.01"} %v
+harbinger_log_fsync_duration_seconds_bucket{le="+Inf"} %v
+harbinger_log_fsync_duration_seconds_sum %v
+harbinger_log_fsync_duration_seconds_count %v
+# HELP harbinger_log_publish_wait_seconds Waits.
+# TYPE harbinger_log_publish_wait_seconds histogram
+harbinger_log_publish_wait_seconds_bucket{le="+Inf"} %v
+harbinger_log_publish_wait_seconds_sum %v
+harbinger_log_publish_wait_seconds_count %v
+# HELP harbinger_published_total Jobs published.
+# TYPE harbinger_published_total counter
+harbinger_published_total{queue="q"} 7
+`, records, syncs-slow, syncs-slow, syncs, syncSec, syncs, waits, waitSec, waits)
+	}
+	pages := []string{page(100, 10, 1, 0.002, 30, 0.009), page(1300, 110, 4, 0.032, 430, 0.329)}
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, pages[min(n.Add(1)-1, 1)])
+	}))
+	defer srv.Close()
+	a, okA := scrapeLog(t.Context(), srv.URL)
+	b, okB := scrapeLog(t.Context(), srv.URL)
+	f := LogFiguresBetween(a, b, okA, okB, time.Second)
+	if f == nil {
+		t.Fatalf("no figures from %+v, %+v", a, b)
+	}
+	if a.SlowSyncs != 1 || b.SlowSyncs != 4 {
+		t.Errorf("fsyncs over 10 ms: %v and %v, want 1 and 4", a.SlowSyncs, b.SlowSyncs)
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-6*math.Max(1, want) }
+	if !near(f.PublishesPerSync, 4) || !near(f.RecordsPerSync, 12) || !near(f.SyncUS, 300) || !near(f.WaitUS, 800) || !near(f.SyncShare, 0.03) {
+		t.Errorf("figures %+v, want 4 publishes and 12 records per fsync, fsync 300 µs, wait 800 µs, 3%% in fsync", f)
+	}
+	// A broker without a log (memory mode) has none of the series.
+	none := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "# TYPE harbinger_published_total counter\nharbinger_published_total{queue=\"q\"} 7\n")
+	}))
+	defer none.Close()
+	if _, ok := scrapeLog(t.Context(), none.URL); ok {
+		t.Error("a page without the log's series gave a sample")
+	}
+	if LogFiguresBetween(a, b, okA, false, time.Second) != nil || LogFiguresBetween(a, a, true, true, time.Second) != nil {
+		t.Error("figures from a missing sample or a window without fsyncs")
+	}
+}

@@ -1,0 +1,45 @@
+module github.com/harbinger-mq/harbinger/lab
+
+go 1.26.0
+
+require (
+	github.com/harbinger-mq/harbinger v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/api v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/client v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/internal/predict v0.0.0-00010101000000-000000000000
+	github.com/harbinger-mq/harbinger/rabbitmq v0.0.0-00010101000000-000000000000
+	github.com/nats-io/nats.go v1.55.0
+	github.com/rabbitmq/amqp091-go v1.16.0
+	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/grpc v1.85.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/klauspost/compress v1.20.1 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace (
+	github.com/harbinger-mq/harbinger => ../
+	github.com/harbinger-mq/harbinger/api => ../api
+	github.com/harbinger-mq/harbinger/client => ../client
+	github.com/harbinger-mq/harbinger/internal/predict => ../internal/predict
+	github.com/harbinger-mq/harbinger/rabbitmq => ../rabbitmq
+)
