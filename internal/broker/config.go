@@ -104,8 +104,10 @@ type Config struct {
 	Store store.Store `yaml:"-"`
 	// CheckpointBytes is the log size past which the broker writes a
 	// checkpoint and drops the history before it; after a checkpoint the
-	// threshold is twice what is left, so rewriting costs at most about as
-	// much again as the log itself.
+	// threshold is twice what is left, and after a restart twice the live
+	// jobs recovered (never less than CheckpointBytes), so rewriting costs
+	// at most about as much again as the log itself and the log follows
+	// the live jobs across restarts.
 	CheckpointBytes int64 `yaml:"checkpoint_bytes"`
 	// Clock is the source of every time read and timer; nil means clock.Real.
 	Clock clock.Clock `yaml:"-"`

@@ -484,7 +484,7 @@ func (s *FileStore) openHead() error {
 	}
 	if err := f.Preallocate(s.opts.SegmentBytes); err != nil {
 		f.Close()
-		return fmt.Errorf("store: allocate segment: %w", err)
+		return s.allocError(err)
 	}
 	if err := s.fs.SyncDir(s.dir); err != nil { // the segment may be new
 		f.Close()
@@ -510,6 +510,16 @@ func (s *FileStore) openHead() error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// allocError says what a segment's allocation needs when the disk is too
+// full for it: every segment takes its full size at once.
+func (s *FileStore) allocError(err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("store: allocate segment: the log needs %d MiB free in %s for a segment (each is allocated whole, ahead of its records): %w",
+			s.opts.SegmentBytes>>20, s.dir, err)
+	}
+	return fmt.Errorf("store: allocate segment: %w", err)
 }
 
 // armTick, with mu held, has the flusher woken after iv, and again every
@@ -988,7 +998,7 @@ func (s *FileStore) rotate(n uint64) error {
 	if err := f.Preallocate(s.opts.SegmentBytes); err != nil {
 		f.Close()
 		s.seg = nil
-		return err
+		return s.allocError(err)
 	}
 	// Records confirmed in the new segment must not vanish with its
 	// directory entry.

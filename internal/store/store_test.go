@@ -1054,3 +1054,20 @@ func TestLastSegmentDamageIsNotTakenForATornWrite(t *testing.T) {
 		})
 	}
 }
+
+// A data directory with less free space than a segment cannot start the
+// log; the error says how much it needs.
+func TestFullDiskAtStartSaysWhatItNeeds(t *testing.T) {
+	t.Parallel()
+	ffs := &FaultFS{}
+	ffs.FailWrite(true)
+	s, err := OpenFile(t.TempDir(), FileOptions{FS: ffs, SegmentBytes: 8 << 20, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Replay(func(*Record) error { return nil })
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "needs 8 MiB free") {
+		t.Fatalf("Replay on a full disk = %v, want ENOSPC saying it needs 8 MiB", err)
+	}
+}
