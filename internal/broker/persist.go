@@ -2,13 +2,10 @@ package broker
 
 import (
 	"bytes"
-	"cmp"
 	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/delivery"
@@ -97,22 +94,6 @@ func (q *queue) declareRecord() *store.Record {
 	return &store.Record{Kind: store.KindDeclare, Queue: q.name, Data: data}
 }
 
-// recovered is a job as the replay leaves it.
-type recovered struct {
-	job *store.Job
-	// reset: classify afresh at its next push, as the broker would have:
-	// a requeued dead letter, or a job out of line when its queue was
-	// redeclared.
-	reset bool
-}
-
-// observation is an ack's duration the replay teaches the predictor again.
-type observation struct {
-	producer, jobType string
-	size              uint64
-	d                 time.Duration
-}
-
 // recover rebuilds the broker's queues from its store.
 func (b *Broker) recover() error {
 	st := b.cfg.Store
@@ -123,8 +104,16 @@ func (b *Broker) recover() error {
 	scheds := map[string][]byte{}
 	unique := map[string]map[string]uniqueEntry{} // queue -> key -> entry
 	now := b.clk.Now()
-	obs := map[string][]observation{}          // acks after the queue's last predictor snapshot
-	jobs := map[string]map[string]*recovered{} // queue -> id -> job
+	// Each queue's job records fold in the delivery line's own replay.
+	lines := map[string]*delivery.Replay{}
+	line := func(name string) *delivery.Replay {
+		p := lines[name]
+		if p == nil {
+			p = delivery.NewReplay()
+			lines[name] = p
+		}
+		return p
+	}
 	records := 0
 	// A queue a publish or subscribe created has the broker's default
 	// config, and no declare record until a checkpoint or declare.
@@ -140,8 +129,7 @@ func (b *Broker) recover() error {
 			delete(preds, r.Queue)
 			delete(paused, r.Queue)
 			delete(unique, r.Queue)
-			delete(obs, r.Queue)
-			delete(jobs, r.Queue)
+			delete(lines, r.Queue)
 			return nil
 		case store.KindDeclare:
 			prev, ok := decls[r.Queue]
@@ -149,17 +137,15 @@ func (b *Broker) recover() error {
 				prev = defaultDecl
 			}
 			decls[r.Queue] = r.Data
-			if !bytes.Equal(prev, r.Data) {
-				// The jobs out of line when the config changed are
-				// classified afresh when they are back in line.
-				for _, rj := range jobs[r.Queue] {
-					rj.reset = true
-				}
+			if p := lines[r.Queue]; p != nil && !bytes.Equal(prev, r.Data) {
+				p.Reconfigured()
 			}
 			return nil
 		case store.KindPredictor:
 			preds[r.Queue] = r.Data
-			obs[r.Queue] = obs[r.Queue][:0]
+			if p := lines[r.Queue]; p != nil {
+				p.Snapshotted()
+			}
 			return nil
 		case store.KindPause:
 			paused[r.Queue] = len(r.Data) == 1 && r.Data[0] == 1
@@ -179,38 +165,9 @@ func (b *Broker) recover() error {
 				unique[r.Queue][r.Reason] = uniqueEntry{id: r.ID, until: r.At}
 			}
 			return nil
-		case store.KindJob:
-			if jobs[r.Queue] == nil {
-				jobs[r.Queue] = map[string]*recovered{}
-			}
-			jobs[r.Queue][r.ID] = &recovered{job: r.Job, reset: r.Job.Reset}
-			return nil
 		}
-		rj := jobs[r.Queue][r.ID]
-		if rj == nil {
-			return nil // a checkpoint dropped this job's earlier records: it had ended
-		}
-		j := rj.job
-		switch r.Kind {
-		case store.KindDeliver:
-			j.Attempts++
-			j.State, j.Until = store.Ready, time.Time{}
-		case store.KindReturn:
-			j.Attempts = max(j.Attempts-1, 0)
-		case store.KindDelay:
-			j.State, j.Until = store.Delayed, r.At
-		case store.KindDead:
-			j.State, j.Reason, j.DeadAt = store.Dead, r.Reason, r.At
-		case store.KindRequeue:
-			j.State, j.Attempts, j.Expires, j.Enqueued, j.Reason = store.Ready, 0, time.Time{}, r.At, ""
-			rj.reset = true
-		case store.KindAck:
-			if r.Duration > 0 {
-				obs[r.Queue] = append(obs[r.Queue], observation{j.Producer, j.JobType, j.SizeHint, r.Duration})
-			}
-			delete(jobs[r.Queue], r.ID)
-		case store.KindRemove:
-			delete(jobs[r.Queue], r.ID)
+		if !line(r.Queue).Apply(r) {
+			return fmt.Errorf("broker: a record of kind %v that no part of the broker writes (queue %q)", r.Kind, r.Queue)
 		}
 		return nil
 	})
@@ -229,34 +186,23 @@ func (b *Broker) recover() error {
 			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
 		}
 	}
-	for name, js := range jobs {
+	for name, p := range lines {
 		q, err := b.lookup(name, true)
 		if err != nil {
 			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
 		}
-		all := make([]*recovered, 0, len(js))
-		for _, rj := range js {
-			all = append(all, rj)
-		}
-		// By FIFO position; a log the broker did not write may give two
-		// jobs one position, and the id then decides, so that every
-		// recovery of the same log puts them in the same order.
-		slices.SortFunc(all, func(a, b *recovered) int {
-			return cmp.Or(cmp.Compare(a.job.Seq, b.job.Seq), strings.Compare(a.job.ID, b.job.ID))
-		})
 		q.mu.Lock()
-		learned += q.restoreLearning(preds[name], obs[name])
+		learned += q.restoreLearning(preds[name], p.Observations())
 		delete(preds, name)
-		delete(obs, name)
-		for _, rj := range all {
-			j := q.line.Restore(rj.job, rj.reset, now)
+		for _, rj := range p.Jobs() {
+			j := q.line.Restore(rj.Job, rj.Reset, now)
 			b.forceReserve(j, q.name)
 			switch {
-			case rj.job.State == store.Ready, rj.job.State == store.Delayed && !rj.job.Until.After(now):
+			case rj.Job.State == store.Ready, rj.Job.State == store.Delayed && !rj.Job.Until.After(now):
 				ready++
-			case rj.job.State == store.Delayed:
+			case rj.Job.State == store.Delayed:
 				delayed++
-			case rj.job.State == store.Dead:
+			case rj.Job.State == store.Dead:
 				dead++
 			}
 		}
@@ -297,13 +243,13 @@ func (b *Broker) recover() error {
 	if err := b.restoreSchedules(scheds); err != nil {
 		return err
 	}
-	for name := range mapsKeys(preds, obs) { // queues whose jobs all ended
+	for name, snap := range preds { // queues with a predictor and no job record since
 		q, err := b.lookup(name, true)
 		if err != nil {
 			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
 		}
 		q.mu.Lock()
-		learned += q.restoreLearning(preds[name], obs[name])
+		learned += q.restoreLearning(snap, nil)
 		q.mu.Unlock()
 	}
 	b.log.Info("broker: recovered", "records", records, "queues", len(*b.queues.Load()),
@@ -318,7 +264,7 @@ func (b *Broker) recover() error {
 
 // restoreLearning loads q's predictor snapshot, if any, and teaches it the
 // durations acked after it; it returns how many.
-func (q *queue) restoreLearning(snap []byte, obs []observation) int {
+func (q *queue) restoreLearning(snap []byte, obs []delivery.Observation) int {
 	if snap != nil {
 		if err := q.sq().Predictor.Restore(q.name, snap); err != nil {
 			q.b.log.Warn("broker: predictor state not restored", "queue", q.name, "err", err)
@@ -326,23 +272,12 @@ func (q *queue) restoreLearning(snap []byte, obs []observation) int {
 	}
 	n := 0
 	for _, o := range obs {
-		k := q.sq().Predictor.KeyFor(q.name, o.producer, o.jobType, o.size)
-		if q.sq().Learn(k, predict.Prediction{}, o.d) == nil {
+		k := q.sq().Predictor.KeyFor(q.name, o.Producer, o.JobType, o.SizeHint)
+		if q.sq().Learn(k, predict.Prediction{}, o.Took) == nil {
 			n++
 		}
 	}
 	return n
-}
-
-func mapsKeys[V1, V2 any](a map[string]V1, b map[string]V2) map[string]bool {
-	out := map[string]bool{}
-	for k := range a {
-		out[k] = true
-	}
-	for k := range b {
-		out[k] = true
-	}
-	return out
 }
 
 // forceReserve charges a recovered job to the budget; recovery never
