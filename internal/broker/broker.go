@@ -51,7 +51,7 @@ type Broker struct {
 	batchJobs      int            // jobs a checkpoint writes per hold of a queue's lock; 0 is checkpointBatch
 	bg             sync.WaitGroup // checkpoints in the background
 	recovering     atomic.Bool    // New is replaying the store: declares write nothing
-	sched          schedules
+	periodic       schedules // the periodic schedules and their one timer
 	draining       atomic.Bool
 	stopping       chan struct{} // closed when Shutdown starts
 	drained        chan struct{} // poked when in-flight reaches zero while draining
@@ -710,9 +710,9 @@ func (b *Broker) Shutdown(ctx context.Context) error {
 	}
 	start := b.clk.Now()
 	b.draining.Store(true)
-	b.sched.mu.Lock()
-	b.sched.timer.stop()
-	b.sched.mu.Unlock()
+	b.periodic.mu.Lock()
+	b.periodic.timer.stop()
+	b.periodic.mu.Unlock()
 	close(b.stopping)
 	b.changes.notify()
 	b.log.Info("broker: draining", "in_flight", b.inflight.Load())

@@ -250,13 +250,13 @@ func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 		return Schedule{}, invalid("cron", fmt.Sprintf("%q has no tick in the five years after %s (a date that never comes, such as February 30?)",
 			s.Cron, from.Format(time.RFC3339)))
 	}
-	b.sched.mu.Lock()
-	defer b.sched.mu.Unlock()
-	if b.sched.all == nil {
-		b.sched.all = map[string]*Schedule{}
+	b.periodic.mu.Lock()
+	defer b.periodic.mu.Unlock()
+	if b.periodic.all == nil {
+		b.periodic.all = map[string]*Schedule{}
 	}
-	old := b.sched.all[s.Name]
-	if old == nil && len(b.sched.all) >= MaxSchedules {
+	old := b.periodic.all[s.Name]
+	if old == nil && len(b.periodic.all) >= MaxSchedules {
 		return Schedule{}, fmt.Errorf("%w: a broker holds at most %d schedules", ErrInvalid, MaxSchedules)
 	}
 	if s.Start.IsZero() {
@@ -284,7 +284,7 @@ func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 		}
 	}
 	s.NextTick = s.next(from)
-	b.sched.all[s.Name] = &s
+	b.periodic.all[s.Name] = &s
 	if err := b.logSchedule(&s); err != nil {
 		return Schedule{}, err
 	}
@@ -294,10 +294,10 @@ func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 
 // Schedules reports every schedule, by name.
 func (b *Broker) Schedules() []Schedule {
-	b.sched.mu.Lock()
-	defer b.sched.mu.Unlock()
-	out := make([]Schedule, 0, len(b.sched.all))
-	for _, s := range b.sched.all {
+	b.periodic.mu.Lock()
+	defer b.periodic.mu.Unlock()
+	out := make([]Schedule, 0, len(b.periodic.all))
+	for _, s := range b.periodic.all {
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b Schedule) int { return cmp.Compare(a.Name, b.Name) })
@@ -318,9 +318,9 @@ func (b *Broker) schedulesInto(queue string) []string {
 // PauseSchedule stops (or restarts) a schedule's ticks; ticks that pass
 // while it is paused do not fire.
 func (b *Broker) PauseSchedule(name string, paused bool) (Schedule, error) {
-	b.sched.mu.Lock()
-	defer b.sched.mu.Unlock()
-	s := b.sched.all[name]
+	b.periodic.mu.Lock()
+	defer b.periodic.mu.Unlock()
+	s := b.periodic.all[name]
 	if s == nil {
 		return Schedule{}, fmt.Errorf("%w: schedule %q", ErrScheduleNotFound, name)
 	}
@@ -340,12 +340,12 @@ func (b *Broker) PauseSchedule(name string, paused bool) (Schedule, error) {
 
 // DeleteSchedule removes a schedule.
 func (b *Broker) DeleteSchedule(name string) error {
-	b.sched.mu.Lock()
-	defer b.sched.mu.Unlock()
-	if b.sched.all[name] == nil {
+	b.periodic.mu.Lock()
+	defer b.periodic.mu.Unlock()
+	if b.periodic.all[name] == nil {
 		return fmt.Errorf("%w: schedule %q", ErrScheduleNotFound, name)
 	}
-	delete(b.sched.all, name)
+	delete(b.periodic.all, name)
 	if st := b.cfg.Store; st != nil {
 		pos, err := st.Append(&store.Record{Kind: store.KindSchedule, ID: name})
 		if err == nil {
@@ -381,21 +381,21 @@ func (b *Broker) logSchedule(s *Schedule) error {
 
 func (b *Broker) armScheduleLocked(now time.Time) {
 	var first time.Time
-	for _, s := range b.sched.all {
+	for _, s := range b.periodic.all {
 		if !s.Paused && !s.NextTick.IsZero() && (first.IsZero() || s.NextTick.Before(first)) {
 			first = s.NextTick
 		}
 	}
-	if first.IsZero() || b.draining.Load() || !b.sched.timer.due(first) {
+	if first.IsZero() || b.draining.Load() || !b.periodic.timer.due(first) {
 		return
 	}
-	b.sched.timer.arm(b.clk, first, now, b.onScheduleTimer)
+	b.periodic.timer.arm(b.clk, first, now, b.onScheduleTimer)
 }
 
 func (b *Broker) onScheduleTimer(g uint64) {
-	b.sched.mu.Lock()
-	defer b.sched.mu.Unlock()
-	if !b.sched.timer.fired(g) || b.draining.Load() {
+	b.periodic.mu.Lock()
+	defer b.periodic.mu.Unlock()
+	if !b.periodic.timer.fired(g) || b.draining.Load() {
 		return
 	}
 	now := b.clk.Now()
@@ -409,8 +409,8 @@ func (b *Broker) onScheduleTimer(g uint64) {
 // schedule and the tick, so a tick that fired just before a crash, whose
 // record was lost, fires nothing the second time.
 func (b *Broker) fireDueLocked(now time.Time) {
-	for _, name := range slices.Sorted(maps.Keys(b.sched.all)) {
-		s := b.sched.all[name]
+	for _, name := range slices.Sorted(maps.Keys(b.periodic.all)) {
+		s := b.periodic.all[name]
 		if s.Paused || s.NextTick.IsZero() || s.NextTick.After(now) {
 			continue // a cron with no tick left has a zero NextTick
 		}
@@ -448,8 +448,8 @@ func (b *Broker) fireDueLocked(now time.Time) {
 // restoreSchedules loads schedules from their last records and fires what
 // the downtime owes.
 func (b *Broker) restoreSchedules(defs map[string][]byte) error {
-	b.sched.mu.Lock()
-	defer b.sched.mu.Unlock()
+	b.periodic.mu.Lock()
+	defer b.periodic.mu.Unlock()
 	for name, data := range defs {
 		var s Schedule
 		if err := json.Unmarshal(data, &s); err != nil {
@@ -470,20 +470,20 @@ func (b *Broker) restoreSchedules(defs map[string][]byte) error {
 			}
 			s.NextTick = s.next(from)
 		}
-		if b.sched.all == nil {
-			b.sched.all = map[string]*Schedule{}
+		if b.periodic.all == nil {
+			b.periodic.all = map[string]*Schedule{}
 		}
-		b.sched.all[name] = &s
+		b.periodic.all[name] = &s
 	}
 	return nil
 }
 
 // scheduleRecords is every schedule as records, for a checkpoint.
 func (b *Broker) scheduleRecords() []*store.Record {
-	b.sched.mu.Lock()
-	defer b.sched.mu.Unlock()
+	b.periodic.mu.Lock()
+	defer b.periodic.mu.Unlock()
 	var recs []*store.Record
-	for _, s := range b.sched.all {
+	for _, s := range b.periodic.all {
 		if data, err := json.Marshal(s); err == nil {
 			recs = append(recs, &store.Record{Kind: store.KindSchedule, ID: s.Name, Data: data})
 		}
@@ -494,8 +494,8 @@ func (b *Broker) scheduleRecords() []*store.Record {
 // startSchedules fires what the downtime owes and arms the timer; called
 // once recovery is complete.
 func (b *Broker) startSchedules() {
-	b.sched.mu.Lock()
-	defer b.sched.mu.Unlock()
+	b.periodic.mu.Lock()
+	defer b.periodic.mu.Unlock()
 	now := b.clk.Now()
 	b.fireDueLocked(now)
 	b.armScheduleLocked(now)
