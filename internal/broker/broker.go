@@ -51,7 +51,7 @@ type Broker struct {
 	batchJobs      int            // jobs a checkpoint writes per hold of a queue's lock; 0 is checkpointBatch
 	bg             sync.WaitGroup // checkpoints in the background
 	recovering     atomic.Bool    // New is replaying the store: declares write nothing
-	periodic       schedules // the periodic schedules and their one timer
+	periodic       schedules      // the periodic schedules and their one timer
 	draining       atomic.Bool
 	stopping       chan struct{} // closed when Shutdown starts
 	drained        chan struct{} // poked when in-flight reaches zero while draining
