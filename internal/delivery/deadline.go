@@ -1,0 +1,63 @@
+package delivery
+
+import (
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/store"
+)
+
+func (l *Line) expire(now time.Time) {
+	l.expBuf = l.sq.Expire(now, l.expBuf[:0])
+	for i, it := range l.expBuf {
+		l.unwait(jobOf(it))
+		l.Stats.Expired++
+		l.deadLetter(jobOf(it), now, "expired")
+		l.expBuf[i] = nil
+	}
+}
+
+// NextDeadline is the earliest moment the Line has work of its own: a lease
+// ending, a TTL passing, a delayed job coming due.
+func (l *Line) NextDeadline() (time.Time, bool) {
+	var at time.Time
+	earliest := func(t time.Time) {
+		if at.IsZero() || t.Before(at) {
+			at = t
+		}
+	}
+	if j := l.leases.min(); j != nil {
+		earliest(fromNanos(j.deadline()))
+	}
+	if t, ok := l.sq.NextExpiry(); ok {
+		earliest(t)
+	}
+	if j := l.delayed.min(); j != nil {
+		earliest(fromNanos(j.deadline()))
+	}
+	return at, !at.IsZero()
+}
+
+// Tick does what has come due by now: leases that ended go back in line
+// (or to the dead letters), jobs whose TTL passed expire, delayed jobs
+// join the line.
+func (l *Line) Tick(now time.Time) {
+	for j := l.leases.min(); j != nil && j.deadline() <= nanos(now); j = l.leases.min() {
+		l.settle(j)
+		l.retry(j, now, "lease expired")
+	}
+	if at, ok := l.sq.NextExpiry(); ok && !at.After(now) {
+		l.expire(now)
+	}
+	for j := l.delayed.min(); j != nil && j.deadline() <= nanos(now); j = l.delayed.min() {
+		l.delayed.remove(j)
+		j.setDeadline(0)
+		if j.is(flagScheduled) {
+			// A scheduled job enters as if published now, behind every
+			// job in line; its record says the place it got.
+			j.item.ID = l.nextID()
+			l.enter(j, now)
+			l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
+		}
+		l.push(j, now)
+	}
+}
