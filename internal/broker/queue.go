@@ -110,19 +110,23 @@ func (q *queue) publishLocked(j *delivery.Job, names delivery.Names, runAt, now 
 	if q.closed {
 		return ErrShuttingDown
 	}
-	rec, err := q.line.Admit(j, names, runAt, now)
+	_, err := q.line.Admit(j, names, runAt, now)
 	if errors.Is(err, delivery.ErrFull) {
 		return &QueueFullError{Queue: q.name, MaxDepth: q.cfg.MaxDepth}
 	}
 	if err != nil {
 		return err
 	}
-	if rec != nil {
-		pos, err := q.b.cfg.Store.Append(rec)
+	if fx := &q.line.Fx; len(fx.Records) > 0 {
+		// The job's record (and any before it) on its way to the log
+		// before the job is in line: a refused append refuses the job.
+		pos, err := q.b.cfg.Store.Append(fx.Records...)
+		fx.ClearRecords()
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrNotDurable, err)
 		}
-		q.lastPos = pos
+		q.lastPos, q.wrote = pos, pos
+		q.b.maybeCheckpoint()
 	}
 	q.line.Commit(j, now)
 	return nil

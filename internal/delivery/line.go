@@ -120,6 +120,16 @@ type Cancel struct {
 
 // Clear empties e, keeping its storage.
 func (e *Effects) Clear() {
+	e.ClearRecords()
+	clear(e.Released)
+	e.Released, e.Cancels = e.Released[:0], e.Cancels[:0]
+	e.Ready, e.Settled = 0, 0
+}
+
+// ClearRecords empties e.Records alone, keeping the records for reuse: for
+// a caller that has stored them (a store encodes a record when it is
+// appended) ahead of the other effects.
+func (e *Effects) ClearRecords() {
 	for _, r := range e.Records {
 		if len(e.spare) == maxSpare {
 			break
@@ -132,9 +142,7 @@ func (e *Effects) Clear() {
 		e.spare = append(e.spare, r)
 	}
 	clear(e.Records)
-	clear(e.Released)
-	e.Records, e.Released, e.Cancels = e.Records[:0], e.Released[:0], e.Cancels[:0]
-	e.Ready, e.Settled = 0, 0
+	e.Records = e.Records[:0]
 }
 
 // Stats counts what a Line has done since it was made.
@@ -167,8 +175,6 @@ type Line struct {
 	// waits counts the waiting jobs by when they entered the line, for
 	// OldestWaiting and WaitQuantiles.
 	waits ages
-	// admitted is the record Admit returns, reused by each.
-	admitted store.Record
 
 	// Quiet stops records from being written (while the caller replays
 	// the log into the Line).
@@ -219,11 +225,11 @@ func (l *Line) Stale(j *Job) bool { return j.is(flagStale) }
 
 // Admit readies j, a new job, for the line at now: it fills in the
 // queue's defaults, gives it its place in the line's order and, unless
-// runAt is after now, classifies it. It returns the job's record (nil
-// unless Config.Durable), which the caller must have stored before it
-// calls Commit; if storing fails it drops j and nothing else changes. The
-// record is the Line's own, rewritten by the next Admit: a store encodes a
-// record when it is appended, so a publish makes no garbage of it.
+// runAt is after now, classifies it. Its record (only when
+// Config.Durable) goes to Effects.Records like every other call's, and is
+// returned too; the caller must have stored Effects.Records before it
+// calls Commit (ClearRecords then hands them back), and if storing fails
+// it drops j and nothing else changes.
 func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, error) {
 	if l.sq.Len() >= l.cfg.MaxDepth {
 		return nil, ErrFull
@@ -251,9 +257,12 @@ func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, 
 	if !l.cfg.Durable {
 		return nil, nil
 	}
-	l.admitted = store.Record{Job: l.admitted.Job}
-	l.fill(&l.admitted, j, state, "", time.Time{})
-	return &l.admitted, nil
+	var rec *store.Record
+	l.log(func(r *store.Record) {
+		l.fill(r, j, state, "", time.Time{})
+		rec = r
+	})
+	return rec, nil
 }
 
 // Commit puts an admitted job in line, or holds it until it is due.

@@ -414,13 +414,13 @@ func TestDurableCycleReusesRecords(t *testing.T) {
 	cycle := func() {
 		j := newJob(ids[n], payload)
 		n++
-		rec, err := l.Admit(j, Names{"p", "t"}, time.Time{}, t0)
-		if err != nil {
+		if _, err := l.Admit(j, Names{"p", "t"}, time.Time{}, t0); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Append(rec); err != nil {
+		if _, err := st.Append(l.Fx.Records...); err != nil {
 			t.Fatal(err)
 		}
+		l.Fx.ClearRecords()
 		l.Commit(j, t0)
 		if l.Deliver(h, t0) != j {
 			t.Fatal("the job just published was not delivered")
