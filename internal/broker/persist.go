@@ -2,7 +2,6 @@ package broker
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/store"
+	"github.com/harbinger-mq/harbinger/internal/unique"
 )
 
 // What the broker writes to its store, and when (all under the queue's
@@ -102,7 +102,7 @@ func (b *Broker) recover() error {
 	preds := map[string][]byte{}
 	paused := map[string]bool{}
 	scheds := map[string][]byte{}
-	unique := map[string]map[string]uniqueEntry{} // queue -> key -> entry
+	uniques := map[string]map[string]unique.Entry{} // queue -> key -> entry
 	now := b.clk.Now()
 	// Each queue's job records fold in the delivery line's own replay.
 	lines := map[string]*delivery.Replay{}
@@ -128,7 +128,7 @@ func (b *Broker) recover() error {
 			delete(decls, r.Queue)
 			delete(preds, r.Queue)
 			delete(paused, r.Queue)
-			delete(unique, r.Queue)
+			delete(uniques, r.Queue)
 			delete(lines, r.Queue)
 			return nil
 		case store.KindDeclare:
@@ -159,10 +159,10 @@ func (b *Broker) recover() error {
 			return nil
 		case store.KindUnique:
 			if r.At.After(now) {
-				if unique[r.Queue] == nil {
-					unique[r.Queue] = map[string]uniqueEntry{}
+				if uniques[r.Queue] == nil {
+					uniques[r.Queue] = map[string]unique.Entry{}
 				}
-				unique[r.Queue][r.Reason] = uniqueEntry{id: r.ID, until: r.At}
+				uniques[r.Queue][r.Reason] = unique.Entry{ID: r.ID, Until: r.At}
 			}
 			return nil
 		}
@@ -211,21 +211,16 @@ func (b *Broker) recover() error {
 		q.unlockChanged()
 	}
 	keys := 0
-	for name, idx := range unique {
+	for name, idx := range uniques {
 		q, err := b.lookup(name, true)
 		if err != nil {
 			return fmt.Errorf("broker: recovering queue %q: %w", name, err)
 		}
 		q.mu.Lock()
 		for key, e := range idx {
-			if q.unique.keys == nil {
-				q.unique.keys = map[string]uniqueEntry{}
-			}
-			q.unique.keys[key] = e
-			q.unique.exp = append(q.unique.exp, uniqueExp{until: e.until, key: key})
+			q.unique.Claim(key, e.ID, e.Until)
 			keys++
 		}
-		heap.Init(&q.unique.exp)
 		q.mu.Unlock()
 	}
 	for name, p := range paused {
@@ -377,7 +372,9 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 	}
 	head := []*store.Record{q.declareRecord(), q.pauseRecord()}
 	q.declared = true
-	q.uniqueRecords(q.b.clk.Now(), func(r *store.Record) { head = append(head, r) })
+	q.unique.Each(q.b.clk.Now(), func(key string, e unique.Entry) {
+		head = append(head, &store.Record{Kind: store.KindUnique, Queue: q.name, ID: e.ID, Reason: key, At: e.Until})
+	})
 	head = append(head, &store.Record{Kind: store.KindPredictor, Queue: q.name, Data: q.sq().Predictor.Snapshot()})
 	pos, err = st.Append(head...)
 	snap := q.line.Snapshot()

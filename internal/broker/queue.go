@@ -12,6 +12,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
+	"github.com/harbinger-mq/harbinger/internal/unique"
 )
 
 // queue is one named queue: the pure delivery line (internal/delivery) plus
@@ -37,7 +38,7 @@ type queue struct {
 	// declared: the log holds the queue's config (a declare, or a
 	// checkpoint), so it comes back from a restart even with no jobs.
 	declared bool
-	unique   uniqueIndex
+	unique   unique.Index
 
 	// One timer for the line's next deadline: the earliest lease end, TTL
 	// or due time.
