@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,8 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/robfig/cron/v3"
-
+	"github.com/harbinger-mq/harbinger/internal/periodic"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
@@ -25,11 +25,9 @@ const DefaultCatchUp = time.Hour
 // MaxSchedules bounds the periodic schedules a broker holds.
 const MaxSchedules = 10_000
 
-// MinEvery is the shortest interval a schedule may have, given as every
-// or as a cron expression's @every: ticks come no faster than once a
-// second (the cron library's own floor, which it applied without a word,
-// rounding @every 1ns up to 1s and cutting @every 1.5s to 1s).
-const MinEvery = time.Second
+// MinEvery is the shortest interval a schedule may have (see
+// periodic.MinEvery).
+const MinEvery = periodic.MinEvery
 
 // Schedule is a periodic job: each tick publishes one job to Queue. It
 // runs either on a cron expression in a time zone, or every Every.
@@ -59,10 +57,8 @@ type Schedule struct {
 	NextTick time.Time `json:"next_tick,omitzero"`
 	Fired    uint64    `json:"fired,omitempty"`
 
-	cron cron.Schedule
+	spec periodic.Spec
 }
-
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // compile checks s and prepares its next-tick function.
 func (s *Schedule) compile(b *Broker) error {
@@ -72,136 +68,40 @@ func (s *Schedule) compile(b *Broker) error {
 	if err := b.Validate(&Message{Queue: s.Queue, Producer: s.Producer, JobType: s.JobType, Payload: s.Payload, Headers: s.Headers}); err != nil {
 		return err
 	}
-	switch {
-	case (s.Cron == "") == (s.Every == 0):
-		return invalid("schedule", "give either a cron expression or an interval (every)")
-	case s.Every < 0 || (s.Every > 0 && s.Every < MinEvery):
-		return invalid("every", fmt.Sprintf("must be at least %v, got %v", MinEvery, s.Every))
-	case s.CatchUp < 0 || s.CatchUp > 7*24*time.Hour:
+	spec, err := periodic.Compile(s.Cron, s.TimeZone, s.Every, s.Start)
+	if err != nil {
+		return fieldError(err)
+	}
+	if s.CatchUp < 0 || s.CatchUp > 7*24*time.Hour {
 		return invalid("catch_up", fmt.Sprintf("must be 0 (default %v) to 7 days, got %v", DefaultCatchUp, s.CatchUp))
 	}
 	if s.CatchUp == 0 {
 		s.CatchUp = DefaultCatchUp
 	}
-	if s.Cron != "" {
-		loc := time.UTC
-		if s.TimeZone != "" {
-			l, err := time.LoadLocation(s.TimeZone)
-			if err != nil {
-				return invalid("time_zone", fmt.Sprintf("%q is not a time zone name such as Europe/Paris", s.TimeZone))
-			}
-			loc = l
-		}
-		sched, err := parseCron(s.Cron)
-		if err != nil {
-			return invalid("cron", err.Error())
-		}
-		s.cron = zoned{sched, loc}
-	}
+	s.spec = spec
 	return nil
 }
 
-// parseCron reads a cron expression. The parser panics on some input (a
-// TZ= prefix without a space after it, robfig/cron v3.0.1), which must not
-// take the broker down.
-func parseCron(spec string) (_ cron.Schedule, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%q is not a cron expression the parser can read", spec)
-		}
-	}()
-	return cronParser.Parse(spec)
+// fieldError is a periodic.FieldError as the broker's invalid-field error.
+func fieldError(err error) error {
+	var fe *periodic.FieldError
+	if errors.As(err, &fe) {
+		return invalid(fe.Field, fe.Msg)
+	}
+	return err
 }
 
-// checkCronEvery holds a cron expression's @every to what every takes: at
-// least MinEvery, in whole seconds, since the cron library rounds anything
-// shorter up to a second and drops a fraction of a second. A schedule
-// recovered from the log is not checked: it was declared before this.
-func checkCronEvery(spec string) error {
-	arg, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every ")
-	if !ok {
-		return nil
-	}
-	d, err := time.ParseDuration(arg)
-	if err != nil {
-		return nil // compile has refused it
-	}
-	switch {
-	case d < MinEvery:
-		return invalid("cron", fmt.Sprintf("%q: @every must be at least %v, got %v", spec, MinEvery, d))
-	case d%time.Second != 0:
-		return invalid("cron", fmt.Sprintf("%q: @every takes whole seconds (the cron library would tick every %v); for %v give every instead", spec, d.Truncate(time.Second), d))
-	}
-	return nil
-}
+// next is the first tick strictly after t and not before Start (see
+// periodic.Spec.Next).
+func (s *Schedule) next(t time.Time) time.Time { return s.timing().Next(t) }
 
-// zoned evaluates a cron schedule in a time zone.
-type zoned struct {
-	s   cron.Schedule
-	loc *time.Location
-}
+// timing is the schedule's tick arithmetic from its Start as it is now.
+func (s *Schedule) timing() periodic.Spec { return s.spec.Starting(s.Start) }
 
-func (z zoned) Next(t time.Time) time.Time { return z.s.Next(t.In(z.loc)) }
-
-// next is the first tick strictly after t and not before Start; the zero
-// time when a cron expression has none in the five years after t.
-func (s *Schedule) next(t time.Time) time.Time {
-	if s.cron != nil {
-		if t.Before(s.Start) {
-			t = s.Start.Add(-time.Nanosecond) // a tick at Start itself may fire
-		}
-		return s.cron.Next(t)
-	}
-	if t.Before(s.Start) {
-		return s.Start
-	}
-	// Whole intervals since Start, then one more: neither product can
-	// overflow, as (d/Every)*Every <= d (DeclareSchedule keeps Start
-	// within maxStartAge, so d does not saturate).
-	d := t.Sub(s.Start)
-	return s.Start.Add(d / s.Every * s.Every).Add(s.Every)
-}
-
-// maxStartAge is how far in the past (or the future) a schedule's Start
-// may be when it is declared: far enough for any real calendar, near
-// enough that the time since it fits a time.Duration for centuries.
-const maxStartAge = 100 * 365 * 24 * time.Hour
-
-// lastTick is the latest tick at or before now, counting from NextTick
-// (which must not be after now), and how many ticks it passed over. An
-// interval's is computed; a cron expression's is searched, at most a
-// million ticks at a time (a later firing goes on from there).
-func (s *Schedule) lastTick(now time.Time) (tick time.Time, skipped int) {
-	tick = s.NextTick
-	if s.cron == nil {
-		// k*Every <= now-NextTick; were now centuries on, the difference
-		// would saturate and the tick found be earlier, never after now.
-		k := now.Sub(tick) / s.Every
-		return tick.Add(k * s.Every), int(k)
-	}
-	for n := s.next(tick); !n.IsZero() && !n.After(now); n = s.next(n) {
-		tick = n
-		if skipped++; skipped >= 1_000_000 {
-			break
-		}
-	}
-	return tick, skipped
-}
-
-// uniqueFor is the unique-key window of a tick's job: the catch-up window
-// and two periods, so that a tick fired again after a restart (which only
-// happens within the catch-up window) finds its key still held; at most
-// MaxUniqueFor (30 days, over the longest catch-up of 7), which a monthly
-// schedule's two periods passed, so that its every tick was refused.
+// uniqueFor is the unique-key window of a tick's job (see
+// periodic.Spec.UniqueFor), at most MaxUniqueFor.
 func (s *Schedule) uniqueFor(tick time.Time) time.Duration {
-	p := min(s.period(tick), MaxUniqueFor) // two of it cannot overflow
-	return min(s.CatchUp+2*p, MaxUniqueFor)
-}
-
-// period estimates the time between ticks, for the unique-key window.
-func (s *Schedule) period(from time.Time) time.Duration {
-	n := s.next(from)
-	return max(s.next(n).Sub(n), time.Second)
+	return s.timing().UniqueFor(tick, s.CatchUp, MaxUniqueFor)
 }
 
 // schedules is the broker's periodic jobs, with one timer for the earliest
@@ -230,19 +130,19 @@ func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 	if t := strings.TrimSpace(s.Cron); strings.HasPrefix(t, "TZ=") || strings.HasPrefix(t, "CRON_TZ=") {
 		return Schedule{}, invalid("cron", fmt.Sprintf("%q: give the time zone in time_zone, not in the expression", s.Cron))
 	}
-	if !s.Start.IsZero() && (s.Start.Before(now.Add(-maxStartAge)) || s.Start.After(now.Add(maxStartAge))) {
+	if !s.Start.IsZero() && (s.Start.Before(now.Add(-periodic.MaxStartAge)) || s.Start.After(now.Add(periodic.MaxStartAge))) {
 		return Schedule{}, invalid("start", fmt.Sprintf("%v is more than 100 years from now", s.Start.Format(time.RFC3339)))
 	}
 	if err := s.compile(b); err != nil {
 		return Schedule{}, err
 	}
-	if err := checkCronEvery(s.Cron); err != nil {
-		return Schedule{}, err
+	if err := periodic.CheckCronEvery(s.Cron); err != nil {
+		return Schedule{}, fieldError(err)
 	}
 	// A date that never comes (February 30) parses; the cron library then
 	// answers each Next with the zero time after searching five years. A
 	// recovered schedule is not checked: it was when it was declared.
-	if s.cron != nil && s.next(now).IsZero() {
+	if s.spec.IsCron() && s.next(now).IsZero() {
 		from := now
 		if s.Start.After(now) {
 			from = s.Start
@@ -414,16 +314,20 @@ func (b *Broker) fireDueLocked(now time.Time) {
 		if s.Paused || s.NextTick.IsZero() || s.NextTick.After(now) {
 			continue // a cron with no tick left has a zero NextTick
 		}
-		tick, skipped := s.lastTick(now)
-		if skipped > 0 {
-			b.log.Warn("broker: schedule missed ticks while the broker was down; they are skipped",
-				"schedule", s.Name, "skipped", skipped, "from", s.NextTick, "to", tick)
+		f, ok := s.timing().Due(s.NextTick, now, s.CatchUp)
+		if !ok {
+			continue
 		}
-		if s.NextTick = s.next(tick); s.NextTick.IsZero() {
+		tick := f.Tick
+		if f.Skipped > 0 {
+			b.log.Warn("broker: schedule missed ticks while the broker was down; they are skipped",
+				"schedule", s.Name, "skipped", f.Skipped, "from", s.NextTick, "to", tick)
+		}
+		if s.NextTick = f.Next; s.NextTick.IsZero() {
 			b.log.Warn("broker: schedule has no tick in the five years after this one; it will not fire again unless redeclared", "schedule", s.Name, "tick", tick)
 		}
-		if late := now.Sub(tick); late > s.CatchUp {
-			b.log.Warn("broker: schedule tick is older than its catch-up window; skipped", "schedule", s.Name, "tick", tick, "late", late, "catch_up", s.CatchUp)
+		if f.TooLate {
+			b.log.Warn("broker: schedule tick is older than its catch-up window; skipped", "schedule", s.Name, "tick", tick, "late", now.Sub(tick), "catch_up", s.CatchUp)
 			continue
 		}
 		m := &Message{Queue: s.Queue, Producer: s.Producer, JobType: s.JobType, Payload: s.Payload, Headers: s.Headers,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/periodic"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
@@ -257,7 +258,7 @@ func TestScheduleNextAgainstModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	now := time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
 	for range 100_000 {
-		s := Schedule{Start: now.Add(time.Duration(r.Int64N(int64(2*maxStartAge))) - maxStartAge)}
+		s := Schedule{Start: now.Add(time.Duration(r.Int64N(int64(2*periodic.MaxStartAge))) - periodic.MaxStartAge)}
 		switch r.IntN(3) {
 		case 0:
 			s.Every = time.Second * time.Duration(1+r.IntN(100))
@@ -267,6 +268,11 @@ func TestScheduleNextAgainstModel(t *testing.T) {
 			s.Every = time.Duration(1<<63 - 1)
 		}
 		at := now.Add(time.Duration(r.Int64N(int64(20 * 365 * 24 * time.Hour))))
+		spec, err := periodic.Compile("", "", s.Every, s.Start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.spec = spec
 		got := s.next(at)
 		want := s.Start
 		if !at.Before(s.Start) {
