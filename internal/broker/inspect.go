@@ -129,6 +129,11 @@ func (q *queue) keys(limit int) []predict.KeyStats {
 // DeadLetters reports up to limit of a queue's dead letters (all when
 // limit <= 0), oldest first.
 func (b *Broker) DeadLetters(name string, limit int) ([]DeadLetter, error) {
+	return b.DeadLettersFrom(name, 0, limit)
+}
+
+// DeadLettersFrom is DeadLetters after skipping the oldest offset.
+func (b *Broker) DeadLettersFrom(name string, offset, limit int) ([]DeadLetter, error) {
 	q, err := b.lookup(name, false)
 	if err != nil {
 		return nil, err
@@ -136,6 +141,7 @@ func (b *Broker) DeadLetters(name string, limit int) ([]DeadLetter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	dead := q.line.Dead()
+	dead = dead[min(max(offset, 0), len(dead)):]
 	n := len(dead)
 	if limit > 0 {
 		n = min(n, limit)

@@ -1216,3 +1216,44 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 func (l *Line) SortDead() {
 	slices.SortStableFunc(l.dead, func(a, b DeadLetterEntry) int { return a.At.Compare(b.At) })
 }
+
+// RunNow makes delayed jobs due at once: each named one that waits for a
+// due time (published to run later, or nacked with a delay to retry) joins
+// the line as if its time had come now. Ids the line holds in another
+// state, or not at all, are skipped. It says how many it moved.
+func (l *Line) RunNow(ids []string, now time.Time) int {
+	n := 0
+	for _, id := range ids {
+		j, state := l.Find(id)
+		if state != Delayed {
+			continue
+		}
+		l.delayed.remove(j)
+		j.setDeadline(nanos(now))
+		// The delay record again, due now: a restart finds it due, as
+		// Tick leaves it.
+		l.log(func(r *store.Record) {
+			*r = store.Record{Kind: store.KindDelay, Queue: l.name, ID: j.ID(), At: now}
+		})
+		l.delayed.push(j)
+		n++
+	}
+	if n > 0 {
+		l.Tick(now)
+	}
+	return n
+}
+
+// Delayed lists the jobs waiting for a due time, soonest due first. The
+// caller must not change them.
+func (l *Line) Delayed() []*Job {
+	out := slices.Clone([]*Job(l.delayed))
+	slices.SortFunc(out, func(a, b *Job) int {
+		return cmp.Or(cmp.Compare(a.deadline(), b.deadline()), cmp.Compare(a.ID(), b.ID()))
+	})
+	return out
+}
+
+// Done lists the jobs that ended and are still kept (Config.KeepDone),
+// the most recent first.
+func (l *Line) Done() []DoneJob { return l.done.list() }
