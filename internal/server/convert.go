@@ -192,6 +192,9 @@ func toQueueInfo(in broker.QueueInfo) *pb.QueueInfo {
 	if in.Ready > 0 {
 		out.OldestWait = durationpb.New(in.OldestWait)
 	}
+	if in.RunTime.Count > 0 {
+		out.RunP50, out.RunP99 = durationpb.New(in.RunTime.P50), durationpb.New(in.RunTime.P99)
+	}
 	for _, n := range in.DepthPerTier {
 		out.DepthPerTier = append(out.DepthPerTier, uint64(n))
 	}

@@ -552,6 +552,15 @@ func (s *Server) GetLimits(context.Context, *pb.GetLimitsRequest) (*pb.Limits, e
 	return Limits(s.b.Config()), nil
 }
 
+// queueInfo is in with the waits of its waiting jobs.
+func (a *adminServer) queueInfo(in broker.QueueInfo) *pb.QueueInfo {
+	out := toQueueInfo(in)
+	if w, err := a.s.b.Waits(in.Name); err == nil && w.Waiting > 0 {
+		out.WaitP50, out.WaitP99 = durationpb.New(w.P50), durationpb.New(w.P99)
+	}
+	return out
+}
+
 // adminServer implements pb.AdminServer.
 type adminServer struct {
 	pb.UnimplementedAdminServer
@@ -574,14 +583,14 @@ func (a *adminServer) DeclareQueue(_ context.Context, req *pb.DeclareQueueReques
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return toQueueInfo(in), nil
+	return a.queueInfo(in), nil
 }
 
 func (a *adminServer) ListQueues(context.Context, *pb.ListQueuesRequest) (*pb.ListQueuesResponse, error) {
 	qs := a.s.b.Queues()
 	out := &pb.ListQueuesResponse{Queues: make([]*pb.QueueInfo, len(qs))}
 	for i, q := range qs {
-		out.Queues[i] = toQueueInfo(q)
+		out.Queues[i] = a.queueInfo(q)
 	}
 	return out, nil
 }
@@ -790,7 +799,7 @@ func (a *adminServer) PauseQueue(_ context.Context, req *pb.PauseQueueRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return toQueueInfo(in), nil
+	return a.queueInfo(in), nil
 }
 
 func (a *adminServer) DeleteDeadLetters(_ context.Context, req *pb.DeleteDeadLettersRequest) (*pb.DeleteDeadLettersResponse, error) {

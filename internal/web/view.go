@@ -33,8 +33,8 @@ type QueueView struct {
 	OldestWaitMS float64 `json:"oldest_wait_ms"`
 	WaitP50MS    float64 `json:"wait_p50_ms"`
 	WaitP99MS    float64 `json:"wait_p99_ms"`
-	// Run time of acked jobs since the broker started, from its histogram
-	// (so to the resolution of its buckets).
+	// Run time of acked jobs since the broker started, measured within
+	// broker.QuantileAccuracy (1%); null before the first ack.
 	DurationP50MS *float64 `json:"duration_p50_ms"`
 	DurationP99MS *float64 `json:"duration_p99_ms"`
 
@@ -87,16 +87,18 @@ type PredictorView struct {
 // KeyView is what the predictor learned about one key: a producer, a job
 // type and a payload size bucket.
 type KeyView struct {
-	Producer    string  `json:"producer"`
-	JobType     string  `json:"job_type"`
-	SizeBucket  int     `json:"size_bucket"` // -1 when jobs carry no size
-	Count       uint64  `json:"count"`
-	EWMAMS      float64 `json:"ewma_ms"`
-	P50MS       float64 `json:"p50_ms"`
-	P99MS       float64 `json:"p99_ms"`
-	Tier        int     `json:"tier"`
-	Cold        bool    `json:"cold"`         // too few observations: routed by default
-	SpreadGated bool    `json:"spread_gated"` // p99/p50 too wide to trust: routed by default
+	Producer   string  `json:"producer"`
+	JobType    string  `json:"job_type"`
+	SizeBucket int     `json:"size_bucket"` // -1 when jobs carry no size
+	Count      uint64  `json:"count"`
+	EWMAMS     float64 `json:"ewma_ms"`
+	// Run time of the key's jobs acked since the broker started, measured
+	// within broker.QuantileAccuracy; null when none was.
+	P50MS       *float64 `json:"p50_ms"`
+	P99MS       *float64 `json:"p99_ms"`
+	Tier        int      `json:"tier"`
+	Cold        bool     `json:"cold"`         // too few observations: routed by default
+	SpreadGated bool     `json:"spread_gated"` // p99/p50 too wide to trust: routed by default
 	// Long: its next job would be marked long, and under the default
 	// policy start no later than FIFO would start it.
 	Long bool `json:"long"`
@@ -192,8 +194,9 @@ func queueView(in broker.QueueInfo, w broker.Waits, rates rates) QueueView {
 	if v.ReadyPerTier == nil {
 		v.ReadyPerTier = []int{}
 	}
-	v.DurationP50MS = optional(histQuantile(in.Durations.Actual, in.Durations.Count, 0.5))
-	v.DurationP99MS = optional(histQuantile(in.Durations.Actual, in.Durations.Count, 0.99))
+	if in.RunTime.Count > 0 {
+		v.DurationP50MS, v.DurationP99MS = optional(ms(in.RunTime.P50)), optional(ms(in.RunTime.P99))
+	}
 	return v
 }
 
@@ -228,39 +231,10 @@ func predictorView(in broker.QueueInfo) PredictorView {
 	return v
 }
 
-// histQuantile estimates the q-quantile in milliseconds from the broker's
-// duration histogram, interpolating within the bucket it falls in; NaN
-// when the histogram is empty.
-func histQuantile(counts []uint64, total uint64, q float64) float64 {
-	if total == 0 || len(counts) == 0 {
-		return math.NaN()
-	}
-	rank := q * float64(total)
-	var seen float64
-	for i, c := range counts {
-		if c == 0 {
-			continue
-		}
-		if seen+float64(c) >= rank {
-			lo := 0.0
-			if i > 0 {
-				lo = broker.HistogramBounds[i-1]
-			}
-			if i >= len(broker.HistogramBounds) {
-				return 1000 * lo // the open last bucket: its lower bound
-			}
-			hi := broker.HistogramBounds[i]
-			return 1000 * (lo + (hi-lo)*(rank-seen)/float64(c))
-		}
-		seen += float64(c)
-	}
-	return 1000 * broker.HistogramBounds[len(broker.HistogramBounds)-1]
-}
-
 func keyView(k predict.KeyStats) KeyView {
 	return KeyView{
 		Producer: k.Key.Producer, JobType: k.Key.JobType, SizeBucket: int(k.Key.SizeBucket),
-		Count: k.Count, EWMAMS: ms(k.EWMA), P50MS: ms(k.P50), P99MS: ms(k.P99),
+		Count: k.Count, EWMAMS: ms(k.EWMA), P50MS: positive(ms(k.P50)), P99MS: positive(ms(k.P99)),
 		Tier: k.Tier, Cold: k.Cold, SpreadGated: k.SpreadGated, Long: k.Long, Scored: k.Scored,
 	}.scored(k)
 }
@@ -294,9 +268,9 @@ func filterKeys(keys []KeyView, search, column string, desc bool) []KeyView {
 	case "ewma":
 		by = func(a, b KeyView) int { return cmp.Compare(a.EWMAMS, b.EWMAMS) }
 	case "p50":
-		by = func(a, b KeyView) int { return cmp.Compare(a.P50MS, b.P50MS) }
+		by = func(a, b KeyView) int { return cmp.Compare(orNaN(a.P50MS), orNaN(b.P50MS)) }
 	case "p99":
-		by = func(a, b KeyView) int { return cmp.Compare(a.P99MS, b.P99MS) }
+		by = func(a, b KeyView) int { return cmp.Compare(orNaN(a.P99MS), orNaN(b.P99MS)) }
 	case "tier":
 		by = func(a, b KeyView) int { return cmp.Compare(a.Tier, b.Tier) }
 	case "mae":
@@ -349,6 +323,14 @@ func deadLetterView(ds []broker.DeadLetter) []DeadLetterView {
 		}
 	}
 	return out
+}
+
+// positive is &v, or nil for a figure not measured (0).
+func positive(v float64) *float64 {
+	if v <= 0 {
+		return nil
+	}
+	return &v
 }
 
 // orNaN is *v, or NaN (which sorts first) for nil.
