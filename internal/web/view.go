@@ -2,6 +2,7 @@ package web
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -82,6 +83,14 @@ type PredictorView struct {
 	// Mean predicted and actual run time of acked jobs.
 	MeanPredictedMS *float64 `json:"mean_predicted_ms"`
 	MeanActualMS    *float64 `json:"mean_actual_ms"`
+	// Observations not scored, by why: their job was predicted while its
+	// key was cold, or spread-gated, or had no prediction at all.
+	UnscoredCold        uint64 `json:"unscored_cold"`
+	UnscoredGated       uint64 `json:"unscored_gated"`
+	UnscoredUnpredicted uint64 `json:"unscored_unpredicted"`
+	// WhyUnscored says in a sentence why nothing was scored, when the
+	// predictor learned from jobs but scored none; "" otherwise.
+	WhyUnscored string `json:"why_unscored,omitempty"`
 }
 
 // KeyView is what the predictor learned about one key: a producer, a job
@@ -224,11 +233,34 @@ func predictorView(in broker.QueueInfo) PredictorView {
 	for _, b := range p.Boundaries {
 		v.BoundariesMS = append(v.BoundariesMS, ms(b))
 	}
+	v.UnscoredCold, v.UnscoredGated, v.UnscoredUnpredicted = p.UnscoredCold, p.UnscoredGated, p.UnscoredUnpredicted
+	v.WhyUnscored = whyUnscored(p)
 	if n := float64(in.Durations.Count); n > 0 {
 		v.MeanPredictedMS = optional(1000 * in.Durations.PredictedSum / n)
 		v.MeanActualMS = optional(1000 * in.Durations.ActualSum / n)
 	}
 	return v
+}
+
+// whyUnscored says why a predictor that learned from jobs scored none of
+// its predictions: only routed ones are scored, and a job is predicted
+// when it is published, so jobs published in a batch before their key
+// learned enough were all cold.
+func whyUnscored(p predict.Summary) string {
+	if p.MAESamples > 0 || p.Observations == 0 {
+		return ""
+	}
+	var parts []string
+	if p.UnscoredCold > 0 {
+		parts = append(parts, fmt.Sprintf("%d were published while their key was cold (too few observations to trust, so they took the middle tier by default; jobs published in a batch before the first acks all are)", p.UnscoredCold))
+	}
+	if p.UnscoredGated > 0 {
+		parts = append(parts, fmt.Sprintf("%d were of keys whose run times vary too widely to rank (spread-gated)", p.UnscoredGated))
+	}
+	if p.UnscoredUnpredicted > 0 {
+		parts = append(parts, fmt.Sprintf("%d had no prediction (a policy that does not predict, or jobs recovered from the log)", p.UnscoredUnpredicted))
+	}
+	return fmt.Sprintf("Nothing scored yet: only predictions that chose a tier are scored. Of the %d jobs learned from, %s.", p.Observations, strings.Join(parts, "; "))
 }
 
 func keyView(k predict.KeyStats) KeyView {
