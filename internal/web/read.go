@@ -2,6 +2,8 @@ package web
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/harbinger-mq/harbinger/internal/auth"
 )
@@ -65,6 +67,9 @@ func (s *Server) keys(r *http.Request, g *auth.Grant) (KeysView, error) {
 	if v.Sort == "" {
 		v.Sort, v.Desc = "count", true
 	}
+	if !slices.Contains(KeySorts, v.Sort) {
+		return KeysView{}, badRequest("sort must be one of %s, got %q", strings.Join(KeySorts, ", "), v.Sort)
+	}
 	all := make([]KeyView, len(ks))
 	for i, k := range ks {
 		all[i] = keyView(k)
@@ -83,23 +88,45 @@ func (s *Server) jobs(r *http.Request, g *auth.Grant) (JobsView, error) {
 	if err != nil {
 		return JobsView{}, err
 	}
+	off, err := offset(r)
+	if err != nil {
+		return JobsView{}, err
+	}
 	now := s.cfg.Clock.Now()
-	waiting, err := s.b.WaitingJobs(name, n)
+	in, err := s.b.Queue(name)
 	if err != nil {
 		return JobsView{}, err
 	}
-	inflight, err := s.b.InFlightJobs(name, n)
+	waiting, err := s.b.WaitingJobsFrom(name, off, n)
 	if err != nil {
 		return JobsView{}, err
 	}
-	dead, err := s.b.DeadLetters(name, n)
+	inflight, err := s.b.InFlightJobs(name, 0)
 	if err != nil {
 		return JobsView{}, err
 	}
-	return JobsView{
-		Queue: name, Waiting: waitingView(now, waiting),
-		InFlight: inFlightView(now, inflight), DeadLetters: deadLetterView(dead),
-	}, nil
+	delayed, delayedTotal, err := s.b.DelayedJobs(name, off, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	dead, err := s.b.DeadLettersFrom(name, off, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	done, doneTotal, err := s.b.DoneJobs(name, off, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	v := JobsView{
+		Queue: name, Offset: off, Limit: n, Waiting: waitingView(now, waiting),
+		Delayed: delayedView(delayed), DeadLetters: deadLetterView(dead), Done: doneView(done),
+		KeepDone: in.Config.KeepDone,
+		Totals: JobTotals{Waiting: in.Ready, InFlight: len(inflight), Delayed: delayedTotal,
+			DeadLetters: in.DeadLetters, Done: doneTotal},
+	}
+	inflight = inflight[min(off, len(inflight)):]
+	v.InFlight = inFlightView(now, inflight[:min(len(inflight), n)])
+	return v, nil
 }
 
 func (s *Server) apiQueues(_ *http.Request, g *auth.Grant) (any, error) { return s.queues(g), nil }

@@ -171,13 +171,61 @@ type DeadLetterView struct {
 	PayloadSize int       `json:"payload_bytes"`
 }
 
-// JobsView is a queue's jobs: waiting in the order they will run, in
-// flight, and dead.
+// DelayedView is a job waiting for a due time: published to run later, or
+// nacked with a delay and waiting for its next try (retry).
+type DelayedView struct {
+	ID          string    `json:"id"`
+	Producer    string    `json:"producer"`
+	JobType     string    `json:"job_type"`
+	Retry       bool      `json:"retry"`
+	Attempts    int       `json:"attempts"`
+	MaxAttempts int       `json:"max_attempts"`
+	PublishedAt time.Time `json:"published_at"`
+	DueAt       time.Time `json:"due_at"`
+}
+
+// DoneView is a job that ended, kept by a queue with keep_done.
+type DoneView struct {
+	ID       string    `json:"id"`
+	Producer string    `json:"producer"`
+	JobType  string    `json:"job_type"`
+	State    string    `json:"state"` // done or cancelled
+	Attempts int       `json:"attempts"`
+	EndedAt  time.Time `json:"ended_at"`
+	TookMS   *float64  `json:"took_ms"` // done: the time its worker reported
+}
+
+// JobsView is a queue's jobs in every state: waiting in the order they
+// will run, in flight, delayed and retry-pending (soonest due first),
+// dead, and the ended ones it keeps (most recent first); each list is a
+// page of Limit after Offset, out of its total.
 type JobsView struct {
 	Queue       string           `json:"queue"`
+	Offset      int              `json:"offset"`
+	Limit       int              `json:"limit"`
 	Waiting     []WaitingView    `json:"waiting"`
 	InFlight    []InFlightView   `json:"in_flight"`
+	Delayed     []DelayedView    `json:"delayed"`
 	DeadLetters []DeadLetterView `json:"dead_letters"`
+	Done        []DoneView       `json:"done"`
+	KeepDone    int              `json:"keep_done"` // the queue's keep_done; 0 keeps none
+	Totals      JobTotals        `json:"totals"`
+}
+
+// JobTotals is how many jobs a queue holds in each state.
+type JobTotals struct {
+	Waiting     int `json:"waiting"`
+	InFlight    int `json:"in_flight"`
+	Delayed     int `json:"delayed"`
+	DeadLetters int `json:"dead_letters"`
+	Done        int `json:"done"`
+}
+
+// More reports whether any list goes on past this page.
+func (v JobsView) More() bool {
+	end := v.Offset + v.Limit
+	t := v.Totals
+	return t.Waiting > end || t.InFlight > end || t.Delayed > end || t.DeadLetters > end || t.Done > end
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -341,6 +389,27 @@ func inFlightView(now time.Time, js []broker.InFlightJob) []InFlightView {
 		out[i] = InFlightView{
 			ID: j.ID, Producer: j.Producer, JobType: j.JobType, Consumer: j.Consumer, Attempt: j.Attempt,
 			CostMS: ms(j.Cost), ElapsedMS: ms(el), LeaseEnds: j.Deadline, Overrunning: j.Cost > 0 && el > j.Cost,
+		}
+	}
+	return out
+}
+
+func delayedView(js []broker.DelayedJob) []DelayedView {
+	out := make([]DelayedView, len(js))
+	for i, j := range js {
+		out[i] = DelayedView{ID: j.ID, Producer: j.Producer, JobType: j.JobType, Retry: j.Retry, Attempts: j.Attempts,
+			MaxAttempts: j.MaxAttempts, PublishedAt: j.PublishedAt, DueAt: j.Due}
+	}
+	return out
+}
+
+func doneView(js []broker.DoneJob) []DoneView {
+	out := make([]DoneView, len(js))
+	for i, j := range js {
+		out[i] = DoneView{ID: j.ID, Producer: j.Producer, JobType: j.JobType, State: string(j.State), Attempts: j.Attempts, EndedAt: j.EndedAt}
+		if j.State == broker.JobDone {
+			took := ms(j.Took)
+			out[i].TookMS = &took
 		}
 	}
 	return out

@@ -9,7 +9,9 @@
   function busy() {
     // Never swap the page under someone typing or ticking.
     const a = document.activeElement;
-    return a && (a.tagName === "INPUT" || a.tagName === "TEXTAREA" || a.tagName === "SELECT");
+    if (a && (a.tagName === "INPUT" || a.tagName === "TEXTAREA" || a.tagName === "SELECT")) return true;
+    // Nor under a selection of jobs about to be acted on.
+    return document.querySelector("input[data-group]:checked, input[data-all]:checked") !== null;
   }
 
   async function refresh() {
@@ -82,6 +84,13 @@
   }
 
   function drawAll() { document.querySelectorAll("svg.chart").forEach(draw); }
+
+  // A "select all" box ticks or clears every box of its group.
+  document.addEventListener("change", (ev) => {
+    const all = ev.target.closest("input[data-all]");
+    if (!all) return;
+    document.querySelectorAll('input[data-group="' + all.dataset.all + '"]').forEach((b) => { b.checked = all.checked; });
+  });
 
   document.addEventListener("click", (ev) => {
     const b = ev.target.closest("[data-confirm]");
