@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -97,6 +95,13 @@ type ServeConfig struct {
 	PrometheusURL string `yaml:"prometheus_url"`
 	// Broker holds the broker's limits and default queue settings.
 	Broker broker.Config `yaml:"broker"`
+	// Queues are declared at start, each with its settings (the keys of
+	// broker.QueueConfig): made if missing, changed if they differ,
+	// otherwise left alone; each outcome is logged. Queues the file does
+	// not name are left as they are.
+	Queues map[string]broker.QueueConfig `yaml:"queues"`
+	// Schedules are declared at start the same way, by name.
+	Schedules []ScheduleConfig `yaml:"schedules"`
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -339,9 +344,7 @@ func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer
 // error, an empty file the zero config.
 func decodeServeConfig(data []byte) (ServeConfig, error) {
 	var cfg ServeConfig
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	if err := decodeStrict(data, &cfg); err != nil {
 		return ServeConfig{}, err
 	}
 	return cfg, nil
@@ -424,6 +427,10 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	}
 	b, err := broker.New(bcfg)
 	if err != nil {
+		return err
+	}
+	if err := applyDeclarations(b, cfg.Queues, cfg.Schedules, log); err != nil {
+		_ = b.Shutdown(context.Background())
 		return err
 	}
 	// The Predictor service is for jobs published to RabbitMQ: it learns

@@ -200,3 +200,7 @@ func toQueueInfo(in broker.QueueInfo) *pb.QueueInfo {
 	}
 	return out
 }
+
+// QueueConfigProto is q as the Admin API carries it: what `harbinger
+// admin declare-queue` sends for the settings it reads.
+func QueueConfigProto(q broker.QueueConfig) *pb.QueueConfig { return toQueueConfig(q) }
