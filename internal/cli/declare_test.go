@@ -216,3 +216,27 @@ func TestAdminDeclaresPublishesAndRunsNow(t *testing.T) {
 		t.Errorf("queues -json: %+v, %v", q, err)
 	}
 }
+
+// serve -h names each flag's type, as admin's and sidecar's do; sidecar
+// -h lists its old flag names in one line, not as flags of their own.
+func TestHelpShowsTypesAndHidesOldNames(t *testing.T) {
+	t.Parallel()
+	var serveHelp bytes.Buffer
+	if _, err := loadServeConfig([]string{"-h"}, func(string) string { return "" }, &serveHelp); err == nil {
+		t.Fatal("serve -h: no error")
+	}
+	for _, want := range []string{"-lease duration", "-max-attempts int", "-grpc-addr string", "-memory\n"} {
+		if !strings.Contains(serveHelp.String(), want) {
+			t.Errorf("serve -h lacks %q", want)
+		}
+	}
+	if strings.Contains(serveHelp.String(), " value\n") {
+		t.Errorf("serve -h still shows a flag's type as value:\n%s", serveHelp.String())
+	}
+	var sidecarHelp bytes.Buffer
+	_ = runSidecar(t.Context(), []string{"-h"}, &bytes.Buffer{}, &sidecarHelp)
+	h := sidecarHelp.String()
+	if strings.Contains(h, "  -listen") || strings.Contains(h, "  -http string") || !strings.Contains(h, "Old flag names, still accepted: -http (-http-addr), -listen (-grpc-addr)") {
+		t.Errorf("sidecar -h:\n%s", h)
+	}
+}

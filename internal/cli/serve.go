@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -200,6 +201,21 @@ type setting struct {
 	set         func(c *ServeConfig, v string) error
 }
 
+// kind is what -h calls the value the setting takes: string, int,
+// duration or bool, from the setter it was given.
+func (s setting) kind() string {
+	var probe ServeConfig
+	switch {
+	case boolSettings[s.name]:
+		return "bool"
+	case s.set(&probe, "1s") == nil && s.set(&probe, "1") != nil:
+		return "duration"
+	case s.set(&probe, "x") != nil:
+		return "int"
+	}
+	return "string"
+}
+
 // boolSettings are given without a value: -memory.
 var boolSettings = map[string]bool{"memory": true, "salvage": true, "insecure": true}
 
@@ -294,17 +310,26 @@ func envName(flag string) string { return envNameWith(serveEnvPrefix, flag) }
 func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer) (ServeConfig, error) {
 	fs := newFlags("serve", "serve [-config FILE] [flags]   (every flag also reads HARBINGER_<FLAG>, e.g. HARBINGER_GRPC_ADDR)", stderr)
 	configPath := fs.String("config", "", "YAML config file (env HARBINGER_CONFIG)")
-	flagged := map[string]string{}
+	// Registered with their types, so that -h shows "-lease duration",
+	// not "-lease value"; zero defaults, as the usages say the real ones
+	// (a flag's default would otherwise hide the config file's value).
 	for _, s := range serveSettings {
-		if boolSettings[s.name] {
-			fs.BoolFunc(s.name, s.usage, func(v string) error { flagged[s.name] = v; return nil })
-			continue
+		switch s.kind() {
+		case "bool":
+			fs.Bool(s.name, false, s.usage)
+		case "duration":
+			fs.Duration(s.name, 0, s.usage)
+		case "int":
+			fs.Int64(s.name, 0, s.usage)
+		default:
+			fs.String(s.name, "", s.usage)
 		}
-		fs.Func(s.name, s.usage, func(v string) error { flagged[s.name] = v; return nil })
 	}
 	if err := parse(fs, args); err != nil {
 		return ServeConfig{}, err
 	}
+	flagged := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { flagged[f.Name] = f.Value.String() })
 	var cfg ServeConfig
 	path := *configPath
 	if path == "" {
