@@ -10,6 +10,7 @@ import (
 
 // QueuesView is the queues a token may read.
 type QueuesView struct {
+	Totals   TotalsView  `json:"totals"`
 	Queues   []QueueView `json:"queues"`
 	Hidden   int         `json:"hidden"` // queues the token may not read
 	Draining bool        `json:"draining"`
@@ -23,9 +24,41 @@ func (s *Server) queues(g *auth.Grant) QueuesView {
 			continue
 		}
 		w, _ := s.b.Waits(in.Name)
-		v.Queues = append(v.Queues, queueView(in, w, s.series.rates(in.Name)))
+		qv := queueView(in, w, s.series.rates(in.Name))
+		v.Queues = append(v.Queues, qv)
+		t := &v.Totals
+		t.Queues++
+		t.Ready += qv.Ready
+		t.InFlight += qv.InFlight
+		t.Delayed += qv.Delayed
+		t.DeadLetters += qv.DeadLetters
+		t.Consumers += qv.Consumers
+		t.Published += qv.Published
+		t.Acked += qv.Acked
+		t.OldestWaitMS = max(t.OldestWaitMS, qv.OldestWaitMS)
+		if qv.PublishPerS != nil {
+			t.PublishPerS += *qv.PublishPerS
+		}
+		if qv.AckPerS != nil {
+			t.AckPerS += *qv.AckPerS
+		}
 	}
 	return v
+}
+
+// TotalsView is every queue a token may read, together.
+type TotalsView struct {
+	Queues       int     `json:"queues"`
+	Ready        int     `json:"ready"`
+	InFlight     int     `json:"in_flight"`
+	Delayed      int     `json:"delayed"`
+	DeadLetters  int     `json:"dead_letters"`
+	Consumers    int     `json:"consumers"`
+	Published    uint64  `json:"published"`
+	Acked        uint64  `json:"acked"`
+	PublishPerS  float64 `json:"publish_per_s"`
+	AckPerS      float64 `json:"ack_per_s"`
+	OldestWaitMS float64 `json:"oldest_wait_ms"` // the longest of any queue
 }
 
 func (s *Server) queue(name string, g *auth.Grant) (QueueView, error) {
@@ -148,4 +181,8 @@ func (s *Server) apiSeries(r *http.Request, g *auth.Grant) (any, error) {
 		return nil, err
 	}
 	return s.series.view(name), nil
+}
+
+func (s *Server) apiTotalSeries(_ *http.Request, g *auth.Grant) (any, error) {
+	return s.series.total(func(q string) bool { return g.Allows(auth.Read, q) }), nil
 }

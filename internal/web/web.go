@@ -182,6 +182,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/queues/{name}/jobs/{id}", s.api(s.apiJob))
 	m.HandleFunc("GET /api/v1/queues/{name}/series", s.api(s.apiSeries))
 	m.HandleFunc("GET /api/v1/schedules", s.api(s.apiSchedules))
+	m.HandleFunc("GET /api/v1/series", s.api(s.apiTotalSeries))
 	m.HandleFunc("GET /api/v1/jobs/{id}", s.api(s.apiFindJob))
 
 	// Actions answer a form with a redirect back and JSON with JSON.
