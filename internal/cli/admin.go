@@ -44,7 +44,7 @@ var adminCommands = []struct {
 }{
 	{"declare-queue", "QUEUE [KEY=VALUE...]", "create or reconfigure a queue: policy=, tiers=, weights=5,3,1, max_in_flight=, max_depth=, max_attempts=, lease=, default_ttl=, keep_done=, aging=, retry_base=, retry_max=, shadow= (a config file's queue keys)", adminDeclareQueue},
 	{"publish", "QUEUE [KEY=VALUE...]", "publish test jobs: job_type=, producer=, payload=, headers.K=V, delay=, ttl=, max_attempts=, count=", adminPublish},
-	{"queues", "", "every queue: policy, ready, in flight (/ its max_in_flight), delayed, dead, consumers, the oldest waiting job's wait, paused", adminQueues},
+	{"queues", "", "every queue: policy, ready, in flight (/ its max_in_flight), delayed, dead, consumers, the oldest waiting job's wait, run-time p50/p99 (measured within 1%), paused", adminQueues},
 	{"pause", "QUEUE", "stop delivering a queue's jobs (publishes are still taken)", adminPause},
 	{"resume", "QUEUE", "deliver a paused queue's jobs again", adminResume},
 	{"purge", "QUEUE --confirm QUEUE", "drop every waiting job of a queue (not those in flight or delayed)", adminPurge},
@@ -364,10 +364,14 @@ func adminQueues(ctx context.Context, c *client.Client, a adminArgs) error {
 		if lim := q.GetConfig().GetMaxInFlight(); lim > 0 {
 			inFlight += "/" + u(uint64(lim)) // of the queue's limit
 		}
+		run := "-"
+		if q.GetRunP50() != nil {
+			run = wait(q.GetRunP50().AsDuration()) + "/" + wait(q.GetRunP99().AsDuration())
+		}
 		rows = append(rows, []string{q.GetName(), q.GetConfig().GetPolicy(), u(q.GetReady()), inFlight, u(q.GetDelayed()),
-			u(q.GetDeadLetters()), u(uint64(q.GetConsumers())), oldest, paused})
+			u(q.GetDeadLetters()), u(uint64(q.GetConsumers())), oldest, run, paused})
 	}
-	return a.table("QUEUE\tPOLICY\tREADY\tIN FLIGHT\tDELAYED\tDEAD\tCONSUMERS\tOLDEST WAIT\t", rows)
+	return a.table("QUEUE\tPOLICY\tREADY\tIN FLIGHT\tDELAYED\tDEAD\tCONSUMERS\tOLDEST WAIT\tRUN P50/P99\t", rows)
 }
 
 func u(n uint64) string { return strconv.FormatUint(n, 10) }
