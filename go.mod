@@ -3,6 +3,7 @@ module github.com/harbinger-mq/harbinger
 go 1.26.0
 
 require (
+	github.com/DataDog/sketches-go v1.4.8
 	github.com/chromedp/chromedp v0.23.0
 	github.com/harbinger-mq/harbinger/api v0.0.0-00010101000000-000000000000
 	github.com/harbinger-mq/harbinger/client v0.0.0-00010101000000-000000000000

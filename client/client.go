@@ -493,6 +493,22 @@ func (c *Client) ListJobs(ctx context.Context, queue string, limit int) (*pb.Lis
 	return c.admin.ListJobs(ctx, &pb.ListJobsRequest{Queue: queue, Limit: uint32(max(limit, 0))})
 }
 
+// ListJobsFrom is ListJobs after skipping offset jobs of each list: the
+// next page.
+func (c *Client) ListJobsFrom(ctx context.Context, queue string, offset, limit int) (*pb.ListJobsResponse, error) {
+	return c.admin.ListJobs(ctx, &pb.ListJobsRequest{Queue: queue, Limit: uint32(max(limit, 0)), Offset: uint32(max(offset, 0))})
+}
+
+// RunJobsNow makes delayed jobs due at once and reports how many it moved;
+// ids of jobs that are not delayed are skipped.
+func (c *Client) RunJobsNow(ctx context.Context, queue string, ids ...string) (int, error) {
+	resp, err := c.admin.RunJobsNow(ctx, &pb.RunJobsNowRequest{Queue: queue, Ids: ids})
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.Moved), nil
+}
+
 // RequeueDeadLetters moves dead letters back to their queue (all when ids
 // is empty) and reports how many moved.
 func (c *Client) RequeueDeadLetters(ctx context.Context, queue string, ids ...string) (int, error) {

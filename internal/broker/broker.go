@@ -613,9 +613,11 @@ func (b *Broker) Cancel(queueName, id string) (JobState, error) {
 
 // Pause stops deliveries from a queue (paused true) or starts them again.
 // While paused, publishes are taken and jobs in flight finish as usual. The
-// state survives a restart of a durable broker.
+// state survives a restart of a durable broker. Pausing a queue that does
+// not exist yet makes it, with the default settings, so that an operator
+// can hold a queue before its first job is published.
 func (b *Broker) Pause(name string, paused bool) error {
-	q, err := b.lockQueue(name, false)
+	q, err := b.lockQueue(name, paused)
 	if err != nil {
 		return err
 	}

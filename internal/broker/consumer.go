@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/delivery"
+	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
@@ -204,6 +205,14 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 	}
 	if !j.Cancelled() {
 		q.hist.observe(j.Prediction(), d)
+		pr := q.sq().Predictor
+		q.runs.observe(pr.KeyFor(q.name, j.Producer(), j.JobType(), j.SizeHint()), d, pr.Config().MaxKeys, func() map[predict.Key]bool {
+			live := map[predict.Key]bool{}
+			for _, k := range pr.SelectKeys(nil, 0) {
+				live[k.Key] = true
+			}
+			return live
+		})
 	}
 	return nil
 }

@@ -45,6 +45,9 @@ type QueueInfo struct {
 
 	Predictor predict.Summary
 	Durations DurationHistogram
+	// RunTime is the median and 99th percentile run time of the jobs
+	// acked since the broker started, within QuantileAccuracy.
+	RunTime Quantiles
 }
 
 // DurationHistogram counts the predicted and actual durations of acked jobs
@@ -71,6 +74,7 @@ func (q *queue) info() QueueInfo {
 			Predicted: slices.Clone(q.hist.predicted[:]), Actual: slices.Clone(q.hist.actual[:]),
 			PredictedSum: q.hist.predictedSum, ActualSum: q.hist.actualSum,
 		},
+		RunTime: quantiles(q.runs.all),
 	}
 	if at, ok := l.OldestWaiting(); ok {
 		in.OldestWait = max(0, q.b.clk.Now().Sub(at))
@@ -120,15 +124,29 @@ func (b *Broker) Keys(name string, limit int) ([]predict.KeyStats, error) {
 // keys copies out, unsorted, the stats of the keys Keys reports. The lock is
 // held for one pass over the keys (a heap selection of the limit busiest, or
 // a plain copy of all), never for a sort.
+//
+// A key's P50 and P99 are those of its run times since the broker started
+// (within QuantileAccuracy; zero when none was acked since), not the
+// predictor's coarser estimates.
 func (q *queue) keys(limit int) []predict.KeyStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.sq().Predictor.SelectKeys(nil, limit)
+	ks := q.sq().Predictor.SelectKeys(nil, limit)
+	for i := range ks {
+		r := q.runs.key(ks[i].Key)
+		ks[i].P50, ks[i].P99 = r.P50, r.P99
+	}
+	return ks
 }
 
 // DeadLetters reports up to limit of a queue's dead letters (all when
 // limit <= 0), oldest first.
 func (b *Broker) DeadLetters(name string, limit int) ([]DeadLetter, error) {
+	return b.DeadLettersFrom(name, 0, limit)
+}
+
+// DeadLettersFrom is DeadLetters after skipping the oldest offset.
+func (b *Broker) DeadLettersFrom(name string, offset, limit int) ([]DeadLetter, error) {
 	q, err := b.lookup(name, false)
 	if err != nil {
 		return nil, err
@@ -136,6 +154,7 @@ func (b *Broker) DeadLetters(name string, limit int) ([]DeadLetter, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	dead := q.line.Dead()
+	dead = dead[min(max(offset, 0), len(dead)):]
 	n := len(dead)
 	if limit > 0 {
 		n = min(n, limit)

@@ -38,17 +38,27 @@ type WaitingJob struct {
 // bounds and expiry included (see sched.Scheduler.Peek). Jobs published
 // later may still go ahead of them.
 func (b *Broker) WaitingJobs(name string, limit int) ([]WaitingJob, error) {
+	return b.WaitingJobsFrom(name, 0, limit)
+}
+
+// MaxJobsOffset bounds how far into the line WaitingJobsFrom reaches: the
+// scheduler's order is computed job by job, under the queue's lock.
+const MaxJobsOffset = 10 * MaxJobsListed
+
+// WaitingJobsFrom is WaitingJobs after skipping the first offset (at most
+// MaxJobsOffset) jobs of that order: a page further down the line.
+func (b *Broker) WaitingJobsFrom(name string, offset, limit int) ([]WaitingJob, error) {
 	q, err := b.lookup(name, false)
 	if err != nil {
 		return nil, err
 	}
-	if limit <= 0 || limit > MaxJobsListed {
-		limit = MaxJobsListed
-	}
+	limit = listLimit(limit)
+	offset = min(max(offset, 0), MaxJobsOffset)
 	now := b.clk.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	jobs := q.line.Peek(now, limit)
+	jobs := q.line.Peek(now, offset+limit)
+	jobs = jobs[min(offset, len(jobs)):]
 	out := make([]WaitingJob, len(jobs))
 	for i, j := range jobs {
 		out[i] = WaitingJob{
@@ -217,4 +227,125 @@ func (b *Broker) Waits(name string) (Waits, error) {
 	}
 	w.Oldest, w.P99, w.P50 = max(0, now.Sub(at[0])), max(0, now.Sub(at[1])), max(0, now.Sub(at[2]))
 	return w, nil
+}
+
+// DelayedJob is a job waiting for a due time: published to run later, or
+// nacked with a delay and waiting to be retried.
+type DelayedJob struct {
+	ID       string
+	Producer string
+	JobType  string
+	// Retry is true for a job nacked with a delay (it ran Attempts times
+	// and waits for its next try); false for one published to run later.
+	Retry       bool
+	Attempts    int // deliveries so far
+	MaxAttempts int
+	PublishedAt time.Time
+	Due         time.Time // when it takes its place in line
+}
+
+// DelayedJobs reports a queue's delayed jobs, soonest due first: up to
+// limit (at most MaxJobsListed; all up to it when limit <= 0) after
+// skipping offset, and how many there are in all.
+func (b *Broker) DelayedJobs(name string, offset, limit int) ([]DelayedJob, int, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	limit = listLimit(limit)
+	q.mu.Lock()
+	all := q.line.Delayed()
+	total := len(all)
+	page := all[min(max(offset, 0), total):]
+	page = page[:min(len(page), limit)]
+	out := make([]DelayedJob, len(page))
+	for i, j := range page {
+		out[i] = DelayedJob{
+			ID: j.ID(), Producer: j.Producer(), JobType: j.JobType(), Retry: !j.Scheduled() && j.Attempt() > 0,
+			Attempts: j.Attempt(), MaxAttempts: int(j.MaxAttempts), PublishedAt: j.PublishedAt(), Due: j.Deadline(),
+		}
+	}
+	q.mu.Unlock()
+	return out, total, nil
+}
+
+// DoneJob is a job that ended and that its queue still keeps
+// (QueueConfig.KeepDone): acked (JobDone) or cancelled (JobCancelled).
+type DoneJob struct {
+	ID, Producer, JobType string
+	State                 JobState
+	Attempts              int
+	EndedAt               time.Time
+	Took                  time.Duration // done: the time its worker reported
+}
+
+// DoneJobs reports the ended jobs a queue keeps, the most recent first:
+// up to limit (at most MaxJobsListed) after skipping offset, and how many
+// it keeps in all. A queue without keep_done keeps none.
+func (b *Broker) DoneJobs(name string, offset, limit int) ([]DoneJob, int, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	limit = listLimit(limit)
+	q.mu.Lock()
+	all := q.line.Done()
+	q.mu.Unlock()
+	total := len(all)
+	page := all[min(max(offset, 0), total):]
+	page = page[:min(len(page), limit)]
+	out := make([]DoneJob, len(page))
+	for i, d := range page {
+		out[i] = DoneJob{ID: d.ID, Producer: d.Producer, JobType: d.JobType, State: JobState(d.State),
+			Attempts: d.Attempts, EndedAt: d.At, Took: d.Took}
+	}
+	return out, total, nil
+}
+
+func listLimit(limit int) int {
+	if limit <= 0 || limit > MaxJobsListed {
+		return MaxJobsListed
+	}
+	return limit
+}
+
+// RunNow makes the named delayed jobs of a queue due at once: each joins
+// the line as if its due time had come. Ids of jobs that are not delayed
+// (waiting, running, dead, ended or unknown) are skipped; it says how
+// many it moved.
+func (b *Broker) RunNow(queueName string, ids []string) (int, error) {
+	q, err := b.lockQueue(queueName, false)
+	if err != nil {
+		return 0, err
+	}
+	if q.closed {
+		q.unlockChanged()
+		return 0, ErrShuttingDown
+	}
+	now := b.clk.Now()
+	n := q.line.RunNow(ids, now)
+	q.applyLocked(now)
+	pos := q.wrote
+	q.unlockChanged()
+	return n, b.persisted(pos, fmt.Sprintf("running %d delayed jobs now", n))
+}
+
+// FindJob looks a job up by id in every queue (see GetJob), in name order,
+// and returns the first queue's answer that holds it; allowed, when not
+// nil, limits the search to the queues it accepts (a token's).
+func (b *Broker) FindJob(id string, allowed func(queue string) bool) (JobInfo, error) {
+	qs := *b.queues.Load()
+	names := make([]string, 0, len(qs))
+	for name := range qs {
+		if allowed == nil || allowed(name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if j, err := b.GetJob(name, id); err == nil {
+			return j, nil
+		}
+	}
+	return JobInfo{}, fmt.Errorf("%w: no queue holds a job %q (ended and not kept, purged, dropped or never published)", ErrUnknownMessage, id)
 }

@@ -166,3 +166,73 @@ func TestDeleteDeadLetters(t *testing.T) {
 		t.Errorf("dead letters after deleting all: %+v", dls)
 	}
 }
+
+// Every state is listed: delayed (published to run later) and
+// retry-pending (nacked with a delay), soonest due first; ended jobs a
+// queue keeps, the most recent first; and RunNow brings a delayed one in.
+func TestDelayedRetryDoneListedAndRunNow(t *testing.T) {
+	t.Parallel()
+	st := store.NewMemory()
+	tb := setup(t, Config{Store: st})
+	if _, err := tb.b.Declare("q", QueueConfig{KeepDone: 10}); err != nil {
+		t.Fatal(err)
+	}
+	later := tb.publish(t, &Message{Queue: "q", Producer: "p", JobType: "later", Delay: 10 * time.Minute},
+		&Message{Queue: "q", Producer: "p", JobType: "sooner", Delay: 5 * time.Minute})
+	tb.publish(t, msg("q", "fails"), msg("q", "works"))
+	c := tb.sub(t, "q", 2)
+	fails, works := next(t, c), next(t, c)
+	if err := c.Nack(fails.ID, NackRequeueAfter, time.Minute, "try later"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ack(works.ID, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	delayed, total, err := tb.b.DelayedJobs("q", 0, 0)
+	if err != nil || total != 3 || len(delayed) != 3 {
+		t.Fatalf("DelayedJobs = %+v, %d, %v; want 3", delayed, total, err)
+	}
+	want := []struct {
+		id    string
+		retry bool
+		due   time.Duration
+	}{{fails.ID, true, time.Minute}, {later[1], false, 5 * time.Minute}, {later[0], false, 10 * time.Minute}}
+	for i, w := range want {
+		d := delayed[i]
+		if d.ID != w.id || d.Retry != w.retry || !d.Due.Equal(tb.b.Now().Add(w.due)) {
+			t.Errorf("delayed[%d] = %+v, want id %s retry %v due in %v", i, d, w.id, w.retry, w.due)
+		}
+	}
+	if d := delayed[0]; d.Attempts != 1 {
+		t.Errorf("the retry-pending job has %d attempts, want 1", d.Attempts)
+	}
+	if page, total, _ := tb.b.DelayedJobs("q", 1, 1); total != 3 || len(page) != 1 || page[0].ID != later[1] {
+		t.Errorf("DelayedJobs(offset 1, limit 1) = %+v, %d", page, total)
+	}
+	done, total, err := tb.b.DoneJobs("q", 0, 0)
+	if err != nil || total != 1 || done[0].ID != works.ID || done[0].State != JobDone || done[0].Took != 200*time.Millisecond {
+		t.Fatalf("DoneJobs = %+v, %d, %v", done, total, err)
+	}
+
+	// Run the later one now, and a waiting or unknown id is skipped.
+	n, err := tb.b.RunNow("q", []string{later[0], "nope", works.ID})
+	if err != nil || n != 1 {
+		t.Fatalf("RunNow = %d, %v; want 1", n, err)
+	}
+	if j, err := tb.b.GetJob("q", later[0]); err != nil || j.State != JobWaiting {
+		t.Fatalf("after RunNow the job is %+v, %v; want waiting", j, err)
+	}
+	c.AddCredit(1)
+	if d := next(t, c); d.ID != later[0] {
+		t.Errorf("delivered %s, want the job run now %s", d.ID, later[0])
+	}
+	if _, total, _ := tb.b.DelayedJobs("q", 0, 0); total != 2 {
+		t.Errorf("%d delayed after RunNow, want 2", total)
+	}
+	if j, err := tb.b.FindJob(later[1], nil); err != nil || j.Queue != "q" || j.State != JobDelayed {
+		t.Errorf("FindJob = %+v, %v", j, err)
+	}
+	if _, err := tb.b.FindJob(later[1], func(string) bool { return false }); err == nil {
+		t.Error("FindJob found a job in a queue it was not allowed to look in")
+	}
+}

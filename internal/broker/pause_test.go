@@ -40,8 +40,16 @@ func TestPauseHoldsDeliveriesNotPublishes(t *testing.T) {
 	if d := <-got; d.JobType != "b" {
 		t.Fatalf("after resume: %+v", d)
 	}
-	if err := tb.b.Pause("nope", true); err == nil {
-		t.Fatal("paused a queue that does not exist")
+	if err := tb.b.Pause("nope", false); err == nil {
+		t.Fatal("resumed a queue that does not exist")
+	}
+	// Pausing one that does not exist yet makes it, paused: its first
+	// jobs wait.
+	if err := tb.b.Pause("later", true); err != nil {
+		t.Fatalf("pausing a queue before its first job: %v", err)
+	}
+	if in, err := tb.b.Queue("later"); err != nil || !in.Paused {
+		t.Fatalf("Queue(later) = %+v, %v; want it paused", in, err)
 	}
 }
 

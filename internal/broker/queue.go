@@ -44,6 +44,7 @@ type queue struct {
 	// or due time.
 	timer wake
 	hist  durationHist
+	runs  runTimes
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue, error) {

@@ -192,6 +192,23 @@ func (b *Broker) DeclareSchedule(s Schedule) (Schedule, error) {
 	return s, nil
 }
 
+// Headers a schedule's jobs carry besides its own: which schedule fired
+// the job, and for which tick.
+const (
+	HeaderSchedule     = "harbinger-schedule"
+	HeaderScheduleTick = "harbinger-schedule-tick"
+)
+
+// firedHeaders are the headers of the job s publishes for tick: its own,
+// and which schedule and tick fired it.
+func firedHeaders(s *Schedule, tick time.Time) map[string]string {
+	h := make(map[string]string, len(s.Headers)+2)
+	maps.Copy(h, s.Headers)
+	h[HeaderSchedule] = s.Name
+	h[HeaderScheduleTick] = tick.UTC().Format(time.RFC3339Nano)
+	return h
+}
+
 // Schedules reports every schedule, by name.
 func (b *Broker) Schedules() []Schedule {
 	b.periodic.mu.Lock()
@@ -330,7 +347,7 @@ func (b *Broker) fireDueLocked(now time.Time) {
 			b.log.Warn("broker: schedule tick is older than its catch-up window; skipped", "schedule", s.Name, "tick", tick, "late", now.Sub(tick), "catch_up", s.CatchUp)
 			continue
 		}
-		m := &Message{Queue: s.Queue, Producer: s.Producer, JobType: s.JobType, Payload: s.Payload, Headers: s.Headers,
+		m := &Message{Queue: s.Queue, Producer: s.Producer, JobType: s.JobType, Payload: s.Payload, Headers: firedHeaders(s, tick),
 			UniqueKey: fmt.Sprintf("harbinger:schedule:%s:%d", s.Name, tick.UnixNano()), UniqueFor: s.uniqueFor(tick)}
 		res := b.PublishEach([]*Message{m}, nil)[0]
 		if res.Err != nil {

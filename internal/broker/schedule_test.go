@@ -588,3 +588,30 @@ func TestScheduleFiredCountsTicksAcrossKills(t *testing.T) {
 		t.Fatalf("after a restart: %d jobs, fired %d; want 6 and 6", n, f)
 	}
 }
+
+// A job a schedule fires says which schedule and tick fired it, beside
+// the schedule's own headers.
+func TestScheduledJobNamesItsSchedule(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	if _, err := tb.b.DeclareSchedule(Schedule{Name: "nightly", Queue: "q", Every: time.Hour, JobType: "sweep",
+		Headers: map[string]string{"team": "ops"}}); err != nil {
+		t.Fatal(err)
+	}
+	tb.clk.Advance(time.Hour)
+	jobs, err := tb.b.WaitingJobs("q", 0)
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("WaitingJobs = %+v, %v", jobs, err)
+	}
+	j, err := tb.b.GetJob("q", jobs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := tb.clk.Now().UTC().Format(time.RFC3339Nano)
+	if j.Headers[HeaderSchedule] != "nightly" || j.Headers[HeaderScheduleTick] != tick || j.Headers["team"] != "ops" {
+		t.Errorf("headers %v: want the schedule's name, tick %s and its own header", j.Headers, tick)
+	}
+	if s := tb.b.Schedules()[0]; len(s.Headers) != 1 {
+		t.Errorf("the schedule's own headers became %v", s.Headers)
+	}
+}

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
@@ -39,7 +42,9 @@ var adminCommands = []struct {
 	name, args, summary string
 	run                 func(ctx context.Context, c *client.Client, a adminArgs) error
 }{
-	{"queues", "", "every queue: policy, ready, in flight (/ its max_in_flight), delayed, dead, consumers, the oldest waiting job's wait, paused", adminQueues},
+	{"declare-queue", "QUEUE [KEY=VALUE...]", "create or reconfigure a queue: policy=, tiers=, weights=5,3,1, max_in_flight=, max_depth=, max_attempts=, lease=, default_ttl=, keep_done=, aging=, retry_base=, retry_max=, shadow= (a config file's queue keys)", adminDeclareQueue},
+	{"publish", "QUEUE [KEY=VALUE...]", "publish test jobs: job_type=, producer=, payload=, headers.K=V, delay=, ttl=, max_attempts=, count=", adminPublish},
+	{"queues", "", "every queue: policy, ready, in flight (/ its max_in_flight), delayed, dead, consumers, the oldest waiting job's wait, run-time p50/p99 (measured within 1%), paused", adminQueues},
 	{"pause", "QUEUE", "stop delivering a queue's jobs (publishes are still taken)", adminPause},
 	{"resume", "QUEUE", "deliver a paused queue's jobs again", adminResume},
 	{"purge", "QUEUE --confirm QUEUE", "drop every waiting job of a queue (not those in flight or delayed)", adminPurge},
@@ -47,10 +52,12 @@ var adminCommands = []struct {
 	{"dead", "QUEUE [--limit N]", "a queue's dead letters, oldest first: id, producer, job type, attempts, when and why", adminDead},
 	{"requeue", "QUEUE (ID... | --all)", "put dead letters back in line as new jobs", adminRequeue},
 	{"drop", "QUEUE (ID... | --all)", "delete dead letters for good", adminDrop},
-	{"jobs", "QUEUE [--limit N]", "waiting jobs in the order they would run now, then running jobs, the longest running first", adminJobs},
-	{"job", "QUEUE ID", "one job: waiting, delayed, running or dead (or done or cancelled, on a queue with keep_done), and what the broker knows of it (-json adds its payload)", adminJob},
+	{"jobs", "QUEUE [--limit N] [--offset N]", "a queue's jobs in every state: waiting in the order they would run now, running (longest first), delayed and retry-pending (soonest due first), dead, and the ended ones a queue with keep_done keeps", adminJobs},
+	{"run-now", "QUEUE ID...", "make delayed or retry-pending jobs due now", adminRunNow},
+	{"job", "[QUEUE] ID", "one job, in QUEUE or, without it, in whichever queue holds it: waiting, delayed, running or dead (or done or cancelled, on a queue with keep_done), and what the broker knows of it (-json adds its payload)", adminJob},
 	{"cancel", "QUEUE ID", "cancel a job: a waiting or delayed one is removed, a running one's worker is told", adminCancel},
 	{"keys", "QUEUE [--limit N]", "what the queue's predictor learned per key, busiest first", adminKeys},
+	{"declare-schedule", "NAME queue=Q (cron=EXPR | every=D) [KEY=VALUE...]", "create or replace a schedule: time_zone=, job_type=, producer=, payload=, headers.K=V, catch_up=, paused=", adminDeclareSchedule},
 	{"schedules", "", "periodic schedules: queue, when, job type, last and next tick (UTC), jobs fired, paused", adminSchedules},
 	{"pause-schedule", "NAME", "stop a schedule's ticks", adminPauseSchedule(true)},
 	{"resume-schedule", "NAME", "start a paused schedule's ticks again", adminPauseSchedule(false)},
@@ -62,6 +69,7 @@ type adminArgs struct {
 	pos     []string
 	all     bool
 	limit   int
+	offset  int
 	confirm string
 	force   bool
 	json    bool
@@ -72,7 +80,7 @@ func adminUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: harbinger admin [-addr HOST:PORT] [-token T] [-tls] [-tls-ca FILE] [-tls-cert FILE -tls-key FILE] [-timeout D] [-json] <command> [args]")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range adminCommands {
-		fmt.Fprintf(w, "  %-15s %-22s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  %-16s %s\n  %-16s   %s\n", c.name, c.args, "", c.summary)
 	}
 	fmt.Fprintln(w, "\nFlags (before or after the command):")
 }
@@ -90,6 +98,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	timeout := fs.Duration("timeout", 10*time.Second, "how long the command may take")
 	asJSON := fs.Bool("json", false, "print the broker's answer as JSON instead of a table")
 	limit := fs.Int("limit", server.DefaultListLimit, fmt.Sprintf("dead and keys: most rows shown, up to %d; jobs: of each list, up to %d", server.MaxListLimit, broker.MaxJobsListed))
+	offset := fs.Int("offset", 0, "jobs: skip this many of each list, for the next page")
 	all := fs.Bool("all", false, "requeue and drop: every dead letter of the queue")
 	confirm := fs.String("confirm", "", "purge, delete-queue and delete-schedule: the name again")
 	force := fs.Bool("force", false, "delete-queue: delete it even if it holds jobs, dropping every waiting, delayed, running and dead-lettered one")
@@ -166,7 +175,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer c.Close()
 	tlsOnOurs := *tlsOn || *tlsCA != "" || *tlsCert != ""
-	return tlsHint(adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, confirm: *confirm, force: *force, json: *asJSON, out: stdout}), tlsOnOurs)
+	return tlsHint(adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, offset: max(*offset, 0), confirm: *confirm, force: *force, json: *asJSON, out: stdout}), tlsOnOurs)
 }
 
 // tlsHint adds to a connection error what most often causes it: a client
@@ -202,14 +211,78 @@ func (a adminArgs) want(n int, usage string) error {
 	return nil
 }
 
-// printJSON prints m as indented JSON, every field shown.
+// printJSON prints m as indented JSON, every field shown, in the shape of
+// the dashboard's JSON API: snake_case names (the proto's own), and 64-bit
+// counts as numbers, not the strings protojson makes of them. Timestamps
+// are RFC 3339 text, durations text such as "1.5s", bytes base64.
 func (a adminArgs) printJSON(m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
+	b, err := protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(a.out, string(b))
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	numbers(v, m.ProtoReflect().Descriptor())
+	out, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(a.out, string(out))
 	return err
+}
+
+// numbers turns the 64-bit integers protojson wrote as strings in v, a
+// decoded message of md, back into numbers.
+func numbers(v any, md protoreflect.MessageDescriptor) {
+	obj, ok := v.(map[string]any)
+	if !ok || strings.HasPrefix(string(md.FullName()), "google.protobuf.") {
+		return
+	}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		val, ok := obj[string(f.Name())]
+		if !ok {
+			continue
+		}
+		fix := func(x any) any {
+			switch f.Kind() {
+			case protoreflect.Int64Kind, protoreflect.Uint64Kind, protoreflect.Sint64Kind,
+				protoreflect.Fixed64Kind, protoreflect.Sfixed64Kind:
+				if s, ok := x.(string); ok {
+					return json.Number(s)
+				}
+			case protoreflect.MessageKind:
+				numbers(x, f.Message())
+			}
+			return x
+		}
+		switch {
+		case f.IsList():
+			if l, ok := val.([]any); ok {
+				for j := range l {
+					l[j] = fix(l[j])
+				}
+			}
+		case f.IsMap():
+			if mm, ok := val.(map[string]any); ok {
+				vf := f.MapValue()
+				for k, x := range mm {
+					if vf.Kind() == protoreflect.MessageKind {
+						numbers(x, vf.Message())
+					} else if s, ok := x.(string); ok && (vf.Kind() == protoreflect.Int64Kind || vf.Kind() == protoreflect.Uint64Kind) {
+						mm[k] = json.Number(s)
+					}
+				}
+			}
+		default:
+			obj[string(f.Name())] = fix(val)
+		}
+	}
 }
 
 // table prints rows under header, aligned, every cell through cell.
@@ -291,10 +364,14 @@ func adminQueues(ctx context.Context, c *client.Client, a adminArgs) error {
 		if lim := q.GetConfig().GetMaxInFlight(); lim > 0 {
 			inFlight += "/" + u(uint64(lim)) // of the queue's limit
 		}
+		run := "-"
+		if q.GetRunP50() != nil {
+			run = wait(q.GetRunP50().AsDuration()) + "/" + wait(q.GetRunP99().AsDuration())
+		}
 		rows = append(rows, []string{q.GetName(), q.GetConfig().GetPolicy(), u(q.GetReady()), inFlight, u(q.GetDelayed()),
-			u(q.GetDeadLetters()), u(uint64(q.GetConsumers())), oldest, paused})
+			u(q.GetDeadLetters()), u(uint64(q.GetConsumers())), oldest, run, paused})
 	}
-	return a.table("QUEUE\tPOLICY\tREADY\tIN FLIGHT\tDELAYED\tDEAD\tCONSUMERS\tOLDEST WAIT\t", rows)
+	return a.table("QUEUE\tPOLICY\tREADY\tIN FLIGHT\tDELAYED\tDEAD\tCONSUMERS\tOLDEST WAIT\tRUN P50/P99\t", rows)
 }
 
 func u(n uint64) string { return strconv.FormatUint(n, 10) }
@@ -441,10 +518,16 @@ func notFound(queue string, ids []string, n int) string {
 }
 
 func adminJob(ctx context.Context, c *client.Client, a adminArgs) error {
-	if err := a.want(2, "QUEUE ID"); err != nil {
-		return err
+	var j *pb.JobInfo
+	var err error
+	switch len(a.pos) {
+	case 1:
+		j, err = findJob(ctx, c, a.pos[0])
+	case 2:
+		j, err = c.GetJob(ctx, a.pos[0], a.pos[1])
+	default:
+		return a.want(2, "[QUEUE] ID")
 	}
-	j, err := c.GetJob(ctx, a.pos[0], a.pos[1])
 	if err != nil {
 		return err
 	}
@@ -492,11 +575,18 @@ func adminJob(ctx context.Context, c *client.Client, a adminArgs) error {
 	add("lease ends", stamp(j.GetLeaseDeadline()))
 	add("dead at", stamp(j.GetDeadAt()))
 	add("reason", j.GetReason())
-	rows = append(rows, []string{"payload", fmt.Sprintf("%d bytes", len(j.GetPayload()))})
 	for _, k := range slices.Sorted(maps.Keys(j.GetHeaders())) {
 		rows = append(rows, []string{"header " + k, j.GetHeaders()[k]})
 	}
-	return a.table("FIELD\tVALUE\t", rows)
+	kind, body := payloadText(j.GetPayload(), 4<<10)
+	rows = append(rows, []string{"payload", fmt.Sprintf("%d bytes%s", len(j.GetPayload()), kind)})
+	if err := a.table("FIELD\tVALUE\t", rows); err != nil {
+		return err
+	}
+	if body != "" {
+		_, err = fmt.Fprintln(a.out, body)
+	}
+	return err
 }
 
 func adminCancel(ctx context.Context, c *client.Client, a adminArgs) error {
@@ -618,14 +708,20 @@ func adminJobs(ctx context.Context, c *client.Client, a adminArgs) error {
 	if err := a.want(1, "QUEUE"); err != nil {
 		return err
 	}
-	js, err := c.ListJobs(ctx, a.pos[0], a.limit)
+	js, err := c.ListJobsFrom(ctx, a.pos[0], a.offset, a.limit)
 	if err != nil {
 		return err
 	}
 	if a.json {
 		return a.printJSON(js)
 	}
-	fmt.Fprintf(a.out, "waiting (%d shown, next to run first)\n", len(js.GetWaiting()))
+	shown := func(n int, total uint64, order string) string {
+		if a.offset > 0 {
+			return fmt.Sprintf("%d of %d shown from #%d, %s", n, total, a.offset+1, order)
+		}
+		return fmt.Sprintf("%d of %d shown, %s", n, total, order)
+	}
+	fmt.Fprintf(a.out, "waiting (%s)\n", shown(len(js.GetWaiting()), js.GetWaitingTotal(), "next to run first"))
 	rows := make([][]string, 0, len(js.GetWaiting()))
 	for i, j := range js.GetWaiting() {
 		flags := ""
@@ -635,17 +731,51 @@ func adminJobs(ctx context.Context, c *client.Client, a adminArgs) error {
 		case j.GetCold():
 			flags = "cold"
 		}
-		rows = append(rows, []string{strconv.Itoa(i + 1), j.GetId(), j.GetProducer(), j.GetJobType(), u(uint64(j.GetTier())),
+		rows = append(rows, []string{strconv.Itoa(a.offset + i + 1), j.GetId(), j.GetProducer(), j.GetJobType(), u(uint64(j.GetTier())),
 			ms(j.GetPredictedMs()), wait(j.GetWaited().AsDuration()), u(uint64(j.GetAttempts())), flags})
 	}
 	if err := a.table("#\tID\tPRODUCER\tJOB TYPE\tTIER\tPREDICTED ms\tWAITED\tATTEMPTS\t", rows); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "\nrunning (%d shown, longest running first)\n", len(js.GetRunning()))
+	fmt.Fprintf(a.out, "\nrunning (%s)\n", shown(len(js.GetRunning()), js.GetRunningTotal(), "longest running first"))
 	rows = rows[:0]
 	for _, j := range js.GetRunning() {
 		rows = append(rows, []string{j.GetId(), j.GetProducer(), j.GetJobType(), j.GetConsumer(), u(uint64(j.GetAttempt())),
 			ms(j.GetPredictedMs()), wait(j.GetRunning().AsDuration()), stamp(j.GetLeaseDeadline())})
 	}
-	return a.table("ID\tPRODUCER\tJOB TYPE\tCONSUMER\tATTEMPT\tPREDICTED ms\tRUNNING FOR\tLEASE ENDS (UTC)", rows)
+	if err := a.table("ID\tPRODUCER\tJOB TYPE\tCONSUMER\tATTEMPT\tPREDICTED ms\tRUNNING FOR\tLEASE ENDS (UTC)", rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "\ndelayed and retry-pending (%s)\n", shown(len(js.GetDelayed()), js.GetDelayedTotal(), "soonest due first"))
+	rows = rows[:0]
+	for _, j := range js.GetDelayed() {
+		why := "scheduled"
+		if j.GetRetry() {
+			why = "retry"
+		}
+		rows = append(rows, []string{j.GetId(), why, j.GetProducer(), j.GetJobType(),
+			fmt.Sprintf("%d of %d", j.GetAttempts(), j.GetMaxAttempts()), stamp(j.GetDue())})
+	}
+	if err := a.table("ID\tWHY\tPRODUCER\tJOB TYPE\tATTEMPTS\tDUE (UTC)", rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "\ndead (%s)\n", shown(len(js.GetDead()), js.GetDeadTotal(), "oldest first"))
+	rows = rows[:0]
+	for _, d := range js.GetDead() {
+		rows = append(rows, []string{d.GetId(), d.GetProducer(), d.GetJobType(), u(uint64(d.GetAttempts())),
+			stamp(d.GetDeadAt()), oneLine(d.GetReason())})
+	}
+	if err := a.table("ID\tPRODUCER\tJOB TYPE\tATTEMPTS\tDIED (UTC)\tREASON", rows); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.out, "\nended (%s; kept by a queue with keep_done)\n", shown(len(js.GetDone()), js.GetDoneTotal(), "most recent first"))
+	rows = rows[:0]
+	for _, d := range js.GetDone() {
+		took := "-"
+		if d.GetTook() != nil {
+			took = d.GetTook().AsDuration().String()
+		}
+		rows = append(rows, []string{d.GetId(), d.GetState(), d.GetProducer(), d.GetJobType(), u(uint64(d.GetAttempts())), took, stamp(d.GetEndedAt())})
+	}
+	return a.table("ID\tSTATE\tPRODUCER\tJOB TYPE\tATTEMPTS\tTOOK\tENDED (UTC)", rows)
 }

@@ -115,8 +115,8 @@ func TestAdminCommands(t *testing.T) {
 	var listed struct {
 		Queues []struct {
 			Name       string `json:"name"`
-			Ready      string `json:"ready"`
-			OldestWait string `json:"oldestWait"`
+			Ready      int    `json:"ready"` // a number, as the dashboard's API has it
+			OldestWait string `json:"oldest_wait"`
 		} `json:"queues"`
 	}
 	if err := json.Unmarshal([]byte(mustAdmin(t, addr, "queues", "-json")), &listed); err != nil || len(listed.Queues) != 2 {
@@ -189,7 +189,7 @@ func TestAdminCommands(t *testing.T) {
 		{[]string{"cancel", "mail"}, "want QUEUE ID"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"queues", "-limit", "0"}, "-limit must be positive"},
-		{[]string{"pause", "no-such-queue"}, "NotFound"},
+		{[]string{"resume", "no-such-queue"}, "NotFound"},
 	} {
 		if _, err := admin(t, addr, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("admin %v: %v, want an error with %q", tc.args, err, tc.want)
@@ -353,7 +353,7 @@ func TestAdminJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := mustAdmin(t, addr, "jobs", "work")
-	if !strings.HasPrefix(out, "waiting (3 shown") || !strings.Contains(out, "running (0 shown") {
+	if !strings.HasPrefix(out, "waiting (3 of 3 shown") || !strings.Contains(out, "running (0 of 0 shown") {
 		t.Fatalf("jobs before any worker:\n%s", out)
 	}
 	for i := range 3 {
@@ -386,7 +386,7 @@ func TestAdminJobs(t *testing.T) {
 	if len(js.Waiting) != 2 || js.Running[0].Consumer != "worker-ü" || !slices.Contains(ids, js.Running[0].ID) {
 		t.Errorf("jobs -json with one running: %+v", js)
 	}
-	if out := mustAdmin(t, addr, "jobs", "work", "--limit", "1"); !strings.HasPrefix(out, "waiting (1 shown") {
+	if out := mustAdmin(t, addr, "jobs", "work", "--limit", "1"); !strings.HasPrefix(out, "waiting (1 of 2 shown") {
 		t.Errorf("jobs --limit 1:\n%s", out)
 	}
 	close(release)

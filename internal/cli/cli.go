@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 )
 
 type command struct {
@@ -71,9 +72,47 @@ func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: harbinger %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
+		printFlags(fs, stderr)
 	}
 	return fs
+}
+
+// oldNamePrefix starts the usage of a flag kept only as an old name of
+// another: it still works, but -h lists it in one line at the end.
+const oldNamePrefix = "old name of "
+
+// printFlags is flag.PrintDefaults without the flags kept as old names,
+// which it names at the end instead.
+func printFlags(fs *flag.FlagSet, w io.Writer) {
+	var old []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Usage, oldNamePrefix) {
+			old = append(old, "-"+f.Name+" ("+strings.TrimPrefix(f.Usage, oldNamePrefix)+")")
+			return
+		}
+		name, usage := flag.UnquoteUsage(f)
+		line := "  -" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		if len(line) <= 4 { // a one-letter bool flag fits on its line
+			line += "\t"
+		} else {
+			line += "\n    \t"
+		}
+		line += strings.ReplaceAll(usage, "\n", "\n    \t")
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+			if name == "string" {
+				line += fmt.Sprintf(" (default %q)", f.DefValue)
+			} else {
+				line += fmt.Sprintf(" (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w, line)
+	})
+	if len(old) > 0 {
+		fmt.Fprintf(w, "\nOld flag names, still accepted: %s\n", strings.Join(old, ", "))
+	}
 }
 
 func parse(fs *flag.FlagSet, args []string) error {

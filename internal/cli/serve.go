@@ -1,10 +1,10 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,7 +18,6 @@ import (
 	"syscall"
 	"time"
 
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -97,6 +96,13 @@ type ServeConfig struct {
 	PrometheusURL string `yaml:"prometheus_url"`
 	// Broker holds the broker's limits and default queue settings.
 	Broker broker.Config `yaml:"broker"`
+	// Queues are declared at start, each with its settings (the keys of
+	// broker.QueueConfig): made if missing, changed if they differ,
+	// otherwise left alone; each outcome is logged. Queues the file does
+	// not name are left as they are.
+	Queues map[string]broker.QueueConfig `yaml:"queues"`
+	// Schedules are declared at start the same way, by name.
+	Schedules []ScheduleConfig `yaml:"schedules"`
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -195,6 +201,21 @@ type setting struct {
 	set         func(c *ServeConfig, v string) error
 }
 
+// kind is what -h calls the value the setting takes: string, int,
+// duration or bool, from the setter it was given.
+func (s setting) kind() string {
+	var probe ServeConfig
+	switch {
+	case boolSettings[s.name]:
+		return "bool"
+	case s.set(&probe, "1s") == nil && s.set(&probe, "1") != nil:
+		return "duration"
+	case s.set(&probe, "x") != nil:
+		return "int"
+	}
+	return "string"
+}
+
 // boolSettings are given without a value: -memory.
 var boolSettings = map[string]bool{"memory": true, "salvage": true, "insecure": true}
 
@@ -289,17 +310,26 @@ func envName(flag string) string { return envNameWith(serveEnvPrefix, flag) }
 func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer) (ServeConfig, error) {
 	fs := newFlags("serve", "serve [-config FILE] [flags]   (every flag also reads HARBINGER_<FLAG>, e.g. HARBINGER_GRPC_ADDR)", stderr)
 	configPath := fs.String("config", "", "YAML config file (env HARBINGER_CONFIG)")
-	flagged := map[string]string{}
+	// Registered with their types, so that -h shows "-lease duration",
+	// not "-lease value"; zero defaults, as the usages say the real ones
+	// (a flag's default would otherwise hide the config file's value).
 	for _, s := range serveSettings {
-		if boolSettings[s.name] {
-			fs.BoolFunc(s.name, s.usage, func(v string) error { flagged[s.name] = v; return nil })
-			continue
+		switch s.kind() {
+		case "bool":
+			fs.Bool(s.name, false, s.usage)
+		case "duration":
+			fs.Duration(s.name, 0, s.usage)
+		case "int":
+			fs.Int64(s.name, 0, s.usage)
+		default:
+			fs.String(s.name, "", s.usage)
 		}
-		fs.Func(s.name, s.usage, func(v string) error { flagged[s.name] = v; return nil })
 	}
 	if err := parse(fs, args); err != nil {
 		return ServeConfig{}, err
 	}
+	flagged := map[string]string{}
+	fs.Visit(func(f *flag.Flag) { flagged[f.Name] = f.Value.String() })
 	var cfg ServeConfig
 	path := *configPath
 	if path == "" {
@@ -339,9 +369,7 @@ func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer
 // error, an empty file the zero config.
 func decodeServeConfig(data []byte) (ServeConfig, error) {
 	var cfg ServeConfig
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+	if err := decodeStrict(data, &cfg); err != nil {
 		return ServeConfig{}, err
 	}
 	return cfg, nil
@@ -424,6 +452,10 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	}
 	b, err := broker.New(bcfg)
 	if err != nil {
+		return err
+	}
+	if err := applyDeclarations(b, cfg.Queues, cfg.Schedules, log); err != nil {
+		_ = b.Shutdown(context.Background())
 		return err
 	}
 	// The Predictor service is for jobs published to RabbitMQ: it learns

@@ -99,3 +99,19 @@ func (d *doneLog) resize(keep int) {
 	}
 	d.next = 0 // the oldest, once the ring is full again
 }
+
+// list returns the entries kept, the most recent first. The oldest entry
+// sits at next (at 0 while the ring fills), so the newest is just before.
+func (d *doneLog) list() []DoneJob {
+	out := make([]DoneJob, 0, len(d.ring))
+	for k := range len(d.ring) {
+		i := (d.next - 1 - k + 2*len(d.ring)) % len(d.ring)
+		e := d.ring[i]
+		if j, ok := d.byID[e.id]; !ok || int(j) != i {
+			continue // an id that ended again later is listed once, at its latest
+		}
+		dj, _ := d.find(e.id)
+		out = append(out, dj)
+	}
+	return out
+}

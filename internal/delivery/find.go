@@ -1,6 +1,8 @@
 package delivery
 
 import (
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/sched"
@@ -109,3 +111,17 @@ func (l *Line) Peek(now time.Time, n int) []*Job {
 	}
 	return out
 }
+
+// Delayed lists the jobs waiting for a due time, soonest due first. The
+// caller must not change them.
+func (l *Line) Delayed() []*Job {
+	out := slices.Clone([]*Job(l.delayed))
+	slices.SortFunc(out, func(a, b *Job) int {
+		return cmp.Or(cmp.Compare(a.deadline(), b.deadline()), cmp.Compare(a.ID(), b.ID()))
+	})
+	return out
+}
+
+// Done lists the jobs that ended and are still kept (Config.KeepDone),
+// the most recent first.
+func (l *Line) Done() []DoneJob { return l.done.list() }

@@ -28,6 +28,7 @@ type Collector struct {
 	ready, inFlight, delayed, deadLetters, consumers *prometheus.Desc
 	oldestWait                                       *prometheus.Desc
 	duration, tierAccuracy, mae, keys, observations  *prometheus.Desc
+	runTime                                          *prometheus.Desc
 	brokerConsumers, brokerInFlight, draining        *prometheus.Desc
 	logRecords, logBytes, logSize, logSync, logWait  *prometheus.Desc
 }
@@ -55,6 +56,7 @@ func New(in Inspector) *Collector {
 		deadLetters:     d("dead_letters", "Jobs in the dead-letter list.", q...),
 		consumers:       d("consumers", "Open consumers.", q...),
 		duration:        d("job_duration_seconds", "Predicted and actual durations of acked jobs.", "queue", "kind"),
+		runTime:         d("job_run_seconds", "Run time of jobs acked since the broker started: median and 99th percentile, measured by a DDSketch within 1% relative error (the buckets of job_duration_seconds are coarser).", q...),
 		tierAccuracy:    d("tier_accuracy_ratio", "Fraction of routed predictions (warm keys, not spread-gated) whose tier matched the tier their job's duration earned; absent until there is one.", q...),
 		mae:             d("prediction_mae_seconds", "Mean absolute error of routed predictions.", q...),
 		keys:            d("predictor_keys", "Predictor keys tracked.", q...),
@@ -76,7 +78,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.published, c.delivered, c.acked, c.nacked, c.redelivered, c.deadLettered, c.expired,
 		c.badDurations, c.ready, c.inFlight, c.delayed, c.deadLetters, c.consumers, c.duration,
 		c.tierAccuracy, c.mae, c.keys, c.observations, c.brokerConsumers, c.brokerInFlight, c.draining,
-		c.logRecords, c.logBytes, c.logSize, c.logSync, c.logWait, c.oldestWait,
+		c.logRecords, c.logBytes, c.logSize, c.logSync, c.logWait, c.oldestWait, c.runTime,
 	} {
 		ch <- d
 	}
@@ -134,6 +136,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.mae, q.Predictor.MAE.Seconds())
 		}
 		h := q.Durations
+		if r := q.RunTime; r.Count > 0 {
+			ch <- prometheus.MustNewConstSummary(c.runTime, r.Count, h.ActualSum,
+				map[float64]float64{0.5: r.P50.Seconds(), 0.99: r.P99.Seconds()}, q.Name)
+		}
 		ch <- prometheus.MustNewConstHistogram(c.duration, h.Count, h.PredictedSum, cumulative(h.Predicted), q.Name, "predicted")
 		ch <- prometheus.MustNewConstHistogram(c.duration, h.Count, h.ActualSum, cumulative(h.Actual), q.Name, "actual")
 	}

@@ -226,6 +226,8 @@ type Predictor struct {
 	absErrMS                        float64
 	maeN                            uint64
 	tierHits, tierN                 uint64
+	// Observations not scored, by why (see Summary).
+	unscoredCold, unscoredGated, unscoredNone uint64
 }
 
 // New returns a Predictor with cfg (zero fields take their defaults).
@@ -304,6 +306,15 @@ func (p *Predictor) Observe(k Key, pred Prediction, d time.Duration) error {
 		p.tierN++
 		if hit {
 			p.tierHits++
+		}
+	} else {
+		switch {
+		case !pred.Made:
+			p.unscoredNone++
+		case pred.Cold:
+			p.unscoredCold++
+		default:
+			p.unscoredGated++
 		}
 	}
 	if p.typicalMS == 0 {

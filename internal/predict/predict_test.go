@@ -326,6 +326,15 @@ func TestSummaryAccuracy(t *testing.T) {
 	if s.Observations != 5 || s.Keys != 3 || s.Rejected != 0 || s.Evicted != 0 {
 		t.Errorf("summary %+v", s)
 	}
+	// Each unscored one is counted by why: two without a prediction, one
+	// cold; a gated one below.
+	if s.UnscoredUnpredicted != 2 || s.UnscoredCold != 1 || s.UnscoredGated != 0 {
+		t.Errorf("unscored: %d unpredicted, %d cold, %d gated; want 2, 1, 0", s.UnscoredUnpredicted, s.UnscoredCold, s.UnscoredGated)
+	}
+	observe(t, p, c, Prediction{Made: true, SpreadGated: true, Tier: 1}, ms(5))
+	if s := p.Summary(); s.UnscoredGated != 1 || s.MAESamples != 2 {
+		t.Errorf("after a gated one: %+v", s)
+	}
 }
 
 func TestBadDurations(t *testing.T) {

@@ -39,6 +39,12 @@ type Summary struct {
 	TierAccuracy float64         // fraction of routed predictions whose tier was the one the duration earned; NaN when none
 	TierSamples  uint64          // how many routed predictions TierAccuracy is over; cold and spread-gated ones are not scored
 	Boundaries   []time.Duration // current tier boundaries, ascending
+	// Why observations were not scored, by what the prediction of their
+	// job was: made while its key was cold (too few observations: its job
+	// was published before the key had learned enough), spread-gated, or
+	// none at all (a policy that does not predict, a job recovered from
+	// the log, or an observation reported without one).
+	UnscoredCold, UnscoredGated, UnscoredUnpredicted uint64
 }
 
 func (p *Predictor) stats(e *entry) KeyStats {
@@ -184,6 +190,7 @@ func (p *Predictor) Summary() Summary {
 		MAESamples:   p.maeN,
 		TierSamples:  p.tierN,
 		TierAccuracy: nan(),
+		UnscoredCold: p.unscoredCold, UnscoredGated: p.unscoredGated, UnscoredUnpredicted: p.unscoredNone,
 	}
 	if p.maeN > 0 {
 		s.MAE = msToDuration(p.absErrMS / float64(p.maeN))

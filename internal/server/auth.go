@@ -110,6 +110,7 @@ var rules = map[string]rule{
 	pb.Admin_ListJobs_FullMethodName:           {perm: auth.Read, queues: queueOf((*pb.ListJobsRequest).GetQueue)},
 	pb.Admin_GetJob_FullMethodName:             {perm: auth.Read, queues: queueOf((*pb.GetJobRequest).GetQueue)},
 	pb.Admin_CancelJob_FullMethodName:          {perm: auth.Admin, queues: queueOf((*pb.CancelJobRequest).GetQueue)},
+	pb.Admin_RunJobsNow_FullMethodName:         {perm: auth.Admin, queues: queueOf((*pb.RunJobsNowRequest).GetQueue)},
 	pb.Admin_PauseQueue_FullMethodName:         {perm: auth.Admin, queues: queueOf((*pb.PauseQueueRequest).GetName)},
 	// A schedule publishes to its queue. Pausing or deleting one names only
 	// the schedule, so it takes admin on every queue.

@@ -186,6 +186,10 @@ var rpcCalls = map[string]func(ctx context.Context, c *grpc.ClientConn, q string
 		_, err := pb.NewAdminClient(c).CancelJob(ctx, &pb.CancelJobRequest{Queue: q, Id: "no-such-job"})
 		return err
 	},
+	"RunJobsNow": func(ctx context.Context, c *grpc.ClientConn, q string) error {
+		_, err := pb.NewAdminClient(c).RunJobsNow(ctx, &pb.RunJobsNowRequest{Queue: q, Ids: []string{"no-such-job"}})
+		return err
+	},
 	"PauseQueue": func(ctx context.Context, c *grpc.ClientConn, q string) error {
 		_, err := pb.NewAdminClient(c).PauseQueue(ctx, &pb.PauseQueueRequest{Name: q + ".pause", Paused: true})
 		return err

@@ -148,8 +148,12 @@ func TestPauseQueueOverGRPC(t *testing.T) {
 	if d := c.recv(t); d.JobType != "a" {
 		t.Fatalf("after resume: %v", d)
 	}
-	_, err = tb.cl.PauseQueue(tb.ctx, "nope")
+	_, err = tb.cl.ResumeQueue(tb.ctx, "nope")
 	wantCode(t, err, codes.NotFound, "nope")
+	// Pausing a queue before its first job makes it, paused.
+	if q, err := tb.cl.PauseQueue(tb.ctx, "soon"); err != nil || !q.Paused {
+		t.Fatalf("pausing a queue that does not exist yet: %v, %v", q, err)
+	}
 }
 
 // A publish is answered message by message however its messages fare, so

@@ -192,8 +192,15 @@ func toQueueInfo(in broker.QueueInfo) *pb.QueueInfo {
 	if in.Ready > 0 {
 		out.OldestWait = durationpb.New(in.OldestWait)
 	}
+	if in.RunTime.Count > 0 {
+		out.RunP50, out.RunP99 = durationpb.New(in.RunTime.P50), durationpb.New(in.RunTime.P99)
+	}
 	for _, n := range in.DepthPerTier {
 		out.DepthPerTier = append(out.DepthPerTier, uint64(n))
 	}
 	return out
 }
+
+// QueueConfigProto is q as the Admin API carries it: what `harbinger
+// admin declare-queue` sends for the settings it reads.
+func QueueConfigProto(q broker.QueueConfig) *pb.QueueConfig { return toQueueConfig(q) }

@@ -552,6 +552,15 @@ func (s *Server) GetLimits(context.Context, *pb.GetLimitsRequest) (*pb.Limits, e
 	return Limits(s.b.Config()), nil
 }
 
+// queueInfo is in with the waits of its waiting jobs.
+func (a *adminServer) queueInfo(in broker.QueueInfo) *pb.QueueInfo {
+	out := toQueueInfo(in)
+	if w, err := a.s.b.Waits(in.Name); err == nil && w.Waiting > 0 {
+		out.WaitP50, out.WaitP99 = durationpb.New(w.P50), durationpb.New(w.P99)
+	}
+	return out
+}
+
 // adminServer implements pb.AdminServer.
 type adminServer struct {
 	pb.UnimplementedAdminServer
@@ -574,14 +583,14 @@ func (a *adminServer) DeclareQueue(_ context.Context, req *pb.DeclareQueueReques
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return toQueueInfo(in), nil
+	return a.queueInfo(in), nil
 }
 
 func (a *adminServer) ListQueues(context.Context, *pb.ListQueuesRequest) (*pb.ListQueuesResponse, error) {
 	qs := a.s.b.Queues()
 	out := &pb.ListQueuesResponse{Queues: make([]*pb.QueueInfo, len(qs))}
 	for i, q := range qs {
-		out.Queues[i] = toQueueInfo(q)
+		out.Queues[i] = a.queueInfo(q)
 	}
 	return out, nil
 }
@@ -635,17 +644,41 @@ func (a *adminServer) ListDeadLetters(_ context.Context, req *pb.ListDeadLetters
 const listEntryOverhead = 6
 
 func (a *adminServer) ListJobs(_ context.Context, req *pb.ListJobsRequest) (*pb.ListJobsResponse, error) {
-	n := int(min(req.Limit, broker.MaxJobsListed))
-	now := a.s.b.Now()
-	waiting, err := a.s.b.WaitingJobs(req.Queue, n)
+	n, off := int(min(req.Limit, broker.MaxJobsListed)), int(req.Offset)
+	b := a.s.b
+	now := b.Now()
+	waiting, err := b.WaitingJobsFrom(req.Queue, off, n)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	running, err := a.s.b.InFlightJobs(req.Queue, n)
+	running, err := b.InFlightJobs(req.Queue, 0)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pb.ListJobsResponse{Waiting: make([]*pb.WaitingJob, len(waiting)), Running: make([]*pb.RunningJob, len(running))}
+	delayed, delayedTotal, err := b.DelayedJobs(req.Queue, off, n)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	dead, err := b.DeadLettersFrom(req.Queue, off, jobsLimit(n))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	done, doneTotal, err := b.DoneJobs(req.Queue, off, n)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	in, err := b.Queue(req.Queue)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	runningTotal := len(running)
+	running = running[min(off, len(running)):]
+	running = running[:min(len(running), jobsLimit(n))]
+	out := &pb.ListJobsResponse{
+		Waiting: make([]*pb.WaitingJob, len(waiting)), Running: make([]*pb.RunningJob, len(running)),
+		WaitingTotal: uint64(in.Ready), RunningTotal: uint64(runningTotal), DelayedTotal: uint64(delayedTotal),
+		DeadTotal: uint64(in.DeadLetters), DoneTotal: uint64(doneTotal),
+	}
 	for i, j := range waiting {
 		w := &pb.WaitingJob{
 			Id: j.ID, Producer: j.Producer, JobType: j.JobType, Tier: uint32(j.Tier), Level: uint32(j.Level),
@@ -665,7 +698,45 @@ func (a *adminServer) ListJobs(_ context.Context, req *pb.ListJobsRequest) (*pb.
 			LeaseDeadline: timestamppb.New(j.Deadline),
 		}
 	}
+	for _, j := range delayed {
+		out.Delayed = append(out.Delayed, &pb.DelayedJob{
+			Id: j.ID, Producer: j.Producer, JobType: j.JobType, Retry: j.Retry, Attempts: uint32(j.Attempts),
+			MaxAttempts: uint32(j.MaxAttempts), PublishedAt: timestamppb.New(j.PublishedAt), Due: timestamppb.New(j.Due),
+		})
+	}
+	// Without payloads: a thousand of them could pass gRPC's message
+	// limit; GetJob and ListDeadLetters have them.
+	for _, d := range dead {
+		out.Dead = append(out.Dead, &pb.DeadLetter{
+			Id: d.ID, Queue: d.Queue, Producer: d.Producer, JobType: d.JobType, Headers: d.Headers,
+			Attempts: uint32(d.Attempts), Reason: d.Reason, DeadAt: timestamppb.New(d.DeadAt),
+		})
+	}
+	for _, d := range done {
+		pd := &pb.DoneJob{Id: d.ID, Producer: d.Producer, JobType: d.JobType, State: string(d.State),
+			Attempts: uint32(d.Attempts), EndedAt: timestamppb.New(d.EndedAt)}
+		if d.State == broker.JobDone {
+			pd.Took = durationpb.New(d.Took)
+		}
+		out.Done = append(out.Done, pd)
+	}
 	return out, nil
+}
+
+// jobsLimit is n, or the broker's most when n is 0.
+func jobsLimit(n int) int {
+	if n <= 0 {
+		return broker.MaxJobsListed
+	}
+	return n
+}
+
+func (a *adminServer) RunJobsNow(_ context.Context, req *pb.RunJobsNowRequest) (*pb.RunJobsNowResponse, error) {
+	n, err := a.s.b.RunNow(req.Queue, req.Ids)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.RunJobsNowResponse{Moved: uint64(n)}, nil
 }
 
 // took is a done job's reported time, unset for any other.
@@ -728,7 +799,7 @@ func (a *adminServer) PauseQueue(_ context.Context, req *pb.PauseQueueRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return toQueueInfo(in), nil
+	return a.queueInfo(in), nil
 }
 
 func (a *adminServer) DeleteDeadLetters(_ context.Context, req *pb.DeleteDeadLettersRequest) (*pb.DeleteDeadLettersResponse, error) {

@@ -172,6 +172,26 @@ func (s *Server) cancel(r *http.Request, name string) (string, error) {
 	return strings.Join(done, "; "), nil
 }
 
+// runNow makes the named delayed jobs due at once.
+func (s *Server) runNow(r *http.Request, name string) (string, error) {
+	b, err := readBody(r)
+	if err != nil {
+		return "", err
+	}
+	if len(b.IDs) == 0 {
+		return "", badRequest("name the delayed jobs to run now by id")
+	}
+	n, err := s.b.RunNow(name, b.IDs)
+	if err != nil {
+		return "", err
+	}
+	msg := fmt.Sprintf("%d delayed jobs of %s run now", n, name)
+	if skipped := len(b.IDs) - n; skipped > 0 {
+		msg += fmt.Sprintf(" (%d of the ids named were not delayed)", skipped)
+	}
+	return msg, nil
+}
+
 func deadIDs(r *http.Request) ([]string, error) {
 	b, err := readBody(r)
 	if err != nil {

@@ -1,6 +1,8 @@
 package web
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -179,6 +181,30 @@ func (s *Server) lookupJob(w http.ResponseWriter, r *http.Request, g *auth.Grant
 	return nil
 }
 
+// findJob answers the lookup form of every page (/job?id=ID): the job's
+// page in the first queue the token may read that holds it.
+func (s *Server) findJob(w http.ResponseWriter, r *http.Request, g *auth.Grant) error {
+	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	if id == "" {
+		http.Redirect(w, r, "/?error="+url.QueryEscape("type a job's id to look it up"), http.StatusSeeOther)
+		return nil
+	}
+	j, err := s.b.FindJob(id, func(q string) bool { return g.Allows(auth.Read, q) })
+	if err != nil {
+		return err
+	}
+	http.Redirect(w, r, jobPath(j.Queue, j.ID), http.StatusSeeOther)
+	return nil
+}
+
+func (s *Server) apiFindJob(r *http.Request, g *auth.Grant) (any, error) {
+	j, err := s.b.FindJob(r.PathValue("id"), func(q string) bool { return g.Allows(auth.Read, q) })
+	if err != nil {
+		return nil, err
+	}
+	return jobView(s.cfg.Clock.Now(), j), nil
+}
+
 // jobPath is the path of a job's page.
 func jobPath(queue, id string) string {
 	return "/queues/" + url.PathEscape(queue) + "/jobs/" + url.PathEscape(id)
@@ -186,6 +212,8 @@ func jobPath(queue, id string) string {
 
 // payloadPreview is the start of a payload as a page shows it.
 type payloadPreview struct {
+	// Kind is "json" (shown indented), "text" (UTF-8) or "bytes".
+	Kind    string
 	Text    string // escaped (see escape)
 	Shown   int    // how many of the payload's bytes Text shows
 	Cut     bool   // the payload goes on past them
@@ -195,11 +223,25 @@ type payloadPreview struct {
 // preview escapes the payload's first bytes, at most limit of them and
 // never half a character.
 func preview(p []byte, limit int) payloadPreview {
+	kind := "bytes"
+	switch {
+	case len(p) <= maxPrettyJSON && json.Valid(p) && len(bytes.TrimSpace(p)) > 0:
+		var buf bytes.Buffer
+		if json.Indent(&buf, p, "", "  ") == nil {
+			text, shown, escaped := escape(buf.String(), limit, true)
+			return payloadPreview{Kind: "json", Text: text, Shown: min(shown, len(p)), Cut: shown < buf.Len(), Escaped: escaped}
+		}
+	case utf8.Valid(p[:min(len(p), limit)]) || utf8.Valid(p):
+		kind = "text"
+	}
 	// The character at the limit may run a few bytes past it: look at
 	// enough to tell.
 	text, shown, escaped := escape(string(p[:min(len(p), limit+utf8.UTFMax)]), limit, true)
-	return payloadPreview{Text: text, Shown: shown, Cut: shown < len(p), Escaped: escaped}
+	return payloadPreview{Kind: kind, Text: text, Shown: shown, Cut: shown < len(p), Escaped: escaped}
 }
+
+// maxPrettyJSON is the largest payload checked for JSON to indent.
+const maxPrettyJSON = 1 << 20
 
 // show is text a job carries (a header, a producer, an id someone typed)
 // as a page shows it: escaped, on one line.

@@ -165,6 +165,7 @@ func (s *Server) parseTemplates() error {
 		"can":      func(g *auth.Grant, p string, q string) bool { return g != nil && g.Allows(auth.Permission(p), q) },
 		"sorturl":  sortURL,
 		"add":      func(a, b int) int { return a + b },
+		"sub":      func(a, b int) int { return max(a-b, 0) },
 		"cancelArgs": func(queue, id, back string) map[string]string {
 			return map[string]string{"Queue": queue, "ID": id, "Back": back}
 		},

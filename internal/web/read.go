@@ -2,12 +2,15 @@ package web
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/harbinger-mq/harbinger/internal/auth"
 )
 
 // QueuesView is the queues a token may read.
 type QueuesView struct {
+	Totals   TotalsView  `json:"totals"`
 	Queues   []QueueView `json:"queues"`
 	Hidden   int         `json:"hidden"` // queues the token may not read
 	Draining bool        `json:"draining"`
@@ -21,9 +24,41 @@ func (s *Server) queues(g *auth.Grant) QueuesView {
 			continue
 		}
 		w, _ := s.b.Waits(in.Name)
-		v.Queues = append(v.Queues, queueView(in, w, s.series.rates(in.Name)))
+		qv := queueView(in, w, s.series.rates(in.Name))
+		v.Queues = append(v.Queues, qv)
+		t := &v.Totals
+		t.Queues++
+		t.Ready += qv.Ready
+		t.InFlight += qv.InFlight
+		t.Delayed += qv.Delayed
+		t.DeadLetters += qv.DeadLetters
+		t.Consumers += qv.Consumers
+		t.Published += qv.Published
+		t.Acked += qv.Acked
+		t.OldestWaitMS = max(t.OldestWaitMS, qv.OldestWaitMS)
+		if qv.PublishPerS != nil {
+			t.PublishPerS += *qv.PublishPerS
+		}
+		if qv.AckPerS != nil {
+			t.AckPerS += *qv.AckPerS
+		}
 	}
 	return v
+}
+
+// TotalsView is every queue a token may read, together.
+type TotalsView struct {
+	Queues       int     `json:"queues"`
+	Ready        int     `json:"ready"`
+	InFlight     int     `json:"in_flight"`
+	Delayed      int     `json:"delayed"`
+	DeadLetters  int     `json:"dead_letters"`
+	Consumers    int     `json:"consumers"`
+	Published    uint64  `json:"published"`
+	Acked        uint64  `json:"acked"`
+	PublishPerS  float64 `json:"publish_per_s"`
+	AckPerS      float64 `json:"ack_per_s"`
+	OldestWaitMS float64 `json:"oldest_wait_ms"` // the longest of any queue
 }
 
 func (s *Server) queue(name string, g *auth.Grant) (QueueView, error) {
@@ -65,6 +100,9 @@ func (s *Server) keys(r *http.Request, g *auth.Grant) (KeysView, error) {
 	if v.Sort == "" {
 		v.Sort, v.Desc = "count", true
 	}
+	if !slices.Contains(KeySorts, v.Sort) {
+		return KeysView{}, badRequest("sort must be one of %s, got %q", strings.Join(KeySorts, ", "), v.Sort)
+	}
 	all := make([]KeyView, len(ks))
 	for i, k := range ks {
 		all[i] = keyView(k)
@@ -83,23 +121,45 @@ func (s *Server) jobs(r *http.Request, g *auth.Grant) (JobsView, error) {
 	if err != nil {
 		return JobsView{}, err
 	}
+	off, err := offset(r)
+	if err != nil {
+		return JobsView{}, err
+	}
 	now := s.cfg.Clock.Now()
-	waiting, err := s.b.WaitingJobs(name, n)
+	in, err := s.b.Queue(name)
 	if err != nil {
 		return JobsView{}, err
 	}
-	inflight, err := s.b.InFlightJobs(name, n)
+	waiting, err := s.b.WaitingJobsFrom(name, off, n)
 	if err != nil {
 		return JobsView{}, err
 	}
-	dead, err := s.b.DeadLetters(name, n)
+	inflight, err := s.b.InFlightJobs(name, 0)
 	if err != nil {
 		return JobsView{}, err
 	}
-	return JobsView{
-		Queue: name, Waiting: waitingView(now, waiting),
-		InFlight: inFlightView(now, inflight), DeadLetters: deadLetterView(dead),
-	}, nil
+	delayed, delayedTotal, err := s.b.DelayedJobs(name, off, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	dead, err := s.b.DeadLettersFrom(name, off, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	done, doneTotal, err := s.b.DoneJobs(name, off, n)
+	if err != nil {
+		return JobsView{}, err
+	}
+	v := JobsView{
+		Queue: name, Offset: off, Limit: n, Waiting: waitingView(now, waiting),
+		Delayed: delayedView(delayed), DeadLetters: deadLetterView(dead), Done: doneView(done),
+		KeepDone: in.Config.KeepDone,
+		Totals: JobTotals{Waiting: in.Ready, InFlight: len(inflight), Delayed: delayedTotal,
+			DeadLetters: in.DeadLetters, Done: doneTotal},
+	}
+	inflight = inflight[min(off, len(inflight)):]
+	v.InFlight = inFlightView(now, inflight[:min(len(inflight), n)])
+	return v, nil
 }
 
 func (s *Server) apiQueues(_ *http.Request, g *auth.Grant) (any, error) { return s.queues(g), nil }
@@ -121,4 +181,8 @@ func (s *Server) apiSeries(r *http.Request, g *auth.Grant) (any, error) {
 		return nil, err
 	}
 	return s.series.view(name), nil
+}
+
+func (s *Server) apiTotalSeries(_ *http.Request, g *auth.Grant) (any, error) {
+	return s.series.total(func(q string) bool { return g.Allows(auth.Read, q) }), nil
 }

@@ -16,6 +16,7 @@ type sample struct {
 	durCount         uint64
 	durSum           float64 // seconds
 	ready, inFlight  int
+	delayed          int
 	oldest           time.Duration
 }
 
@@ -79,7 +80,7 @@ func (s *series) sample() {
 		t.queues[in.Name] = sample{
 			gen: in.Generation, published: in.Published, acked: in.Acked,
 			durCount: in.Durations.Count, durSum: in.Durations.ActualSum,
-			ready: in.Ready, inFlight: in.InFlight, oldest: w.Oldest,
+			ready: in.Ready, inFlight: in.InFlight, delayed: in.Delayed, oldest: w.Oldest,
 		}
 	}
 	s.mu.Lock()
@@ -133,6 +134,7 @@ type Point struct {
 	OldestWaitMS float64  `json:"oldest_wait_ms"`
 	Ready        int      `json:"ready"`
 	InFlight     int      `json:"in_flight"`
+	Delayed      int      `json:"delayed"`
 }
 
 // SeriesView is a queue's live chart: one point per sampling interval over
@@ -164,10 +166,51 @@ func (s *series) view(queue string) SeriesView {
 		}
 		pt := Point{
 			At: b.at, PublishPerS: delta(p.published, q.published) / dt, AckPerS: delta(p.acked, q.acked) / dt,
-			OldestWaitMS: ms(q.oldest), Ready: q.ready, InFlight: q.inFlight,
+			OldestWaitMS: ms(q.oldest), Ready: q.ready, InFlight: q.inFlight, Delayed: q.delayed,
 		}
 		if n := delta(p.durCount, q.durCount); n > 0 {
 			pt.MeanRunMS = optional(1000 * (q.durSum - p.durSum) / n)
+		}
+		v.Points = append(v.Points, pt)
+	}
+	return v
+}
+
+// total is the live chart of every queue in allowed together: rates and
+// depths summed, the oldest wait the largest, the mean run time over all
+// the jobs acked in each interval.
+func (s *series) total(allowed func(string) bool) SeriesView {
+	ts := s.ticks()
+	v := SeriesView{Queue: "", EveryS: s.every.Seconds(), Points: []Point{}}
+	for i := 1; i < len(ts); i++ {
+		a, b := ts[i-1], ts[i]
+		dt := b.at.Sub(a.at).Seconds()
+		if dt <= 0 {
+			continue
+		}
+		pt := Point{At: b.at}
+		var runs, runSum float64
+		for name, q := range b.queues {
+			if !allowed(name) {
+				continue
+			}
+			p, ok := a.queues[name]
+			if !ok || p.gen != q.gen {
+				p = sample{}
+			}
+			pt.PublishPerS += delta(p.published, q.published) / dt
+			pt.AckPerS += delta(p.acked, q.acked) / dt
+			pt.Ready += q.ready
+			pt.InFlight += q.inFlight
+			pt.Delayed += q.delayed
+			pt.OldestWaitMS = max(pt.OldestWaitMS, ms(q.oldest))
+			if n := delta(p.durCount, q.durCount); n > 0 {
+				runs += n
+				runSum += q.durSum - p.durSum
+			}
+		}
+		if runs > 0 {
+			pt.MeanRunMS = optional(1000 * runSum / runs)
 		}
 		v.Points = append(v.Points, pt)
 	}

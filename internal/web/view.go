@@ -2,6 +2,7 @@ package web
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -33,8 +34,8 @@ type QueueView struct {
 	OldestWaitMS float64 `json:"oldest_wait_ms"`
 	WaitP50MS    float64 `json:"wait_p50_ms"`
 	WaitP99MS    float64 `json:"wait_p99_ms"`
-	// Run time of acked jobs since the broker started, from its histogram
-	// (so to the resolution of its buckets).
+	// Run time of acked jobs since the broker started, measured within
+	// broker.QuantileAccuracy (1%); null before the first ack.
 	DurationP50MS *float64 `json:"duration_p50_ms"`
 	DurationP99MS *float64 `json:"duration_p99_ms"`
 
@@ -82,21 +83,31 @@ type PredictorView struct {
 	// Mean predicted and actual run time of acked jobs.
 	MeanPredictedMS *float64 `json:"mean_predicted_ms"`
 	MeanActualMS    *float64 `json:"mean_actual_ms"`
+	// Observations not scored, by why: their job was predicted while its
+	// key was cold, or spread-gated, or had no prediction at all.
+	UnscoredCold        uint64 `json:"unscored_cold"`
+	UnscoredGated       uint64 `json:"unscored_gated"`
+	UnscoredUnpredicted uint64 `json:"unscored_unpredicted"`
+	// WhyUnscored says in a sentence why nothing was scored, when the
+	// predictor learned from jobs but scored none; "" otherwise.
+	WhyUnscored string `json:"why_unscored,omitempty"`
 }
 
 // KeyView is what the predictor learned about one key: a producer, a job
 // type and a payload size bucket.
 type KeyView struct {
-	Producer    string  `json:"producer"`
-	JobType     string  `json:"job_type"`
-	SizeBucket  int     `json:"size_bucket"` // -1 when jobs carry no size
-	Count       uint64  `json:"count"`
-	EWMAMS      float64 `json:"ewma_ms"`
-	P50MS       float64 `json:"p50_ms"`
-	P99MS       float64 `json:"p99_ms"`
-	Tier        int     `json:"tier"`
-	Cold        bool    `json:"cold"`         // too few observations: routed by default
-	SpreadGated bool    `json:"spread_gated"` // p99/p50 too wide to trust: routed by default
+	Producer   string  `json:"producer"`
+	JobType    string  `json:"job_type"`
+	SizeBucket int     `json:"size_bucket"` // -1 when jobs carry no size
+	Count      uint64  `json:"count"`
+	EWMAMS     float64 `json:"ewma_ms"`
+	// Run time of the key's jobs acked since the broker started, measured
+	// within broker.QuantileAccuracy; null when none was.
+	P50MS       *float64 `json:"p50_ms"`
+	P99MS       *float64 `json:"p99_ms"`
+	Tier        int      `json:"tier"`
+	Cold        bool     `json:"cold"`         // too few observations: routed by default
+	SpreadGated bool     `json:"spread_gated"` // p99/p50 too wide to trust: routed by default
 	// Long: its next job would be marked long, and under the default
 	// policy start no later than FIFO would start it.
 	Long bool `json:"long"`
@@ -160,13 +171,61 @@ type DeadLetterView struct {
 	PayloadSize int       `json:"payload_bytes"`
 }
 
-// JobsView is a queue's jobs: waiting in the order they will run, in
-// flight, and dead.
+// DelayedView is a job waiting for a due time: published to run later, or
+// nacked with a delay and waiting for its next try (retry).
+type DelayedView struct {
+	ID          string    `json:"id"`
+	Producer    string    `json:"producer"`
+	JobType     string    `json:"job_type"`
+	Retry       bool      `json:"retry"`
+	Attempts    int       `json:"attempts"`
+	MaxAttempts int       `json:"max_attempts"`
+	PublishedAt time.Time `json:"published_at"`
+	DueAt       time.Time `json:"due_at"`
+}
+
+// DoneView is a job that ended, kept by a queue with keep_done.
+type DoneView struct {
+	ID       string    `json:"id"`
+	Producer string    `json:"producer"`
+	JobType  string    `json:"job_type"`
+	State    string    `json:"state"` // done or cancelled
+	Attempts int       `json:"attempts"`
+	EndedAt  time.Time `json:"ended_at"`
+	TookMS   *float64  `json:"took_ms"` // done: the time its worker reported
+}
+
+// JobsView is a queue's jobs in every state: waiting in the order they
+// will run, in flight, delayed and retry-pending (soonest due first),
+// dead, and the ended ones it keeps (most recent first); each list is a
+// page of Limit after Offset, out of its total.
 type JobsView struct {
 	Queue       string           `json:"queue"`
+	Offset      int              `json:"offset"`
+	Limit       int              `json:"limit"`
 	Waiting     []WaitingView    `json:"waiting"`
 	InFlight    []InFlightView   `json:"in_flight"`
+	Delayed     []DelayedView    `json:"delayed"`
 	DeadLetters []DeadLetterView `json:"dead_letters"`
+	Done        []DoneView       `json:"done"`
+	KeepDone    int              `json:"keep_done"` // the queue's keep_done; 0 keeps none
+	Totals      JobTotals        `json:"totals"`
+}
+
+// JobTotals is how many jobs a queue holds in each state.
+type JobTotals struct {
+	Waiting     int `json:"waiting"`
+	InFlight    int `json:"in_flight"`
+	Delayed     int `json:"delayed"`
+	DeadLetters int `json:"dead_letters"`
+	Done        int `json:"done"`
+}
+
+// More reports whether any list goes on past this page.
+func (v JobsView) More() bool {
+	end := v.Offset + v.Limit
+	t := v.Totals
+	return t.Waiting > end || t.InFlight > end || t.Delayed > end || t.DeadLetters > end || t.Done > end
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -192,8 +251,9 @@ func queueView(in broker.QueueInfo, w broker.Waits, rates rates) QueueView {
 	if v.ReadyPerTier == nil {
 		v.ReadyPerTier = []int{}
 	}
-	v.DurationP50MS = optional(histQuantile(in.Durations.Actual, in.Durations.Count, 0.5))
-	v.DurationP99MS = optional(histQuantile(in.Durations.Actual, in.Durations.Count, 0.99))
+	if in.RunTime.Count > 0 {
+		v.DurationP50MS, v.DurationP99MS = optional(ms(in.RunTime.P50)), optional(ms(in.RunTime.P99))
+	}
 	return v
 }
 
@@ -221,6 +281,8 @@ func predictorView(in broker.QueueInfo) PredictorView {
 	for _, b := range p.Boundaries {
 		v.BoundariesMS = append(v.BoundariesMS, ms(b))
 	}
+	v.UnscoredCold, v.UnscoredGated, v.UnscoredUnpredicted = p.UnscoredCold, p.UnscoredGated, p.UnscoredUnpredicted
+	v.WhyUnscored = whyUnscored(p)
 	if n := float64(in.Durations.Count); n > 0 {
 		v.MeanPredictedMS = optional(1000 * in.Durations.PredictedSum / n)
 		v.MeanActualMS = optional(1000 * in.Durations.ActualSum / n)
@@ -228,39 +290,31 @@ func predictorView(in broker.QueueInfo) PredictorView {
 	return v
 }
 
-// histQuantile estimates the q-quantile in milliseconds from the broker's
-// duration histogram, interpolating within the bucket it falls in; NaN
-// when the histogram is empty.
-func histQuantile(counts []uint64, total uint64, q float64) float64 {
-	if total == 0 || len(counts) == 0 {
-		return math.NaN()
+// whyUnscored says why a predictor that learned from jobs scored none of
+// its predictions: only routed ones are scored, and a job is predicted
+// when it is published, so jobs published in a batch before their key
+// learned enough were all cold.
+func whyUnscored(p predict.Summary) string {
+	if p.MAESamples > 0 || p.Observations == 0 {
+		return ""
 	}
-	rank := q * float64(total)
-	var seen float64
-	for i, c := range counts {
-		if c == 0 {
-			continue
-		}
-		if seen+float64(c) >= rank {
-			lo := 0.0
-			if i > 0 {
-				lo = broker.HistogramBounds[i-1]
-			}
-			if i >= len(broker.HistogramBounds) {
-				return 1000 * lo // the open last bucket: its lower bound
-			}
-			hi := broker.HistogramBounds[i]
-			return 1000 * (lo + (hi-lo)*(rank-seen)/float64(c))
-		}
-		seen += float64(c)
+	var parts []string
+	if p.UnscoredCold > 0 {
+		parts = append(parts, fmt.Sprintf("%d were published while their key was cold (too few observations to trust, so they took the middle tier by default; jobs published in a batch before the first acks all are)", p.UnscoredCold))
 	}
-	return 1000 * broker.HistogramBounds[len(broker.HistogramBounds)-1]
+	if p.UnscoredGated > 0 {
+		parts = append(parts, fmt.Sprintf("%d were of keys whose run times vary too widely to rank (spread-gated)", p.UnscoredGated))
+	}
+	if p.UnscoredUnpredicted > 0 {
+		parts = append(parts, fmt.Sprintf("%d had no prediction (a policy that does not predict, or jobs recovered from the log)", p.UnscoredUnpredicted))
+	}
+	return fmt.Sprintf("Nothing scored yet: only predictions that chose a tier are scored. Of the %d jobs learned from, %s.", p.Observations, strings.Join(parts, "; "))
 }
 
 func keyView(k predict.KeyStats) KeyView {
 	return KeyView{
 		Producer: k.Key.Producer, JobType: k.Key.JobType, SizeBucket: int(k.Key.SizeBucket),
-		Count: k.Count, EWMAMS: ms(k.EWMA), P50MS: ms(k.P50), P99MS: ms(k.P99),
+		Count: k.Count, EWMAMS: ms(k.EWMA), P50MS: positive(ms(k.P50)), P99MS: positive(ms(k.P99)),
 		Tier: k.Tier, Cold: k.Cold, SpreadGated: k.SpreadGated, Long: k.Long, Scored: k.Scored,
 	}.scored(k)
 }
@@ -294,9 +348,9 @@ func filterKeys(keys []KeyView, search, column string, desc bool) []KeyView {
 	case "ewma":
 		by = func(a, b KeyView) int { return cmp.Compare(a.EWMAMS, b.EWMAMS) }
 	case "p50":
-		by = func(a, b KeyView) int { return cmp.Compare(a.P50MS, b.P50MS) }
+		by = func(a, b KeyView) int { return cmp.Compare(orNaN(a.P50MS), orNaN(b.P50MS)) }
 	case "p99":
-		by = func(a, b KeyView) int { return cmp.Compare(a.P99MS, b.P99MS) }
+		by = func(a, b KeyView) int { return cmp.Compare(orNaN(a.P99MS), orNaN(b.P99MS)) }
 	case "tier":
 		by = func(a, b KeyView) int { return cmp.Compare(a.Tier, b.Tier) }
 	case "mae":
@@ -340,6 +394,27 @@ func inFlightView(now time.Time, js []broker.InFlightJob) []InFlightView {
 	return out
 }
 
+func delayedView(js []broker.DelayedJob) []DelayedView {
+	out := make([]DelayedView, len(js))
+	for i, j := range js {
+		out[i] = DelayedView{ID: j.ID, Producer: j.Producer, JobType: j.JobType, Retry: j.Retry, Attempts: j.Attempts,
+			MaxAttempts: j.MaxAttempts, PublishedAt: j.PublishedAt, DueAt: j.Due}
+	}
+	return out
+}
+
+func doneView(js []broker.DoneJob) []DoneView {
+	out := make([]DoneView, len(js))
+	for i, j := range js {
+		out[i] = DoneView{ID: j.ID, Producer: j.Producer, JobType: j.JobType, State: string(j.State), Attempts: j.Attempts, EndedAt: j.EndedAt}
+		if j.State == broker.JobDone {
+			took := ms(j.Took)
+			out[i].TookMS = &took
+		}
+	}
+	return out
+}
+
 func deadLetterView(ds []broker.DeadLetter) []DeadLetterView {
 	out := make([]DeadLetterView, len(ds))
 	for i, d := range ds {
@@ -349,6 +424,14 @@ func deadLetterView(ds []broker.DeadLetter) []DeadLetterView {
 		}
 	}
 	return out
+}
+
+// positive is &v, or nil for a figure not measured (0).
+func positive(v float64) *float64 {
+	if v <= 0 {
+		return nil
+	}
+	return &v
 }
 
 // orNaN is *v, or NaN (which sorts first) for nil.

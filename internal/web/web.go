@@ -173,6 +173,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /queues/{name}/jobs/{id}", s.page(s.jobPage))
 	m.HandleFunc("GET /queues/{name}/job", s.page(s.lookupJob))
 	m.HandleFunc("GET /schedules", s.page(s.schedulesPage))
+	m.HandleFunc("GET /job", s.page(s.findJob))
 
 	m.HandleFunc("GET /api/v1/queues", s.api(s.apiQueues))
 	m.HandleFunc("GET /api/v1/queues/{name}", s.api(s.apiQueue))
@@ -181,6 +182,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/queues/{name}/jobs/{id}", s.api(s.apiJob))
 	m.HandleFunc("GET /api/v1/queues/{name}/series", s.api(s.apiSeries))
 	m.HandleFunc("GET /api/v1/schedules", s.api(s.apiSchedules))
+	m.HandleFunc("GET /api/v1/series", s.api(s.apiTotalSeries))
+	m.HandleFunc("GET /api/v1/jobs/{id}", s.api(s.apiFindJob))
 
 	// Actions answer a form with a redirect back and JSON with JSON.
 	m.HandleFunc("POST /api/v1/queues/{name}/pause", s.action(s.pause(true)))
@@ -190,6 +193,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/requeue", s.action(s.requeue))
 	m.HandleFunc("POST /api/v1/queues/{name}/dead-letters/delete", s.action(s.deleteDead))
 	m.HandleFunc("POST /api/v1/queues/{name}/jobs/cancel", s.action(s.cancel))
+	m.HandleFunc("POST /api/v1/queues/{name}/jobs/run-now", s.action(s.runNow))
 	for _, what := range []string{"pause", "resume", "delete"} {
 		m.HandleFunc("POST /api/v1/queues/{name}/schedules/{schedule}/"+what, s.action(s.scheduleAction(what)))
 	}
@@ -411,6 +415,20 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// offset reads the "offset" query parameter: how many of each list to
+// skip, for the next page.
+func offset(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("offset")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > broker.MaxJobsOffset {
+		return 0, badRequest("offset must be a whole number from 0 to %d, got %q", broker.MaxJobsOffset, v)
+	}
+	return n, nil
 }
 
 // limit reads the "limit" query parameter.

@@ -599,16 +599,8 @@ func TestPagesRender(t *testing.T) {
 	}
 }
 
-func TestHistQuantileAndFormat(t *testing.T) {
+func TestFormat(t *testing.T) {
 	t.Parallel()
-	counts := make([]uint64, len(broker.HistogramBounds)+1)
-	counts[3] = 10 // 5 to 10 ms
-	if got := histQuantile(counts, 10, 0.5); math.Abs(got-7.5) > 1e-9 {
-		t.Errorf("p50 = %v, want 7.5", got)
-	}
-	if !math.IsNaN(histQuantile(counts, 0, 0.5)) {
-		t.Error("an empty histogram has a quantile")
-	}
 	for v, want := range map[float64]string{0.5: "500 µs", 12.3: "12.3 ms", 1500: "1.5 s", 90_000: "1.5 min", math.NaN(): "–"} {
 		if got := fmtMS(v); got != want {
 			t.Errorf("fmtMS(%v) = %q, want %q", v, got, want)
@@ -1156,5 +1148,41 @@ func TestNoTokensAnswersOnlyLoopbackNames(t *testing.T) {
 	defer open.Close()
 	if code := purge(open, "broker.internal:7071"); code != http.StatusOK {
 		t.Errorf("with AnyHost a purge for a named host answered %d, want 200", code)
+	}
+}
+
+// A queue whose jobs were all published before their key learned enough
+// scores nothing, and its pages say why instead of "– over 0".
+func TestPagesSayWhyNothingWasScored(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, nil)
+	for range 20 {
+		tb.publish(t, &broker.Message{Queue: "q", Producer: "p", JobType: "a"})
+	}
+	c, err := tb.b.Subscribe("q", "w", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 {
+		d, err := c.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Ack(d.ID, 200*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var qv QueueView
+	getJSON(t, tb, "/api/v1/queues/q", &qv)
+	if qv.Predictor.MAESamples != 0 || qv.Predictor.UnscoredCold != 20 || !strings.Contains(qv.Predictor.WhyUnscored, "20 were published while their key was cold") {
+		t.Fatalf("predictor %+v: want nothing scored, 20 cold, and why", qv.Predictor)
+	}
+	for _, p := range []string{"/queues/q", "/queues/q/keys"} {
+		if _, body, _ := tb.do(t, "GET", p, "", "", ""); !strings.Contains(body, `id="why-unscored"`) {
+			t.Errorf("%s does not say why nothing was scored", p)
+		}
 	}
 }

@@ -1410,6 +1410,107 @@ func (x *Delivery) GetPredictedMs() float64 {
 	return 0
 }
 
+// RunJobsNowRequest names the delayed jobs to run now.
+type RunJobsNowRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Ids of delayed jobs.
+	Ids           []string `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunJobsNowRequest) Reset() {
+	*x = RunJobsNowRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunJobsNowRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunJobsNowRequest) ProtoMessage() {}
+
+func (x *RunJobsNowRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunJobsNowRequest.ProtoReflect.Descriptor instead.
+func (*RunJobsNowRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RunJobsNowRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *RunJobsNowRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+// RunJobsNowResponse says how many jobs were made due.
+type RunJobsNowResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Jobs moved from delayed into line.
+	Moved         uint64 `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunJobsNowResponse) Reset() {
+	*x = RunJobsNowResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunJobsNowResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunJobsNowResponse) ProtoMessage() {}
+
+func (x *RunJobsNowResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunJobsNowResponse.ProtoReflect.Descriptor instead.
+func (*RunJobsNowResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RunJobsNowResponse) GetMoved() uint64 {
+	if x != nil {
+		return x.Moved
+	}
+	return 0
+}
+
 // GetJobRequest names a job.
 type GetJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1423,7 +1524,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1536,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1549,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetJobRequest) GetQueue() string {
@@ -1517,7 +1618,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1630,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1643,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobInfo) GetId() string {
@@ -1727,14 +1828,17 @@ type ListJobsRequest struct {
 	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// Most jobs of each list returned; 0, or more than 1000, returns up to
 	// 1000.
-	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Jobs of each list skipped first, for the next page (waiting: at most
+	// 10,000 into the line).
+	Offset        uint32 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1850,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1863,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListJobsRequest) GetQueue() string {
@@ -1776,6 +1880,13 @@ func (x *ListJobsRequest) GetLimit() uint32 {
 	return 0
 }
 
+func (x *ListJobsRequest) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 // ListJobsResponse lists a queue's waiting and running jobs.
 type ListJobsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1783,14 +1894,28 @@ type ListJobsResponse struct {
 	// bounds and expiry included. Jobs published later may still go ahead.
 	Waiting []*WaitingJob `protobuf:"bytes,1,rep,name=waiting,proto3" json:"waiting,omitempty"`
 	// Jobs delivered and not yet settled, the longest running first.
-	Running       []*RunningJob `protobuf:"bytes,2,rep,name=running,proto3" json:"running,omitempty"`
+	Running []*RunningJob `protobuf:"bytes,2,rep,name=running,proto3" json:"running,omitempty"`
+	// Jobs waiting for a due time, soonest due first: published to run
+	// later, or nacked with a delay and waiting for their next try (retry).
+	Delayed []*DelayedJob `protobuf:"bytes,3,rep,name=delayed,proto3" json:"delayed,omitempty"`
+	// Dead letters, oldest first.
+	Dead []*DeadLetter `protobuf:"bytes,4,rep,name=dead,proto3" json:"dead,omitempty"`
+	// Jobs that ended (acked or cancelled) and that the queue keeps
+	// (QueueConfig.keep_done), the most recent first.
+	Done []*DoneJob `protobuf:"bytes,5,rep,name=done,proto3" json:"done,omitempty"`
+	// How many jobs each list holds in all, before offset and limit.
+	WaitingTotal  uint64 `protobuf:"varint,6,opt,name=waiting_total,json=waitingTotal,proto3" json:"waiting_total,omitempty"`
+	RunningTotal  uint64 `protobuf:"varint,7,opt,name=running_total,json=runningTotal,proto3" json:"running_total,omitempty"`
+	DelayedTotal  uint64 `protobuf:"varint,8,opt,name=delayed_total,json=delayedTotal,proto3" json:"delayed_total,omitempty"`
+	DeadTotal     uint64 `protobuf:"varint,9,opt,name=dead_total,json=deadTotal,proto3" json:"dead_total,omitempty"`
+	DoneTotal     uint64 `protobuf:"varint,10,opt,name=done_total,json=doneTotal,proto3" json:"done_total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1927,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1940,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsResponse) GetWaiting() []*WaitingJob {
@@ -1828,6 +1953,263 @@ func (x *ListJobsResponse) GetWaiting() []*WaitingJob {
 func (x *ListJobsResponse) GetRunning() []*RunningJob {
 	if x != nil {
 		return x.Running
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetDelayed() []*DelayedJob {
+	if x != nil {
+		return x.Delayed
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetDead() []*DeadLetter {
+	if x != nil {
+		return x.Dead
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetDone() []*DoneJob {
+	if x != nil {
+		return x.Done
+	}
+	return nil
+}
+
+func (x *ListJobsResponse) GetWaitingTotal() uint64 {
+	if x != nil {
+		return x.WaitingTotal
+	}
+	return 0
+}
+
+func (x *ListJobsResponse) GetRunningTotal() uint64 {
+	if x != nil {
+		return x.RunningTotal
+	}
+	return 0
+}
+
+func (x *ListJobsResponse) GetDelayedTotal() uint64 {
+	if x != nil {
+		return x.DelayedTotal
+	}
+	return 0
+}
+
+func (x *ListJobsResponse) GetDeadTotal() uint64 {
+	if x != nil {
+		return x.DeadTotal
+	}
+	return 0
+}
+
+func (x *ListJobsResponse) GetDoneTotal() uint64 {
+	if x != nil {
+		return x.DoneTotal
+	}
+	return 0
+}
+
+// DelayedJob is a job waiting for a due time.
+type DelayedJob struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Producer string                 `protobuf:"bytes,2,opt,name=producer,proto3" json:"producer,omitempty"`
+	JobType  string                 `protobuf:"bytes,3,opt,name=job_type,json=jobType,proto3" json:"job_type,omitempty"`
+	// True for a job nacked with a delay, waiting for its next try; false
+	// for one published to run later.
+	Retry bool `protobuf:"varint,4,opt,name=retry,proto3" json:"retry,omitempty"`
+	// Deliveries so far, and the most it gets before it is dead-lettered.
+	Attempts    uint32                 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	MaxAttempts uint32                 `protobuf:"varint,6,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
+	PublishedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=published_at,json=publishedAt,proto3" json:"published_at,omitempty"`
+	// When it takes its place in line.
+	Due           *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=due,proto3" json:"due,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DelayedJob) Reset() {
+	*x = DelayedJob{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelayedJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelayedJob) ProtoMessage() {}
+
+func (x *DelayedJob) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelayedJob.ProtoReflect.Descriptor instead.
+func (*DelayedJob) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DelayedJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DelayedJob) GetProducer() string {
+	if x != nil {
+		return x.Producer
+	}
+	return ""
+}
+
+func (x *DelayedJob) GetJobType() string {
+	if x != nil {
+		return x.JobType
+	}
+	return ""
+}
+
+func (x *DelayedJob) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
+}
+
+func (x *DelayedJob) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *DelayedJob) GetMaxAttempts() uint32 {
+	if x != nil {
+		return x.MaxAttempts
+	}
+	return 0
+}
+
+func (x *DelayedJob) GetPublishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PublishedAt
+	}
+	return nil
+}
+
+func (x *DelayedJob) GetDue() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Due
+	}
+	return nil
+}
+
+// DoneJob is a job that ended and that its queue still keeps.
+type DoneJob struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Producer string                 `protobuf:"bytes,2,opt,name=producer,proto3" json:"producer,omitempty"`
+	JobType  string                 `protobuf:"bytes,3,opt,name=job_type,json=jobType,proto3" json:"job_type,omitempty"`
+	// "done" (acked) or "cancelled".
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// Deliveries it had.
+	Attempts uint32                 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	EndedAt  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// Done: the time its worker reported.
+	Took          *durationpb.Duration `protobuf:"bytes,7,opt,name=took,proto3" json:"took,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoneJob) Reset() {
+	*x = DoneJob{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoneJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoneJob) ProtoMessage() {}
+
+func (x *DoneJob) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoneJob.ProtoReflect.Descriptor instead.
+func (*DoneJob) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DoneJob) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DoneJob) GetProducer() string {
+	if x != nil {
+		return x.Producer
+	}
+	return ""
+}
+
+func (x *DoneJob) GetJobType() string {
+	if x != nil {
+		return x.JobType
+	}
+	return ""
+}
+
+func (x *DoneJob) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DoneJob) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *DoneJob) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *DoneJob) GetTook() *durationpb.Duration {
+	if x != nil {
+		return x.Took
 	}
 	return nil
 }
@@ -1861,7 +2243,7 @@ type WaitingJob struct {
 
 func (x *WaitingJob) Reset() {
 	*x = WaitingJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +2255,7 @@ func (x *WaitingJob) String() string {
 func (*WaitingJob) ProtoMessage() {}
 
 func (x *WaitingJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +2268,7 @@ func (x *WaitingJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingJob.ProtoReflect.Descriptor instead.
 func (*WaitingJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WaitingJob) GetId() string {
@@ -1996,7 +2378,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2390,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2403,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunningJob) GetId() string {
@@ -2100,7 +2482,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2494,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2507,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelJobRequest) GetQueue() string {
@@ -2153,7 +2535,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2547,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2560,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelJobResponse) GetState() string {
@@ -2226,7 +2608,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2620,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2633,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Schedule) GetName() string {
@@ -2371,7 +2753,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2765,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2778,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListSchedulesRequest) GetAfter() string {
@@ -2419,7 +2801,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2813,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2826,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -2474,7 +2856,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2486,7 +2868,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2499,7 +2881,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -2527,7 +2909,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2921,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2934,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -2571,7 +2953,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2965,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2978,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 // PauseQueueRequest pauses or resumes a queue.
@@ -2612,7 +2994,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +3006,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +3019,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -2706,7 +3088,7 @@ type QueueConfig struct {
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +3100,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +3113,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -2874,14 +3256,23 @@ type QueueInfo struct {
 	// How long the job that has waited longest has waited so far, to the
 	// millisecond; unset when no job waits. (The metric
 	// harbinger_oldest_wait_seconds has the same figure.)
-	OldestWait    *durationpb.Duration `protobuf:"bytes,12,opt,name=oldest_wait,json=oldestWait,proto3" json:"oldest_wait,omitempty"`
+	OldestWait *durationpb.Duration `protobuf:"bytes,12,opt,name=oldest_wait,json=oldestWait,proto3" json:"oldest_wait,omitempty"`
+	// Run time of the jobs acked since the broker started: median and 99th
+	// percentile, from a DDSketch with 1% relative error; unset before the
+	// first ack.
+	RunP50 *durationpb.Duration `protobuf:"bytes,13,opt,name=run_p50,json=runP50,proto3" json:"run_p50,omitempty"`
+	RunP99 *durationpb.Duration `protobuf:"bytes,14,opt,name=run_p99,json=runP99,proto3" json:"run_p99,omitempty"`
+	// Waits of the jobs waiting now, to the millisecond: median and 99th
+	// percentile; unset when none waits.
+	WaitP50       *durationpb.Duration `protobuf:"bytes,15,opt,name=wait_p50,json=waitP50,proto3" json:"wait_p50,omitempty"`
+	WaitP99       *durationpb.Duration `protobuf:"bytes,16,opt,name=wait_p99,json=waitP99,proto3" json:"wait_p99,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +3284,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3297,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -2993,6 +3384,34 @@ func (x *QueueInfo) GetOldestWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *QueueInfo) GetRunP50() *durationpb.Duration {
+	if x != nil {
+		return x.RunP50
+	}
+	return nil
+}
+
+func (x *QueueInfo) GetRunP99() *durationpb.Duration {
+	if x != nil {
+		return x.RunP99
+	}
+	return nil
+}
+
+func (x *QueueInfo) GetWaitP50() *durationpb.Duration {
+	if x != nil {
+		return x.WaitP50
+	}
+	return nil
+}
+
+func (x *QueueInfo) GetWaitP99() *durationpb.Duration {
+	if x != nil {
+		return x.WaitP99
+	}
+	return nil
+}
+
 // DeclareQueueRequest names a queue and its config.
 type DeclareQueueRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3006,7 +3425,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3437,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3450,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -3057,7 +3476,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3488,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3501,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
 }
 
 // ListQueuesResponse lists every queue.
@@ -3096,7 +3515,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3108,7 +3527,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3121,7 +3540,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -3142,7 +3561,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3573,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3586,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -3191,7 +3610,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3622,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3635,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteQueueRequest) GetName() string {
@@ -3249,7 +3668,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3261,7 +3680,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3274,7 +3693,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteQueueResponse) GetWaiting() uint64 {
@@ -3323,7 +3742,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3754,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3767,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -3386,7 +3805,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3817,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3830,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -3490,7 +3909,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3502,7 +3921,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3515,7 +3934,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -3543,7 +3962,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3974,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3987,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -3591,7 +4010,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +4022,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +4035,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -3644,7 +4063,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3656,7 +4075,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3669,7 +4088,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -3692,7 +4111,7 @@ type DeleteDeadLettersRequest struct {
 
 func (x *DeleteDeadLettersRequest) Reset() {
 	*x = DeleteDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +4123,7 @@ func (x *DeleteDeadLettersRequest) String() string {
 func (*DeleteDeadLettersRequest) ProtoMessage() {}
 
 func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +4136,7 @@ func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteDeadLettersRequest) GetQueue() string {
@@ -3745,7 +4164,7 @@ type DeleteDeadLettersResponse struct {
 
 func (x *DeleteDeadLettersResponse) Reset() {
 	*x = DeleteDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +4176,7 @@ func (x *DeleteDeadLettersResponse) String() string {
 func (*DeleteDeadLettersResponse) ProtoMessage() {}
 
 func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +4189,7 @@ func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteDeadLettersResponse) GetDeleted() uint64 {
@@ -3822,7 +4241,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +4253,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +4266,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -3961,7 +4380,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4392,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4405,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -4014,7 +4433,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4026,7 +4445,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4039,7 +4458,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -4066,7 +4485,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4078,7 +4497,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4091,7 +4510,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -4148,7 +4567,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4579,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4592,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -4253,7 +4672,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4265,7 +4684,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4278,7 +4697,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -4345,7 +4764,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4776,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4789,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -4403,7 +4822,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4415,7 +4834,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4428,7 +4847,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
 }
 
 // ReportRequest is a batch of observations and publishes.
@@ -4444,7 +4863,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4456,7 +4875,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4469,7 +4888,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ReportRequest) GetObservations() []*ObserveRequest {
@@ -4501,7 +4920,7 @@ type CountedPublish struct {
 
 func (x *CountedPublish) Reset() {
 	*x = CountedPublish{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4513,7 +4932,7 @@ func (x *CountedPublish) String() string {
 func (*CountedPublish) ProtoMessage() {}
 
 func (x *CountedPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4526,7 +4945,7 @@ func (x *CountedPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountedPublish.ProtoReflect.Descriptor instead.
 func (*CountedPublish) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CountedPublish) GetJob() *PredictRequest {
@@ -4559,7 +4978,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +4990,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +5003,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{57}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReportResponse) GetAnswers() []*PredictResponse {
@@ -4623,7 +5042,7 @@ type ReportError struct {
 
 func (x *ReportError) Reset() {
 	*x = ReportError{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4635,7 +5054,7 @@ func (x *ReportError) String() string {
 func (*ReportError) ProtoMessage() {}
 
 func (x *ReportError) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4648,7 +5067,7 @@ func (x *ReportError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportError.ProtoReflect.Descriptor instead.
 func (*ReportError) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReportError) GetIndex() uint32 {
@@ -4685,7 +5104,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +5116,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +5129,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -4736,7 +5155,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4748,7 +5167,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4761,7 +5180,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{64}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -4865,7 +5284,12 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\fpredicted_ms\x18\f \x01(\x01R\vpredictedMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
+	"\x11RunJobsNowRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\"*\n" +
+	"\x12RunJobsNowResponse\x12\x14\n" +
+	"\x05moved\x18\x01 \x01(\x04R\x05moved\"5\n" +
 	"\rGetJobRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\"\xed\a\n" +
@@ -4898,13 +5322,43 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x04took\x18\x19 \x01(\v2\x19.google.protobuf.DurationR\x04took\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
 	"\x0fListJobsRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\rR\x05limit\"z\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\rR\x06offset\"\xb4\x03\n" +
 	"\x10ListJobsResponse\x122\n" +
 	"\awaiting\x18\x01 \x03(\v2\x18.harbinger.v1.WaitingJobR\awaiting\x122\n" +
-	"\arunning\x18\x02 \x03(\v2\x18.harbinger.v1.RunningJobR\arunning\"\x85\x03\n" +
+	"\arunning\x18\x02 \x03(\v2\x18.harbinger.v1.RunningJobR\arunning\x122\n" +
+	"\adelayed\x18\x03 \x03(\v2\x18.harbinger.v1.DelayedJobR\adelayed\x12,\n" +
+	"\x04dead\x18\x04 \x03(\v2\x18.harbinger.v1.DeadLetterR\x04dead\x12)\n" +
+	"\x04done\x18\x05 \x03(\v2\x15.harbinger.v1.DoneJobR\x04done\x12#\n" +
+	"\rwaiting_total\x18\x06 \x01(\x04R\fwaitingTotal\x12#\n" +
+	"\rrunning_total\x18\a \x01(\x04R\frunningTotal\x12#\n" +
+	"\rdelayed_total\x18\b \x01(\x04R\fdelayedTotal\x12\x1d\n" +
+	"\n" +
+	"dead_total\x18\t \x01(\x04R\tdeadTotal\x12\x1d\n" +
+	"\n" +
+	"done_total\x18\n" +
+	" \x01(\x04R\tdoneTotal\"\x95\x02\n" +
+	"\n" +
+	"DelayedJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
+	"\bjob_type\x18\x03 \x01(\tR\ajobType\x12\x14\n" +
+	"\x05retry\x18\x04 \x01(\bR\x05retry\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\rR\battempts\x12!\n" +
+	"\fmax_attempts\x18\x06 \x01(\rR\vmaxAttempts\x12=\n" +
+	"\fpublished_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vpublishedAt\x12,\n" +
+	"\x03due\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x03due\"\xe8\x01\n" +
+	"\aDoneJob\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
+	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
+	"\bjob_type\x18\x03 \x01(\tR\ajobType\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\rR\battempts\x125\n" +
+	"\bended_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12-\n" +
+	"\x04took\x18\a \x01(\v2\x19.google.protobuf.DurationR\x04took\"\x85\x03\n" +
 	"\n" +
 	"WaitingJob\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
@@ -4992,7 +5446,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tkeep_done\x18\x10 \x01(\rR\bkeepDone\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\x8e\x03\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xe2\x04\n" +
 	"\tQueueInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.harbinger.v1.QueueConfigR\x06config\x12$\n" +
@@ -5007,7 +5461,11 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	" \x01(\bR\x06paused\x12\x18\n" +
 	"\adelayed\x18\v \x01(\x04R\adelayed\x12:\n" +
 	"\voldest_wait\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"oldestWait\"\\\n" +
+	"oldestWait\x122\n" +
+	"\arun_p50\x18\r \x01(\v2\x19.google.protobuf.DurationR\x06runP50\x122\n" +
+	"\arun_p99\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\x06runP99\x124\n" +
+	"\bwait_p50\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\awaitP50\x124\n" +
+	"\bwait_p99\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\awaitP99\"\\\n" +
 	"\x13DeclareQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
 	"\x06config\x18\x02 \x01(\v2\x19.harbinger.v1.QueueConfigR\x06config\"\x13\n" +
@@ -5133,7 +5591,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xa9\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xfa\n" +
 	"\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
@@ -5154,7 +5612,9 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x0eDeleteSchedule\x12#.harbinger.v1.DeleteScheduleRequest\x1a$.harbinger.v1.DeleteScheduleResponse\x12F\n" +
 	"\n" +
 	"PauseQueue\x12\x1f.harbinger.v1.PauseQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12I\n" +
-	"\bListJobs\x12\x1d.harbinger.v1.ListJobsRequest\x1a\x1e.harbinger.v1.ListJobsResponse2\xa5\x02\n" +
+	"\bListJobs\x12\x1d.harbinger.v1.ListJobsRequest\x1a\x1e.harbinger.v1.ListJobsResponse\x12O\n" +
+	"\n" +
+	"RunJobsNow\x12\x1f.harbinger.v1.RunJobsNowRequest\x1a .harbinger.v1.RunJobsNowResponse2\xa5\x02\n" +
 	"\tPredictor\x12F\n" +
 	"\aPredict\x12\x1c.harbinger.v1.PredictRequest\x1a\x1d.harbinger.v1.PredictResponse\x12F\n" +
 	"\aObserve\x12\x1c.harbinger.v1.ObserveRequest\x1a\x1d.harbinger.v1.ObserveResponse\x12C\n" +
@@ -5174,7 +5634,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -5193,188 +5653,205 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*CancelNotice)(nil),               // 14: harbinger.v1.CancelNotice
 	(*RequestError)(nil),               // 15: harbinger.v1.RequestError
 	(*Delivery)(nil),                   // 16: harbinger.v1.Delivery
-	(*GetJobRequest)(nil),              // 17: harbinger.v1.GetJobRequest
-	(*JobInfo)(nil),                    // 18: harbinger.v1.JobInfo
-	(*ListJobsRequest)(nil),            // 19: harbinger.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),           // 20: harbinger.v1.ListJobsResponse
-	(*WaitingJob)(nil),                 // 21: harbinger.v1.WaitingJob
-	(*RunningJob)(nil),                 // 22: harbinger.v1.RunningJob
-	(*CancelJobRequest)(nil),           // 23: harbinger.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),          // 24: harbinger.v1.CancelJobResponse
-	(*Schedule)(nil),                   // 25: harbinger.v1.Schedule
-	(*ListSchedulesRequest)(nil),       // 26: harbinger.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 27: harbinger.v1.ListSchedulesResponse
-	(*PauseScheduleRequest)(nil),       // 28: harbinger.v1.PauseScheduleRequest
-	(*DeleteScheduleRequest)(nil),      // 29: harbinger.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),     // 30: harbinger.v1.DeleteScheduleResponse
-	(*PauseQueueRequest)(nil),          // 31: harbinger.v1.PauseQueueRequest
-	(*QueueConfig)(nil),                // 32: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 33: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 34: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 35: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 36: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 37: harbinger.v1.PurgeQueueRequest
-	(*DeleteQueueRequest)(nil),         // 38: harbinger.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 39: harbinger.v1.DeleteQueueResponse
-	(*PurgeQueueResponse)(nil),         // 40: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 41: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 42: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 43: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 44: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 45: harbinger.v1.RequeueDeadLettersResponse
-	(*DeleteDeadLettersRequest)(nil),   // 46: harbinger.v1.DeleteDeadLettersRequest
-	(*DeleteDeadLettersResponse)(nil),  // 47: harbinger.v1.DeleteDeadLettersResponse
-	(*KeyStats)(nil),                   // 48: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 49: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 50: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 51: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 52: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 53: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 54: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 55: harbinger.v1.ObserveResponse
-	(*ReportRequest)(nil),              // 56: harbinger.v1.ReportRequest
-	(*CountedPublish)(nil),             // 57: harbinger.v1.CountedPublish
-	(*ReportResponse)(nil),             // 58: harbinger.v1.ReportResponse
-	(*ReportError)(nil),                // 59: harbinger.v1.ReportError
-	(*AttachRequest)(nil),              // 60: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 61: harbinger.v1.AttachResponse
-	nil,                                // 62: harbinger.v1.Message.HeadersEntry
-	nil,                                // 63: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 64: harbinger.v1.JobInfo.HeadersEntry
-	nil,                                // 65: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 66: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 67: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 68: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 69: google.protobuf.Timestamp
+	(*RunJobsNowRequest)(nil),          // 17: harbinger.v1.RunJobsNowRequest
+	(*RunJobsNowResponse)(nil),         // 18: harbinger.v1.RunJobsNowResponse
+	(*GetJobRequest)(nil),              // 19: harbinger.v1.GetJobRequest
+	(*JobInfo)(nil),                    // 20: harbinger.v1.JobInfo
+	(*ListJobsRequest)(nil),            // 21: harbinger.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 22: harbinger.v1.ListJobsResponse
+	(*DelayedJob)(nil),                 // 23: harbinger.v1.DelayedJob
+	(*DoneJob)(nil),                    // 24: harbinger.v1.DoneJob
+	(*WaitingJob)(nil),                 // 25: harbinger.v1.WaitingJob
+	(*RunningJob)(nil),                 // 26: harbinger.v1.RunningJob
+	(*CancelJobRequest)(nil),           // 27: harbinger.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),          // 28: harbinger.v1.CancelJobResponse
+	(*Schedule)(nil),                   // 29: harbinger.v1.Schedule
+	(*ListSchedulesRequest)(nil),       // 30: harbinger.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 31: harbinger.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),       // 32: harbinger.v1.PauseScheduleRequest
+	(*DeleteScheduleRequest)(nil),      // 33: harbinger.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),     // 34: harbinger.v1.DeleteScheduleResponse
+	(*PauseQueueRequest)(nil),          // 35: harbinger.v1.PauseQueueRequest
+	(*QueueConfig)(nil),                // 36: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 37: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 38: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 39: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 40: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 41: harbinger.v1.PurgeQueueRequest
+	(*DeleteQueueRequest)(nil),         // 42: harbinger.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 43: harbinger.v1.DeleteQueueResponse
+	(*PurgeQueueResponse)(nil),         // 44: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 45: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 46: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 47: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 48: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 49: harbinger.v1.RequeueDeadLettersResponse
+	(*DeleteDeadLettersRequest)(nil),   // 50: harbinger.v1.DeleteDeadLettersRequest
+	(*DeleteDeadLettersResponse)(nil),  // 51: harbinger.v1.DeleteDeadLettersResponse
+	(*KeyStats)(nil),                   // 52: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 53: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 54: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 55: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 56: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 57: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 58: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 59: harbinger.v1.ObserveResponse
+	(*ReportRequest)(nil),              // 60: harbinger.v1.ReportRequest
+	(*CountedPublish)(nil),             // 61: harbinger.v1.CountedPublish
+	(*ReportResponse)(nil),             // 62: harbinger.v1.ReportResponse
+	(*ReportError)(nil),                // 63: harbinger.v1.ReportError
+	(*AttachRequest)(nil),              // 64: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 65: harbinger.v1.AttachResponse
+	nil,                                // 66: harbinger.v1.Message.HeadersEntry
+	nil,                                // 67: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 68: harbinger.v1.JobInfo.HeadersEntry
+	nil,                                // 69: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 70: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 71: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 72: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 73: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	68, // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	62, // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	69, // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	68, // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	68, // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	68, // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	68, // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
-	3,  // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
-	6,  // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
-	8,  // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
-	9,  // 10: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
-	10, // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
-	11, // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
-	12, // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	68, // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
-	0,  // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	68, // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	68, // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
-	16, // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
-	15, // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
-	14, // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	63, // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	69, // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	68, // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	64, // 24: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
-	69, // 25: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
-	69, // 26: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
-	69, // 27: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
-	69, // 28: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
-	69, // 29: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
-	69, // 30: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
-	69, // 31: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
-	69, // 32: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
-	68, // 33: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
-	21, // 34: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
-	22, // 35: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
-	69, // 36: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	68, // 37: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	69, // 38: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	69, // 39: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	68, // 40: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	69, // 41: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	68, // 42: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	69, // 43: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	68, // 44: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	65, // 45: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	69, // 46: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	69, // 47: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
-	25, // 48: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	68, // 49: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	66, // 50: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	68, // 51: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	68, // 52: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	68, // 53: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	68, // 54: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	32, // 55: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	68, // 56: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	32, // 57: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	33, // 58: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	67, // 59: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	69, // 60: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	41, // 61: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	48, // 62: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	68, // 63: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	68, // 64: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	54, // 65: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	68, // 66: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	53, // 67: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
-	57, // 68: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
-	51, // 69: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
-	68, // 70: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
-	52, // 71: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
-	59, // 72: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
-	59, // 73: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
-	4,  // 74: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,  // 75: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,  // 76: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,  // 77: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	34, // 78: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	35, // 79: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	37, // 80: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	38, // 81: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	42, // 82: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	44, // 83: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	46, // 84: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	49, // 85: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	17, // 86: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	23, // 87: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	25, // 88: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	26, // 89: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	28, // 90: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	29, // 91: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	31, // 92: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	19, // 93: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	51, // 94: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	53, // 95: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	60, // 96: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	56, // 97: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
-	5,  // 98: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,  // 99: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13, // 100: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,  // 101: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	33, // 102: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	36, // 103: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	40, // 104: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	39, // 105: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	43, // 106: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	45, // 107: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	47, // 108: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	50, // 109: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	18, // 110: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	24, // 111: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	25, // 112: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	27, // 113: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	25, // 114: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	30, // 115: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	33, // 116: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	20, // 117: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	52, // 118: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	55, // 119: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	61, // 120: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	58, // 121: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
-	98, // [98:122] is the sub-list for method output_type
-	74, // [74:98] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	72,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	66,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	73,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	72,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	72,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	72,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	72,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	3,   // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
+	6,   // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
+	8,   // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
+	9,   // 10: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
+	10,  // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
+	11,  // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
+	12,  // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
+	72,  // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	0,   // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
+	72,  // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	72,  // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	16,  // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
+	15,  // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
+	14,  // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
+	67,  // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	73,  // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	72,  // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	68,  // 24: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
+	73,  // 25: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
+	73,  // 26: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
+	73,  // 27: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
+	73,  // 28: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
+	73,  // 29: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
+	73,  // 30: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
+	73,  // 31: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
+	73,  // 32: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
+	72,  // 33: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
+	25,  // 34: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
+	26,  // 35: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
+	23,  // 36: harbinger.v1.ListJobsResponse.delayed:type_name -> harbinger.v1.DelayedJob
+	45,  // 37: harbinger.v1.ListJobsResponse.dead:type_name -> harbinger.v1.DeadLetter
+	24,  // 38: harbinger.v1.ListJobsResponse.done:type_name -> harbinger.v1.DoneJob
+	73,  // 39: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
+	73,  // 40: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
+	73,  // 41: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
+	72,  // 42: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
+	73,  // 43: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	72,  // 44: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	73,  // 45: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	73,  // 46: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	72,  // 47: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	73,  // 48: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	72,  // 49: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	73,  // 50: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	72,  // 51: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	69,  // 52: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	73,  // 53: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	73,  // 54: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	29,  // 55: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
+	72,  // 56: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	70,  // 57: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	72,  // 58: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	72,  // 59: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	72,  // 60: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	72,  // 61: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	36,  // 62: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	72,  // 63: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	72,  // 64: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
+	72,  // 65: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
+	72,  // 66: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
+	72,  // 67: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
+	36,  // 68: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	37,  // 69: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	71,  // 70: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	73,  // 71: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	45,  // 72: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	52,  // 73: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	72,  // 74: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	72,  // 75: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	58,  // 76: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	72,  // 77: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	57,  // 78: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
+	61,  // 79: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
+	55,  // 80: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
+	72,  // 81: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
+	56,  // 82: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
+	63,  // 83: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
+	63,  // 84: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
+	4,   // 85: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,   // 86: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,   // 87: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,   // 88: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	38,  // 89: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	39,  // 90: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	41,  // 91: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	42,  // 92: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	46,  // 93: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	48,  // 94: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	50,  // 95: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	53,  // 96: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	19,  // 97: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	27,  // 98: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	29,  // 99: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	30,  // 100: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	32,  // 101: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	33,  // 102: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	35,  // 103: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	21,  // 104: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	17,  // 105: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
+	55,  // 106: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	57,  // 107: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	64,  // 108: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	60,  // 109: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
+	5,   // 110: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,   // 111: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	13,  // 112: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,   // 113: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	37,  // 114: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	40,  // 115: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	44,  // 116: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	43,  // 117: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	47,  // 118: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	49,  // 119: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	51,  // 120: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	54,  // 121: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	20,  // 122: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	28,  // 123: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	29,  // 124: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	31,  // 125: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	29,  // 126: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	34,  // 127: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	37,  // 128: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	22,  // 129: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	18,  // 130: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
+	56,  // 131: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	59,  // 132: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	65,  // 133: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	62,  // 134: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
+	110, // [110:135] is the sub-list for method output_type
+	85,  // [85:110] is the sub-list for method input_type
+	85,  // [85:85] is the sub-list for extension type_name
+	85,  // [85:85] is the sub-list for extension extendee
+	0,   // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -5400,7 +5877,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   67,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -285,6 +285,7 @@ const (
 	Admin_DeleteSchedule_FullMethodName     = "/harbinger.v1.Admin/DeleteSchedule"
 	Admin_PauseQueue_FullMethodName         = "/harbinger.v1.Admin/PauseQueue"
 	Admin_ListJobs_FullMethodName           = "/harbinger.v1.Admin/ListJobs"
+	Admin_RunJobsNow_FullMethodName         = "/harbinger.v1.Admin/RunJobsNow"
 )
 
 // AdminClient is the client API for Admin service.
@@ -341,6 +342,10 @@ type AdminClient interface {
 	// handed out if consumers asked now, and its running jobs, the longest
 	// running first.
 	ListJobs(ctx context.Context, in *ListJobsRequest, opts ...grpc.CallOption) (*ListJobsResponse, error)
+	// RunJobsNow makes delayed jobs (published to run later, or nacked with
+	// a delay to retry) due at once: each takes its place in line as if its
+	// time had come. Ids of jobs that are not delayed are skipped.
+	RunJobsNow(ctx context.Context, in *RunJobsNowRequest, opts ...grpc.CallOption) (*RunJobsNowResponse, error)
 }
 
 type adminClient struct {
@@ -511,6 +516,16 @@ func (c *adminClient) ListJobs(ctx context.Context, in *ListJobsRequest, opts ..
 	return out, nil
 }
 
+func (c *adminClient) RunJobsNow(ctx context.Context, in *RunJobsNowRequest, opts ...grpc.CallOption) (*RunJobsNowResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunJobsNowResponse)
+	err := c.cc.Invoke(ctx, Admin_RunJobsNow_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -565,6 +580,10 @@ type AdminServer interface {
 	// handed out if consumers asked now, and its running jobs, the longest
 	// running first.
 	ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error)
+	// RunJobsNow makes delayed jobs (published to run later, or nacked with
+	// a delay to retry) due at once: each takes its place in line as if its
+	// time had come. Ids of jobs that are not delayed are skipped.
+	RunJobsNow(context.Context, *RunJobsNowRequest) (*RunJobsNowResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -622,6 +641,9 @@ func (UnimplementedAdminServer) PauseQueue(context.Context, *PauseQueueRequest) 
 }
 func (UnimplementedAdminServer) ListJobs(context.Context, *ListJobsRequest) (*ListJobsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListJobs not implemented")
+}
+func (UnimplementedAdminServer) RunJobsNow(context.Context, *RunJobsNowRequest) (*RunJobsNowResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunJobsNow not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -932,6 +954,24 @@ func _Admin_ListJobs_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_RunJobsNow_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunJobsNowRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RunJobsNow(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RunJobsNow_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RunJobsNow(ctx, req.(*RunJobsNowRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1002,6 +1042,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListJobs",
 			Handler:    _Admin_ListJobs_Handler,
+		},
+		{
+			MethodName: "RunJobsNow",
+			Handler:    _Admin_RunJobsNow_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -9,7 +9,9 @@
   function busy() {
     // Never swap the page under someone typing or ticking.
     const a = document.activeElement;
-    return a && (a.tagName === "INPUT" || a.tagName === "TEXTAREA" || a.tagName === "SELECT");
+    if (a && (a.tagName === "INPUT" || a.tagName === "TEXTAREA" || a.tagName === "SELECT")) return true;
+    // Nor under a selection of jobs about to be acted on.
+    return document.querySelector("input[data-group]:checked, input[data-all]:checked") !== null;
   }
 
   async function refresh() {
@@ -46,42 +48,92 @@
     if (unit === "ms") {
       if (v >= 60000) return (v / 60000).toFixed(1) + " min";
       if (v >= 1000) return (v / 1000).toPrecision(3) + " s";
+      if (v === 0) return "0";
       return v.toPrecision(3) + " ms";
     }
-    return v >= 10 ? v.toFixed(0) : v.toPrecision(2);
+    const n = v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(0) : v === 0 ? "0" : v.toPrecision(2);
+    return unit === "/s" ? n + "/s" : n;
+  }
+  function clock(t) {
+    const d = new Date(t);
+    return d.toISOString().substring(11, 19);
+  }
+  // nice rounds a chart's top up to 1, 2 or 5 times a power of ten.
+  function nice(v) {
+    if (!(v > 0)) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
   }
 
+  // draw renders one chart from its series: a y axis with its unit and
+  // three ticks, a time axis (UTC) with four, one line per field.
   async function draw(svg) {
-    const q = svg.dataset.queue;
     const fields = svg.dataset.fields.split(",");
+    const names = (svg.dataset.labels || svg.dataset.fields).split(",");
+    const unit = svg.dataset.unit || "";
     let data;
     try {
-      const res = await fetch("/api/v1/queues/" + encodeURIComponent(q) + "/series", { credentials: "same-origin" });
+      const res = await fetch(svg.dataset.src, { credentials: "same-origin" });
       if (!res.ok) return;
       data = await res.json();
     } catch (e) { return; }
-    const W = 600, H = 160, pts = data.points;
+    const W = 600, H = 200, L = 58, R = 10, T = 12, B = 34, pts = data.points;
+    const w = W - L - R, h = H - T - B;
     let top = 0;
     for (const p of pts) for (const f of fields) if (p[f] != null) top = Math.max(top, p[f]);
-    top = top > 0 ? top * 1.1 : 1;
+    top = nice(top * 1.05);
     svg.replaceChildren();
-    for (const y of [0.5, 1]) svg.append(el("line", { x1: 0, x2: W, y1: H - (H - 14) * y, y2: H - (H - 14) * y }));
-    const t = el("text", { x: 4, y: 12 });
-    t.textContent = label(top, svg.dataset.unit) + (pts.length ? "" : "  (collecting…)");
-    svg.append(t);
-    if (pts.length < 2) return;
-    const t0 = Date.parse(pts[0].t), span = Math.max(1, Date.parse(pts[pts.length - 1].t) - t0);
+    svg.append(el("rect", { x: L, y: T, width: w, height: h, class: "plot" }));
+    for (const y of [0, 0.5, 1]) {
+      const py = T + h - h * y;
+      svg.append(el("line", { x1: L, x2: L + w, y1: py, y2: py, class: "grid" }));
+      const t = el("text", { x: L - 6, y: py + 4, class: "tick y" });
+      t.textContent = label(top * y, unit);
+      svg.append(t);
+    }
+    const ylab = el("text", { x: 12, y: T + h / 2, class: "axis", transform: "rotate(-90 12 " + (T + h / 2) + ")" });
+    ylab.textContent = unit === "/s" ? "jobs per second" : unit === "ms" ? "time" : "jobs";
+    svg.append(ylab);
+    const xlab = el("text", { x: L + w / 2, y: H - 2, class: "axis" });
+    xlab.textContent = "time (UTC)";
+    svg.append(xlab);
+    if (pts.length < 2) {
+      const c = el("text", { x: L + w / 2, y: T + h / 2, class: "axis" });
+      c.textContent = "collecting…";
+      svg.append(c);
+      return;
+    }
+    const t0 = Date.parse(pts[0].t), t1 = Date.parse(pts[pts.length - 1].t), span = Math.max(1, t1 - t0);
+    for (let i = 0; i <= 3; i++) {
+      const at = t0 + span * i / 3, px = L + w * i / 3;
+      svg.append(el("line", { x1: px, x2: px, y1: T + h, y2: T + h + 4, class: "grid" }));
+      const t = el("text", { x: px, y: T + h + 16, class: "tick x" + (i === 0 ? " first" : i === 3 ? " last" : "") });
+      t.textContent = clock(at);
+      svg.append(t);
+    }
     fields.forEach((f, i) => {
       const xy = [];
       for (const p of pts) {
         if (p[f] == null) continue;
-        xy.push(((Date.parse(p.t) - t0) / span * W).toFixed(1) + "," + (H - (H - 14) * p[f] / top).toFixed(1));
+        xy.push((L + (Date.parse(p.t) - t0) / span * w).toFixed(1) + "," + (T + h - h * p[f] / top).toFixed(1));
       }
-      svg.append(el("polyline", { points: xy.join(" "), class: "s" + i }));
+      const line = el("polyline", { points: xy.join(" "), class: "s" + i });
+      const title = el("title", {});
+      title.textContent = names[i] || f;
+      line.append(title);
+      svg.append(line);
     });
   }
 
   function drawAll() { document.querySelectorAll("svg.chart").forEach(draw); }
+
+  // A "select all" box ticks or clears every box of its group.
+  document.addEventListener("change", (ev) => {
+    const all = ev.target.closest("input[data-all]");
+    if (!all) return;
+    document.querySelectorAll('input[data-group="' + all.dataset.all + '"]').forEach((b) => { b.checked = all.checked; });
+  });
 
   document.addEventListener("click", (ev) => {
     const b = ev.target.closest("[data-confirm]");
