@@ -54,6 +54,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	armsFlag := fs.String("arms", strings.Join(sim.StandardArms, ","), "comma-separated arms: "+strings.Join(sim.StandardArms, ", ")+", strict-aging, no-aging, sjf, previous, virtual-fifo, virtual-fifo-dispatch, no-long-keys, oracle-sept, oracle-keys, shadow, or any policy name (serve -policy); predictive is the default policy (bounded), strict-aging the policy named predictive")
 	workers := fs.Int("workers", 0, "worker count (default: the workload's)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	goal := fs.Bool("goal", false, "measure the arms against the policy's goal, job by job against the FIFO run of the same jobs (T1 long jobs, T2 P99, M the mean against the key oracle family); arms may carry settings: predictive:guard=0.25,overtake=0.1,stretch=-0.2, or key-oracle:guard=0.5")
+	atLoad := fs.Float64("at-load", 0, "scale the arrivals so the offered load (busy workers / workers) is this, durations unchanged (default: as the workload or trace has it)")
 	overhead := fs.Duration("overhead", 0, "per-message cost outside the handler, in workload time: a worker starts each handler this much after taking the message (a live broker's delivery and ack round trip; 0 is an ideal broker)")
 	var tune policyFlags
 	tune.register(fs)
@@ -67,9 +69,17 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if *atLoad != 0 {
+		if src, err = sim.AtLoad(src, *atLoad); err != nil {
+			return fmt.Errorf("--at-load: %w", err)
+		}
+	}
 	seeds, err := parseSeeds(*seedsFlag)
 	if err != nil {
 		return err
+	}
+	if *goal && !flagSet(fs, "arms") {
+		*armsFlag = "predictive"
 	}
 	arms, err := parseArms(*armsFlag, src)
 	if err != nil {
@@ -85,6 +95,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "%s\n\n", d.Describe())
 	}
 	begin := time.Now()
+	if *goal {
+		g, err := sim.Goal(src, arms, sim.Options{Seeds: seeds, Workers: *workers, Overhead: *overhead})
+		if err != nil {
+			return err
+		}
+		return writeGoal(stdout, g, *asJSON, time.Since(begin))
+	}
 	rep, err := sim.Run(src, arms, sim.Options{Seeds: seeds, Workers: *workers, Overhead: *overhead})
 	if err != nil {
 		return err
@@ -103,6 +120,58 @@ func writeReport(w io.Writer, rep *report.Report, asJSON bool, took time.Duratio
 	}
 	fmt.Fprintf(w, "\n(ran in %.1f s)\n", took.Seconds())
 	return nil
+}
+
+// writeGoal prints the goal's figures: a table per arm, or JSON.
+func writeGoal(w io.Writer, g *sim.GoalResult, asJSON bool, took time.Duration) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(g)
+	}
+	fmt.Fprintf(w, "goal on %s, %d workers, seeds %v; long jobs: %s\n", g.Workload, g.Workers, g.Seeds, strings.Join(g.LongTypes, ", "))
+	fmt.Fprintf(w, "R = %s (%s)\n\n", pct(float64(g.R)), g.RArm)
+	fmt.Fprintf(w, "%-48s %9s %9s %7s %7s %8s %8s  %s\n", "arm", "long>1.1x", "long>1.5x", "worst", "P99", "mean cut", "capture", "T1 T2 M")
+	row := func(p sim.Paired) {
+		yes := func(b bool) string {
+			if b {
+				return "ok"
+			}
+			return "--"
+		}
+		fmt.Fprintf(w, "%-48s %9s %9s %7s %7s %8s %8s  %s %s %s\n", p.Arm, pct(float64(p.LongOverRatio)), pct(float64(p.LongOverCap)),
+			ratio(float64(p.LongWorst)), ratio(float64(p.P99Ratio)), pct(float64(p.MeanCut)), pct(float64(p.Capture)), yes(p.T1), yes(p.T2), yes(p.M))
+	}
+	for _, p := range g.Arms {
+		row(p)
+	}
+	fmt.Fprintln(w, "key oracle family (the reference for R):")
+	for _, p := range g.Family {
+		row(p)
+	}
+	fmt.Fprintf(w, "\nmethod: %s\n(ran in %.1f s)\n", g.Method, took.Seconds())
+	return nil
+}
+
+func pct(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", v*100)
+}
+
+func ratio(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
+// flagSet reports whether the named flag was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func parseSeeds(s string) ([]uint64, error) {
@@ -129,7 +198,7 @@ func parseArms(s string, src sim.Source) ([]sim.Arm, error) {
 			continue
 		}
 		seen[name] = true
-		a, err := sim.ArmByName(name, src.Types())
+		a, err := sim.ParseArm(name, src.Types())
 		if err != nil {
 			return nil, err
 		}

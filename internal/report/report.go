@@ -22,6 +22,7 @@ const (
 // Record is one completed message, times measured from the run's start in
 // workload time.
 type Record struct {
+	Job     int // its index among the run's jobs, to pair it with another arm's
 	Type    int
 	Class   string
 	Sent    time.Duration

@@ -229,7 +229,7 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 				if model != nil {
 					model.Observe(&types[j.Type], j, j.Duration)
 				}
-				records = append(records, report.Record{Type: j.Type, Class: types[j.Type].Class,
+				records = append(records, report.Record{Job: w.seq, Type: j.Type, Class: types[j.Type].Class,
 					Sent: j.Arrival, Started: started[w.seq], Done: now})
 				free++
 			}
