@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/harbinger-mq/harbinger/internal/sim"
+	"github.com/harbinger-mq/harbinger/internal/trace"
+	"github.com/harbinger-mq/harbinger/lab/internal/experiment"
+)
+
+func init() {
+	register("goal", "measure an arm against the policy goal (T1, T2, M) on every scenario and load; writes results/goal/", runGoal)
+}
+
+func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("goal", "goal [--arm predictive] [--out results/goal] [--seeds 1,2,3,4,5] [--loads 0.5,0.8,0.95,1.1,1.3]", stderr)
+	armFlag := fs.String("arm", "predictive", "the arm to judge, with settings if any (sim's --arms syntax: predictive:guard=0.25)")
+	out := fs.String("out", "results/goal", "directory to write report.md, heatmap.svg and summary.json into")
+	seedsFlag := fs.String("seeds", "1,2,3,4,5", "comma-separated seeds (6,7,8,9,10 are the held-out ones)")
+	loadsFlag := fs.String("loads", "0.5,0.8,0.95,1.1,1.3", "comma-separated offered loads")
+	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
+	traceDir := fs.String("trace-dir", DefaultTraceDir, "Azure Functions 2019 trace directory")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	seeds, err := parseSeeds(*seedsFlag)
+	if err != nil {
+		return err
+	}
+	var loads []float64
+	for _, f := range strings.Split(*loadsFlag, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) {
+			return fmt.Errorf("--loads: %q is not a positive number", f)
+		}
+		loads = append(loads, v)
+	}
+	w, err := loadWorkload(*wl)
+	if err != nil {
+		return err
+	}
+	tr, err := trace.Load(*traceDir, trace.Options{})
+	if err != nil {
+		return err
+	}
+	arm, err := sim.ParseArm(*armFlag, w.JobTypes)
+	if err != nil {
+		return err
+	}
+	scenarios, err := experiment.DefaultMatrix([]experiment.Scenario{{Label: w.Name, Src: sim.FromWorkload(w)}, {Label: "trace", Src: tr}})
+	if err != nil {
+		return err
+	}
+	m, err := experiment.RunGoalMatrix(scenarios, loads, seeds, arm, stderr)
+	if err != nil {
+		return err
+	}
+	m.Command = fmt.Sprintf("go run ./cmd/harbinger-lab goal --arm %s --seeds %s --loads %s", *armFlag, *seedsFlag, *loadsFlag)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	var md strings.Builder
+	m.Markdown(&md)
+	js, err := m.JSON()
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"report.md": []byte(md.String()), "heatmap.svg": m.GoalHeatMap(), "summary.json": js} {
+		if err := os.WriteFile(filepath.Join(*out, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	t1, t2, mm, all, n := m.Passes()
+	fmt.Fprintf(stdout, "%s meets the goal in %d of %d cells (T1 %d, T2 %d, M %d); wrote %s\n", m.Arm, all, n, t1, t2, mm, *out)
+	return nil
+}
