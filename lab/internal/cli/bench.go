@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/harbinger-mq/harbinger/lab/internal/bench"
 	"github.com/harbinger-mq/harbinger/internal/sim"
+	"github.com/harbinger-mq/harbinger/lab/internal/bench"
 )
 
 func init() {

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/harbinger-mq/harbinger/lab/internal/experiment"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/trace"
+	"github.com/harbinger-mq/harbinger/lab/internal/experiment"
 )
 
 func init() {
