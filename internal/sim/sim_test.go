@@ -38,15 +38,19 @@ func mustArm(t testing.TB, name string, types []workload.JobType) Arm {
 // fifoReference is an independent FIFO multi-server queue: jobs in arrival
 // order, each started on the worker that frees up first.
 func fifoReference(types []workload.JobType, jobs []workload.Job, workers int) []report.Record {
-	order := slices.Clone(jobs)
-	slices.SortStableFunc(order, func(a, b workload.Job) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(jobs[a].Arrival, jobs[b].Arrival) })
 	free := make([]time.Duration, workers) // when each worker is next free
 	var out []report.Record
-	for _, j := range order {
+	for _, i := range order {
+		j := jobs[i]
 		w := slices.Index(free, slices.Min(free))
 		start := max(j.Arrival, free[w])
 		free[w] = start + j.Duration
-		out = append(out, report.Record{Type: j.Type, Class: types[j.Type].Class, Sent: j.Arrival, Started: start, Done: free[w]})
+		out = append(out, report.Record{Job: i, Type: j.Type, Class: types[j.Type].Class, Sent: j.Arrival, Started: start, Done: free[w]})
 	}
 	return out
 }
@@ -54,7 +58,7 @@ func fifoReference(types []workload.JobType, jobs []workload.Job, workers int) [
 func sortRecords(rs []report.Record) {
 	slices.SortFunc(rs, func(a, b report.Record) int {
 		return cmp.Or(cmp.Compare(a.Sent, b.Sent), cmp.Compare(a.Type, b.Type),
-			cmp.Compare(a.Started, b.Started), cmp.Compare(a.Done, b.Done))
+			cmp.Compare(a.Started, b.Started), cmp.Compare(a.Done, b.Done), cmp.Compare(a.Job, b.Job))
 	})
 }
 
