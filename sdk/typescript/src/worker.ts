@@ -226,7 +226,9 @@ class Session {
     await this.drain(this.cfg.stopTimeoutMs ?? 10_000);
     if (!this.ended) this.call.end();
     // The broker ends the stream once it has read our last answers.
-    await Promise.race([streamEnded, pause(DRAIN_GRACE_MS)]);
+    const grace = new AbortController();
+    await Promise.race([streamEnded, pause(DRAIN_GRACE_MS, grace.signal)]);
+    grace.abort();
     this.call.cancel();
     this.forget();
     return undefined;
@@ -381,7 +383,9 @@ class Session {
   private async drain(graceMs: number): Promise<void> {
     this.stopping = true;
     if (this.running === 0) return;
-    const finished = await Promise.race([this.waitIdle().then(() => true), pause(graceMs).then(() => false)]);
+    const grace = new AbortController();
+    const finished = await Promise.race([this.waitIdle().then(() => true), pause(graceMs, grace.signal).then(() => false)]);
+    grace.abort(); // no timer left to keep the process alive
     if (!finished) {
       this.abortRunning();
       await this.waitIdle();
