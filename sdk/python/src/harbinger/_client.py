@@ -107,8 +107,8 @@ class Client:
         self.target = target
         self._metadata: Optional[tuple[tuple[str, str], ...]] = (
             (("authorization", f"Bearer {token}"),) if token is not None else None)
-        self._broker = pb_grpc.BrokerStub(self._channel)
-        self._admin = pb_grpc.AdminStub(self._channel)
+        self._broker = pb_grpc.BrokerStub(self._channel)  # type: ignore[no-untyped-call]
+        self._admin = pb_grpc.AdminStub(self._channel)  # type: ignore[no-untyped-call]
         self._limits: Optional[Limits] = None
         self._closed = False
 
@@ -280,7 +280,7 @@ class Client:
 
     async def purge_queue(self, name: str) -> int:
         """Drops a queue's ready jobs and says how many."""
-        return (await self._call(self._admin.PurgeQueue, pb.PurgeQueueRequest(name=name))).purged
+        return int((await self._call(self._admin.PurgeQueue, pb.PurgeQueueRequest(name=name))).purged)
 
     async def delete_queue(self, name: str, *, force: bool = False) -> pb.DeleteQueueResponse:
         """Removes a queue; refused (FailedPrecondition) while it holds a job unless force."""
@@ -300,7 +300,7 @@ class Client:
     async def cancel_job(self, queue: str, id: str) -> str:
         """Ends a job and says where it stood: "waiting" or "delayed" (removed) or
         "running" (its worker is told to stop it; it is not retried)."""
-        return (await self._call(self._admin.CancelJob, pb.CancelJobRequest(queue=queue, id=id))).state
+        return str((await self._call(self._admin.CancelJob, pb.CancelJobRequest(queue=queue, id=id))).state)
 
     async def list_jobs(self, queue: str, limit: int = 0) -> pb.ListJobsResponse:
         """A queue's waiting jobs in the order they would run, and its running jobs."""
@@ -313,13 +313,13 @@ class Client:
 
     async def requeue_dead_letters(self, queue: str, ids: Sequence[str] = ()) -> int:
         """Moves dead letters back to their queue (all when ids is empty); says how many."""
-        return (await self._call(self._admin.RequeueDeadLetters,
-                                 pb.RequeueDeadLettersRequest(queue=queue, ids=list(ids)))).requeued
+        return int((await self._call(self._admin.RequeueDeadLetters,
+                                     pb.RequeueDeadLettersRequest(queue=queue, ids=list(ids)))).requeued)
 
     async def delete_dead_letters(self, queue: str, ids: Sequence[str] = ()) -> int:
         """Drops dead letters for good (all when ids is empty); says how many."""
-        return (await self._call(self._admin.DeleteDeadLetters,
-                                 pb.DeleteDeadLettersRequest(queue=queue, ids=list(ids)))).deleted
+        return int((await self._call(self._admin.DeleteDeadLetters,
+                                     pb.DeleteDeadLettersRequest(queue=queue, ids=list(ids)))).deleted)
 
     async def list_keys(self, queue: str, limit: int = 0) -> list[pb.KeyStats]:
         """What the predictor learned of a queue's keys, busiest first."""

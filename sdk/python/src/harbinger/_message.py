@@ -39,7 +39,7 @@ def duration_ns(ns: int) -> duration_pb2.Duration:
 
 
 def from_duration(d: duration_pb2.Duration) -> float:
-    return d.seconds + d.nanos / 1e9
+    return float(d.seconds + d.nanos / 1e9)
 
 
 def timestamp(t: datetime) -> timestamp_pb2.Timestamp:
@@ -140,7 +140,7 @@ def _varint_len(n: int) -> int:
 
 def message_size(m: pb.Message) -> int:
     """The bytes m adds to a PublishRequest."""
-    n = m.ByteSize()
+    n = int(m.ByteSize())
     return 1 + _varint_len(n) + n
 
 

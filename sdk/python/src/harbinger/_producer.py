@@ -103,7 +103,7 @@ class _Stream:
         self.inflight.append(batch)
         self.idle.clear()
         try:
-            await self.call.write(pb.PublishRequest(messages=[it.proto for it in batch]))
+            await self.call.write(pb.PublishRequest(messages=[it.proto for it in batch if it.proto is not None]))
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
             err = from_rpc_error(e) if isinstance(e, grpc.aio.AioRpcError) else Unavailable(
                 "harbinger: the publish stream ended")
@@ -293,13 +293,13 @@ class Producer:
             if stream is not None:
                 await stream.close()
             while self._held:
-                it = self._held.popleft()
-                if it is not None:
-                    it.fail(ProducerClosed())
+                left = self._held.popleft()
+                if left is not None:
+                    left.fail(ProducerClosed())
             while not self._queue.empty():
-                it = self._queue.get_nowait()
-                if it is not None:
-                    it.fail(ProducerClosed())
+                left = self._queue.get_nowait()
+                if left is not None:
+                    left.fail(ProducerClosed())
 
     def _gather(self, first: _Pending, s: _Stream) -> list[_Pending]:
         batch: list[_Pending] = []
@@ -324,7 +324,7 @@ class Producer:
             if nxt is None:  # closing: keep the marker for the loop
                 self._held.appendleft(None)
                 break
-            it = nxt if nxt is not False else None
+            it = nxt if isinstance(nxt, _Pending) else None
         return batch
 
     def _take_nowait(self) -> Optional[_Pending] | bool:

@@ -289,8 +289,8 @@ class _Session:
             elif kind == "cancel":
                 self.cancel(resp.cancel.id)
             elif kind == "error":
-                e = resp.error
-                self.w.on_request_error(RequestError(e.id, e.request, status_code(e.code), e.message, e.applied))
+                re_ = resp.error
+                self.w.on_request_error(RequestError(re_.id, re_.request, status_code(re_.code), re_.message, re_.applied))
 
     # -- holding and running jobs -------------------------------------------------
 
@@ -357,7 +357,9 @@ class _Session:
             except asyncio.CancelledError as e:
                 if h.stop_reason is None:
                     raise  # not ours: let it through
-                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
                 err = e
             except Exception as e:  # noqa: BLE001 - any failure of a handler nacks its job
                 err = e
@@ -449,7 +451,7 @@ def reason(err: BaseException) -> str:
     return clean(f"{name}: {text}" if text else name)
 
 
-class _Status(grpc.RpcError):
+class _Status(grpc.RpcError):  # type: ignore[misc]
     def __init__(self, code: grpc.StatusCode, details: Optional[str]) -> None:
         self._code, self._details = code, details
 
