@@ -126,3 +126,21 @@ def test_admin_calls(addr: str, queue: str) -> None:
             with pytest.raises(harbinger.NotFound):
                 await c.get_job(queue, "nope")
     run(main())
+
+
+def test_producer_gives_up_on_an_unreachable_broker_at_close() -> None:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+
+    async def main() -> None:
+        async with harbinger.Client(f"127.0.0.1:{port}") as c:
+            p = c.producer(close_timeout=0.3)
+            fut = await p.enqueue(Message(queue="q"))  # queued at once, broker or not
+            assert not fut.done()
+            await p.close()
+            r = await fut
+            assert isinstance(r.error, harbinger.Unavailable) and "unreachable" in r.error.message
+    run(main())

@@ -125,3 +125,22 @@ test("admin calls", async () => {
     c.close();
   }
 });
+
+test("a producer gives up on an unreachable broker at close", async () => {
+  const { createServer } = await import("node:net");
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", () => r()));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise<void>((r) => srv.close(() => r())); // nothing listens there now
+  const c = new Client(`127.0.0.1:${port}`);
+  try {
+    const p = c.producer({ closeTimeoutMs: 300 });
+    const result = p.publishResult({ queue: "q" });
+    await p.close();
+    const r = await result;
+    assert.equal(r.error?.code, Status.UNAVAILABLE);
+    assert.match(r.error!.details, /unreachable/);
+  } finally {
+    c.close();
+  }
+});

@@ -19,15 +19,27 @@ if TYPE_CHECKING:
 
 
 class _Pending:
-    __slots__ = ("proto", "size", "error", "future", "resent")
+    __slots__ = ("msg", "proto", "size", "error", "future", "resent")
 
-    def __init__(self, proto: Optional[pb.Message], size: int, error: Optional[HarbingerError],
-                 future: "asyncio.Future[PublishResult]") -> None:
-        self.proto = proto
-        self.size = size
-        self.error = error
+    def __init__(self, msg: Message, future: "asyncio.Future[PublishResult]") -> None:
+        self.msg: Optional[Message] = msg  # until checked against the broker's limits
+        self.proto: Optional[pb.Message] = None
+        self.size = 0
+        self.error: Optional[HarbingerError] = None
         self.future = future
         self.resent = False
+
+    def prepare(self, limits: Optional[Limits]) -> None:
+        """Checks and encodes the message, once the broker's limits are known."""
+        if self.msg is None:
+            return
+        err = check(self.msg, limits)
+        if err is None:
+            self.proto = self.msg.to_proto()
+            self.size = message_size(self.proto)
+        else:
+            self.error = type(err)(f"harbinger: message: {err.message}")
+        self.msg = None
 
     def done(self, r: PublishResult) -> None:
         if not self.future.done():
@@ -171,18 +183,12 @@ class Producer:
             raise ProducerClosed()
         loop = asyncio.get_running_loop()
         fut: "asyncio.Future[PublishResult]" = loop.create_future()
-        if self._limits is None:
-            self._limits = await self._client.limits()
-        err = check(msg, self._limits)
-        proto, size = None, 0
-        if err is None:
-            proto = msg.to_proto()
-            size = message_size(proto)
-        else:
-            err = type(err)(f"harbinger: message: {err.message}")
+        it = _Pending(msg, fut)
+        if self._limits is not None:
+            it.prepare(self._limits)
         if self._task is None:
             self._task = asyncio.ensure_future(self._run())
-        await self._queue.put(_Pending(proto, size, err, fut))
+        await self._queue.put(it)
         return fut
 
     async def publish_result(self, msg: Message) -> PublishResult:
@@ -227,7 +233,7 @@ class Producer:
         c = self._client
         while True:
             try:
-                limits = await c.limits()
+                limits = self._limits = await c.limits()
                 call = c._broker.PublishStream(metadata=c._metadata, wait_for_ready=True)
                 await call.wait_for_connection()
                 return _Stream(call, limits, self._window, self._max_batch, self._max_batch_bytes)
@@ -260,6 +266,8 @@ class Producer:
                 if first is None or first is False:
                     break
                 assert isinstance(first, _Pending)
+                if self._limits is not None:
+                    first.prepare(self._limits)
                 if first.error is not None:
                     first.fail(first.error)
                     continue
@@ -306,6 +314,7 @@ class Producer:
         total = 0
         it: Optional[_Pending] = first
         while it is not None:
+            it.prepare(s.limits)
             if it.error is not None:
                 it.fail(it.error)
             elif it.size > s.hard:
