@@ -144,3 +144,17 @@ def test_producer_gives_up_on_an_unreachable_broker_at_close() -> None:
             r = await fut
             assert isinstance(r.error, harbinger.Unavailable) and "unreachable" in r.error.message
     run(main())
+
+
+def test_publish_timeout_while_the_broker_is_down() -> None:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+
+    async def main() -> None:
+        async with harbinger.Client(f"127.0.0.1:{port}") as c:
+            with pytest.raises(harbinger.DeadlineExceeded):
+                await c.publish(Message(queue="q"), timeout=0.3)
+    run(main())

@@ -144,3 +144,17 @@ test("a producer gives up on an unreachable broker at close", async () => {
     c.close();
   }
 });
+
+test("a publish's timeout bounds its wait for a broker that is down", async () => {
+  const { createServer } = await import("node:net");
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", () => r()));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise<void>((r) => srv.close(() => r()));
+  const c = new Client(`127.0.0.1:${port}`);
+  try {
+    await assert.rejects(c.publish({ queue: "q" }, { timeoutMs: 300 }), (e) => isCode(e, Status.DEADLINE_EXCEEDED));
+  } finally {
+    c.close();
+  }
+});

@@ -150,11 +150,12 @@ class Client:
                     raise err from None
                 await asyncio.sleep(wait)
 
-    async def limits(self, *, refresh: bool = False) -> Limits:
+    async def limits(self, *, refresh: bool = False, timeout: Optional[float] = None) -> Limits:
         """The broker's size limits (GetLimits), asked once and kept."""
         if self._limits is None or refresh:
             try:
-                self._limits = Limits.from_proto(await self._call(self._broker.GetLimits, pb.GetLimitsRequest()))
+                self._limits = Limits.from_proto(
+                    await self._call(self._broker.GetLimits, pb.GetLimitsRequest(), timeout=timeout))
             except HarbingerError as e:
                 if e.code != grpc.StatusCode.UNIMPLEMENTED:
                     raise
@@ -201,7 +202,7 @@ class Client:
         msgs = list(msgs)
         if not msgs:
             return []
-        limits = await self.limits()
+        limits = await self.limits(timeout=timeout)
         hard = hard_limit(limits)
         out: list[Optional[PublishResult]] = [None] * len(msgs)
         protos: dict[int, pb.Message] = {}
