@@ -130,6 +130,26 @@ class DeclareQueueRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ...) -> None: ...
 
+class DelayedJob(_message.Message):
+    __slots__ = ["attempts", "due", "id", "job_type", "max_attempts", "producer", "published_at", "retry"]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DUE_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    attempts: int
+    due: _timestamp_pb2.Timestamp
+    id: str
+    job_type: str
+    max_attempts: int
+    producer: str
+    published_at: _timestamp_pb2.Timestamp
+    retry: bool
+    def __init__(self, id: _Optional[str] = ..., producer: _Optional[str] = ..., job_type: _Optional[str] = ..., retry: bool = ..., attempts: _Optional[int] = ..., max_attempts: _Optional[int] = ..., published_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., due: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class DeleteDeadLettersRequest(_message.Message):
     __slots__ = ["ids", "queue"]
     IDS_FIELD_NUMBER: _ClassVar[int]
@@ -210,6 +230,24 @@ class Delivery(_message.Message):
     size_hint: int
     tier: int
     def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., producer: _Optional[str] = ..., job_type: _Optional[str] = ..., size_hint: _Optional[int] = ..., payload: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., published_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., tier: _Optional[int] = ..., predicted_ms: _Optional[float] = ...) -> None: ...
+
+class DoneJob(_message.Message):
+    __slots__ = ["attempts", "ended_at", "id", "job_type", "producer", "state", "took"]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TOOK_FIELD_NUMBER: _ClassVar[int]
+    attempts: int
+    ended_at: _timestamp_pb2.Timestamp
+    id: str
+    job_type: str
+    producer: str
+    state: str
+    took: _duration_pb2.Duration
+    def __init__(self, id: _Optional[str] = ..., producer: _Optional[str] = ..., job_type: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., ended_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., took: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Extend(_message.Message):
     __slots__ = ["id", "lease"]
@@ -355,20 +393,38 @@ class ListDeadLettersResponse(_message.Message):
     def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetter, _Mapping]]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ["limit", "queue"]
+    __slots__ = ["limit", "offset", "queue"]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     limit: int
+    offset: int
     queue: str
-    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ["running", "waiting"]
+    __slots__ = ["dead", "dead_total", "delayed", "delayed_total", "done", "done_total", "running", "running_total", "waiting", "waiting_total"]
+    DEAD_FIELD_NUMBER: _ClassVar[int]
+    DEAD_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    DONE_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_TOTAL_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    dead: _containers.RepeatedCompositeFieldContainer[DeadLetter]
+    dead_total: int
+    delayed: _containers.RepeatedCompositeFieldContainer[DelayedJob]
+    delayed_total: int
+    done: _containers.RepeatedCompositeFieldContainer[DoneJob]
+    done_total: int
     running: _containers.RepeatedCompositeFieldContainer[RunningJob]
+    running_total: int
     waiting: _containers.RepeatedCompositeFieldContainer[WaitingJob]
-    def __init__(self, waiting: _Optional[_Iterable[_Union[WaitingJob, _Mapping]]] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ...) -> None: ...
+    waiting_total: int
+    def __init__(self, waiting: _Optional[_Iterable[_Union[WaitingJob, _Mapping]]] = ..., running: _Optional[_Iterable[_Union[RunningJob, _Mapping]]] = ..., delayed: _Optional[_Iterable[_Union[DelayedJob, _Mapping]]] = ..., dead: _Optional[_Iterable[_Union[DeadLetter, _Mapping]]] = ..., done: _Optional[_Iterable[_Union[DoneJob, _Mapping]]] = ..., waiting_total: _Optional[int] = ..., running_total: _Optional[int] = ..., delayed_total: _Optional[int] = ..., dead_total: _Optional[int] = ..., done_total: _Optional[int] = ...) -> None: ...
 
 class ListKeysRequest(_message.Message):
     __slots__ = ["limit", "queue"]
@@ -609,7 +665,7 @@ class QueueConfig(_message.Message):
     def __init__(self, policy: _Optional[str] = ..., tiers: _Optional[int] = ..., weights: _Optional[_Iterable[int]] = ..., aging: _Optional[_Iterable[_Union[_duration_pb2.Duration, _Mapping]]] = ..., aging_off: bool = ..., static_tiers: _Optional[_Mapping[str, int]] = ..., max_depth: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., default_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., shadow: bool = ..., retry_base: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_max: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_jitter: _Optional[float] = ..., max_in_flight: _Optional[int] = ..., keep_done: _Optional[int] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ["acked", "config", "consumers", "dead_letters", "delayed", "depth_per_tier", "in_flight", "name", "oldest_wait", "paused", "published", "ready"]
+    __slots__ = ["acked", "config", "consumers", "dead_letters", "delayed", "depth_per_tier", "in_flight", "name", "oldest_wait", "paused", "published", "ready", "run_p50", "run_p99", "wait_p50", "wait_p99"]
     ACKED_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
@@ -622,6 +678,10 @@ class QueueInfo(_message.Message):
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     PUBLISHED_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
+    RUN_P50_FIELD_NUMBER: _ClassVar[int]
+    RUN_P99_FIELD_NUMBER: _ClassVar[int]
+    WAIT_P50_FIELD_NUMBER: _ClassVar[int]
+    WAIT_P99_FIELD_NUMBER: _ClassVar[int]
     acked: int
     config: QueueConfig
     consumers: int
@@ -634,7 +694,11 @@ class QueueInfo(_message.Message):
     paused: bool
     published: int
     ready: int
-    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., depth_per_tier: _Optional[_Iterable[int]] = ..., ready: _Optional[int] = ..., in_flight: _Optional[int] = ..., dead_letters: _Optional[int] = ..., consumers: _Optional[int] = ..., published: _Optional[int] = ..., acked: _Optional[int] = ..., paused: bool = ..., delayed: _Optional[int] = ..., oldest_wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    run_p50: _duration_pb2.Duration
+    run_p99: _duration_pb2.Duration
+    wait_p50: _duration_pb2.Duration
+    wait_p99: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[QueueConfig, _Mapping]] = ..., depth_per_tier: _Optional[_Iterable[int]] = ..., ready: _Optional[int] = ..., in_flight: _Optional[int] = ..., dead_letters: _Optional[int] = ..., consumers: _Optional[int] = ..., published: _Optional[int] = ..., acked: _Optional[int] = ..., paused: bool = ..., delayed: _Optional[int] = ..., oldest_wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., run_p50: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., run_p99: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., wait_p50: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., wait_p99: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ReportError(_message.Message):
     __slots__ = ["code", "index", "message"]
@@ -691,6 +755,20 @@ class RequeueDeadLettersResponse(_message.Message):
     REQUEUED_FIELD_NUMBER: _ClassVar[int]
     requeued: int
     def __init__(self, requeued: _Optional[int] = ...) -> None: ...
+
+class RunJobsNowRequest(_message.Message):
+    __slots__ = ["ids", "queue"]
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[str]
+    queue: str
+    def __init__(self, queue: _Optional[str] = ..., ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RunJobsNowResponse(_message.Message):
+    __slots__ = ["moved"]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    moved: int
+    def __init__(self, moved: _Optional[int] = ...) -> None: ...
 
 class RunningJob(_message.Message):
     __slots__ = ["attempt", "consumer", "id", "job_type", "lease_deadline", "leased", "predicted_ms", "producer", "running"]

@@ -277,6 +277,11 @@ class AdminStub(object):
                 request_serializer=harbinger_dot_v1_dot_harbinger__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=harbinger_dot_v1_dot_harbinger__pb2.ListJobsResponse.FromString,
                 )
+        self.RunJobsNow = channel.unary_unary(
+                '/harbinger.v1.Admin/RunJobsNow',
+                request_serializer=harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowRequest.SerializeToString,
+                response_deserializer=harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowResponse.FromString,
+                )
 
 
 class AdminServicer(object):
@@ -411,6 +416,15 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunJobsNow(self, request, context):
+        """RunJobsNow makes delayed jobs (published to run later, or nacked with
+        a delay to retry) due at once: each takes its place in line as if its
+        time had come. Ids of jobs that are not delayed are skipped.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -493,6 +507,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListJobs,
                     request_deserializer=harbinger_dot_v1_dot_harbinger__pb2.ListJobsRequest.FromString,
                     response_serializer=harbinger_dot_v1_dot_harbinger__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'RunJobsNow': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunJobsNow,
+                    request_deserializer=harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowRequest.FromString,
+                    response_serializer=harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -774,6 +793,23 @@ class Admin(object):
         return grpc.experimental.unary_unary(request, target, '/harbinger.v1.Admin/ListJobs',
             harbinger_dot_v1_dot_harbinger__pb2.ListJobsRequest.SerializeToString,
             harbinger_dot_v1_dot_harbinger__pb2.ListJobsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RunJobsNow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/harbinger.v1.Admin/RunJobsNow',
+            harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowRequest.SerializeToString,
+            harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
