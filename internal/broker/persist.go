@@ -288,7 +288,10 @@ func (b *Broker) forceReserve(j *delivery.Job, queueName string) {
 // publishes.
 func (b *Broker) maybeCheckpoint() {
 	st := b.cfg.Store
-	if st == nil || b.draining.Load() || st.Size() < b.nextCheckpoint.Load() || !b.checkpointing.CompareAndSwap(false, true) {
+	// Not while recovering: the threshold is set once the jobs are back,
+	// and records written then (a last attempt dead-lettered) must not
+	// start a checkpoint of a broker half rebuilt.
+	if st == nil || b.draining.Load() || b.recovering.Load() || st.Size() < b.nextCheckpoint.Load() || !b.checkpointing.CompareAndSwap(false, true) {
 		return
 	}
 	b.bg.Go(func() {
