@@ -115,4 +115,3 @@ func TestServeOTLPEndpointConfig(t *testing.T) {
 		}
 	}
 }
-

@@ -31,8 +31,8 @@ type spanRecorder struct {
 func newSpanRecorder() *spanRecorder { return &spanRecorder{ended: make(chan struct{}, 64)} }
 
 func (r *spanRecorder) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (r *spanRecorder) Shutdown(context.Context) error                 { return nil }
-func (r *spanRecorder) ForceFlush(context.Context) error               { return nil }
+func (r *spanRecorder) Shutdown(context.Context) error                  { return nil }
+func (r *spanRecorder) ForceFlush(context.Context) error                { return nil }
 func (r *spanRecorder) OnEnd(s sdktrace.ReadOnlySpan) {
 	r.mu.Lock()
 	r.spans = append(r.spans, s)
