@@ -94,9 +94,8 @@ func (r *Runs) take(id string) trace.Span {
 	return sp
 }
 
-// Acked, Nacked and Lost do nothing on a nil Runs (tracing off).
-
-// Acked ends job id's run span at now as acked.
+// Acked ends job id's run span at now as acked. Acked, Nacked, Lost and
+// Close do nothing on a nil Runs (tracing off).
 func (r *Runs) Acked(id string, now time.Time) {
 	if sp := r.take(id); sp != nil {
 		sp.SetAttributes(AttrOutcome.String("ack"))
