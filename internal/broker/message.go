@@ -56,9 +56,12 @@ type Delivery struct {
 	Headers     map[string]string
 	Attempt     int // 1 for the first delivery
 	PublishedAt time.Time
-	Lease       time.Duration
-	Tier        int
-	Predicted   time.Duration
+	// Enqueued is when the job took its place in line: its publish, or
+	// when it fell due if it was delayed or held back for a retry.
+	Enqueued  time.Time
+	Lease     time.Duration
+	Tier      int
+	Predicted time.Duration
 	// Cancel marks not a delivery but a notice: the job ID, which this
 	// consumer holds, was cancelled; stop it. Only ID and Queue are set.
 	Cancel bool

@@ -154,7 +154,7 @@ func (q *queue) delivery(j *delivery.Job) Delivery {
 	return Delivery{
 		ID: j.ID(), Queue: q.name, Producer: j.Producer(), JobType: j.JobType(),
 		SizeHint: j.SizeHint(), Payload: j.Payload(), Headers: j.Headers(),
-		Attempt: j.Attempt(), PublishedAt: j.PublishedAt(), Lease: q.cfg.Lease,
+		Attempt: j.Attempt(), PublishedAt: j.PublishedAt(), Enqueued: j.Enqueued(), Lease: q.cfg.Lease,
 		Tier: j.Tier(), Predicted: j.Prediction().Cost,
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -12,12 +13,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -27,6 +31,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/internal/server"
 	"github.com/harbinger-mq/harbinger/internal/store"
+	"github.com/harbinger-mq/harbinger/internal/tracing"
 	"github.com/harbinger-mq/harbinger/internal/web"
 	"github.com/harbinger-mq/harbinger/rabbitmq"
 )
@@ -94,6 +99,13 @@ type ServeConfig struct {
 	CPUProfile string `yaml:"cpuprofile"`
 	// PrometheusURL, when set, is linked from the dashboard for history.
 	PrometheusURL string `yaml:"prometheus_url"`
+	// OTLPEndpoint, when set, turns tracing on: each job's publish, wait
+	// and run are spans, exported by OTLP/gRPC to this collector (host:port,
+	// or an http:// or https:// URL; see tracing.ParseEndpoint), and its
+	// trace context travels in its traceparent header. Unset, it is taken
+	// from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT;
+	// "off" keeps tracing off whatever those say.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
 	// Broker holds the broker's limits and default queue settings.
 	Broker broker.Config `yaml:"broker"`
 	// Queues are declared at start, each with its settings (the keys of
@@ -163,8 +175,16 @@ func (c ServeConfig) Validate() error {
 	if err := c.checkExposure(); err != nil {
 		return err
 	}
+	if c.tracing() {
+		if _, err := tracing.ParseEndpoint(c.OTLPEndpoint); err != nil {
+			return err
+		}
+	}
 	return c.Broker.WithDefaults().Validate()
 }
+
+// tracing reports whether spans are exported (an OTLP endpoint is set).
+func (c ServeConfig) tracing() bool { return c.OTLPEndpoint != "" && c.OTLPEndpoint != "off" }
 
 // checkExposure refuses an address beyond loopback that anyone who reaches
 // it could use: without TLS a token or job crosses the network in the
@@ -284,6 +304,7 @@ var serveSettings = []setting{
 	{"insecure", "allow listening beyond loopback without TLS and auth (and a dashboard without tokens to answer any host name)", boolean(func(c *ServeConfig) *bool { return &c.Insecure })},
 	{"cpuprofile", "write a CPU profile of the whole run to this file, closed at shutdown (for go tool pprof)", str(func(c *ServeConfig) *string { return &c.CPUProfile })},
 	{"prometheus-url", "a Prometheus linked from the dashboard for longer history", str(func(c *ServeConfig) *string { return &c.PrometheusURL })},
+	{"otlp-endpoint", "OpenTelemetry collector (OTLP/gRPC) to export each job's publish, wait and run spans to: host:port (TLS unless on loopback) or an http:// or https:// URL; unset, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, else off; off turns it off (default off)", str(func(c *ServeConfig) *string { return &c.OTLPEndpoint })},
 	{"max-payload", "largest payload in bytes, at most 268435456; the gRPC limits and what clients are told (GetLimits) follow from it (default 1048576)", num(func(c *ServeConfig) *int { return &c.Broker.MaxPayload })},
 	{"max-bytes", "bytes the broker's jobs may hold in all, ready, delayed, in flight and dead-lettered; publishes past it get ResourceExhausted (default 1073741824)", num64(func(c *ServeConfig) *int64 { return &c.Broker.MaxBytes })},
 	{"max-key-len", "longest producer or job type in bytes (default 256)", num(func(c *ServeConfig) *int { return &c.Broker.MaxKeyLen })},
@@ -357,6 +378,11 @@ func loadServeConfig(args []string, getenv func(string) string, stderr io.Writer
 				return ServeConfig{}, fmt.Errorf("-%s: %v", s.name, err)
 			}
 		}
+	}
+	if cfg.OTLPEndpoint == "" {
+		// The OpenTelemetry SDKs' own variables, last: an endpoint set for
+		// every service on the machine turns the broker's tracing on too.
+		cfg.OTLPEndpoint = cmp.Or(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -433,6 +459,23 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 		certs = c
 	}
 
+	var tp *sdktrace.TracerProvider
+	if cfg.tracing() {
+		var err error
+		if tp, err = startTracing(ctx, cfg.OTLPEndpoint, log); err != nil {
+			return err
+		}
+		defer func() {
+			// Last, after the broker stopped: sends what the batcher
+			// still holds.
+			fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer fcancel()
+			if err := tp.Shutdown(fctx); err != nil {
+				log.Warn("harbinger: tracing: flushing the last spans", "err", err)
+			}
+		}()
+	}
+
 	bcfg := cfg.Broker
 	bcfg.Logger = log
 	durability := "memory (nothing survives a restart)"
@@ -485,6 +528,11 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 	}
 	srv := server.New(b, log)
 	srv.SetPredictor(predictsvc.New(local, predictsvc.Config{}))
+	traces := "off"
+	if tp != nil {
+		srv.SetTracer(tracing.New(tp, b.Config().MaxHeaderBytes))
+		traces = "otlp " + cfg.OTLPEndpoint
+	}
 	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
 	errs := make(chan error, 2)
@@ -544,7 +592,7 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 		"tls", tlsMode(cfg), "auth", authMode(tokens, cfg),
 		"policy", eff.Queue.Policy, "lease", eff.Queue.Lease, "max_attempts", eff.Queue.MaxAttempts,
 		"max_depth", eff.Queue.MaxDepth, "max_payload", eff.MaxPayload, "max_bytes", eff.MaxBytes,
-		"durability", durability)
+		"durability", durability, "tracing", traces)
 	if cfg.Insecure && (!auth.Loopback(cfg.GRPCAddr) || (cfg.HTTPAddr != "off" && !auth.Loopback(cfg.HTTPAddr))) && (certs == nil || (tokens == nil && cfg.TLSClientCA == "")) {
 		log.Warn("harbinger: -insecure: listening beyond loopback without TLS and auth; anyone who can reach these ports may publish, consume and purge")
 	}
@@ -593,6 +641,22 @@ wait:
 	}
 	log.Info("harbinger: stopped")
 	return runErr
+}
+
+// startTracing sets up the tracer provider that exports the broker's
+// spans to endpoint, with OpenTelemetry's errors (a collector that cannot
+// be reached) in the broker's log.
+func startTracing(ctx context.Context, endpoint string, log *slog.Logger) (*sdktrace.TracerProvider, error) {
+	e, err := tracing.ParseEndpoint(endpoint) // checked by Validate
+	if err != nil {
+		return nil, err
+	}
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("harbinger: tracing", "err", err) }))
+	version := ""
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "(devel)" {
+		version = bi.Main.Version
+	}
+	return tracing.Start(ctx, e, version)
 }
 
 // reload reads the token file and the TLS certificate again (SIGHUP). A

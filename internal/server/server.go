@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -30,6 +31,7 @@ import (
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/internal/broker"
 	"github.com/harbinger-mq/harbinger/internal/text"
+	"github.com/harbinger-mq/harbinger/internal/tracing"
 )
 
 // Defaults and bounds of list requests.
@@ -51,6 +53,8 @@ type Server struct {
 	pred   pb.PredictorServer // see SetPredictor
 	// maxSend is the largest response the server sends (ServerOptions).
 	maxSend int
+	// tr records jobs' spans; nil is tracing off (see SetTracer).
+	tr *tracing.Tracer
 }
 
 // New returns a Server for b; log may be nil.
@@ -174,6 +178,11 @@ func (s *Server) Register(gs *grpc.Server) {
 // Unimplemented.
 func (s *Server) SetPredictor(p pb.PredictorServer) { s.pred = p }
 
+// SetTracer makes the server record each job's publish, wait and run as
+// spans and carry its trace context in its traceparent header; call it
+// before Register. Without it (nil) tracing is off and costs a nil check.
+func (s *Server) SetTracer(t *tracing.Tracer) { s.tr = t }
+
 // SetNotServing marks every service as not serving (the broker is draining).
 func (s *Server) SetNotServing() { s.health.Shutdown() }
 
@@ -222,7 +231,21 @@ func (s *Server) publish(req *pb.PublishRequest, bufs *publishBufs) (*pb.Publish
 		ptrs = append(ptrs, &msgs[i])
 		idx = append(idx, i)
 	}
+	var spans []trace.Span
+	if s.tr != nil {
+		spans = make([]trace.Span, len(ptrs))
+		now := s.b.Now()
+		for j, m := range ptrs {
+			spans[j] = s.tr.Publish(m, now)
+		}
+	}
 	res := s.b.PublishEach(ptrs, bufs.res[:0])
+	if spans != nil {
+		now := s.b.Now()
+		for j, r := range res {
+			s.tr.Published(spans[j], r, now)
+		}
+	}
 	for j, r := range res {
 		if r.Err != nil {
 			setError(&results[idx[j]], toStatus(r.Err))
@@ -323,6 +346,12 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.C
 	if err != nil {
 		return toStatus(err)
 	}
+	runs := s.tr.Runs(sub.ConsumerName)
+	if runs != nil {
+		// After c.Close (deferred below, so run first), which ends the
+		// deliveries.
+		defer func() { runs.Close(s.b.Now()) }()
+	}
 	defer c.Close()
 
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -337,7 +366,7 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.C
 	}
 	recvDone := make(chan error, 1)
 	go func() {
-		recvDone <- s.consumeRecv(stream, c, send)
+		recvDone <- s.consumeRecv(stream, c, runs, send)
 		cancel()
 	}()
 
@@ -366,18 +395,28 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.C
 			}
 			continue
 		}
-		if err := send(toDeliveryResponse(&d)); err != nil {
+		if err := send(s.deliveryResponse(&d, runs)); err != nil {
 			c.Return(d.ID) // it never left: no attempt charged
+			runs.Lost(d.ID, "the delivery could not be sent", s.b.Now())
 			return err
 		}
 	}
+}
+
+// deliveryResponse is d as the response that delivers it, with its trace
+// context set to its run span when runs is not nil (tracing on).
+func (s *Server) deliveryResponse(d *broker.Delivery, runs *tracing.Runs) *pb.ConsumeResponse {
+	if runs != nil {
+		d.Headers = runs.Delivered(d, s.b.Now())
+	}
+	return toDeliveryResponse(d)
 }
 
 // consumeRecv applies the client's requests until the stream ends. It
 // returns nil when the client closes its side, or a status for a request
 // that breaks the protocol (a second Subscribe, an empty request). A bad
 // ack, nack or extend is answered for its job alone.
-func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.ConsumeResponse], c *broker.Consumer, send func(*pb.ConsumeResponse) error) error {
+func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.ConsumeResponse], c *broker.Consumer, runs *tracing.Runs, send func(*pb.ConsumeResponse) error) error {
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -389,6 +428,9 @@ func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, 
 		re, credit, err := s.apply(c, req)
 		if err != nil {
 			return err
+		}
+		if runs != nil {
+			s.settled(runs, req, re)
 		}
 		if re != nil {
 			s.log.Warn("server: consumer request refused or adjusted", "queue", c.Queue(), "consumer", c.Name(),
@@ -402,11 +444,42 @@ func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, 
 		// A job ready for it goes out from here, without waking the
 		// sending goroutine.
 		if d, ok := c.AddCreditTake(credit); ok {
-			if err := send(toDeliveryResponse(&d)); err != nil {
+			if err := send(s.deliveryResponse(&d, runs)); err != nil {
 				c.Return(d.ID) // it never left: no attempt charged
+				runs.Lost(d.ID, "the delivery could not be sent", s.b.Now())
 				return err
 			}
 		}
+	}
+}
+
+// settled ends the run span of the job an ack or nack settled, or that
+// the consumer no longer held; a request refused with the job still held
+// (an unknown nack action) leaves it open.
+func (s *Server) settled(runs *tracing.Runs, req *pb.ConsumeRequest, re *pb.RequestError) {
+	var id string
+	switch r := req.GetRequest().(type) {
+	case *pb.ConsumeRequest_Ack:
+		id = r.Ack.Id
+		if re == nil || re.Applied {
+			runs.Acked(id, s.b.Now())
+			return
+		}
+	case *pb.ConsumeRequest_Nack:
+		id = r.Nack.Id
+		if re == nil || re.Applied {
+			action := strings.ToLower(strings.TrimPrefix(r.Nack.Action.String(), "NACK_ACTION_"))
+			if r.Nack.Action == pb.NackAction_NACK_ACTION_UNSPECIFIED {
+				action = "requeue"
+			}
+			runs.Nacked(id, action, r.Nack.Reason, s.b.Now())
+			return
+		}
+	default:
+		return
+	}
+	if codes.Code(re.Code) == codes.FailedPrecondition {
+		runs.Lost(id, re.Message, s.b.Now())
 	}
 }
 

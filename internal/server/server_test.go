@@ -23,6 +23,7 @@ import (
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/broker"
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/tracing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -44,6 +45,13 @@ type testBundle struct {
 // setup runs a broker behind a gRPC server on a loopback port and dials it.
 func setup(t testing.TB, cfg broker.Config) *testBundle {
 	t.Helper()
+	return setupTraced(t, cfg, nil)
+}
+
+// setupTraced is setup with the server recording spans through tr (nil
+// is tracing off).
+func setupTraced(t testing.TB, cfg broker.Config, tr *tracing.Tracer) *testBundle {
+	t.Helper()
 	cfg.Logger = quiet
 	b, err := broker.New(cfg)
 	if err != nil {
@@ -54,6 +62,7 @@ func setup(t testing.TB, cfg broker.Config) *testBundle {
 		t.Fatal(err)
 	}
 	srv := New(b, quiet)
+	srv.SetTracer(tr)
 	gs := grpc.NewServer(ServerOptions(cfg)...)
 	srv.Register(gs)
 	served := make(chan struct{})

@@ -3,24 +3,38 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/tracing"
 )
 
 // BenchmarkEndToEnd is the broker-cost shape in miniature: 4 producers on
 // publish streams, 4 workers with prefetch 1 and empty handlers, 64-byte
 // payloads, all over loopback gRPC in this process. ns/op is per message
 // published, delivered and acked; msgs/s is the same figure inverted.
+// fifo-traced records each job's spans and batches them to an exporter
+// that drops them: what tracing costs the broker beyond the export.
 func BenchmarkEndToEnd(b *testing.B) {
 	b.ReportAllocs()
-	for _, policy := range []string{"fifo", "bounded"} {
+	for _, policy := range []string{"fifo", "bounded", "fifo-traced"} {
 		b.Run(policy, func(b *testing.B) {
-			tb := setup(b, broker.Config{Queue: broker.QueueConfig{Policy: policy}})
+			var tr *tracing.Tracer
+			if p, ok := strings.CutSuffix(policy, "-traced"); ok {
+				policy = p
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+				defer func() { _ = tp.Shutdown(context.Background()) }()
+				tr = tracing.New(tp, broker.DefaultMaxHeaderBytes)
+			}
+			tb := setupTraced(b, broker.Config{Queue: broker.QueueConfig{Policy: policy}}, tr)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			const producers, workers = 4, 4
