@@ -44,6 +44,30 @@ type testBundle struct {
 // setup runs a broker behind a gRPC server on a loopback port and dials it.
 func setup(t testing.TB, cfg broker.Config) *testBundle {
 	t.Helper()
+	return setupWith(t, cfg, false)
+}
+
+// setupUnbatched is setup with a broker that answers GetLimits as one from
+// before batches did (max_consume_batch 0), so clients send and ask for
+// single items only, as they would of it.
+func setupUnbatched(t testing.TB, cfg broker.Config) *testBundle {
+	t.Helper()
+	return setupWith(t, cfg, true)
+}
+
+// unbatched is the Broker service of a broker that reports no batches.
+type unbatched struct{ *Server }
+
+func (u unbatched) GetLimits(ctx context.Context, req *pb.GetLimitsRequest) (*pb.Limits, error) {
+	l, err := u.Server.GetLimits(ctx, req)
+	if err == nil {
+		l.MaxConsumeBatch = 0
+	}
+	return l, err
+}
+
+func setupWith(t testing.TB, cfg broker.Config, old bool) *testBundle {
+	t.Helper()
 	cfg.Logger = quiet
 	b, err := broker.New(cfg)
 	if err != nil {
@@ -55,7 +79,12 @@ func setup(t testing.TB, cfg broker.Config) *testBundle {
 	}
 	srv := New(b, quiet)
 	gs := grpc.NewServer(ServerOptions(cfg)...)
-	srv.Register(gs)
+	if old {
+		pb.RegisterBrokerServer(gs, unbatched{srv})
+		pb.RegisterAdminServer(gs, &srv.admin)
+	} else {
+		srv.Register(gs)
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
