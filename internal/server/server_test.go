@@ -66,7 +66,9 @@ func (u unbatched) GetLimits(ctx context.Context, req *pb.GetLimitsRequest) (*pb
 	return l, err
 }
 
-func setupWith(t testing.TB, cfg broker.Config, old bool) *testBundle {
+// setupWith is setup with a broker that reports no batches if old, and
+// the server options extra besides the broker's own.
+func setupWith(t testing.TB, cfg broker.Config, old bool, extra ...grpc.ServerOption) *testBundle {
 	t.Helper()
 	cfg.Logger = quiet
 	b, err := broker.New(cfg)
@@ -78,7 +80,7 @@ func setupWith(t testing.TB, cfg broker.Config, old bool) *testBundle {
 		t.Fatal(err)
 	}
 	srv := New(b, quiet)
-	gs := grpc.NewServer(ServerOptions(cfg)...)
+	gs := grpc.NewServer(append(extra, ServerOptions(cfg)...)...)
 	if old {
 		pb.RegisterBrokerServer(gs, unbatched{srv})
 		pb.RegisterAdminServer(gs, &srv.admin)
