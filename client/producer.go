@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -638,6 +639,14 @@ func (p *Producer) run() {
 		// A place in the window first, then the batch: messages queued
 		// while the window is full go out together in the next request.
 		cur.slots <- struct{}{}
+		if len(cur.slots) > 1 {
+			// Batches are awaiting answers, so this one would wait behind
+			// them anyway: let the goroutines ready to run go first, so
+			// that publishers woken by the last answer add theirs to it.
+			// With nothing in flight (a publisher waiting for each answer)
+			// the batch goes at once.
+			runtime.Gosched()
+		}
 		b := p.gather(cur.lim)
 		if len(b.items) == 0 {
 			<-cur.slots
