@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -50,7 +51,24 @@ type ProducerConfig struct {
 	// CloseTimeout is how long Close waits for a broker it cannot reach
 	// before failing what is still queued; default DefaultCloseTimeout.
 	CloseTimeout time.Duration
+	// MaxPending, when above 0, is the most messages published and not
+	// yet answered: queued, or sent and awaiting the broker's answer (on
+	// a durable broker, the fsync that covers them). A publish that
+	// finds MaxPending messages unanswered waits for an answer to free a
+	// place, or, with FailFast, fails. 0 bounds them only by the buffer
+	// (2 x MaxBatch messages not yet sent) and Window.
+	MaxPending int
+	// FailFast makes a publish that finds the producer full (MaxPending
+	// messages unanswered, or its buffer full) return ErrFull at once
+	// instead of waiting for room. The message is not queued, and its
+	// callback never runs: nothing is dropped without the caller knowing.
+	FailFast bool
 }
+
+// ErrFull is returned by a Producer with FailFast set when it holds
+// MaxPending unanswered messages, or a full buffer; the message was not
+// queued. Publish it again once answers have come back.
+var ErrFull = errors.New("harbinger: producer full: too many messages await the broker's answer")
 
 // WithDefaults returns c with every zero or negative field set to its
 // default.
@@ -90,6 +108,9 @@ type Producer struct {
 	closed    bool
 	closing   chan struct{} // closed when Close is called
 	closeOnce sync.Once
+	// room holds a token per unanswered message when MaxPending is set;
+	// nil otherwise.
+	room chan struct{}
 	// reach ends CloseTimeout after Close is called: from then on, opening
 	// a stream gives up instead of waiting for the broker.
 	reach   context.Context
@@ -122,8 +143,12 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 	cfg = cfg.WithDefaults()
 	reach, giveUp := context.WithCancel(context.Background())
 	p := &Producer{
-		c: c, cfg: cfg, in: make(chan *pending, cfg.MaxBatch*2),
+		c: c, cfg: cfg, in: make(chan *pending, max(cfg.MaxBatch*2, cfg.MaxPending)),
 		closing: make(chan struct{}), reach: reach, giveUp: giveUp, done: make(chan struct{}),
+	}
+	if cfg.MaxPending > 0 {
+		// The buffer holds MaxPending, so only room is ever waited for.
+		p.room = make(chan struct{}, cfg.MaxPending)
 	}
 	go p.run()
 	return p
@@ -139,8 +164,9 @@ func (c *Client) NewProducer(cfg ProducerConfig) *Producer {
 // a failed message from done, publish it from a goroutine of its own: a
 // publish from inside done waits for room in the buffer that done's own
 // goroutine empties.
-// PublishAsync blocks only while the producer's buffer is full, and
-// returns ErrClosed after Close.
+// PublishAsync blocks only while the producer's buffer is full, or it
+// holds ProducerConfig.MaxPending unanswered messages (with FailFast it
+// returns ErrFull instead), and returns ErrClosed after Close.
 func (p *Producer) PublishAsync(m *Message, done func(id string, err error)) error {
 	if done == nil {
 		return p.PublishAsyncResult(m, nil)
@@ -167,10 +193,59 @@ func (p *Producer) enqueue(ctx context.Context, m *Message, done func(Result)) e
 	it := &pending{m: m.proto(), done: done}
 	it.err = checkUTF8(it.m)
 	it.size = messageSize(it.m)
+	if p.room != nil {
+		if err := p.takeRoom(ctx); err != nil {
+			return err
+		}
+		// The message's answer, whatever it is, frees its place.
+		it.done = func(r Result) {
+			<-p.room
+			done(r)
+		}
+	}
+	err := p.put(ctx, it)
+	if err != nil && p.room != nil {
+		<-p.room
+	}
+	return err
+}
+
+// takeRoom takes a place for one more unanswered message, waiting while
+// ctx allows unless FailFast.
+func (p *Producer) takeRoom(ctx context.Context) error {
+	select {
+	case p.room <- struct{}{}:
+		return nil
+	default:
+	}
+	if p.cfg.FailFast {
+		return ErrFull
+	}
+	select {
+	case p.room <- struct{}{}:
+		return nil
+	case <-p.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// put queues it for the run loop, waiting for room in the buffer while ctx
+// allows unless FailFast.
+func (p *Producer) put(ctx context.Context, it *pending) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
 		return ErrClosed
+	}
+	select {
+	case p.in <- it:
+		return nil
+	default:
+	}
+	if p.cfg.FailFast {
+		return ErrFull
 	}
 	select {
 	case p.in <- it:
@@ -465,13 +540,13 @@ func (ps *pstream) isBroken() bool {
 	}
 }
 
-// send sends b and hands it to recv, waiting for room in the window.
+// send sends b and hands it to recv; the caller holds a place in the
+// window for it (ps.slots).
 func (ps *pstream) send(b *batch) error {
 	req := &pb.PublishRequest{Messages: make([]*pb.Message, len(b.items))}
 	for i, it := range b.items {
 		req.Messages[i] = it.m
 	}
-	ps.slots <- struct{}{}
 	if err := ps.s.Send(req); err != nil {
 		<-ps.slots
 		return err
@@ -561,8 +636,20 @@ func (p *Producer) run() {
 				continue
 			}
 		}
+		// A place in the window first, then the batch: messages queued
+		// while the window is full go out together in the next request.
+		cur.slots <- struct{}{}
+		if len(cur.slots) > 1 {
+			// Batches are awaiting answers, so this one would wait behind
+			// them anyway: let the goroutines ready to run go first, so
+			// that publishers woken by the last answer add theirs to it.
+			// With nothing in flight (a publisher waiting for each answer)
+			// the batch goes at once.
+			runtime.Gosched()
+		}
 		b := p.gather(cur.lim)
 		if len(b.items) == 0 {
+			<-cur.slots
 			continue
 		}
 		sendErr := cur.send(b)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -70,13 +71,19 @@ var ErrClientClosed = errors.New("harbinger: client closed")
 type WorkerConfig struct {
 	// Queue to consume from; required.
 	Queue string
-	// Concurrency is how many handlers run at once; default 1.
+	// Concurrency is how many handlers run at once; default 1. With more
+	// than one, the acks and nacks of handlers that finish close together
+	// go to the broker in one request (on a broker that reads batches:
+	// Limits.max_consume_batch).
 	Concurrency int
 	// Prefetch is how many deliveries the worker may hold at once, counting
 	// those being handled; default 1, and never below Concurrency. Keeping it
 	// at Concurrency lets the broker choose each job at the last moment.
 	// A delivery waiting for a free handler has its lease renewed like a
 	// running job's, and one cancelled while it waits never runs.
+	// With more than one, the broker may send several deliveries in one
+	// response when several handlers are free; it still picks each job
+	// only when the worker has room for it.
 	Prefetch int
 	// Name identifies the worker in admin views.
 	Name string
@@ -214,9 +221,11 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	})
 	defer stopOpening()
 	callOpts := []grpc.CallOption{grpc.WaitForReady(true)}
+	var maxBatch int // 0: the broker sends and reads no batches
 	if lim, err := c.broker.GetLimits(sctx, &pb.GetLimitsRequest{}, grpc.WaitForReady(true)); err == nil {
 		// Whatever the broker accepted, this worker can receive.
 		callOpts = append(callOpts, grpc.MaxCallRecvMsgSize(int(min(lim.MaxDeliveryBytes, math.MaxInt32))))
+		maxBatch = int(min(lim.MaxConsumeBatch, math.MaxInt32))
 	} else if status.Code(err) != codes.Unimplemented {
 		return false, err
 	}
@@ -226,9 +235,17 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	}
 	close(opened)
 	s := &session{stream: stream, cfg: cfg, log: c.log}
-	if err := s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Subscribe{Subscribe: &pb.Subscribe{
-		Queue: cfg.Queue, Prefetch: uint32(cfg.Prefetch), ConsumerName: cfg.Name,
-	}}}); err != nil {
+	sub := &pb.Subscribe{Queue: cfg.Queue, Prefetch: uint32(cfg.Prefetch), ConsumerName: cfg.Name}
+	if maxBatch > 1 {
+		// Several deliveries to a response when the worker has room for
+		// them, and, with several handlers, their acks and nacks gathered
+		// into one request.
+		sub.MaxBatch = uint32(min(cfg.Prefetch, maxBatch))
+		if cfg.Concurrency > 1 {
+			s.gather = &gatherer{max: maxBatch}
+		}
+	}
+	if err := s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Subscribe{Subscribe: sub}}); err != nil {
 		return false, err
 	}
 	hctx, cancelHandlers := context.WithCancel(ctx)
@@ -275,6 +292,23 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 	}
 	recvErr := make(chan error, 1)
 	var gotAny atomic.Bool
+	dispatch := func(pd *pb.Delivery) {
+		d := fromProto(pd)
+		s.hold(d)
+		if len(queued) == 0 {
+			select {
+			case direct <- d:
+				return
+			default:
+			}
+		}
+		s.wait(d)
+		select {
+		case queued <- d:
+		case <-stop:
+			// Stopping: the broker takes the job back when the stream closes.
+		}
+	}
 	go func() {
 		for {
 			resp, err := stream.Recv()
@@ -290,26 +324,19 @@ func (c *Client) session(ctx context.Context, cfg WorkerConfig, h Handler) (got 
 				s.cancel(cn.Id)
 				continue
 			}
+			if b := resp.GetDeliveries(); b != nil {
+				gotAny.Store(true)
+				for _, pd := range b.Deliveries {
+					dispatch(pd)
+				}
+				continue
+			}
 			pd := resp.GetDelivery()
 			if pd == nil {
 				continue // a kind of response this SDK does not know
 			}
 			gotAny.Store(true)
-			d := fromProto(pd)
-			s.hold(d)
-			if len(queued) == 0 {
-				select {
-				case direct <- d:
-					continue
-				default:
-				}
-			}
-			s.wait(d)
-			select {
-			case queued <- d:
-			case <-stop:
-				// Stopping: the broker takes the job back when the stream closes.
-			}
+			dispatch(pd)
 		}
 	}()
 	select {
@@ -341,6 +368,9 @@ type session struct {
 	stream grpc.BidiStreamingClient[pb.ConsumeRequest, pb.ConsumeResponse]
 	cfg    WorkerConfig
 	log    *slog.Logger // nil logs nothing (tests)
+	// gather, when set, gathers acks and nacks of handlers that finish
+	// close together into one request; nil sends each alone.
+	gather *gatherer
 
 	runMu sync.Mutex
 	held  map[string]*heldJob // deliveries not yet settled, by id
@@ -541,28 +571,102 @@ func (s *session) settle(ctx, jctx context.Context, stop context.CancelCauseFunc
 	if ctx.Err() != nil {
 		credit = 0 // stopping: ask for nothing more
 	}
-	var req *pb.ConsumeRequest
+	var nack *pb.Nack
 	switch {
 	case cancelled:
 		// The broker drops it whatever we say; say why, and ask for more.
-		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: "cancelled", Credit: credit}}}
+		nack = &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: "cancelled", Credit: credit}
 	case err == nil:
-		req = ackRequest(d.ID, took, credit)
+		if s.gather != nil {
+			s.settleGathered(newAck(d.ID, took, credit), nil)
+			return
+		}
+		_ = s.send(ackRequest(d.ID, took, credit)) // if the stream is gone, the broker redelivers the job
+		return
 	case errors.Is(err, ErrDeadLetter):
-		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: reason(err), Credit: credit}}}
+		nack = &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_DEAD_LETTER, Reason: reason(err), Credit: credit}
 	case ctx.Err() != nil:
-		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_REQUEUE, Reason: "worker stopping"}}}
+		nack = &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_REQUEUE, Reason: "worker stopping"}
 	case s.cfg.RetryBackoff == nil:
-		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{
-			Id: d.ID, Action: pb.NackAction_NACK_ACTION_RETRY, Reason: reason(err), Credit: credit,
-		}}}
+		nack = &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_RETRY, Reason: reason(err), Credit: credit}
 	default:
-		req = &pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: &pb.Nack{
-			Id: d.ID, Action: pb.NackAction_NACK_ACTION_REQUEUE_AFTER,
-			Delay: durationpb.New(s.cfg.RetryBackoff(d.Attempt)), Reason: reason(err), Credit: credit,
-		}}}
+		nack = &pb.Nack{Id: d.ID, Action: pb.NackAction_NACK_ACTION_REQUEUE_AFTER,
+			Delay: durationpb.New(s.cfg.RetryBackoff(d.Attempt)), Reason: reason(err), Credit: credit}
 	}
-	_ = s.send(req) // if the stream is gone, the broker redelivers the job
+	if s.gather != nil {
+		s.settleGathered(nil, nack)
+		return
+	}
+	_ = s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: nack}})
+}
+
+// gatherer holds the acks and nacks waiting to go out together.
+type gatherer struct {
+	max int // most items in one request (Limits.max_consume_batch)
+
+	mu      sync.Mutex
+	acks    []*pb.Ack
+	nacks   []*pb.Nack
+	sending bool // a handler is sending what is gathered
+}
+
+// settleGathered sends an ack or a nack together with those of other
+// handlers that finish close together. The first handler to settle while
+// nothing is being sent sends for all: it lets the goroutines ready to
+// run go first (those that are about to finish their jobs add theirs),
+// then sends what has gathered, and again until nothing is left. The
+// others return at once. With one handler finishing at a time, that is a
+// plain ack or nack a scheduler pass later; with many finishing together,
+// one request instead of many, and the broker applies them in one pass.
+func (s *session) settleGathered(a *pb.Ack, n *pb.Nack) {
+	g := s.gather
+	g.mu.Lock()
+	if a != nil {
+		g.acks = append(g.acks, a)
+	}
+	if n != nil {
+		g.nacks = append(g.nacks, n)
+	}
+	if g.sending {
+		g.mu.Unlock()
+		return
+	}
+	g.sending = true
+	g.mu.Unlock()
+	runtime.Gosched()
+	g.mu.Lock()
+	for len(g.acks)+len(g.nacks) > 0 {
+		acks, nacks := g.acks, g.nacks
+		g.acks, g.nacks = nil, nil // gRPC may still read a request after Send returns
+		g.mu.Unlock()
+		s.sendSettles(acks, nacks)
+		g.mu.Lock()
+	}
+	g.sending = false
+	g.mu.Unlock()
+}
+
+// sendSettles sends acks and nacks: one alone as a plain request, more as
+// ConsumeBatch requests of at most the broker's batch size. If the stream
+// is gone, the broker redelivers the jobs.
+func (s *session) sendSettles(acks []*pb.Ack, nacks []*pb.Nack) {
+	switch {
+	case len(acks) == 1 && len(nacks) == 0:
+		_ = s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Ack{Ack: acks[0]}})
+		return
+	case len(acks) == 0 && len(nacks) == 1:
+		_ = s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Nack{Nack: nacks[0]}})
+		return
+	}
+	limit := s.gather.max
+	for len(acks)+len(nacks) > 0 {
+		b := &pb.ConsumeBatch{}
+		k := min(len(acks), limit)
+		b.Acks, acks = acks[:k:k], acks[k:]
+		k = min(len(nacks), limit-len(b.Acks))
+		b.Nacks, nacks = nacks[:k:k], nacks[k:]
+		_ = s.send(&pb.ConsumeRequest{Request: &pb.ConsumeRequest_Batch{Batch: b}})
+	}
 }
 
 // renewer renews the lease of the job one handler runs, every so often
@@ -645,6 +749,21 @@ func ackRequest(id string, took time.Duration, credit uint32) *pb.ConsumeRequest
 	a.oneof.Ack = &a.ack
 	a.req.Request = &a.oneof
 	return &a.req
+}
+
+// gatheredAck is an ack of a batch with its duration, in one allocation.
+type gatheredAck struct {
+	ack  pb.Ack
+	took durationpb.Duration
+}
+
+// newAck is the ack of job id after took, asking for credit more
+// deliveries, for a batch.
+func newAck(id string, took time.Duration, credit uint32) *pb.Ack {
+	a := new(gatheredAck)
+	a.took.Seconds, a.took.Nanos = int64(took/time.Second), int32(took%time.Second)
+	a.ack.Id, a.ack.Duration, a.ack.Credit = id, &a.took, credit
+	return &a.ack
 }
 
 func run(ctx context.Context, d *Delivery, h Handler) (err error) {

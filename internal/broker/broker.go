@@ -232,14 +232,56 @@ type Result struct {
 // queue, is refused alone and the rest are stored. The broker owns the
 // stored messages afterwards.
 func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
+	first := len(out)
+	out, d := b.Admit(msgs, out)
+	if err := d.Wait(); err != nil {
+		for i := first; i < len(out); i++ {
+			if out[i].Err == nil {
+				out[i] = Result{Err: err}
+			}
+		}
+	}
+	return out
+}
+
+// Durable is what the answer to an admitted publish waits for: the write
+// of its records to the log. The zero value waits for nothing.
+type Durable struct {
+	b   *Broker
+	pos store.Pos
+}
+
+// Wait returns once the publish's records are on disk (on a broker with a
+// store), or an error wrapping ErrNotDurable when the log failed: then
+// every message the publish stored is to be answered with it instead of
+// its id. Waits of one broker's publishes may overlap: one fsync covers
+// every record appended before it started.
+func (d Durable) Wait() error {
+	if d.b == nil || d.pos == 0 {
+		return nil
+	}
+	defer d.b.maybeCheckpoint()
+	// Answered only once on disk: one fsync covers every publish that
+	// arrived while the last one ran.
+	if err := d.b.cfg.Store.Wait(d.pos); err != nil {
+		return fmt.Errorf("%w: %v; the job may still run, publish it again if it must", ErrNotDurable, err)
+	}
+	return nil
+}
+
+// Admit is PublishEach without waiting for the log: it stores the
+// messages in their queues and appends their Results, and returns what
+// their answer must wait for. A caller that answers only after
+// Durable.Wait, and in admission order, may admit its next batch
+// meanwhile, so that one fsync covers both (PublishStream does).
+func (b *Broker) Admit(msgs []*Message, out []Result) ([]Result, Durable) {
 	if b.draining.Load() {
 		for range msgs {
 			out = append(out, Result{Err: ErrShuttingDown})
 		}
-		return out
+		return out, Durable{}
 	}
 	now := b.clk.Now()
-	first := len(out)
 	var wait store.Pos
 	var q *queue
 	for _, m := range msgs {
@@ -304,20 +346,10 @@ func (b *Broker) PublishEach(msgs []*Message, out []Result) []Result {
 		q.applyLocked(now)
 		q.unlockChanged()
 	}
-	if st := b.cfg.Store; st != nil && wait > 0 {
-		// Answered only once on disk: one fsync covers every publish that
-		// arrived while the last one ran.
-		if err := st.Wait(wait); err != nil {
-			err = fmt.Errorf("%w: %v; the job may still run, publish it again if it must", ErrNotDurable, err)
-			for i := first; i < len(out); i++ {
-				if out[i].Err == nil {
-					out[i] = Result{Err: err}
-				}
-			}
-		}
-		b.maybeCheckpoint()
+	if b.cfg.Store == nil || wait == 0 {
+		return out, Durable{}
 	}
-	return out
+	return out, Durable{b: b, pos: wait}
 }
 
 // Publish is PublishEach for callers that want the ids: it returns the ids

@@ -71,6 +71,22 @@ func (c *Consumer) Queue() string { return c.q.name }
 // When a job the consumer holds was cancelled, Next returns a Delivery
 // with Cancel set and that job's ID first: the worker should stop it.
 func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
+	var one [1]Delivery
+	ds, err := c.NextBatch(ctx, 1, one[:0])
+	if err != nil {
+		return Delivery{}, err
+	}
+	return ds[0], nil
+}
+
+// NextBatch is Next for a consumer that takes several deliveries at a
+// time: it blocks as Next does until it can hand out one, then appends to
+// out, under the same lock, every further job the consumer has credit for
+// and the queue has ready, up to max deliveries in all. Each is picked,
+// leased and charged a credit exactly as Next would have, one after the
+// other, so the order of work is the same as at prefetch 1 with the same
+// free slots. A cancel notice comes alone, as the only element.
+func (c *Consumer) NextBatch(ctx context.Context, max int, out []Delivery) ([]Delivery, error) {
 	q := c.q
 	b := q.b
 	q.mu.Lock()
@@ -78,25 +94,28 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 		if c.closed {
 			q.mu.Unlock()
 			if q.deleted {
-				return Delivery{}, ErrQueueDeleted
+				return out, ErrQueueDeleted
 			}
-			return Delivery{}, ErrConsumerClosed
+			return out, ErrConsumerClosed
 		}
 		if len(c.cancels) > 0 {
 			id := c.cancels[0]
 			c.cancels = c.cancels[1:]
 			q.mu.Unlock()
-			return Delivery{ID: id, Queue: q.name, Cancel: true}, nil
+			return append(out, Delivery{ID: id, Queue: q.name, Cancel: true}), nil
 		}
 		if b.draining.Load() || q.closed {
 			q.mu.Unlock()
-			return Delivery{}, ErrShuttingDown
+			return out, ErrShuttingDown
 		}
 		if c.credit > 0 && !q.paused {
-			d, ok := q.deliverLocked(c, b.clk.Now())
+			now := b.clk.Now()
+			d, ok := q.deliverLocked(c, now)
 			if ok {
+				out = append(out, d)
+				out = q.moreLocked(c, max-1, now, out)
 				q.unlockChanged()
-				return d, nil
+				return out, nil
 			}
 			if !c.inWaiters {
 				q.waiters.pushBack(c)
@@ -116,11 +135,24 @@ func (c *Consumer) Next(ctx context.Context) (Delivery, error) {
 				q.wakeOneLocked()
 			}
 			q.mu.Unlock()
-			return Delivery{}, ctx.Err()
+			return out, ctx.Err()
 		}
 		q.mu.Lock()
 		c.waiting = false
 	}
+}
+
+// moreLocked appends up to n more deliveries to out while c has credit
+// and a job is ready.
+func (q *queue) moreLocked(c *Consumer, n int, now time.Time, out []Delivery) []Delivery {
+	for ; n > 0 && c.credit > 0; n-- {
+		d, ok := q.deliverLocked(c, now)
+		if !ok {
+			break
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // MaxCredit bounds a consumer's outstanding credit, and so the jobs one
@@ -150,8 +182,22 @@ func (c *Consumer) AddCredit(n int) {
 // (remaining credit, cancel notices, a shutdown). A caller that cannot
 // send the delivery gives it back with Return, as Next's caller does.
 func (c *Consumer) AddCreditTake(n int) (d Delivery, ok bool) {
-	if n <= 0 {
+	var one [1]Delivery
+	ds := c.AddCreditTakeBatch(n, 1, one[:0])
+	if len(ds) == 0 {
 		return Delivery{}, false
+	}
+	return ds[0], true
+}
+
+// AddCreditTakeBatch is AddCreditTake for a consumer that takes several
+// deliveries at a time: when it takes a job, it appends to out every
+// further one the consumer has credit for and the queue has ready, up to
+// max in all, as NextBatch does. It appends nothing when Next (or
+// NextBatch) is busy or nothing is ready; the credit is added either way.
+func (c *Consumer) AddCreditTakeBatch(n, max int, out []Delivery) []Delivery {
+	if n <= 0 {
+		return out
 	}
 	q := c.q
 	b := q.b
@@ -161,24 +207,29 @@ func (c *Consumer) AddCreditTake(n int) (d Delivery, ok bool) {
 		// Next is busy (it will see the credit when it loops) or already
 		// waits for a message with credit to spare.
 		q.mu.Unlock()
-		return Delivery{}, false
+		return out
 	}
 	if c.closed || len(c.cancels) > 0 || b.draining.Load() || q.closed || q.paused {
 		c.signal()
 		q.mu.Unlock()
-		return Delivery{}, false
+		return out
 	}
-	d, ok = q.deliverLocked(c, b.clk.Now())
+	now := b.clk.Now()
+	d, ok := q.deliverLocked(c, now)
+	if ok {
+		out = append(out, d)
+		out = q.moreLocked(c, max-1, now, out)
+	}
 	switch {
 	case !ok:
 		// Nothing ready: wait for a message in Next's place, as Next
 		// would have after waking.
 		q.waiters.pushBack(c)
 	case c.credit > 0:
-		c.signal() // prefetch above 1: Next hands out the rest
+		c.signal() // credit left: Next hands out the rest
 	}
 	q.unlockChanged()
-	return d, ok
+	return out
 }
 
 // Ack settles a delivery as done and teaches the predictor its duration d.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,17 +20,28 @@ import (
 
 // durable starts a broker on st with a shared fake clock. Restarting is
 // starting another on the same store: the first is abandoned as a crash
-// would leave it (no Shutdown, so nothing is tidied up).
+// would leave it (no Shutdown, so nothing is tidied up), except that a
+// checkpoint it started in the background is let finish first: a killed
+// process runs nothing once the next one starts, and a checkpoint still
+// reading the store raced with a reopening store's restart.
 func durable(t *testing.T, st store.Store, clk *clock.Fake, cfg Config) *Broker {
 	t.Helper()
+	if prev, ok := lastOnStore.Load(st); ok {
+		prev.(*Broker).bg.Wait()
+	}
 	cfg.Store, cfg.Clock = st, clk
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	lastOnStore.Store(st, b)
+	t.Cleanup(func() { lastOnStore.CompareAndDelete(st, b) })
 	return b
 }
+
+// lastOnStore is the broker durable last started on each store.
+var lastOnStore sync.Map
 
 // crash stops b as a killed process stops: no more records, no timers,
 // nothing tidied up.

@@ -95,7 +95,9 @@ type harbingerServer struct {
 	proc     *BrokerProcess
 	dataDir  string
 	httpAddr string // a durable serve's /metrics, for its log's figures
+	addr     string // its gRPC address, for clients with connections of their own
 	c        *client.Client
+	log      *slog.Logger
 }
 
 func (d *HarbingerDriver) start(ctx context.Context) (*harbingerServer, error) {
@@ -114,7 +116,7 @@ func (d *HarbingerDriver) start(ctx context.Context) (*harbingerServer, error) {
 	srv := server.New(b, d.log)
 	gs := grpc.NewServer(server.ServerOptions(cfg)...)
 	srv.Register(gs)
-	s := &harbingerServer{b: b, gs: gs}
+	s := &harbingerServer{b: b, gs: gs, addr: lis.Addr().String(), log: d.log}
 	go func() { _ = gs.Serve(lis) }()
 	c, err := client.Dial(ctx, lis.Addr().String(), client.WithLogger(d.log))
 	if err != nil {
@@ -130,7 +132,7 @@ func (d *HarbingerDriver) StartProcess(ctx context.Context) (*harbingerServer, e
 	if d.o.Binary == "" {
 		return nil, errors.New("harness: no harbinger binary to start (HarbingerOptions.Binary)")
 	}
-	s := &harbingerServer{}
+	s := &harbingerServer{log: d.log}
 	var args []string
 	var ready func(string) (string, bool)
 	switch d.o.Mode {
@@ -166,7 +168,7 @@ func (d *HarbingerDriver) StartProcess(ctx context.Context) (*harbingerServer, e
 		s.removeData()
 		return nil, err
 	}
-	s.proc = p
+	s.proc, s.addr = p, p.addr
 	c, err := client.Dial(ctx, p.addr, client.WithLogger(d.log))
 	if err != nil {
 		s.stop()
@@ -200,6 +202,9 @@ const bareListening = "bare-queue-server: listening on "
 // BareQueueReady is the line the bare queue server prints once it listens
 // on addr.
 func BareQueueReady(addr string) string { return bareListening + addr }
+
+// logger is the quiet logger the driver's clients log to.
+func (s *harbingerServer) logger() *slog.Logger { return s.log }
 
 func (s *harbingerServer) stop() {
 	if s.c != nil {
@@ -463,13 +468,83 @@ func (p *harbingerPublisher) Publish(ctx context.Context, m Message) error {
 
 func (p *harbingerPublisher) Close() error { return p.p.Close() }
 
+// NewWindowPublisher is a publisher on a connection of its own that keeps
+// up to window publishes unanswered: a client Producer with MaxPending
+// window, whose Publish queues the message and returns, waiting only
+// while window messages await their answers (on a durable broker, the
+// fsync that covers them). An error an answer brings is returned by a
+// later Publish or by Close, which waits for every answer.
+func (q *HarbingerQueue) NewWindowPublisher(ctx context.Context, window int) (Publisher, error) {
+	c, err := client.Dial(ctx, q.s.addr, client.WithLogger(q.s.logger()))
+	if err != nil {
+		return nil, err
+	}
+	return &windowPublisher{c: c, p: c.NewProducer(client.ProducerConfig{MaxPending: window}), queue: q.name}, nil
+}
+
+// windowPublisher publishes through a Producer with a window.
+type windowPublisher struct {
+	c     *client.Client
+	p     *client.Producer
+	queue string
+	mu    sync.Mutex
+	err   error // the first refusal
+}
+
+func (p *windowPublisher) failed(id string, err error) {
+	if err == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.err == nil {
+		p.err = err
+	}
+	p.mu.Unlock()
+}
+
+func (p *windowPublisher) firstErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+func (p *windowPublisher) Publish(ctx context.Context, m Message) error {
+	if err := p.firstErr(); err != nil {
+		return err
+	}
+	return p.p.PublishAsync(&client.Message{Queue: p.queue, Producer: m.Key.Producer, JobType: m.Key.JobType,
+		SizeHint: m.Key.Size, Payload: m.Body}, p.failed)
+}
+
+func (p *windowPublisher) Close() error {
+	_ = p.p.Close()
+	_ = p.c.Close()
+	return p.firstErr()
+}
+
+// WorkSlots runs one worker on a connection of its own with slots
+// handlers: client.RunWorker with Concurrency and Prefetch slots. ready
+// fires as for Work.
+func (q *HarbingerQueue) WorkSlots(ctx context.Context, worker, slots int, ready func(), h Handler) error {
+	c, err := client.Dial(ctx, q.s.addr, client.WithLogger(q.s.logger()))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return q.work(ctx, c, worker, slots, ready, h)
+}
+
 // Work implements Queue: client.RunWorker with concurrency 1 and prefetch 1;
 // the SDK times the handler and acks with the measured duration. ready fires
 // once the broker counts this worker's subscription.
 func (q *HarbingerQueue) Work(ctx context.Context, worker int, ready func(), h Handler) error {
+	return q.work(ctx, q.s.c, worker, 1, ready, h)
+}
+
+func (q *HarbingerQueue) work(ctx context.Context, c *client.Client, worker, slots int, ready func(), h Handler) error {
 	errc := make(chan error, 1)
 	go func() {
-		errc <- q.s.c.RunWorker(ctx, client.WorkerConfig{Queue: q.name, Concurrency: 1, Prefetch: 1,
+		errc <- c.RunWorker(ctx, client.WorkerConfig{Queue: q.name, Concurrency: slots, Prefetch: slots,
 			Name: fmt.Sprintf("%s-w%d", q.name, worker)},
 			func(ctx context.Context, d *client.Delivery) error { return h(ctx, d.Payload) })
 	}()

@@ -73,28 +73,83 @@ func fromMessage(i int, m *pb.Message, bm *broker.Message) error {
 // a fresh one: gRPC may still read a message after Send returns (stats
 // handlers and tracing may use it lazily).
 type deliveryResponse struct {
-	resp     pb.ConsumeResponse
-	oneof    pb.ConsumeResponse_Delivery
-	delivery pb.Delivery
-	at       timestamppb.Timestamp
-	lease    durationpb.Duration
+	resp  pb.ConsumeResponse
+	oneof pb.ConsumeResponse_Delivery
+	item  deliveryItem
 }
 
 // toDeliveryResponse is d as the response that delivers it.
 func toDeliveryResponse(d *broker.Delivery) *pb.ConsumeResponse {
 	r := new(deliveryResponse)
-	pd := &r.delivery
+	fillDelivery(&r.item, d)
+	r.oneof.Delivery = &r.item.delivery
+	r.resp.Response = &r.oneof
+	return &r.resp
+}
+
+// deliveryItem is one delivery of a batch and the messages in it; a
+// batch's items are allocated together.
+type deliveryItem struct {
+	delivery pb.Delivery
+	at       timestamppb.Timestamp
+	lease    durationpb.Duration
+}
+
+// batchResponse holds a DeliveryBatch response and its wrappers.
+type batchResponse struct {
+	resp  pb.ConsumeResponse
+	oneof pb.ConsumeResponse_Deliveries
+	batch pb.DeliveryBatch
+}
+
+// toBatchResponse is ds as one response that delivers them all, in order.
+// Like toDeliveryResponse, each batch gets fresh messages.
+func toBatchResponse(ds []broker.Delivery) *pb.ConsumeResponse {
+	items := make([]deliveryItem, len(ds))
+	ptrs := make([]*pb.Delivery, len(ds))
+	for i := range ds {
+		fillDelivery(&items[i], &ds[i])
+		ptrs[i] = &items[i].delivery
+	}
+	r := new(batchResponse)
+	r.batch.Deliveries = ptrs
+	r.oneof.Deliveries = &r.batch
+	r.resp.Response = &r.oneof
+	return &r.resp
+}
+
+func fillDelivery(it *deliveryItem, d *broker.Delivery) {
+	pd := &it.delivery
 	pd.Id, pd.Queue, pd.Producer, pd.JobType = d.ID, d.Queue, d.Producer, d.JobType
 	pd.SizeHint, pd.Payload, pd.Headers = d.SizeHint, d.Payload, d.Headers
 	pd.Attempt, pd.Tier = uint32(d.Attempt), uint32(d.Tier)
 	pd.PredictedMs = float64(d.Predicted) / float64(time.Millisecond)
 	// As timestamppb.New and durationpb.New compute them.
-	r.at.Seconds, r.at.Nanos = d.PublishedAt.Unix(), int32(d.PublishedAt.Nanosecond())
-	r.lease.Seconds, r.lease.Nanos = int64(d.Lease/time.Second), int32(d.Lease%time.Second)
-	pd.PublishedAt, pd.Lease = &r.at, &r.lease
-	r.oneof.Delivery = pd
-	r.resp.Response = &r.oneof
-	return &r.resp
+	it.at.Seconds, it.at.Nanos = d.PublishedAt.Unix(), int32(d.PublishedAt.Nanosecond())
+	it.lease.Seconds, it.lease.Nanos = int64(d.Lease/time.Second), int32(d.Lease%time.Second)
+	pd.PublishedAt, pd.Lease = &it.at, &it.lease
+}
+
+// deliveryFixed bounds what a delivery's encoding takes beyond its
+// strings, payload and headers: every other field with its tag, the
+// timestamp's and the lease's messages, and the delivery's own tag and
+// length inside a batch.
+const deliveryFixed = 128
+
+// headerEntryFixed bounds a header's encoding beyond its key and value:
+// the entry's tag and length, and the key's and value's, with lengths of
+// up to four bytes each (256 MiB).
+const headerEntryFixed = 15
+
+// deliverySize bounds the encoded size of d inside a DeliveryBatch, without
+// encoding it: a frame is cut before it would pass the client's receive
+// limit.
+func deliverySize(d *broker.Delivery) int {
+	n := deliveryFixed + len(d.ID) + len(d.Queue) + len(d.Producer) + len(d.JobType) + len(d.Payload)
+	for k, v := range d.Headers {
+		n += headerEntryFixed + len(k) + len(v)
+	}
+	return n
 }
 
 // Bounds on config fields before they are narrowed to int.

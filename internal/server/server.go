@@ -40,6 +40,12 @@ const (
 	MaxListLimit     = 10_000
 	// MaxBatch bounds the messages in one PublishRequest.
 	MaxBatch = 10_000
+	// MaxConsumeBatch bounds the deliveries in one DeliveryBatch, and is
+	// what a client is told to put in one ConsumeBatch at most
+	// (Limits.max_consume_batch). A consumer's batches are bounded by its
+	// credit first; this keeps one frame's worth of work, and of its
+	// deliveries' memory, small at any prefetch.
+	MaxConsumeBatch = 256
 )
 
 // Server implements the Broker, Admin and Predictor gRPC services on top of
@@ -55,6 +61,9 @@ type Server struct {
 	maxSend int
 	// tr records jobs' spans; nil is tracing off (see SetTracer).
 	tr *tracing.Tracer
+	// maxFrame is the largest DeliveryBatch it sends: a consumer's receive
+	// limit is sized for one delivery (Limits.max_delivery_bytes).
+	maxFrame int
 }
 
 // New returns a Server for b; log may be nil.
@@ -62,7 +71,8 @@ func New(b *broker.Broker, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{b: b, log: log, health: health.NewServer(), pred: pb.UnimplementedPredictorServer{}, maxSend: sendLimit(b.Config())}
+	s := &Server{b: b, log: log, health: health.NewServer(), pred: pb.UnimplementedPredictorServer{}, maxSend: sendLimit(b.Config()),
+		maxFrame: int(Limits(b.Config()).MaxDeliveryBytes)}
 	s.admin.s = s
 	return s
 }
@@ -93,6 +103,7 @@ func Limits(cfg broker.Config) *pb.Limits {
 		MaxBatch:         MaxBatch,
 		MaxDeliveryBytes: one,
 		MaxCredit:        broker.MaxCredit,
+		MaxConsumeBatch:  MaxConsumeBatch,
 	}
 }
 
@@ -204,11 +215,45 @@ type publishBufs struct {
 const maxKeptBatch = 256
 
 func (s *Server) publish(req *pb.PublishRequest, bufs *publishBufs) (*pb.PublishResponse, error) {
+	resp, d, err := s.admit(req, bufs)
+	if err != nil {
+		return nil, err
+	}
+	s.settle(resp, d)
+	return resp, nil
+}
+
+// settle waits for the records of an admitted publish to be durable and,
+// if the log failed, answers every message the publish stored with its
+// error instead of an id.
+func (s *Server) settle(resp *pb.PublishResponse, d broker.Durable) {
+	err := d.Wait()
+	if err == nil {
+		return
+	}
+	st := toStatus(err)
+	results := make([]pb.PublishResult, len(resp.Results))
+	for i, r := range resp.Results {
+		if r.Code == 0 {
+			setError(&results[i], st)
+		} else {
+			results[i].Code, results[i].Error = r.Code, r.Error
+		}
+	}
+	fitErrors(results, s.maxSend)
+	for i := range results {
+		resp.Results[i] = &results[i]
+	}
+}
+
+// admit stores what a publish request can and returns its answer, which
+// is not to be sent before the returned Durable's Wait (settle).
+func (s *Server) admit(req *pb.PublishRequest, bufs *publishBufs) (*pb.PublishResponse, broker.Durable, error) {
 	if len(req.GetMessages()) == 0 {
-		return nil, invalidArg("a publish request needs at least one message")
+		return nil, broker.Durable{}, invalidArg("a publish request needs at least one message")
 	}
 	if len(req.Messages) > MaxBatch {
-		return nil, invalidArg("a publish request holds at most %d messages, got %d", MaxBatch, len(req.Messages))
+		return nil, broker.Durable{}, invalidArg("a publish request holds at most %d messages, got %d", MaxBatch, len(req.Messages))
 	}
 	n := len(req.Messages)
 	var msgs []broker.Message
@@ -239,8 +284,10 @@ func (s *Server) publish(req *pb.PublishRequest, bufs *publishBufs) (*pb.Publish
 			spans[j] = s.tr.Publish(m, now)
 		}
 	}
-	res := s.b.PublishEach(ptrs, bufs.res[:0])
+	res, d := s.b.Admit(ptrs, bufs.res[:0])
 	if spans != nil {
+		// The span ends at admission: the fsync that confirms the
+		// publish runs after it, shared with the requests around it.
 		now := s.b.Now()
 		for j, r := range res {
 			s.tr.Published(spans[j], r, now)
@@ -264,7 +311,7 @@ func (s *Server) publish(req *pb.PublishRequest, bufs *publishBufs) (*pb.Publish
 	for i := range results {
 		resp.Results[i] = &results[i]
 	}
-	return resp, nil
+	return resp, d, nil
 }
 
 // resultOverhead bounds what a PublishResult takes in a response beyond
@@ -308,8 +355,14 @@ func (s *Server) Publish(_ context.Context, req *pb.PublishRequest) (*pb.Publish
 }
 
 // PublishStream implements pb.BrokerServer: one response per request, in
-// order; the first failed batch ends the stream with its status.
+// order; the first failed batch ends the stream with its status. On a
+// durable broker a request is admitted as soon as it arrives and answered
+// once its records are on disk (publishPipelined), so the requests a
+// producer keeps in flight share fsyncs instead of taking one each.
 func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishRequest, pb.PublishResponse]) error {
+	if s.b.Config().Store != nil {
+		return s.publishPipelined(stream)
+	}
 	var bufs publishBufs
 	for {
 		req, err := stream.Recv()
@@ -326,6 +379,59 @@ func (s *Server) PublishStream(stream grpc.BidiStreamingServer[pb.PublishRequest
 		if err := stream.Send(resp); err != nil {
 			return err
 		}
+	}
+}
+
+// maxPipelined bounds the requests of one publish stream admitted and not
+// yet answered. It is above the SDK's default window of batches
+// (client.DefaultWindow), so a Producer's window is never cut short.
+const maxPipelined = 64
+
+// admitted is a publish request admitted and awaiting its records' fsync.
+type admitted struct {
+	resp *pb.PublishResponse
+	d    broker.Durable
+}
+
+// publishPipelined is PublishStream for a durable broker: this goroutine
+// reads and admits requests, and another waits for each one's records to
+// be on disk and answers it, in order. While one request's fsync runs, the
+// next is admitted, and the next fsync covers it and every other waiting.
+func (s *Server) publishPipelined(stream grpc.BidiStreamingServer[pb.PublishRequest, pb.PublishResponse]) error {
+	queue := make(chan admitted, maxPipelined)
+	sent := make(chan error, 1)
+	go func() {
+		var err error
+		for a := range queue {
+			s.settle(a.resp, a.d)
+			if err == nil {
+				err = stream.Send(a.resp)
+			}
+			// After a failed send, the rest are only waited for: the
+			// stream is gone, and so are their answers; each was stored.
+		}
+		sent <- err
+	}()
+	var bufs publishBufs
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			close(queue)
+			serr := <-sent
+			switch {
+			case errors.Is(err, io.EOF):
+				return serr
+			default:
+				return err
+			}
+		}
+		resp, d, err := s.admit(req, &bufs)
+		if err != nil {
+			close(queue)
+			<-sent // the requests before it are answered first
+			return err
+		}
+		queue <- admitted{resp: resp, d: d}
 	}
 }
 
@@ -353,25 +459,38 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.C
 		defer func() { runs.Close(s.b.Now()) }()
 	}
 	defer c.Close()
+	cs := &consumeStream{s: s, c: c, batch: int(max(min(sub.MaxBatch, MaxConsumeBatch), 1)), runs: runs}
 
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	// Both goroutines send: deliveries from this one, request errors from
 	// the receiver. gRPC allows one Send at a time.
 	var sendMu sync.Mutex
-	send := func(r *pb.ConsumeResponse) error {
+	cs.send = func(r *pb.ConsumeResponse) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
 		return stream.Send(r)
 	}
 	recvDone := make(chan error, 1)
 	go func() {
-		recvDone <- s.consumeRecv(stream, c, runs, send)
+		recvDone <- cs.recv(stream)
 		cancel()
 	}()
 
+	var buf []broker.Delivery
+	if cs.batch > 1 {
+		buf = make([]broker.Delivery, 0, cs.batch)
+	}
 	for {
-		d, err := c.Next(ctx)
+		var err error
+		if cs.batch == 1 {
+			var d broker.Delivery
+			if d, err = c.Next(ctx); err == nil {
+				buf = append(buf[:0], d)
+			}
+		} else {
+			buf, err = c.NextBatch(ctx, cs.batch, buf[:0])
+		}
 		if err != nil {
 			if errors.Is(err, broker.ErrShuttingDown) {
 				// Keep applying acks until the client goes or the drain ends.
@@ -389,34 +508,78 @@ func (s *Server) Consume(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.C
 				return toStatus(err)
 			}
 		}
-		if d.Cancel {
-			if err := send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Cancel{Cancel: &pb.CancelNotice{Id: d.ID}}}); err != nil {
+		if len(buf) == 1 && buf[0].Cancel {
+			if err := cs.send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Cancel{Cancel: &pb.CancelNotice{Id: buf[0].ID}}}); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := send(s.deliveryResponse(&d, runs)); err != nil {
-			c.Return(d.ID) // it never left: no attempt charged
-			runs.Lost(d.ID, "the delivery could not be sent", s.b.Now())
+		if err := cs.deliver(buf); err != nil {
 			return err
 		}
 	}
 }
 
-// deliveryResponse is d as the response that delivers it, with its trace
-// context set to its run span when runs is not nil (tracing on).
-func (s *Server) deliveryResponse(d *broker.Delivery, runs *tracing.Runs) *pb.ConsumeResponse {
-	if runs != nil {
-		d.Headers = runs.Delivered(d, s.b.Now())
-	}
-	return toDeliveryResponse(d)
+// consumeStream is one Consume stream's consumer and how it sends.
+type consumeStream struct {
+	s *Server
+	c *broker.Consumer
+	// batch is the most deliveries in one response: 1 for a client that
+	// did not ask for batches (Subscribe.max_batch), which gets each
+	// delivery as a response of its own.
+	batch int
+	// send sends one response; the stream's two goroutines share it.
+	send func(*pb.ConsumeResponse) error
+	// runs records the run span of each job delivered; nil is tracing off.
+	runs *tracing.Runs
 }
 
-// consumeRecv applies the client's requests until the stream ends. It
-// returns nil when the client closes its side, or a status for a request
-// that breaks the protocol (a second Subscribe, an empty request). A bad
-// ack, nack or extend is answered for its job alone.
-func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.ConsumeResponse], c *broker.Consumer, runs *tracing.Runs, send func(*pb.ConsumeResponse) error) error {
+// deliver sends ds: one alone as a plain delivery, several as
+// DeliveryBatch responses cut to the client's receive limit. Deliveries
+// that did not go out go back to the queue, their attempts not charged.
+func (cs *consumeStream) deliver(ds []broker.Delivery) error {
+	if cs.runs != nil {
+		// Each job's trace context goes out set to its run span.
+		now := cs.s.b.Now()
+		for i := range ds {
+			ds[i].Headers = cs.runs.Delivered(&ds[i], now)
+		}
+	}
+	for len(ds) > 0 {
+		n, size := 1, deliverySize(&ds[0])
+		for n < len(ds) {
+			size += deliverySize(&ds[n])
+			if size > cs.s.maxFrame {
+				break
+			}
+			n++
+		}
+		var resp *pb.ConsumeResponse
+		if n == 1 {
+			resp = toDeliveryResponse(&ds[0])
+		} else {
+			resp = toBatchResponse(ds[:n])
+		}
+		if err := cs.send(resp); err != nil {
+			for i := range ds {
+				cs.c.Return(ds[i].ID) // it never left: no attempt charged
+				cs.runs.Lost(ds[i].ID, "the delivery could not be sent", cs.s.b.Now())
+			}
+			return err
+		}
+		ds = ds[n:]
+	}
+	return nil
+}
+
+// recv applies the client's requests until the stream ends. It returns
+// nil when the client closes its side, or a status for a request that
+// breaks the protocol (a second Subscribe, an empty request). A bad ack,
+// nack or extend, alone or in a batch, is answered for its job alone.
+func (cs *consumeStream) recv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, pb.ConsumeResponse]) error {
+	s, c := cs.s, cs.c
+	var answers []*pb.RequestError
+	var buf []broker.Delivery
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -425,31 +588,44 @@ func (s *Server) consumeRecv(stream grpc.BidiStreamingServer[pb.ConsumeRequest, 
 		if err != nil {
 			return err
 		}
-		re, credit, err := s.apply(c, req)
-		if err != nil {
-			return err
+		var credit int
+		if b := req.GetBatch(); b != nil {
+			answers, credit = s.applyBatch(c, b, answers[:0], cs.runs)
+		} else {
+			var re *pb.RequestError
+			if re, credit, err = s.apply(c, req); err != nil {
+				return err
+			}
+			answers = answers[:0]
+			if re != nil {
+				answers = append(answers, re)
+			}
 		}
-		if runs != nil {
-			s.settled(runs, req, re)
+		if cs.runs != nil && req.GetBatch() == nil && len(answers) <= 1 {
+			var re *pb.RequestError
+			if len(answers) == 1 {
+				re = answers[0]
+			}
+			s.settled(cs.runs, req, re)
 		}
-		if re != nil {
+		for _, re := range answers {
 			s.log.Warn("server: consumer request refused or adjusted", "queue", c.Queue(), "consumer", c.Name(),
 				"request", re.Request, "id", re.Id, "applied", re.Applied, "err", re.Message)
-			if err := send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Error{Error: re}}); err != nil {
+			if err := cs.send(&pb.ConsumeResponse{Response: &pb.ConsumeResponse_Error{Error: re}}); err != nil {
 				return err
 			}
 		}
-		// The credit comes after the answer, so that a request's answer
+		clear(answers)
+		// The credit comes after the answers, so that a request's answer
 		// reaches the client before the delivery its credit lets through.
-		// A job ready for it goes out from here, without waking the
-		// sending goroutine.
-		if d, ok := c.AddCreditTake(credit); ok {
-			if err := send(s.deliveryResponse(&d, runs)); err != nil {
-				c.Return(d.ID) // it never left: no attempt charged
-				runs.Lost(d.ID, "the delivery could not be sent", s.b.Now())
+		// Jobs ready for it go out from here, without waking the sending
+		// goroutine.
+		if buf = c.AddCreditTakeBatch(credit, cs.batch, buf[:0]); len(buf) > 0 {
+			if err := cs.deliver(buf); err != nil {
 				return err
 			}
 		}
+		clear(buf) // the payloads are the queue's to free
 	}
 }
 
@@ -481,6 +657,49 @@ func (s *Server) settled(runs *tracing.Runs, req *pb.ConsumeRequest, re *pb.Requ
 	if codes.Code(re.Code) == codes.FailedPrecondition {
 		runs.Lost(id, re.Message, s.b.Now())
 	}
+}
+
+// applyBatch applies a ConsumeBatch as its items would be applied one by
+// one (the extends, then the acks, then the nacks) and returns the
+// answers for the items refused or adjusted, appended to answers, and the
+// credit granted. Nothing in a batch breaks the protocol: an item with a
+// string that is not UTF-8 is refused alone.
+func (s *Server) applyBatch(c *broker.Consumer, b *pb.ConsumeBatch, answers []*pb.RequestError, runs *tracing.Runs) ([]*pb.RequestError, int) {
+	credit := 0
+	one := func(kind, id string, item proto.Message, req *pb.ConsumeRequest) {
+		if paths := badUTF8(item); paths != "" {
+			answers = append(answers, requestError(kind, id, invalidArg("%s %s: not valid UTF-8 (protobuf strings must be); nothing was done", kind, paths)))
+			return
+		}
+		re, n, _ := s.apply(c, req) // only a Subscribe or an empty request breaks the protocol
+		if runs != nil {
+			s.settled(runs, req, re)
+		}
+		if re != nil {
+			answers = append(answers, re)
+		}
+		credit = min(credit+n, broker.MaxCredit)
+	}
+	var req pb.ConsumeRequest
+	var ext pb.ConsumeRequest_Extend
+	var ack pb.ConsumeRequest_Ack
+	var nack pb.ConsumeRequest_Nack
+	for _, e := range b.Extends {
+		ext.Extend = e
+		req.Request = &ext
+		one("extend", e.GetId(), e, &req)
+	}
+	for _, a := range b.Acks {
+		ack.Ack = a
+		req.Request = &ack
+		one("ack", a.GetId(), a, &req)
+	}
+	for _, n := range b.Nacks {
+		nack.Nack = n
+		req.Request = &nack
+		one("nack", n.GetId(), n, &req)
+	}
+	return answers, credit
 }
 
 // apply handles one request on a subscribed stream and returns the

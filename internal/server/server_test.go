@@ -45,12 +45,45 @@ type testBundle struct {
 // setup runs a broker behind a gRPC server on a loopback port and dials it.
 func setup(t testing.TB, cfg broker.Config) *testBundle {
 	t.Helper()
-	return setupTraced(t, cfg, nil)
+	return setupFull(t, cfg, false, nil)
 }
 
 // setupTraced is setup with the server recording spans through tr (nil
 // is tracing off).
 func setupTraced(t testing.TB, cfg broker.Config, tr *tracing.Tracer) *testBundle {
+	t.Helper()
+	return setupFull(t, cfg, false, tr)
+}
+
+// setupUnbatched is setup with a broker that answers GetLimits as one from
+// before batches did (max_consume_batch 0), so clients send and ask for
+// single items only, as they would of it.
+func setupUnbatched(t testing.TB, cfg broker.Config) *testBundle {
+	t.Helper()
+	return setupFull(t, cfg, true, nil)
+}
+
+// unbatched is the Broker service of a broker that reports no batches.
+type unbatched struct{ *Server }
+
+func (u unbatched) GetLimits(ctx context.Context, req *pb.GetLimitsRequest) (*pb.Limits, error) {
+	l, err := u.Server.GetLimits(ctx, req)
+	if err == nil {
+		l.MaxConsumeBatch = 0
+	}
+	return l, err
+}
+
+// setupWith is setup with a broker that reports no batches if old, and
+// the server options extra besides the broker's own.
+func setupWith(t testing.TB, cfg broker.Config, old bool, extra ...grpc.ServerOption) *testBundle {
+	t.Helper()
+	return setupFull(t, cfg, old, nil, extra...)
+}
+
+// setupFull is setup with every choice: old (no batches), tr (tracing;
+// nil is off) and extra server options.
+func setupFull(t testing.TB, cfg broker.Config, old bool, tr *tracing.Tracer, extra ...grpc.ServerOption) *testBundle {
 	t.Helper()
 	cfg.Logger = quiet
 	b, err := broker.New(cfg)
@@ -63,8 +96,13 @@ func setupTraced(t testing.TB, cfg broker.Config, tr *tracing.Tracer) *testBundl
 	}
 	srv := New(b, quiet)
 	srv.SetTracer(tr)
-	gs := grpc.NewServer(ServerOptions(cfg)...)
-	srv.Register(gs)
+	gs := grpc.NewServer(append(extra, ServerOptions(cfg)...)...)
+	if old {
+		pb.RegisterBrokerServer(gs, unbatched{srv})
+		pb.RegisterAdminServer(gs, &srv.admin)
+	} else {
+		srv.Register(gs)
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -218,7 +218,9 @@ func utf8Error(paths string) error {
 
 // checkUTF8Unary refuses a request requestCodec noted: one that did not
 // decode at all, or one with a bad string. A publish with a bad string is
-// left to Publish, which refuses only the messages at fault.
+// left to Publish, which refuses only the messages at fault, and a
+// ConsumeBatch to the Consume stream, which refuses only its items at
+// fault.
 func checkUTF8Unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if err := checkUTF8(req); err != nil {
 		return nil, err
@@ -251,6 +253,9 @@ func checkUTF8(req any) error {
 	}
 	if _, ok := req.(*pb.PublishRequest); ok {
 		return nil
+	}
+	if cr, ok := req.(*pb.ConsumeRequest); ok && cr.GetBatch() != nil {
+		return nil // refused item by item (applyBatch)
 	}
 	if paths := badUTF8(m); paths != "" {
 		return utf8Error(paths)

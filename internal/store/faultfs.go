@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 )
@@ -19,6 +20,29 @@ type FaultFS struct {
 	failSync  atomic.Bool
 	failSyncs atomic.Int64 // the next fsyncs to fail, one by one
 	failWrite atomic.Bool
+	hold      atomic.Pointer[syncHold]
+}
+
+// syncHold is a hold on fsyncs (HoldSyncs).
+type syncHold struct {
+	gate chan struct{} // closed by the release
+	held chan struct{} // a value as each fsync starts to wait
+}
+
+// HoldSyncs makes every later fsync of a file wait, before it reaches the
+// disk, until release is called; held receives a value as each one starts
+// to wait (dropped while one is unread). For tests of what must wait for
+// an fsync: nothing that does is answered while one is held.
+func (f *FaultFS) HoldSyncs() (held <-chan struct{}, release func()) {
+	h := &syncHold{gate: make(chan struct{}), held: make(chan struct{}, 1)}
+	f.hold.Store(h)
+	var once sync.Once
+	return h.held, func() {
+		once.Do(func() {
+			f.hold.CompareAndSwap(h, nil)
+			close(h.gate)
+		})
+	}
 }
 
 // FailSync makes every later fsync fail (or succeed again, with false).
@@ -98,6 +122,13 @@ func (f *faultFile) Preallocate(size int64) error {
 }
 
 func (f *faultFile) Sync() error {
+	if h := f.fs.hold.Load(); h != nil {
+		select {
+		case h.held <- struct{}{}:
+		default:
+		}
+		<-h.gate
+	}
 	f.fs.syncs.Add(1)
 	if f.fs.syncFails() {
 		return fmt.Errorf("fsync %s: %w", f.Name(), syscall.EIO)

@@ -149,9 +149,14 @@ type Limits struct {
 	// consumer's receive limit must be at least this.
 	MaxDeliveryBytes uint64 `protobuf:"varint,5,opt,name=max_delivery_bytes,json=maxDeliveryBytes,proto3" json:"max_delivery_bytes,omitempty"`
 	// Most credit a consumer may hold; grants past it are capped.
-	MaxCredit     uint32 `protobuf:"varint,6,opt,name=max_credit,json=maxCredit,proto3" json:"max_credit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxCredit uint32 `protobuf:"varint,6,opt,name=max_credit,json=maxCredit,proto3" json:"max_credit,omitempty"`
+	// Most deliveries in one DeliveryBatch (Subscribe.max_batch is capped
+	// at it), and the most acks, nacks and extends a client should put in
+	// one ConsumeBatch. 0 from a broker that neither sends nor reads
+	// batches: a client sends it single requests only.
+	MaxConsumeBatch uint32 `protobuf:"varint,7,opt,name=max_consume_batch,json=maxConsumeBatch,proto3" json:"max_consume_batch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -222,6 +227,13 @@ func (x *Limits) GetMaxDeliveryBytes() uint64 {
 func (x *Limits) GetMaxCredit() uint32 {
 	if x != nil {
 		return x.MaxCredit
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxConsumeBatch() uint32 {
+	if x != nil {
+		return x.MaxConsumeBatch
 	}
 	return 0
 }
@@ -581,6 +593,7 @@ type ConsumeRequest struct {
 	//	*ConsumeRequest_Ack
 	//	*ConsumeRequest_Nack
 	//	*ConsumeRequest_Extend
+	//	*ConsumeRequest_Batch
 	Request       isConsumeRequest_Request `protobuf_oneof:"request"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -668,6 +681,15 @@ func (x *ConsumeRequest) GetExtend() *Extend {
 	return nil
 }
 
+func (x *ConsumeRequest) GetBatch() *ConsumeBatch {
+	if x != nil {
+		if x, ok := x.Request.(*ConsumeRequest_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isConsumeRequest_Request interface {
 	isConsumeRequest_Request()
 }
@@ -692,6 +714,12 @@ type ConsumeRequest_Extend struct {
 	Extend *Extend `protobuf:"bytes,5,opt,name=extend,proto3,oneof"`
 }
 
+type ConsumeRequest_Batch struct {
+	// Several acks, nacks and extends at once, for a broker whose
+	// Limits.max_consume_batch is not 0.
+	Batch *ConsumeBatch `protobuf:"bytes,6,opt,name=batch,proto3,oneof"`
+}
+
 func (*ConsumeRequest_Subscribe) isConsumeRequest_Request() {}
 
 func (*ConsumeRequest_Credit) isConsumeRequest_Request() {}
@@ -701,6 +729,8 @@ func (*ConsumeRequest_Ack) isConsumeRequest_Request() {}
 func (*ConsumeRequest_Nack) isConsumeRequest_Request() {}
 
 func (*ConsumeRequest_Extend) isConsumeRequest_Request() {}
+
+func (*ConsumeRequest_Batch) isConsumeRequest_Request() {}
 
 // Subscribe binds a Consume stream to a queue; it must be the stream's first
 // request.
@@ -712,7 +742,14 @@ type Subscribe struct {
 	// arrives; 0 means 1.
 	Prefetch uint32 `protobuf:"varint,2,opt,name=prefetch,proto3" json:"prefetch,omitempty"`
 	// Human-readable consumer name shown in admin views.
-	ConsumerName  string `protobuf:"bytes,3,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
+	ConsumerName string `protobuf:"bytes,3,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
+	// Most deliveries the broker may put in one response (a DeliveryBatch),
+	// capped at Limits.max_consume_batch. 0 or 1: every delivery is a
+	// response of its own (ConsumeResponse.delivery), as for clients that
+	// predate batches. Batching changes no scheduling: the broker still
+	// picks each job only when the consumer has credit for it, and credit
+	// counts deliveries, never responses.
+	MaxBatch      uint32 `protobuf:"varint,4,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -766,6 +803,13 @@ func (x *Subscribe) GetConsumerName() string {
 		return x.ConsumerName
 	}
 	return ""
+}
+
+func (x *Subscribe) GetMaxBatch() uint32 {
+	if x != nil {
+		return x.MaxBatch
+	}
+	return 0
 }
 
 // Credit lets the server send n more deliveries. A consumer's credit is
@@ -966,6 +1010,72 @@ func (x *Nack) GetCredit() uint32 {
 	return 0
 }
 
+// ConsumeBatch is several acks, nacks and extends in one request. The
+// broker applies the extends, then the acks, then the nacks, each list in
+// order, exactly as if each had come in a request of its own: one it
+// refuses or adjusts is answered with a RequestError for that job alone,
+// and the others take effect. The credit of every ack and nack is added
+// once all are applied. An empty batch is allowed and does nothing.
+type ConsumeBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Acks          []*Ack                 `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	Nacks         []*Nack                `protobuf:"bytes,2,rep,name=nacks,proto3" json:"nacks,omitempty"`
+	Extends       []*Extend              `protobuf:"bytes,3,rep,name=extends,proto3" json:"extends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumeBatch) Reset() {
+	*x = ConsumeBatch{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumeBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumeBatch) ProtoMessage() {}
+
+func (x *ConsumeBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumeBatch.ProtoReflect.Descriptor instead.
+func (*ConsumeBatch) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ConsumeBatch) GetAcks() []*Ack {
+	if x != nil {
+		return x.Acks
+	}
+	return nil
+}
+
+func (x *ConsumeBatch) GetNacks() []*Nack {
+	if x != nil {
+		return x.Nacks
+	}
+	return nil
+}
+
+func (x *ConsumeBatch) GetExtends() []*Extend {
+	if x != nil {
+		return x.Extends
+	}
+	return nil
+}
+
 // Extend renews the lease on a job that is still running.
 type Extend struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -983,7 +1093,7 @@ type Extend struct {
 
 func (x *Extend) Reset() {
 	*x = Extend{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[11]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -995,7 +1105,7 @@ func (x *Extend) String() string {
 func (*Extend) ProtoMessage() {}
 
 func (x *Extend) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[11]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1008,7 +1118,7 @@ func (x *Extend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extend.ProtoReflect.Descriptor instead.
 func (*Extend) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{11}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Extend) GetId() string {
@@ -1035,6 +1145,7 @@ type ConsumeResponse struct {
 	//	*ConsumeResponse_Delivery
 	//	*ConsumeResponse_Error
 	//	*ConsumeResponse_Cancel
+	//	*ConsumeResponse_Deliveries
 	Response      isConsumeResponse_Response `protobuf_oneof:"response"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1042,7 +1153,7 @@ type ConsumeResponse struct {
 
 func (x *ConsumeResponse) Reset() {
 	*x = ConsumeResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[12]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1165,7 @@ func (x *ConsumeResponse) String() string {
 func (*ConsumeResponse) ProtoMessage() {}
 
 func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[12]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1178,7 @@ func (x *ConsumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumeResponse.ProtoReflect.Descriptor instead.
 func (*ConsumeResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{12}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConsumeResponse) GetResponse() isConsumeResponse_Response {
@@ -1104,6 +1215,15 @@ func (x *ConsumeResponse) GetCancel() *CancelNotice {
 	return nil
 }
 
+func (x *ConsumeResponse) GetDeliveries() *DeliveryBatch {
+	if x != nil {
+		if x, ok := x.Response.(*ConsumeResponse_Deliveries); ok {
+			return x.Deliveries
+		}
+	}
+	return nil
+}
+
 type isConsumeResponse_Response interface {
 	isConsumeResponse_Response()
 }
@@ -1124,11 +1244,66 @@ type ConsumeResponse_Cancel struct {
 	Cancel *CancelNotice `protobuf:"bytes,3,opt,name=cancel,proto3,oneof"`
 }
 
+type ConsumeResponse_Deliveries struct {
+	// Several jobs to run, in the order the broker picked them; sent only
+	// to a consumer that set Subscribe.max_batch above 1, and never more
+	// than it.
+	Deliveries *DeliveryBatch `protobuf:"bytes,4,opt,name=deliveries,proto3,oneof"`
+}
+
 func (*ConsumeResponse_Delivery) isConsumeResponse_Response() {}
 
 func (*ConsumeResponse_Error) isConsumeResponse_Response() {}
 
 func (*ConsumeResponse_Cancel) isConsumeResponse_Response() {}
+
+func (*ConsumeResponse_Deliveries) isConsumeResponse_Response() {}
+
+// DeliveryBatch is several deliveries in one response. Each is leased, and
+// counts against the consumer's credit, exactly as a delivery sent alone.
+type DeliveryBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deliveries    []*Delivery            `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeliveryBatch) Reset() {
+	*x = DeliveryBatch{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeliveryBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeliveryBatch) ProtoMessage() {}
+
+func (x *DeliveryBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeliveryBatch.ProtoReflect.Descriptor instead.
+func (*DeliveryBatch) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DeliveryBatch) GetDeliveries() []*Delivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
 
 // CancelNotice names a cancelled job.
 type CancelNotice struct {
@@ -1141,7 +1316,7 @@ type CancelNotice struct {
 
 func (x *CancelNotice) Reset() {
 	*x = CancelNotice{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1328,7 @@ func (x *CancelNotice) String() string {
 func (*CancelNotice) ProtoMessage() {}
 
 func (x *CancelNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[13]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1341,7 @@ func (x *CancelNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelNotice.ProtoReflect.Descriptor instead.
 func (*CancelNotice) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{13}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelNotice) GetId() string {
@@ -1201,7 +1376,7 @@ type RequestError struct {
 
 func (x *RequestError) Reset() {
 	*x = RequestError{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1388,7 @@ func (x *RequestError) String() string {
 func (*RequestError) ProtoMessage() {}
 
 func (x *RequestError) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[14]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1401,7 @@ func (x *RequestError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestError.ProtoReflect.Descriptor instead.
 func (*RequestError) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{14}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RequestError) GetId() string {
@@ -1298,7 +1473,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1485,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[15]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1498,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{15}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Delivery) GetId() string {
@@ -1423,7 +1598,7 @@ type RunJobsNowRequest struct {
 
 func (x *RunJobsNowRequest) Reset() {
 	*x = RunJobsNowRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1610,7 @@ func (x *RunJobsNowRequest) String() string {
 func (*RunJobsNowRequest) ProtoMessage() {}
 
 func (x *RunJobsNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[16]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1623,7 @@ func (x *RunJobsNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobsNowRequest.ProtoReflect.Descriptor instead.
 func (*RunJobsNowRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{16}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RunJobsNowRequest) GetQueue() string {
@@ -1476,7 +1651,7 @@ type RunJobsNowResponse struct {
 
 func (x *RunJobsNowResponse) Reset() {
 	*x = RunJobsNowResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1663,7 @@ func (x *RunJobsNowResponse) String() string {
 func (*RunJobsNowResponse) ProtoMessage() {}
 
 func (x *RunJobsNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[17]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1676,7 @@ func (x *RunJobsNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobsNowResponse.ProtoReflect.Descriptor instead.
 func (*RunJobsNowResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{17}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunJobsNowResponse) GetMoved() uint64 {
@@ -1524,7 +1699,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1711,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1724,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetJobRequest) GetQueue() string {
@@ -1618,7 +1793,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1805,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1818,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobInfo) GetId() string {
@@ -1838,7 +2013,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +2025,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +2038,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListJobsRequest) GetQueue() string {
@@ -1915,7 +2090,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2102,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2115,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListJobsResponse) GetWaiting() []*WaitingJob {
@@ -2034,7 +2209,7 @@ type DelayedJob struct {
 
 func (x *DelayedJob) Reset() {
 	*x = DelayedJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2046,7 +2221,7 @@ func (x *DelayedJob) String() string {
 func (*DelayedJob) ProtoMessage() {}
 
 func (x *DelayedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2059,7 +2234,7 @@ func (x *DelayedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayedJob.ProtoReflect.Descriptor instead.
 func (*DelayedJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DelayedJob) GetId() string {
@@ -2137,7 +2312,7 @@ type DoneJob struct {
 
 func (x *DoneJob) Reset() {
 	*x = DoneJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +2324,7 @@ func (x *DoneJob) String() string {
 func (*DoneJob) ProtoMessage() {}
 
 func (x *DoneJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +2337,7 @@ func (x *DoneJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoneJob.ProtoReflect.Descriptor instead.
 func (*DoneJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DoneJob) GetId() string {
@@ -2243,7 +2418,7 @@ type WaitingJob struct {
 
 func (x *WaitingJob) Reset() {
 	*x = WaitingJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2430,7 @@ func (x *WaitingJob) String() string {
 func (*WaitingJob) ProtoMessage() {}
 
 func (x *WaitingJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2443,7 @@ func (x *WaitingJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingJob.ProtoReflect.Descriptor instead.
 func (*WaitingJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WaitingJob) GetId() string {
@@ -2378,7 +2553,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2565,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2578,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunningJob) GetId() string {
@@ -2482,7 +2657,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2669,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2682,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelJobRequest) GetQueue() string {
@@ -2535,7 +2710,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2722,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2735,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelJobResponse) GetState() string {
@@ -2608,7 +2783,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2795,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2808,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Schedule) GetName() string {
@@ -2753,7 +2928,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +2940,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +2953,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListSchedulesRequest) GetAfter() string {
@@ -2801,7 +2976,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +2988,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3001,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -2856,7 +3031,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +3043,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3056,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -2909,7 +3084,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3096,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3109,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -2953,7 +3128,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3140,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3153,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 // PauseQueueRequest pauses or resumes a queue.
@@ -2994,7 +3169,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3181,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3194,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -3088,7 +3263,7 @@ type QueueConfig struct {
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3275,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3288,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -3272,7 +3447,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3459,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3472,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -3425,7 +3600,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3437,7 +3612,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3450,7 +3625,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -3476,7 +3651,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3488,7 +3663,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3501,7 +3676,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 // ListQueuesResponse lists every queue.
@@ -3515,7 +3690,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3702,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3715,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -3561,7 +3736,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +3748,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +3761,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -3610,7 +3785,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3797,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3810,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteQueueRequest) GetName() string {
@@ -3668,7 +3843,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3855,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3868,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteQueueResponse) GetWaiting() uint64 {
@@ -3742,7 +3917,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +3929,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +3942,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -3805,7 +3980,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3817,7 +3992,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3830,7 +4005,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -3909,7 +4084,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4096,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4109,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -3962,7 +4137,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4149,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4162,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -4010,7 +4185,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4022,7 +4197,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4035,7 +4210,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -4063,7 +4238,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4250,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4263,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -4111,7 +4286,7 @@ type DeleteDeadLettersRequest struct {
 
 func (x *DeleteDeadLettersRequest) Reset() {
 	*x = DeleteDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4123,7 +4298,7 @@ func (x *DeleteDeadLettersRequest) String() string {
 func (*DeleteDeadLettersRequest) ProtoMessage() {}
 
 func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4136,7 +4311,7 @@ func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeleteDeadLettersRequest) GetQueue() string {
@@ -4164,7 +4339,7 @@ type DeleteDeadLettersResponse struct {
 
 func (x *DeleteDeadLettersResponse) Reset() {
 	*x = DeleteDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4176,7 +4351,7 @@ func (x *DeleteDeadLettersResponse) String() string {
 func (*DeleteDeadLettersResponse) ProtoMessage() {}
 
 func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4189,7 +4364,7 @@ func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeleteDeadLettersResponse) GetDeleted() uint64 {
@@ -4241,7 +4416,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4253,7 +4428,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4266,7 +4441,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -4380,7 +4555,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4567,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4580,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -4433,7 +4608,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4445,7 +4620,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4458,7 +4633,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -4485,7 +4660,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4497,7 +4672,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4510,7 +4685,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -4567,7 +4742,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4579,7 +4754,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4592,7 +4767,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -4672,7 +4847,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4684,7 +4859,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4697,7 +4872,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -4764,7 +4939,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4776,7 +4951,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4789,7 +4964,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{57}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -4822,7 +4997,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4834,7 +5009,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4847,7 +5022,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
 }
 
 // ReportRequest is a batch of observations and publishes.
@@ -4863,7 +5038,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4875,7 +5050,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4888,7 +5063,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReportRequest) GetObservations() []*ObserveRequest {
@@ -4920,7 +5095,7 @@ type CountedPublish struct {
 
 func (x *CountedPublish) Reset() {
 	*x = CountedPublish{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4932,7 +5107,7 @@ func (x *CountedPublish) String() string {
 func (*CountedPublish) ProtoMessage() {}
 
 func (x *CountedPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4945,7 +5120,7 @@ func (x *CountedPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountedPublish.ProtoReflect.Descriptor instead.
 func (*CountedPublish) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CountedPublish) GetJob() *PredictRequest {
@@ -4978,7 +5153,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4990,7 +5165,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5003,7 +5178,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{61}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReportResponse) GetAnswers() []*PredictResponse {
@@ -5042,7 +5217,7 @@ type ReportError struct {
 
 func (x *ReportError) Reset() {
 	*x = ReportError{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5054,7 +5229,7 @@ func (x *ReportError) String() string {
 func (*ReportError) ProtoMessage() {}
 
 func (x *ReportError) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5067,7 +5242,7 @@ func (x *ReportError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportError.ProtoReflect.Descriptor instead.
 func (*ReportError) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{62}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ReportError) GetIndex() uint32 {
@@ -5104,7 +5279,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5116,7 +5291,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5129,7 +5304,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{63}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -5155,7 +5330,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5342,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5355,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{64}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{66}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -5188,7 +5363,7 @@ var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
 const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\n" +
 	"\x1charbinger/v1/harbinger.proto\x12\fharbinger.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
-	"\x10GetLimitsRequest\"\xf4\x01\n" +
+	"\x10GetLimitsRequest\"\xa0\x02\n" +
 	"\x06Limits\x12*\n" +
 	"\x11max_payload_bytes\x18\x01 \x01(\x04R\x0fmaxPayloadBytes\x12(\n" +
 	"\x10max_header_bytes\x18\x02 \x01(\x04R\x0emaxHeaderBytes\x12*\n" +
@@ -5196,7 +5371,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\x12,\n" +
 	"\x12max_delivery_bytes\x18\x05 \x01(\x04R\x10maxDeliveryBytes\x12\x1d\n" +
 	"\n" +
-	"max_credit\x18\x06 \x01(\rR\tmaxCredit\"\x86\x05\n" +
+	"max_credit\x18\x06 \x01(\rR\tmaxCredit\x12*\n" +
+	"\x11max_consume_batch\x18\a \x01(\rR\x0fmaxConsumeBatch\"\x86\x05\n" +
 	"\aMessage\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
@@ -5227,18 +5403,20 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1c\n" +
-	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\x85\x02\n" +
+	"\tduplicate\x18\x04 \x01(\bR\tduplicate\"\xb9\x02\n" +
 	"\x0eConsumeRequest\x127\n" +
 	"\tsubscribe\x18\x01 \x01(\v2\x17.harbinger.v1.SubscribeH\x00R\tsubscribe\x12.\n" +
 	"\x06credit\x18\x02 \x01(\v2\x14.harbinger.v1.CreditH\x00R\x06credit\x12%\n" +
 	"\x03ack\x18\x03 \x01(\v2\x11.harbinger.v1.AckH\x00R\x03ack\x12(\n" +
 	"\x04nack\x18\x04 \x01(\v2\x12.harbinger.v1.NackH\x00R\x04nack\x12.\n" +
-	"\x06extend\x18\x05 \x01(\v2\x14.harbinger.v1.ExtendH\x00R\x06extendB\t\n" +
-	"\arequest\"b\n" +
+	"\x06extend\x18\x05 \x01(\v2\x14.harbinger.v1.ExtendH\x00R\x06extend\x122\n" +
+	"\x05batch\x18\x06 \x01(\v2\x1a.harbinger.v1.ConsumeBatchH\x00R\x05batchB\t\n" +
+	"\arequest\"\x7f\n" +
 	"\tSubscribe\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bprefetch\x18\x02 \x01(\rR\bprefetch\x12#\n" +
-	"\rconsumer_name\x18\x03 \x01(\tR\fconsumerName\"\x16\n" +
+	"\rconsumer_name\x18\x03 \x01(\tR\fconsumerName\x12\x1b\n" +
+	"\tmax_batch\x18\x04 \x01(\rR\bmaxBatch\"\x16\n" +
 	"\x06Credit\x12\f\n" +
 	"\x01n\x18\x01 \x01(\rR\x01n\"d\n" +
 	"\x03Ack\x12\x0e\n" +
@@ -5250,16 +5428,27 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x06action\x18\x02 \x01(\x0e2\x18.harbinger.v1.NackActionR\x06action\x12/\n" +
 	"\x05delay\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
-	"\x06credit\x18\x05 \x01(\rR\x06credit\"I\n" +
+	"\x06credit\x18\x05 \x01(\rR\x06credit\"\x8f\x01\n" +
+	"\fConsumeBatch\x12%\n" +
+	"\x04acks\x18\x01 \x03(\v2\x11.harbinger.v1.AckR\x04acks\x12(\n" +
+	"\x05nacks\x18\x02 \x03(\v2\x12.harbinger.v1.NackR\x05nacks\x12.\n" +
+	"\aextends\x18\x03 \x03(\v2\x14.harbinger.v1.ExtendR\aextends\"I\n" +
 	"\x06Extend\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12/\n" +
-	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xbd\x01\n" +
+	"\x05lease\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xfc\x01\n" +
 	"\x0fConsumeResponse\x124\n" +
 	"\bdelivery\x18\x01 \x01(\v2\x16.harbinger.v1.DeliveryH\x00R\bdelivery\x122\n" +
 	"\x05error\x18\x02 \x01(\v2\x1a.harbinger.v1.RequestErrorH\x00R\x05error\x124\n" +
-	"\x06cancel\x18\x03 \x01(\v2\x1a.harbinger.v1.CancelNoticeH\x00R\x06cancelB\n" +
+	"\x06cancel\x18\x03 \x01(\v2\x1a.harbinger.v1.CancelNoticeH\x00R\x06cancel\x12=\n" +
 	"\n" +
-	"\bresponse\"\x1e\n" +
+	"deliveries\x18\x04 \x01(\v2\x1b.harbinger.v1.DeliveryBatchH\x00R\n" +
+	"deliveriesB\n" +
+	"\n" +
+	"\bresponse\"G\n" +
+	"\rDeliveryBatch\x126\n" +
+	"\n" +
+	"deliveries\x18\x01 \x03(\v2\x16.harbinger.v1.DeliveryR\n" +
+	"deliveries\"\x1e\n" +
 	"\fCancelNotice\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x80\x01\n" +
 	"\fRequestError\x12\x0e\n" +
@@ -5634,7 +5823,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -5648,210 +5837,218 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*Credit)(nil),                     // 9: harbinger.v1.Credit
 	(*Ack)(nil),                        // 10: harbinger.v1.Ack
 	(*Nack)(nil),                       // 11: harbinger.v1.Nack
-	(*Extend)(nil),                     // 12: harbinger.v1.Extend
-	(*ConsumeResponse)(nil),            // 13: harbinger.v1.ConsumeResponse
-	(*CancelNotice)(nil),               // 14: harbinger.v1.CancelNotice
-	(*RequestError)(nil),               // 15: harbinger.v1.RequestError
-	(*Delivery)(nil),                   // 16: harbinger.v1.Delivery
-	(*RunJobsNowRequest)(nil),          // 17: harbinger.v1.RunJobsNowRequest
-	(*RunJobsNowResponse)(nil),         // 18: harbinger.v1.RunJobsNowResponse
-	(*GetJobRequest)(nil),              // 19: harbinger.v1.GetJobRequest
-	(*JobInfo)(nil),                    // 20: harbinger.v1.JobInfo
-	(*ListJobsRequest)(nil),            // 21: harbinger.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),           // 22: harbinger.v1.ListJobsResponse
-	(*DelayedJob)(nil),                 // 23: harbinger.v1.DelayedJob
-	(*DoneJob)(nil),                    // 24: harbinger.v1.DoneJob
-	(*WaitingJob)(nil),                 // 25: harbinger.v1.WaitingJob
-	(*RunningJob)(nil),                 // 26: harbinger.v1.RunningJob
-	(*CancelJobRequest)(nil),           // 27: harbinger.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),          // 28: harbinger.v1.CancelJobResponse
-	(*Schedule)(nil),                   // 29: harbinger.v1.Schedule
-	(*ListSchedulesRequest)(nil),       // 30: harbinger.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 31: harbinger.v1.ListSchedulesResponse
-	(*PauseScheduleRequest)(nil),       // 32: harbinger.v1.PauseScheduleRequest
-	(*DeleteScheduleRequest)(nil),      // 33: harbinger.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),     // 34: harbinger.v1.DeleteScheduleResponse
-	(*PauseQueueRequest)(nil),          // 35: harbinger.v1.PauseQueueRequest
-	(*QueueConfig)(nil),                // 36: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 37: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 38: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 39: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 40: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 41: harbinger.v1.PurgeQueueRequest
-	(*DeleteQueueRequest)(nil),         // 42: harbinger.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 43: harbinger.v1.DeleteQueueResponse
-	(*PurgeQueueResponse)(nil),         // 44: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 45: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 46: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 47: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 48: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 49: harbinger.v1.RequeueDeadLettersResponse
-	(*DeleteDeadLettersRequest)(nil),   // 50: harbinger.v1.DeleteDeadLettersRequest
-	(*DeleteDeadLettersResponse)(nil),  // 51: harbinger.v1.DeleteDeadLettersResponse
-	(*KeyStats)(nil),                   // 52: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 53: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 54: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 55: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 56: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 57: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 58: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 59: harbinger.v1.ObserveResponse
-	(*ReportRequest)(nil),              // 60: harbinger.v1.ReportRequest
-	(*CountedPublish)(nil),             // 61: harbinger.v1.CountedPublish
-	(*ReportResponse)(nil),             // 62: harbinger.v1.ReportResponse
-	(*ReportError)(nil),                // 63: harbinger.v1.ReportError
-	(*AttachRequest)(nil),              // 64: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 65: harbinger.v1.AttachResponse
-	nil,                                // 66: harbinger.v1.Message.HeadersEntry
-	nil,                                // 67: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 68: harbinger.v1.JobInfo.HeadersEntry
-	nil,                                // 69: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 70: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 71: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 72: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 73: google.protobuf.Timestamp
+	(*ConsumeBatch)(nil),               // 12: harbinger.v1.ConsumeBatch
+	(*Extend)(nil),                     // 13: harbinger.v1.Extend
+	(*ConsumeResponse)(nil),            // 14: harbinger.v1.ConsumeResponse
+	(*DeliveryBatch)(nil),              // 15: harbinger.v1.DeliveryBatch
+	(*CancelNotice)(nil),               // 16: harbinger.v1.CancelNotice
+	(*RequestError)(nil),               // 17: harbinger.v1.RequestError
+	(*Delivery)(nil),                   // 18: harbinger.v1.Delivery
+	(*RunJobsNowRequest)(nil),          // 19: harbinger.v1.RunJobsNowRequest
+	(*RunJobsNowResponse)(nil),         // 20: harbinger.v1.RunJobsNowResponse
+	(*GetJobRequest)(nil),              // 21: harbinger.v1.GetJobRequest
+	(*JobInfo)(nil),                    // 22: harbinger.v1.JobInfo
+	(*ListJobsRequest)(nil),            // 23: harbinger.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 24: harbinger.v1.ListJobsResponse
+	(*DelayedJob)(nil),                 // 25: harbinger.v1.DelayedJob
+	(*DoneJob)(nil),                    // 26: harbinger.v1.DoneJob
+	(*WaitingJob)(nil),                 // 27: harbinger.v1.WaitingJob
+	(*RunningJob)(nil),                 // 28: harbinger.v1.RunningJob
+	(*CancelJobRequest)(nil),           // 29: harbinger.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),          // 30: harbinger.v1.CancelJobResponse
+	(*Schedule)(nil),                   // 31: harbinger.v1.Schedule
+	(*ListSchedulesRequest)(nil),       // 32: harbinger.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 33: harbinger.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),       // 34: harbinger.v1.PauseScheduleRequest
+	(*DeleteScheduleRequest)(nil),      // 35: harbinger.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),     // 36: harbinger.v1.DeleteScheduleResponse
+	(*PauseQueueRequest)(nil),          // 37: harbinger.v1.PauseQueueRequest
+	(*QueueConfig)(nil),                // 38: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 39: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 40: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 41: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 42: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 43: harbinger.v1.PurgeQueueRequest
+	(*DeleteQueueRequest)(nil),         // 44: harbinger.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 45: harbinger.v1.DeleteQueueResponse
+	(*PurgeQueueResponse)(nil),         // 46: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 47: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 48: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 49: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 50: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 51: harbinger.v1.RequeueDeadLettersResponse
+	(*DeleteDeadLettersRequest)(nil),   // 52: harbinger.v1.DeleteDeadLettersRequest
+	(*DeleteDeadLettersResponse)(nil),  // 53: harbinger.v1.DeleteDeadLettersResponse
+	(*KeyStats)(nil),                   // 54: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 55: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 56: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 57: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 58: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 59: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 60: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 61: harbinger.v1.ObserveResponse
+	(*ReportRequest)(nil),              // 62: harbinger.v1.ReportRequest
+	(*CountedPublish)(nil),             // 63: harbinger.v1.CountedPublish
+	(*ReportResponse)(nil),             // 64: harbinger.v1.ReportResponse
+	(*ReportError)(nil),                // 65: harbinger.v1.ReportError
+	(*AttachRequest)(nil),              // 66: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 67: harbinger.v1.AttachResponse
+	nil,                                // 68: harbinger.v1.Message.HeadersEntry
+	nil,                                // 69: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 70: harbinger.v1.JobInfo.HeadersEntry
+	nil,                                // 71: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 72: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 73: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 74: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 75: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	72,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	66,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	73,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	72,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	72,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	72,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	72,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	74,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	68,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	75,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	74,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	74,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	74,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	74,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,   // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,   // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,   // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
 	9,   // 10: harbinger.v1.ConsumeRequest.credit:type_name -> harbinger.v1.Credit
 	10,  // 11: harbinger.v1.ConsumeRequest.ack:type_name -> harbinger.v1.Ack
 	11,  // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
-	12,  // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
-	72,  // 14: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
-	0,   // 15: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	72,  // 16: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
-	72,  // 17: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
-	16,  // 18: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
-	15,  // 19: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
-	14,  // 20: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
-	67,  // 21: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	73,  // 22: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	72,  // 23: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	68,  // 24: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
-	73,  // 25: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
-	73,  // 26: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
-	73,  // 27: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
-	73,  // 28: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
-	73,  // 29: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
-	73,  // 30: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
-	73,  // 31: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
-	73,  // 32: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
-	72,  // 33: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
-	25,  // 34: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
-	26,  // 35: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
-	23,  // 36: harbinger.v1.ListJobsResponse.delayed:type_name -> harbinger.v1.DelayedJob
-	45,  // 37: harbinger.v1.ListJobsResponse.dead:type_name -> harbinger.v1.DeadLetter
-	24,  // 38: harbinger.v1.ListJobsResponse.done:type_name -> harbinger.v1.DoneJob
-	73,  // 39: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
-	73,  // 40: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
-	73,  // 41: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
-	72,  // 42: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
-	73,  // 43: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	72,  // 44: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	73,  // 45: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	73,  // 46: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	72,  // 47: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	73,  // 48: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	72,  // 49: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	73,  // 50: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	72,  // 51: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	69,  // 52: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	73,  // 53: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	73,  // 54: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
-	29,  // 55: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	72,  // 56: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	70,  // 57: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	72,  // 58: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	72,  // 59: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	72,  // 60: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	72,  // 61: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	36,  // 62: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	72,  // 63: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	72,  // 64: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
-	72,  // 65: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
-	72,  // 66: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
-	72,  // 67: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
-	36,  // 68: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	37,  // 69: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	71,  // 70: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	73,  // 71: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	45,  // 72: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	52,  // 73: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	72,  // 74: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	72,  // 75: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	58,  // 76: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	72,  // 77: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	57,  // 78: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
-	61,  // 79: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
-	55,  // 80: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
-	72,  // 81: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
-	56,  // 82: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
-	63,  // 83: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
-	63,  // 84: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
-	4,   // 85: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,   // 86: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,   // 87: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,   // 88: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	38,  // 89: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	39,  // 90: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	41,  // 91: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	42,  // 92: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	46,  // 93: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	48,  // 94: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	50,  // 95: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	53,  // 96: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	19,  // 97: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	27,  // 98: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	29,  // 99: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	30,  // 100: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	32,  // 101: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	33,  // 102: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	35,  // 103: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	21,  // 104: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	17,  // 105: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
-	55,  // 106: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	57,  // 107: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	64,  // 108: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	60,  // 109: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
-	5,   // 110: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,   // 111: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	13,  // 112: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,   // 113: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	37,  // 114: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	40,  // 115: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	44,  // 116: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	43,  // 117: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	47,  // 118: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	49,  // 119: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	51,  // 120: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	54,  // 121: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	20,  // 122: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	28,  // 123: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	29,  // 124: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	31,  // 125: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	29,  // 126: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	34,  // 127: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	37,  // 128: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	22,  // 129: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	18,  // 130: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
-	56,  // 131: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	59,  // 132: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	65,  // 133: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	62,  // 134: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
-	110, // [110:135] is the sub-list for method output_type
-	85,  // [85:110] is the sub-list for method input_type
-	85,  // [85:85] is the sub-list for extension type_name
-	85,  // [85:85] is the sub-list for extension extendee
-	0,   // [0:85] is the sub-list for field type_name
+	13,  // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
+	12,  // 14: harbinger.v1.ConsumeRequest.batch:type_name -> harbinger.v1.ConsumeBatch
+	74,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	0,   // 16: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
+	74,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	10,  // 18: harbinger.v1.ConsumeBatch.acks:type_name -> harbinger.v1.Ack
+	11,  // 19: harbinger.v1.ConsumeBatch.nacks:type_name -> harbinger.v1.Nack
+	13,  // 20: harbinger.v1.ConsumeBatch.extends:type_name -> harbinger.v1.Extend
+	74,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	18,  // 22: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
+	17,  // 23: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
+	16,  // 24: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
+	15,  // 25: harbinger.v1.ConsumeResponse.deliveries:type_name -> harbinger.v1.DeliveryBatch
+	18,  // 26: harbinger.v1.DeliveryBatch.deliveries:type_name -> harbinger.v1.Delivery
+	69,  // 27: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	75,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	74,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	70,  // 30: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
+	75,  // 31: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
+	75,  // 32: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
+	75,  // 33: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
+	75,  // 34: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
+	75,  // 35: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
+	75,  // 36: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
+	75,  // 37: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
+	75,  // 38: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
+	74,  // 39: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
+	27,  // 40: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
+	28,  // 41: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
+	25,  // 42: harbinger.v1.ListJobsResponse.delayed:type_name -> harbinger.v1.DelayedJob
+	47,  // 43: harbinger.v1.ListJobsResponse.dead:type_name -> harbinger.v1.DeadLetter
+	26,  // 44: harbinger.v1.ListJobsResponse.done:type_name -> harbinger.v1.DoneJob
+	75,  // 45: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
+	75,  // 46: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
+	75,  // 47: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
+	74,  // 48: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
+	75,  // 49: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	74,  // 50: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	75,  // 51: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	75,  // 52: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	74,  // 53: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	75,  // 54: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	74,  // 55: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	75,  // 56: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	74,  // 57: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	71,  // 58: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	75,  // 59: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	75,  // 60: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	31,  // 61: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
+	74,  // 62: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	72,  // 63: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	74,  // 64: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	74,  // 65: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	74,  // 66: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	74,  // 67: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	38,  // 68: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	74,  // 69: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	74,  // 70: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
+	74,  // 71: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
+	74,  // 72: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
+	74,  // 73: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
+	38,  // 74: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	39,  // 75: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	73,  // 76: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	75,  // 77: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	47,  // 78: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	54,  // 79: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	74,  // 80: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	74,  // 81: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	60,  // 82: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	74,  // 83: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	59,  // 84: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
+	63,  // 85: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
+	57,  // 86: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
+	74,  // 87: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
+	58,  // 88: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
+	65,  // 89: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
+	65,  // 90: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
+	4,   // 91: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,   // 92: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,   // 93: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,   // 94: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	40,  // 95: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	41,  // 96: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	43,  // 97: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	44,  // 98: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	48,  // 99: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	50,  // 100: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	52,  // 101: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	55,  // 102: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	21,  // 103: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	29,  // 104: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	31,  // 105: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	32,  // 106: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	34,  // 107: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	35,  // 108: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	37,  // 109: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	23,  // 110: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	19,  // 111: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
+	57,  // 112: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	59,  // 113: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	66,  // 114: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	62,  // 115: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
+	5,   // 116: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,   // 117: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	14,  // 118: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,   // 119: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	39,  // 120: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	42,  // 121: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	46,  // 122: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	45,  // 123: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	49,  // 124: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	51,  // 125: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	53,  // 126: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	56,  // 127: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	22,  // 128: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	30,  // 129: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	31,  // 130: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	33,  // 131: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	31,  // 132: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	36,  // 133: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	39,  // 134: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	24,  // 135: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	20,  // 136: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
+	58,  // 137: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	61,  // 138: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	67,  // 139: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	64,  // 140: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
+	116, // [116:141] is the sub-list for method output_type
+	91,  // [91:116] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -5865,11 +6062,13 @@ func file_harbinger_v1_harbinger_proto_init() {
 		(*ConsumeRequest_Ack)(nil),
 		(*ConsumeRequest_Nack)(nil),
 		(*ConsumeRequest_Extend)(nil),
+		(*ConsumeRequest_Batch)(nil),
 	}
-	file_harbinger_v1_harbinger_proto_msgTypes[12].OneofWrappers = []any{
+	file_harbinger_v1_harbinger_proto_msgTypes[13].OneofWrappers = []any{
 		(*ConsumeResponse_Delivery)(nil),
 		(*ConsumeResponse_Error)(nil),
 		(*ConsumeResponse_Cancel)(nil),
+		(*ConsumeResponse_Deliveries)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5877,7 +6076,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   71,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -54,6 +54,10 @@ type BrokerClient interface {
 	// the server sends at most as many deliveries as it has credit for. An
 	// ack, nack or extend the broker refuses, or applies only in part, is
 	// answered with a RequestError for that job alone; the session carries on.
+	// A consumer that holds more than one credit may take several deliveries
+	// in one response (Subscribe.max_batch, DeliveryBatch) and send several
+	// acks, nacks and extends in one request (ConsumeBatch); one that does
+	// neither sees the protocol as it always was.
 	Consume(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConsumeRequest, ConsumeResponse], error)
 	// GetLimits reports the broker's size limits, so that clients size their
 	// batches and their receive limits from one setting: whatever the broker
@@ -137,6 +141,10 @@ type BrokerServer interface {
 	// the server sends at most as many deliveries as it has credit for. An
 	// ack, nack or extend the broker refuses, or applies only in part, is
 	// answered with a RequestError for that job alone; the session carries on.
+	// A consumer that holds more than one credit may take several deliveries
+	// in one response (Subscribe.max_batch, DeliveryBatch) and send several
+	// acks, nacks and extends in one request (ConsumeBatch); one that does
+	// neither sees the protocol as it always was.
 	Consume(grpc.BidiStreamingServer[ConsumeRequest, ConsumeResponse]) error
 	// GetLimits reports the broker's size limits, so that clients size their
 	// batches and their receive limits from one setting: whatever the broker

@@ -123,8 +123,64 @@ func newPublisher(ctx context.Context, q Queue, a Arm) (Publisher, error) {
 // with --arms; not part of the registered comparison.
 var BareTCPArm = Arm{Name: "bare-tcp", Broker: BareTCP, Policy: PolicyFIFO}
 
+// BusyArms are the busy-workers scenario's arms (ScenarioBusy): every
+// broker in its own process, nothing durable. Harbinger as `harbinger
+// serve --memory`; RabbitMQ a classic queue with transient messages at
+// prefetch 16, publisher confirms; Redis the reliable list queue, one
+// BLMOVE per job; NATS JetStream a memory-storage stream with a pull
+// consumer that each worker fetches from in batches of up to 16.
+var BusyArms = []Arm{
+	{Name: "harbinger", Broker: HarbingerServe, Policy: PolicyPredictive},
+	{Name: "rabbitmq", Broker: RabbitMQ, Policy: PolicyFIFO},
+	{Name: "redis", Broker: Redis, Policy: PolicyFIFO},
+	{Name: "nats-jetstream-memory", Broker: NATSMemory, Policy: PolicyFIFO},
+}
+
+// BulkArms are the durable-bulk scenario's arms (ScenarioBulk): every
+// broker in its own process, fsyncing before it confirms, each producer
+// keeping a window of publishes unconfirmed; Harbinger's memory mode,
+// published to and consumed the same way, is its baseline.
+var BulkArms = []Arm{
+	{Name: "harbinger-durable", Broker: HarbingerDurable, Policy: PolicyPredictive},
+	{Name: "harbinger", Broker: HarbingerServe, Policy: PolicyPredictive},
+	{Name: "nats-jetstream", Broker: NATS, Policy: PolicyFIFO},
+	{Name: "rabbitmq-quorum", Broker: RabbitQuorum, Policy: PolicyFIFO},
+	{Name: "redis-aof", Broker: RedisAOF, Policy: PolicyFIFO},
+}
+
 // AllCostArms is every arm `bench cost --arms` accepts.
-var AllCostArms = uniqueArms(CostArms, []Arm{InProcessArm, BareTCPArm}, DurableArms, UnaryArms)
+var AllCostArms = uniqueArms(CostArms, []Arm{InProcessArm, BareTCPArm}, DurableArms, UnaryArms, BusyArms, BulkArms)
+
+// Scenarios of bench cost: the shape of the load every arm of a run gets.
+const (
+	// ScenarioPrefetch1 is the registered shape: each consumer holds one
+	// message at a time, each producer waits for each publish's answer.
+	ScenarioPrefetch1 = "prefetch1"
+	// ScenarioBusy is busy workers: each consumer runs 16 handler slots
+	// (prefetch 16), each producer keeps 64 publishes unconfirmed.
+	ScenarioBusy = "busy"
+	// ScenarioBulk is durable bulk: consumers as in ScenarioBusy, each
+	// producer keeping 256 publishes unconfirmed, on durable brokers.
+	ScenarioBulk = "bulk"
+)
+
+// CostScenario is a scenario's load and its default arms.
+type CostScenario struct {
+	Name string
+	// Slots is each consumer's handler slots, and so its prefetch.
+	Slots int
+	// Window is the publishes each producer keeps unconfirmed; 0: each
+	// waits for one publish's answer before its next.
+	Window int
+	Arms   []Arm
+}
+
+// CostScenarios are the scenarios `bench cost --scenario` runs.
+var CostScenarios = map[string]CostScenario{
+	ScenarioPrefetch1: {Name: ScenarioPrefetch1, Slots: 1, Arms: CostArms},
+	ScenarioBusy:      {Name: ScenarioBusy, Slots: 16, Window: 64, Arms: BusyArms},
+	ScenarioBulk:      {Name: ScenarioBulk, Slots: 16, Window: 256, Arms: BulkArms},
+}
 
 func uniqueArms(groups ...[]Arm) []Arm {
 	var out []Arm
@@ -141,11 +197,12 @@ func uniqueArms(groups ...[]Arm) []Arm {
 }
 
 // costArmGroups are the names --arms expands.
-var costArmGroups = map[string][]Arm{"registered": CostArms, "durable": DurableArms, "unary": UnaryArms}
+var costArmGroups = map[string][]Arm{"registered": CostArms, "durable": DurableArms, "unary": UnaryArms, "busy": BusyArms, "bulk": BulkArms}
 
 // ParseCostArms resolves --arms for bench cost: arm names and the groups
-// "registered" (CostArms), "durable" (DurableArms) and "unary"
-// (UnaryArms), in the order given; an arm named twice runs once.
+// "registered" (CostArms), "durable" (DurableArms), "unary"
+// (UnaryArms), "busy" (BusyArms) and "bulk" (BulkArms), in the order
+// given; an arm named twice runs once.
 func ParseCostArms(s string) ([]Arm, error) {
 	var names []string
 	for _, f := range strings.Split(s, ",") {
@@ -161,6 +218,11 @@ func ParseCostArms(s string) ([]Arm, error) {
 
 // CostConfig configures RunCost.
 type CostConfig struct {
+	// Scenario names the load (CostScenarios); default ScenarioPrefetch1.
+	// It sets Slots and Window where they are 0, and Arms where empty.
+	Scenario      string
+	Slots         int // handler slots (and prefetch) per consumer
+	Window        int // publishes each producer keeps unconfirmed; 0: one at a time
 	Arms          []Arm
 	Duration      time.Duration // timed part of each run
 	Warmup        time.Duration // untimed start of each run
@@ -176,6 +238,19 @@ type CostConfig struct {
 
 // WithDefaults fills the zero fields.
 func (c CostConfig) WithDefaults() CostConfig {
+	if c.Scenario == "" {
+		c.Scenario = ScenarioPrefetch1
+	}
+	sc := CostScenarios[c.Scenario]
+	if c.Slots == 0 {
+		c.Slots = max(sc.Slots, 1)
+	}
+	if c.Window == 0 {
+		c.Window = sc.Window
+	}
+	if len(c.Arms) == 0 {
+		c.Arms = sc.Arms
+	}
 	if len(c.Arms) == 0 {
 		c.Arms = CostArms
 	}
@@ -198,7 +273,14 @@ func (c CostConfig) WithDefaults() CostConfig {
 		c.Consumers = DefaultCostConsumers
 	}
 	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultCostInFlight
+		// Room for every producer's window and every consumer's slots
+		// twice over: the bound only stops a queue growing without end.
+		c.MaxInFlight = max(DefaultCostInFlight, 2*(c.Producers*c.Window+c.Consumers*c.Slots))
+	}
+	if c.Window > 0 {
+		// A fixed rate means one publish at a time, on schedule; the
+		// windowed scenarios measure peaks only.
+		c.SkipFixedRate = true
 	}
 	if c.Drain == 0 {
 		c.Drain = DefaultCostDrain
@@ -207,7 +289,12 @@ func (c CostConfig) WithDefaults() CostConfig {
 }
 
 func (c CostConfig) validate() error {
+	if _, ok := CostScenarios[c.Scenario]; !ok {
+		return fmt.Errorf("bench: unknown scenario %q (want %s, %s or %s)", c.Scenario, ScenarioPrefetch1, ScenarioBusy, ScenarioBulk)
+	}
 	switch {
+	case c.Slots < 1 || c.Window < 0:
+		return fmt.Errorf("bench: slots must be at least 1 and the window not negative")
 	case c.Duration <= 0 || c.Warmup < 0:
 		return fmt.Errorf("bench: --duration must be positive and --warmup not negative")
 	case c.Reps < 1:
@@ -223,6 +310,7 @@ func (c CostConfig) validate() error {
 // CostResult is the broker-cost comparison; its JSON is what
 // `harbinger-lab bench cost --json` prints.
 type CostResult struct {
+	Scenario string              `json:"scenario,omitempty"`
 	Arms     map[string]*CostArm `json:"arms"`
 	Ratios   []Ratio             `json:"ratios"`
 	Goals    []Goal              `json:"goals,omitempty"`
@@ -339,7 +427,7 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	res := &CostResult{Arms: map[string]*CostArm{}}
+	res := &CostResult{Scenario: cfg.Scenario, Arms: map[string]*CostArm{}}
 	for _, a := range cfg.Arms {
 		if drivers[a.Broker] == nil {
 			return nil, fmt.Errorf("bench: arm %s needs a %s driver", a.Name, a.Broker)
@@ -352,14 +440,16 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 		res.ArmOrder = append(res.ArmOrder, a.Name)
 	}
 	var peaksByRep []map[string]float64
+	var cpusByRep []map[string]CPUPerMsg
 	for rep := range cfg.Reps {
 		peaks := map[string]float64{}
+		cpus := map[string]CPUPerMsg{}
 		for _, a := range cfg.Arms {
 			rate, cpu, lf, err := peakRun(ctx, drivers[a.Broker], a, cfg, rep)
 			if err != nil {
 				return nil, fmt.Errorf("%s peak run %d: %w", a.Name, rep+1, err)
 			}
-			peaks[a.Name] = rate
+			peaks[a.Name], cpus[a.Name] = rate, cpu
 			arm := res.Arms[a.Name]
 			arm.PeakRuns = append(arm.PeakRuns, rate)
 			arm.PeakCPUs = append(arm.PeakCPUs, cpu)
@@ -370,6 +460,7 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 			}
 		}
 		peaksByRep = append(peaksByRep, peaks)
+		cpusByRep = append(cpusByRep, cpus)
 		if cfg.SkipFixedRate {
 			continue
 		}
@@ -404,8 +495,17 @@ func RunCost(ctx context.Context, cfg CostConfig, drivers map[string]Driver) (*C
 			a.FixedRate = f
 		}
 	}
-	res.Ratios = ratios(peaksByRep)
-	res.Goals = CheckGoals(res, cfg.Rate)
+	switch cfg.Scenario {
+	case ScenarioBusy:
+		res.Ratios = scenarioRatios(busyRatios, peaksByRep, cpusByRep)
+		res.Goals = CheckBusyGoals(res)
+	case ScenarioBulk:
+		res.Ratios = scenarioRatios(bulkRatios, peaksByRep, cpusByRep)
+		res.Goals = CheckBulkGoals(res)
+	default:
+		res.Ratios = ratios(peaksByRep)
+		res.Goals = CheckGoals(res, cfg.Rate)
+	}
 	return res, nil
 }
 
@@ -576,7 +676,7 @@ func startCostRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int,
 			var once sync.Once
 			signal := func() { once.Do(ready.Done) }
 			defer signal()
-			if err := q.Work(wctx, w, signal, handler); err != nil && wctx.Err() == nil {
+			if err := work(wctx, q, a, cfg.Slots, w, signal, handler); err != nil && wctx.Err() == nil {
 				r.workErr <- err
 			}
 		}()
@@ -625,7 +725,7 @@ func peakRun(ctx context.Context, d Driver, a Arm, cfg CostConfig, rep int) (flo
 	pubErr := make(chan error, cfg.Producers)
 	var seq atomic.Uint64
 	for range cfg.Producers {
-		pub, err := newPublisher(ctx, r.q, a)
+		pub, err := newWindowPublisher(ctx, r.q, a, cfg.Window)
 		if err != nil {
 			stopP()
 			pwg.Wait()
@@ -818,8 +918,16 @@ func CostMethod(cfg CostConfig, env Environment) string {
 		hasArm[a.Name] = true
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Broker cost: empty handlers, %d-byte payloads, %d producers and %d consumers, each consumer with at most one unacknowledged message (prefetch 1). Arms: ",
-		costPayload, cfg.Producers, cfg.Consumers)
+	busy := cfg.Slots > 1 || cfg.Window > 0
+	if busy {
+		fmt.Fprintf(&b, "Broker cost, scenario %s: empty handlers, %d-byte payloads, %d producers, each keeping up to %d publishes unconfirmed, and %d consumers, "+
+			"each a worker with %d handler slots holding at most %d messages (prefetch %d); every producer and every worker on a connection of its own "+
+			"(goroutine groups of the harness process, not processes of their own). Arms: ",
+			cfg.Scenario, costPayload, cfg.Producers, cfg.Window, cfg.Consumers, cfg.Slots, cfg.Slots, cfg.Slots)
+	} else {
+		fmt.Fprintf(&b, "Broker cost: empty handlers, %d-byte payloads, %d producers and %d consumers, each consumer with at most one unacknowledged message (prefetch 1). Arms: ",
+			costPayload, cfg.Producers, cfg.Consumers)
+	}
 	for i, a := range cfg.Arms {
 		if i > 0 {
 			b.WriteString("; ")
@@ -839,13 +947,21 @@ func CostMethod(cfg CostConfig, env Environment) string {
 				unary = append(unary, a.Name)
 			}
 		}
-		b.WriteString("Harbinger-API arms go through the public client SDK: a Producer stream per producer, each Producer.Publish waiting for the broker's answer " +
-			"(on a durable broker, given once the message's record is on disk) before the next")
-		if len(unary) > 0 {
-			b.WriteString(", or for " + strings.Join(unary, ", ") + " one unary client.Publish call per message, which returns once the broker has stored it")
+		if busy {
+			fmt.Fprintf(&b, "Harbinger-API arms go through the public client SDK: a Producer per producer with MaxPending %d, publishing with PublishAsync "+
+				"(the SDK gathers what is queued into one request; a durable broker answers a request once its records are on disk); "+
+				"RunWorker per consumer with Concurrency and Prefetch %d (the broker sends several deliveries in one response when several slots are free, "+
+				"and the SDK gathers the acks of handlers that finish together into one request). "+
+				"Every run starts a fresh broker process with the default policy and stops it afterwards", cfg.Window, cfg.Slots)
+		} else {
+			b.WriteString("Harbinger-API arms go through the public client SDK: a Producer stream per producer, each Producer.Publish waiting for the broker's answer " +
+				"(on a durable broker, given once the message's record is on disk) before the next")
+			if len(unary) > 0 {
+				b.WriteString(", or for " + strings.Join(unary, ", ") + " one unary client.Publish call per message, which returns once the broker has stored it")
+			}
+			b.WriteString("; RunWorker per consumer (concurrency 1, prefetch 1). " +
+				"Every run starts a fresh broker process with the default policy and stops it afterwards")
 		}
-		b.WriteString("; RunWorker per consumer (concurrency 1, prefetch 1). " +
-			"Every run starts a fresh broker process with the default policy and stops it afterwards")
 		if has[HarbingerDurable] {
 			b.WriteString(" (a durable one on a fresh data directory)")
 		}
@@ -868,32 +984,70 @@ func CostMethod(cfg CostConfig, env Environment) string {
 		}
 		b.WriteString("processes started by the harness run on this machine beside it. ")
 	}
-	if has[RabbitMQ] {
-		b.WriteString("rabbitmq: a classic non-durable queue, transient messages, no confirms, manual ack. ")
-	}
-	if has[RabbitQuorum] {
-		b.WriteString("rabbitmq-quorum: a quorum queue (one node), persistent messages, a channel per producer in confirm mode waiting for each publish's confirm, manual ack. ")
-	}
-	if has[Redis] || has[RedisAOF] {
-		b.WriteString("Redis: the reliable list queue, LPUSH / BLMOVE into a per-worker list / LREM")
-		if has[RedisAOF] {
-			b.WriteString("; redis-aof on a redis-server started per run on a free port in a fresh directory with appendonly yes, appendfsync always and no RDB snapshots")
+	switch {
+	case busy:
+		if has[RabbitMQ] {
+			fmt.Fprintf(&b, "rabbitmq: a classic non-durable queue, transient messages; each producer's channel in confirm mode with up to %d publishes awaiting their confirms; "+
+				"each worker's channel at basic.qos prefetch %d, its %d handler goroutines taking deliveries from one consumer and acking each (manual ack). ", cfg.Window, cfg.Slots, cfg.Slots)
 		}
-		b.WriteString(". ")
+		if has[RabbitQuorum] {
+			fmt.Fprintf(&b, "rabbitmq-quorum: a quorum queue (one node), persistent messages, each producer's channel in confirm mode with up to %d publishes awaiting their confirms; "+
+				"workers as for rabbitmq, at prefetch %d. ", cfg.Window, cfg.Slots)
+		}
+		if has[Redis] || has[RedisAOF] {
+			fmt.Fprintf(&b, "Redis: the reliable list queue, each handler slot a consumer of its own (BLMOVE one job into its own processing list, run it, LREM it), "+
+				"each producer sending pipelines of LPUSHes of whatever queued while its last pipeline was answered, up to %d unconfirmed", cfg.Window)
+			if has[RedisAOF] {
+				b.WriteString("; redis-aof on a redis-server started per run on a free port in a fresh directory with appendonly yes, appendfsync always and no RDB snapshots")
+			}
+			if has[Redis] {
+				b.WriteString("; redis is the machine's own server")
+			}
+			b.WriteString(". ")
+		}
+		if has[NATS] || has[NATSMemory] {
+			fmt.Fprintf(&b, "NATS JetStream: a nats-server started per run, a stream with work-queue retention and one durable pull consumer with explicit acks shared by the workers; "+
+				"each worker fetches as many messages as it has free slots (up to %d) and its handlers ack each; producers use js.PublishAsync with max pending %d", cfg.Slots, cfg.Window)
+			if has[NATS] {
+				b.WriteString("; nats-jetstream: file storage, `sync_interval: always`")
+			}
+			if has[NATSMemory] {
+				b.WriteString("; nats-jetstream-memory: memory storage, nothing on disk, as nothing is for Harbinger's --memory")
+			}
+			b.WriteString(". ")
+		}
+	default:
+		if has[RabbitMQ] {
+			b.WriteString("rabbitmq: a classic non-durable queue, transient messages, no confirms, manual ack. ")
+		}
+		if has[RabbitQuorum] {
+			b.WriteString("rabbitmq-quorum: a quorum queue (one node), persistent messages, a channel per producer in confirm mode waiting for each publish's confirm, manual ack. ")
+		}
+		if has[Redis] || has[RedisAOF] {
+			b.WriteString("Redis: the reliable list queue, LPUSH / BLMOVE into a per-worker list / LREM")
+			if has[RedisAOF] {
+				b.WriteString("; redis-aof on a redis-server started per run on a free port in a fresh directory with appendonly yes, appendfsync always and no RDB snapshots")
+			}
+			b.WriteString(". ")
+		}
+		if has[NATS] {
+			b.WriteString("nats-jetstream: a nats-server started per run with `sync_interval: always`, a file-storage stream with work-queue retention, one durable pull consumer with explicit acks " +
+				"shared by the workers, each fetching one message at a time and acking it; producers use js.Publish, which waits for the stream's ack. ")
+		}
 	}
-	if has[NATS] {
-		b.WriteString("nats-jetstream: a nats-server started per run with `sync_interval: always`, a file-storage stream with work-queue retention, one durable pull consumer with explicit acks " +
-			"shared by the workers, each fetching one message at a time and acking it; producers use js.Publish, which waits for the stream's ack. ")
+	fixed := fmt.Sprintf("Fixed rate: %.0f msg/s offered on an absolute schedule split across the producers; "+
+		"kept up = nothing lost within %s of the last send, at least 99%% of the offered rate delivered in the timed window, and sends on time "+
+		"(99th-percentile send lag <= %s); P50 and P99 of send-to-ack latency of the messages sent in the timed window, median across runs. ", cfg.Rate, cfg.Drain, CostOnTime)
+	if cfg.SkipFixedRate {
+		fixed = "No fixed-rate runs in this scenario. "
 	}
 	fmt.Fprintf(&b, "Each run: a fresh queue, a %s warm-up, then a %s timed window; %d repetitions, arms interleaved within each repetition. "+
 		"Peak: producers publish as fast as the broker accepts with at most %d messages published and not yet acked; rate = acks in the timed window / its length; "+
-		"median and range across repetitions. Fixed rate: %.0f msg/s offered on an absolute schedule split across the producers; "+
-		"kept up = nothing lost within %s of the last send, at least 99%% of the offered rate delivered in the timed window, and sends on time "+
-		"(99th-percentile send lag <= %s); P50 and P99 of send-to-ack latency of the messages sent in the timed window, median across runs. "+
+		"median and range across repetitions. %s"+
 		"CPU per message: the broker process's utime + stime from /proc/PID/stat (10 ms resolution) over the timed window, divided by the messages acked in it "+
 		"(RabbitMQ's is its Erlang VM, beam.smp, and the redis arm's the redis-server it dials: both are shared with anything else using them); "+
 		"the harness's own CPU (getrusage) alongside. Ratios: median over repetitions of one arm's peak / the other's in the same repetition. "+
 		"The machine is shared with other work, so figures are noisy; only figures from one run are compared. Environment: %s.",
-		cfg.Warmup, cfg.Duration, cfg.Reps, cfg.MaxInFlight, cfg.Rate, cfg.Drain, CostOnTime, env.Host())
+		cfg.Warmup, cfg.Duration, cfg.Reps, cfg.MaxInFlight, fixed, env.Host())
 	return b.String()
 }

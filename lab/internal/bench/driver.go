@@ -191,13 +191,13 @@ func Connect(ctx context.Context, arms []Arm, o ConnectOptions) (map[string]Driv
 				return nil, err
 			}
 			drivers[RedisAOF] = d
-		case NATS:
+		case NATS, NATSMemory:
 			bin, err := FindNATSServer(ctx, o.Progress)
 			if err != nil {
 				CloseAll(drivers)
 				return nil, err
 			}
-			drivers[NATS] = NewNATS(NATSOptions{Binary: bin, DataDir: o.DataDir})
+			drivers[a.Broker] = NewNATS(NATSOptions{Binary: bin, DataDir: o.DataDir, Memory: a.Broker == NATSMemory})
 		case Redis:
 			d, err := DialRedis(ctx, RedisAddr())
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,6 +36,7 @@ const natsFetchWait = time.Second
 type NATSDriver struct {
 	bin     string
 	dataDir string
+	memory  bool
 }
 
 // NATSOptions configures NewNATS.
@@ -45,11 +47,15 @@ type NATSOptions struct {
 	// DataDir is where each server gets its fresh store directory; default
 	// os.TempDir(). It must be on the disk under test.
 	DataDir string
+	// Memory makes every stream a memory-storage stream, with nothing
+	// on disk (the NATSMemory arms); the server keeps its defaults.
+	Memory bool
 }
 
-// NewNATS returns a driver for the nats-jetstream arm.
+// NewNATS returns a driver for the nats-jetstream arm, or with Memory for
+// the nats-jetstream-memory arm.
 func NewNATS(o NATSOptions) *NATSDriver {
-	return &NATSDriver{bin: o.Binary, dataDir: o.DataDir}
+	return &NATSDriver{bin: o.Binary, dataDir: o.DataDir, memory: o.Memory}
 }
 
 // FindNATSServer returns a nats-server that supports `sync_interval:
@@ -120,7 +126,12 @@ func natsSyncAlways(ctx context.Context, bin string) bool {
 }
 
 // Broker implements Driver.
-func (d *NATSDriver) Broker() string { return NATS }
+func (d *NATSDriver) Broker() string {
+	if d.memory {
+		return NATSMemory
+	}
+	return NATS
+}
 
 // Version implements Driver.
 func (d *NATSDriver) Version(ctx context.Context) string {
@@ -131,6 +142,9 @@ func (d *NATSDriver) Version(ctx context.Context) string {
 	dir := d.dataDir
 	if dir == "" {
 		dir = os.TempDir()
+	}
+	if d.memory {
+		return v + " (its own process per run, JetStream memory storage; nats.go " + nats.Version + ")"
 	}
 	return v + " (its own process per run, JetStream file storage, sync_interval: always, data on " + FSType(dir) + "; nats.go " + nats.Version + ")"
 }
@@ -152,7 +166,11 @@ func (d *NATSDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error) {
 	}
 	conf := filepath.Join(dir, "nats.conf")
 	store := filepath.Join(dir, "store")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", store)), 0o644); err != nil {
+	sync := "  sync_interval: always\n"
+	if d.memory {
+		sync = "" // nothing of a memory stream is written
+	}
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream {\n  store_dir: %q\n%s}\n", store, sync)), 0o644); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -168,7 +186,7 @@ func (d *NATSDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	q := &natsQueue{proc: p, dir: dir, subject: spec.Name}
+	q := &natsQueue{proc: p, dir: dir, subject: spec.Name, addr: "nats://" + p.Addr()}
 	fail := func(err error) (Queue, error) {
 		q.Teardown(ctx)
 		return nil, fmt.Errorf("bench: nats: %w", err)
@@ -180,8 +198,12 @@ func (d *NATSDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, error) {
 		return fail(err)
 	}
 	// Stream names may not hold dots; the harness's queue names have none.
+	storage := jetstream.FileStorage
+	if d.memory {
+		storage = jetstream.MemoryStorage
+	}
 	s, err := q.js.CreateStream(ctx, jetstream.StreamConfig{Name: spec.Name, Subjects: []string{spec.Name},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+		Retention: jetstream.WorkQueuePolicy, Storage: storage})
 	if err != nil {
 		return fail(err)
 	}
@@ -196,6 +218,7 @@ type natsQueue struct {
 	proc    *BrokerProcess
 	dir     string
 	subject string
+	addr    string // the server's URL, for connections of their own
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	cons    jetstream.Consumer
@@ -260,6 +283,146 @@ func (q *natsQueue) Work(ctx context.Context, _ int, ready func(), h Handler) er
 			}
 		}
 		cancel()
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) &&
+			!errors.Is(err, context.Canceled) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			return fmt.Errorf("bench: nats fetch: %w", err)
+		}
+	}
+	return nil
+}
+
+// natsStall bounds how long a windowed publisher's PublishAsync waits for
+// room among its max pending; the publisher keeps its own window within
+// that bound, so it never waits.
+const natsStall = 10 * time.Second
+
+// NewWindowPublisher implements windowQueue: a connection of its own and
+// js.PublishAsync with max pending window (NATS's way of publishing
+// without a round trip each); a future's answer frees its place.
+func (q *natsQueue) NewWindowPublisher(ctx context.Context, window int) (Publisher, error) {
+	nc, err := nats.Connect(q.addr, nats.MaxReconnects(0))
+	if err != nil {
+		return nil, fmt.Errorf("bench: nats: %w", err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(window))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: nats: %w", err)
+	}
+	p := &natsWindowPublisher{nc: nc, js: js, subject: q.subject, w: newWindow[jetstream.PubAckFuture](window)}
+	go p.w.confirm(func(f jetstream.PubAckFuture) error {
+		select {
+		case <-f.Ok():
+			return nil
+		case err := <-f.Err():
+			return err
+		}
+	})
+	return p, nil
+}
+
+type natsWindowPublisher struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	subject string
+	w       *window[jetstream.PubAckFuture]
+}
+
+func (p *natsWindowPublisher) Publish(ctx context.Context, m Message) error {
+	if err := p.w.take(ctx); err != nil {
+		return err
+	}
+	f, err := p.js.PublishAsync(p.subject, m.Body, jetstream.WithStallWait(natsStall))
+	if err != nil {
+		p.w.give()
+		return err
+	}
+	p.w.pending <- f
+	return nil
+}
+
+func (p *natsWindowPublisher) Close() error {
+	err := p.w.close()
+	p.nc.Close()
+	return err
+}
+
+// WorkSlots implements slotQueue: a connection of its own and slots
+// handlers, fed by fetches from the shared pull consumer of as many
+// messages as there are free slots (up to slots, so batches of 16 at
+// prefetch 16), each message acked by its handler.
+func (q *natsQueue) WorkSlots(ctx context.Context, _ int, slots int, ready func(), h Handler) error {
+	nc, err := nats.Connect(q.addr, nats.MaxReconnects(0))
+	if err != nil {
+		return fmt.Errorf("bench: nats: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("bench: nats: %w", err)
+	}
+	cons, err := js.Consumer(ctx, q.subject, "workers")
+	if err != nil {
+		return fmt.Errorf("bench: nats consumer: %w", err)
+	}
+	if ready != nil {
+		ready()
+	}
+	busy := make(chan struct{}, slots) // a token per slot at work
+	msgs := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(msgs)
+	for range slots {
+		wg.Go(func() {
+			for msg := range msgs {
+				herr := h(ctx, msg.Data())
+				if ctx.Err() == nil { // crashed mid-handler: no ack; redelivered after AckWait
+					if herr != nil {
+						_ = msg.Nak()
+					} else {
+						_ = msg.Ack()
+					}
+				}
+				<-busy
+			}
+		})
+	}
+	for ctx.Err() == nil {
+		// One free slot, waited for, and every other free one.
+		select {
+		case busy <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		n := 1
+		for n < slots {
+			select {
+			case busy <- struct{}{}:
+				n++
+				continue
+			default:
+			}
+			break
+		}
+		fctx, cancel := context.WithTimeout(ctx, natsFetchWait)
+		batch, err := cons.Fetch(n, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("bench: nats fetch: %w", err)
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			msgs <- msg
+		}
+		cancel()
+		for ; got < n; got++ {
+			<-busy // slots the fetch did not fill
+		}
 		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) &&
 			!errors.Is(err, context.Canceled) && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
 			return fmt.Errorf("bench: nats fetch: %w", err)

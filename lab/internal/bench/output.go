@@ -349,7 +349,7 @@ func costTables(b *bytes.Buffer, r *CostResult, markdown bool) {
 		table(b, markdown, "lrrrrr", []string{"arm", "publishes per fsync", "records per fsync", "fsync µs", "publish wait µs", "time in fsync"}, logRows)
 	}
 	if len(r.Ratios) > 0 {
-		b.WriteString("\nPeak-rate ratios, each taken within one repetition (median, range over repetitions):\n\n")
+		b.WriteString("\nRatios, each taken within one repetition (median, range over repetitions):\n\n")
 		var rr [][]string
 		for _, x := range r.Ratios {
 			rr = append(rr, []string{x.Label, fmt.Sprintf("%.2fx", x.Median), fmt.Sprintf("%.2f-%.2f", x.Min, x.Max)})
@@ -357,7 +357,12 @@ func costTables(b *bytes.Buffer, r *CostResult, markdown bool) {
 		table(b, markdown, "lrl", []string{"ratio", "median", "range"}, rr)
 	}
 	if len(r.Goals) > 0 {
-		b.WriteString("\nGoals of the durable-queues issue (not pre-registered; reported as reached or missed):\n\n")
+		switch r.Scenario {
+		case ScenarioBusy, ScenarioBulk:
+			b.WriteString("\nGoals of the batching issue (#47; benchmarks, not pre-registered; reported as reached or missed):\n\n")
+		default:
+			b.WriteString("\nGoals of the durable-queues issue (not pre-registered; reported as reached or missed):\n\n")
+		}
 		var gr [][]string
 		for _, g := range r.Goals {
 			est := fmt.Sprintf("%.2fx", g.Estimate)
@@ -424,6 +429,9 @@ func WriteCostFiles(dir string, r *CostResult) error {
 	return writeFile(filepath.Join(dir, FileReport), func(w io.Writer) error {
 		var b bytes.Buffer
 		b.WriteString("# Harbinger broker cost\n\n")
+		if r.Scenario != "" && r.Scenario != ScenarioPrefetch1 {
+			fmt.Fprintf(&b, "Scenario: %s.\n\n", r.Scenario)
+		}
 		costTables(&b, r, true)
 		if len(r.ArmOrder) > 0 {
 			fmt.Fprintf(&b, "\n![peak delivery rate per broker](%s)\n", FileCostSVG)

@@ -19,4 +19,7 @@ const (
 	RedisAOF = "redis-aof"
 	// NATS is a nats-server with JetStream the harness starts per run.
 	NATS = "nats-jetstream"
+	// NATSMemory is the same with memory-storage streams: nothing is
+	// written to disk, as nothing is by Harbinger's --memory.
+	NATSMemory = "nats-jetstream-memory"
 )

@@ -44,6 +44,7 @@ const maxPriority = 3
 // j mod N, so that messages cross the cluster between the node a client
 // is on and the node that holds the queue.
 type RabbitDriver struct {
+	urls   []string           // one per node, for connections of a worker's or publisher's own
 	conns  []*amqp.Connection // one per node; conns[0] declares the queues
 	name   string
 	quorum bool
@@ -72,7 +73,7 @@ func dialRabbit(urls []string, name string, quorum bool) (*RabbitDriver, error) 
 	if len(urls) == 0 {
 		return nil, errors.New("bench: rabbitmq: no URL")
 	}
-	d := &RabbitDriver{name: name, quorum: quorum}
+	d := &RabbitDriver{name: name, quorum: quorum, urls: urls}
 	for i, u := range urls {
 		conn, err := amqp.Dial(u)
 		if err != nil {
@@ -456,4 +457,139 @@ func isRabbitArm(a Arm) bool {
 		return true
 	}
 	return false
+}
+
+// dialOwn opens a connection of client i's own, on node i mod Nodes, and
+// a channel on it.
+func (d *RabbitDriver) dialOwn(i int) (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.Dial(d.urls[i%len(d.urls)])
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: rabbitmq: %w", err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, nil, fmt.Errorf("bench: rabbitmq channel: %w", err)
+	}
+	return conn, ch, nil
+}
+
+// NewWindowPublisher implements windowQueue: a connection of its own, a
+// channel in confirm mode, and up to window publishes awaiting their
+// confirms (persistent messages on the quorum arm, transient otherwise).
+func (q *rabbitQueue) NewWindowPublisher(_ context.Context, window int) (Publisher, error) {
+	if q.pred != nil || q.policy != PolicyFIFO {
+		return nil, fmt.Errorf("bench: rabbitmq: a windowed publisher publishes to a FIFO queue only")
+	}
+	conn, ch, err := q.d.dialOwn(int(q.pubs.Add(1) - 1))
+	if err != nil {
+		return nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("bench: rabbitmq confirm mode: %w", err)
+	}
+	p := &rabbitWindowPublisher{conn: conn, ch: ch, q: q, w: newWindow[*amqp.DeferredConfirmation](window)}
+	go p.w.confirm(func(dc *amqp.DeferredConfirmation) error {
+		if !dc.Wait() {
+			return errors.New("bench: rabbitmq nacked a publish, or its channel closed")
+		}
+		return nil
+	})
+	return p, nil
+}
+
+type rabbitWindowPublisher struct {
+	conn *amqp.Connection
+	ch   *amqp.Channel
+	q    *rabbitQueue
+	w    *window[*amqp.DeferredConfirmation]
+}
+
+func (p *rabbitWindowPublisher) Publish(ctx context.Context, m Message) error {
+	if err := p.w.take(ctx); err != nil {
+		return err
+	}
+	mode := amqp.Transient
+	if p.q.durable {
+		mode = amqp.Persistent
+	}
+	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, "", p.q.name, false, false, amqp.Publishing{DeliveryMode: mode, Body: m.Body,
+		Headers: amqp.Table{"producer": m.Key.Producer, "job_type": m.Key.JobType, "size": int64(m.Key.Size)}})
+	if err != nil {
+		p.w.give()
+		return err
+	}
+	p.w.pending <- dc
+	return nil
+}
+
+func (p *rabbitWindowPublisher) Close() error {
+	err := p.w.close()
+	p.ch.Close()
+	p.conn.Close()
+	return err
+}
+
+// WorkSlots implements slotQueue: a connection of its own, basic.qos
+// prefetch slots, and slots handler goroutines taking deliveries from the
+// one consumer, each acking its own (manual acks, one per message).
+func (q *rabbitQueue) WorkSlots(ctx context.Context, worker, slots int, ready func(), h Handler) error {
+	if q.pred != nil || q.policy != PolicyFIFO {
+		return fmt.Errorf("bench: rabbitmq: a worker with several slots consumes a FIFO queue only")
+	}
+	conn, ch, err := q.d.dialOwn(worker)
+	if err != nil {
+		return err
+	}
+	// Closing the connection returns any unacked message to the queue, as
+	// a crashed worker's would.
+	defer conn.Close()
+	if err := ch.Qos(slots, 0, false); err != nil {
+		return fmt.Errorf("bench: rabbitmq qos: %w", err)
+	}
+	deliveries, err := ch.Consume(q.name, fmt.Sprintf("%s-w%d", q.name, worker), false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("bench: rabbitmq consume: %w", err)
+	}
+	if ready != nil {
+		ready()
+	}
+	errc := make(chan error, slots)
+	var wg sync.WaitGroup
+	for range slots {
+		wg.Go(func() {
+			for dl := range deliveries {
+				herr := h(ctx, dl.Body)
+				if ctx.Err() != nil {
+					continue // crashed mid-handler: no ack
+				}
+				if herr != nil {
+					_ = dl.Nack(false, true)
+					continue
+				}
+				if err := dl.Ack(false); err != nil {
+					errc <- fmt.Errorf("bench: rabbitmq ack: %w", err)
+					return
+				}
+			}
+		})
+	}
+	ended := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(ended)
+	}()
+	var werr error
+	select {
+	case <-ctx.Done():
+	case werr = <-errc:
+	case <-ended:
+		if ctx.Err() == nil {
+			werr = errors.New("bench: rabbitmq delivery channel closed")
+		}
+	}
+	conn.Close() // ends deliveries
+	<-ended
+	return werr
 }

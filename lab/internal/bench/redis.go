@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -292,9 +293,14 @@ func (q *RedisQueue) Work(ctx context.Context, worker int, ready func(), h Handl
 	if ready != nil {
 		ready()
 	}
-	pk := q.processingKey(worker)
+	return q.serve(ctx, q.rdb, q.processingKey(worker), h)
+}
+
+// serve runs one handler slot with processing list pk on rdb: BLMOVE one
+// message, run it, LREM it, until ctx ends.
+func (q *RedisQueue) serve(ctx context.Context, rdb *redis.Client, pk string, h Handler) error {
 	for ctx.Err() == nil {
-		body, err := q.rdb.BLMove(ctx, q.queueKey(), pk, "RIGHT", "LEFT", redisPoll).Bytes()
+		body, err := rdb.BLMove(ctx, q.queueKey(), pk, "RIGHT", "LEFT", redisPoll).Bytes()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -310,14 +316,152 @@ func (q *RedisQueue) Work(ctx context.Context, worker int, ready func(), h Handl
 		}
 		if herr != nil {
 			// The reliable queue's retry: back onto the queue's consuming end.
-			if err := q.rdb.LMove(ctx, pk, q.queueKey(), "LEFT", "RIGHT").Err(); err != nil {
+			if err := rdb.LMove(ctx, pk, q.queueKey(), "LEFT", "RIGHT").Err(); err != nil {
 				return fmt.Errorf("bench: redis requeue: %w", err)
 			}
 			continue
 		}
-		if err := q.rdb.LRem(ctx, pk, 1, body).Err(); err != nil {
+		if err := rdb.LRem(ctx, pk, 1, body).Err(); err != nil {
 			return fmt.Errorf("bench: redis lrem: %w", err)
 		}
 	}
 	return nil
+}
+
+// slotKey is the processing list of slot s of worker w.
+func (q *RedisQueue) slotKey(w, s int) string {
+	return fmt.Sprintf("%sprocessing:%d:%d", q.prefix, w, s)
+}
+
+// own is a client of its own on q's server, with pool connections for n
+// callers at once.
+func (q *RedisQueue) own(n int) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: q.rdb.Options().Addr, PoolSize: n})
+}
+
+// WorkSlots implements slotQueue: a client of its own and slots handler
+// goroutines, each the reliable queue's consumer with a processing list
+// of its own (one BLMOVE per job), recovering its list first.
+func (q *RedisQueue) WorkSlots(ctx context.Context, worker, slots int, ready func(), h Handler) error {
+	rdb := q.own(slots)
+	defer rdb.Close()
+	for s := range slots {
+		pk := q.slotKey(worker, s)
+		for {
+			err := rdb.LMove(ctx, pk, q.queueKey(), "LEFT", "RIGHT").Err()
+			if errors.Is(err, redis.Nil) {
+				break
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("bench: redis recover: %w", err)
+			}
+		}
+	}
+	if ready != nil {
+		ready()
+	}
+	errc := make(chan error, slots)
+	var wg sync.WaitGroup
+	for s := range slots {
+		wg.Go(func() {
+			if err := q.serve(ctx, rdb, q.slotKey(worker, s), h); err != nil {
+				errc <- err
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// NewWindowPublisher implements windowQueue: a client of its own, and up
+// to window publishes unconfirmed, sent as one pipeline of LPUSHes of
+// whatever has queued while the last pipeline's replies were awaited.
+func (q *RedisQueue) NewWindowPublisher(_ context.Context, window int) (Publisher, error) {
+	p := &redisWindowPublisher{q: q, rdb: q.own(1), places: make(chan struct{}, window), in: make(chan []byte, window),
+		done: make(chan struct{}), max: window}
+	go p.run()
+	return p, nil
+}
+
+type redisWindowPublisher struct {
+	q      *RedisQueue
+	rdb    *redis.Client
+	places chan struct{} // a token per publish not yet confirmed
+	in     chan []byte
+	done   chan struct{}
+	max    int
+	mu     sync.Mutex
+	err    error
+}
+
+func (p *redisWindowPublisher) firstErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+func (p *redisWindowPublisher) Publish(ctx context.Context, m Message) error {
+	if err := p.firstErr(); err != nil {
+		return err
+	}
+	select {
+	case p.places <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p.in <- m.Body
+	return nil
+}
+
+// run sends pipelines until Close.
+func (p *redisWindowPublisher) run() {
+	defer close(p.done)
+	ctx := context.Background()
+	bodies := make([][]byte, 0, p.max)
+	for body := range p.in {
+		bodies = append(bodies[:0], body)
+	more:
+		for len(bodies) < p.max {
+			select {
+			case b, ok := <-p.in:
+				if !ok {
+					break more
+				}
+				bodies = append(bodies, b)
+			default:
+				break more
+			}
+		}
+		_, err := p.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, b := range bodies {
+				pipe.LPush(ctx, p.q.queueKey(), b)
+			}
+			return nil
+		})
+		if err != nil {
+			p.mu.Lock()
+			if p.err == nil {
+				p.err = fmt.Errorf("bench: redis pipeline: %w", err)
+			}
+			p.mu.Unlock()
+		}
+		for range bodies {
+			<-p.places
+		}
+	}
+}
+
+func (p *redisWindowPublisher) Close() error {
+	close(p.in)
+	<-p.done
+	p.rdb.Close()
+	return p.firstErr()
 }

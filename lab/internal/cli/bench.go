@@ -152,12 +152,15 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench cost", "bench cost [--duration 30s] [--warmup 5s] [--reps 5] [--rate 5000] [--arms registered|durable|unary|a,b,...] [--memory-jobs N] [--memory-only] [--data-dir DIR] [--out DIR] [--json] [flags]", stderr)
+	fs := newFlags("bench cost", "bench cost [--scenario prefetch1|busy|bulk] [--duration 30s] [--warmup 5s] [--reps 5] [--rate 5000] [--arms registered|durable|unary|busy|bulk|a,b,...] [--memory-jobs N] [--memory-only] [--data-dir DIR] [--out DIR] [--json] [flags]", stderr)
+	scenario := fs.String("scenario", bench.ScenarioPrefetch1, "the load: "+bench.ScenarioPrefetch1+" (the registered one: prefetch-1 consumers, each producer waiting for each publish's answer), "+
+		bench.ScenarioBusy+" (busy workers: consumers with 16 handler slots, producers keeping 64 publishes unconfirmed; arms "+strings.Join(bench.ArmNames(bench.BusyArms), ",")+
+		") or "+bench.ScenarioBulk+" (durable bulk: the same consumers, producers keeping 256 unconfirmed; arms "+strings.Join(bench.ArmNames(bench.BulkArms), ",")+"); it sets the arms unless --arms does")
 	dur := fs.Duration("duration", bench.DefaultCostDuration, "timed window of each run")
 	warm := fs.Duration("warmup", bench.DefaultCostWarmup, "untimed warm-up before each timed window")
 	reps := fs.Int("reps", bench.DefaultCostReps, "repetitions; arms run interleaved within each")
 	rate := fs.Float64("rate", bench.DefaultCostRate, "offered msg/s of the fixed-rate runs (the durable comparison's goal is at 1000)")
-	armsFlag := fs.String("arms", "registered", "comma-separated arms and groups: registered ("+strings.Join(bench.ArmNames(bench.CostArms), ",")+
+	armsFlag := fs.String("arms", "", "comma-separated arms and groups (default: the scenario's): registered ("+strings.Join(bench.ArmNames(bench.CostArms), ",")+
 		"), durable ("+strings.Join(bench.ArmNames(bench.DurableArms), ",")+"), unary ("+strings.Join(bench.ArmNames(bench.UnaryArms), ",")+
 		": one unary client.Publish call per message), "+bench.InProcessArm.Name+" (the broker inside the harness process) and "+bench.BareTCPArm.Name+" (the bare queue over plain TCP instead of gRPC)")
 	memJobs := fs.Int("memory-jobs", 0, "also measure the RSS of harbinger serve (memory and durable mode) holding this many waiting 64-byte jobs; 0 skips it (1000000 is the documented figure)")
@@ -176,9 +179,15 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer stopProfiles()
+	sc, ok := bench.CostScenarios[*scenario]
+	if !ok {
+		return fmt.Errorf("--scenario: unknown %q (want %s, %s or %s)", *scenario, bench.ScenarioPrefetch1, bench.ScenarioBusy, bench.ScenarioBulk)
+	}
 	var arms []bench.Arm
 	if !*memOnly {
-		if arms, err = bench.ParseCostArms(*armsFlag); err != nil {
+		if *armsFlag == "" {
+			arms = sc.Arms
+		} else if arms, err = bench.ParseCostArms(*armsFlag); err != nil {
 			return fmt.Errorf("--arms: %w", err)
 		}
 	}
@@ -196,7 +205,7 @@ func runBenchCost(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case *memOnly && *memJobs == 0:
 		return fmt.Errorf("--memory-only needs --memory-jobs")
 	}
-	cfg := bench.CostConfig{Arms: arms, Duration: *dur, Warmup: *warm, Reps: *reps, Rate: *rate, Progress: stderr}
+	cfg := bench.CostConfig{Scenario: sc.Name, Arms: arms, Duration: *dur, Warmup: *warm, Reps: *reps, Rate: *rate, Progress: stderr}
 	if *warm == 0 {
 		cfg.Warmup = time.Nanosecond // zero means the default; a nanosecond is none
 	}

@@ -55,29 +55,43 @@ class CancelNotice(_message.Message):
     id: str
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
+class ConsumeBatch(_message.Message):
+    __slots__ = ["acks", "extends", "nacks"]
+    ACKS_FIELD_NUMBER: _ClassVar[int]
+    EXTENDS_FIELD_NUMBER: _ClassVar[int]
+    NACKS_FIELD_NUMBER: _ClassVar[int]
+    acks: _containers.RepeatedCompositeFieldContainer[Ack]
+    extends: _containers.RepeatedCompositeFieldContainer[Extend]
+    nacks: _containers.RepeatedCompositeFieldContainer[Nack]
+    def __init__(self, acks: _Optional[_Iterable[_Union[Ack, _Mapping]]] = ..., nacks: _Optional[_Iterable[_Union[Nack, _Mapping]]] = ..., extends: _Optional[_Iterable[_Union[Extend, _Mapping]]] = ...) -> None: ...
+
 class ConsumeRequest(_message.Message):
-    __slots__ = ["ack", "credit", "extend", "nack", "subscribe"]
+    __slots__ = ["ack", "batch", "credit", "extend", "nack", "subscribe"]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     EXTEND_FIELD_NUMBER: _ClassVar[int]
     NACK_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
     ack: Ack
+    batch: ConsumeBatch
     credit: Credit
     extend: Extend
     nack: Nack
     subscribe: Subscribe
-    def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend: _Optional[_Union[Extend, _Mapping]] = ...) -> None: ...
+    def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., extend: _Optional[_Union[Extend, _Mapping]] = ..., batch: _Optional[_Union[ConsumeBatch, _Mapping]] = ...) -> None: ...
 
 class ConsumeResponse(_message.Message):
-    __slots__ = ["cancel", "delivery", "error"]
+    __slots__ = ["cancel", "deliveries", "delivery", "error"]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     cancel: CancelNotice
+    deliveries: DeliveryBatch
     delivery: Delivery
     error: RequestError
-    def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ..., error: _Optional[_Union[RequestError, _Mapping]] = ..., cancel: _Optional[_Union[CancelNotice, _Mapping]] = ...) -> None: ...
+    def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ..., error: _Optional[_Union[RequestError, _Mapping]] = ..., cancel: _Optional[_Union[CancelNotice, _Mapping]] = ..., deliveries: _Optional[_Union[DeliveryBatch, _Mapping]] = ...) -> None: ...
 
 class CountedPublish(_message.Message):
     __slots__ = ["counted", "job"]
@@ -231,6 +245,12 @@ class Delivery(_message.Message):
     tier: int
     def __init__(self, id: _Optional[str] = ..., queue: _Optional[str] = ..., producer: _Optional[str] = ..., job_type: _Optional[str] = ..., size_hint: _Optional[int] = ..., payload: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., published_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., lease: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., tier: _Optional[int] = ..., predicted_ms: _Optional[float] = ...) -> None: ...
 
+class DeliveryBatch(_message.Message):
+    __slots__ = ["deliveries"]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    deliveries: _containers.RepeatedCompositeFieldContainer[Delivery]
+    def __init__(self, deliveries: _Optional[_Iterable[_Union[Delivery, _Mapping]]] = ...) -> None: ...
+
 class DoneJob(_message.Message):
     __slots__ = ["attempts", "ended_at", "id", "job_type", "producer", "state", "took"]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -363,20 +383,22 @@ class KeyStats(_message.Message):
     def __init__(self, producer: _Optional[str] = ..., job_type: _Optional[str] = ..., size_bucket: _Optional[int] = ..., count: _Optional[int] = ..., ewma_ms: _Optional[float] = ..., p50_ms: _Optional[float] = ..., p99_ms: _Optional[float] = ..., tier: _Optional[int] = ..., cold: bool = ..., spread_gated: bool = ..., mae_ms: _Optional[float] = ..., tier_accuracy: _Optional[float] = ..., scored: _Optional[int] = ..., long: bool = ...) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ["max_batch", "max_credit", "max_delivery_bytes", "max_header_bytes", "max_payload_bytes", "max_request_bytes"]
+    __slots__ = ["max_batch", "max_consume_batch", "max_credit", "max_delivery_bytes", "max_header_bytes", "max_payload_bytes", "max_request_bytes"]
     MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONSUME_BATCH_FIELD_NUMBER: _ClassVar[int]
     MAX_CREDIT_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_HEADER_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
     max_batch: int
+    max_consume_batch: int
     max_credit: int
     max_delivery_bytes: int
     max_header_bytes: int
     max_payload_bytes: int
     max_request_bytes: int
-    def __init__(self, max_payload_bytes: _Optional[int] = ..., max_header_bytes: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_batch: _Optional[int] = ..., max_delivery_bytes: _Optional[int] = ..., max_credit: _Optional[int] = ...) -> None: ...
+    def __init__(self, max_payload_bytes: _Optional[int] = ..., max_header_bytes: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., max_batch: _Optional[int] = ..., max_delivery_bytes: _Optional[int] = ..., max_credit: _Optional[int] = ..., max_consume_batch: _Optional[int] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
     __slots__ = ["limit", "queue"]
@@ -844,14 +866,16 @@ class Stamp(_message.Message):
     def __init__(self, predicted: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., tier: _Optional[int] = ..., cold: bool = ...) -> None: ...
 
 class Subscribe(_message.Message):
-    __slots__ = ["consumer_name", "prefetch", "queue"]
+    __slots__ = ["consumer_name", "max_batch", "prefetch", "queue"]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_FIELD_NUMBER: _ClassVar[int]
     PREFETCH_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     consumer_name: str
+    max_batch: int
     prefetch: int
     queue: str
-    def __init__(self, queue: _Optional[str] = ..., prefetch: _Optional[int] = ..., consumer_name: _Optional[str] = ...) -> None: ...
+    def __init__(self, queue: _Optional[str] = ..., prefetch: _Optional[int] = ..., consumer_name: _Optional[str] = ..., max_batch: _Optional[int] = ...) -> None: ...
 
 class WaitingJob(_message.Message):
     __slots__ = ["attempts", "cold", "enqueued", "expires", "id", "job_type", "level", "long", "predicted_ms", "producer", "tier", "waited"]

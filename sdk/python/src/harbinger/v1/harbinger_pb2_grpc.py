@@ -69,6 +69,10 @@ class BrokerServicer(object):
         the server sends at most as many deliveries as it has credit for. An
         ack, nack or extend the broker refuses, or applies only in part, is
         answered with a RequestError for that job alone; the session carries on.
+        A consumer that holds more than one credit may take several deliveries
+        in one response (Subscribe.max_batch, DeliveryBatch) and send several
+        acks, nacks and extends in one request (ConsumeBatch); one that does
+        neither sees the protocol as it always was.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
