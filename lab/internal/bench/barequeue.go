@@ -47,7 +47,11 @@ type bareSlice struct {
 
 // NewBareQueue returns an empty bare queue server.
 func NewBareQueue() *BareQueue {
-	return &BareQueue{queues: map[string]*bareSlice{}, limits: server.Limits(broker.Config{})}
+	limits := server.Limits(broker.Config{})
+	// It speaks the Consume stream one item to a message: said so, the
+	// SDK neither asks for batched deliveries nor sends batched acks.
+	limits.MaxConsumeBatch = 0
+	return &BareQueue{queues: map[string]*bareSlice{}, limits: limits}
 }
 
 // ServeBareQueue serves a BareQueue on addr until ctx ends; ready, if not
