@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sched"
@@ -184,40 +183,23 @@ func Goal(src Source, arms []Arm, o Options) (*GoalResult, error) {
 	for i := range lat {
 		lat[i] = make([][]float64, len(seeds))
 	}
-	type task struct{ arm, seed int }
-	tasks := make(chan task)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range par {
-		wg.Go(func() {
-			for t := range tasks {
-				_, recs, err := RunSeed(types, jobs[t.seed], workers, all[t.arm], seeds[t.seed])
-				l := make([]float64, len(jobs[t.seed]))
-				for i := range l {
-					l[i] = math.NaN()
-				}
-				for _, r := range recs {
-					l[r.Job] = (r.Done - r.Sent).Seconds()
-				}
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("arm %s seed %d: %w", all[t.arm].Name, seeds[t.seed], err)
-				}
-				lat[t.arm][t.seed] = l
-				mu.Unlock()
-			}
-		})
-	}
-	for a := range all {
-		for s := range seeds {
-			tasks <- task{a, s}
+	err = eachRun(len(all), len(seeds), par, func(a, si int) error {
+		_, recs, err := RunSeed(types, jobs[si], workers, all[a], seeds[si])
+		if err != nil {
+			return fmt.Errorf("arm %s seed %d: %w", all[a].Name, seeds[si], err)
 		}
-	}
-	close(tasks)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+		l := make([]float64, len(jobs[si]))
+		for i := range l {
+			l[i] = math.NaN()
+		}
+		for _, r := range recs {
+			l[r.Job] = (r.Done - r.Sent).Seconds()
+		}
+		lat[a][si] = l
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	long := LongTypes(types, jobs)
 	res := &GoalResult{Workload: src.Name(), Workers: workers, Seeds: seeds}

@@ -373,40 +373,21 @@ func Run(src Source, arms []Arm, o Options) (*report.Report, error) {
 		jobsBySeed[i] = src.Generate(s)
 	}
 
-	type task struct{ arm, seed int }
 	results := make([][]report.SeedResult, len(arms))
 	for i := range results {
 		results[i] = make([]report.SeedResult, len(seeds))
 	}
-	tasks := make(chan task)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range par {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for t := range tasks {
-				// Each run gets its own copy of the jobs: nothing is shared but reads.
-				res, _, err := RunSeed(types, jobsBySeed[t.seed], workers, arms[t.arm], seeds[t.seed])
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("arm %s seed %d: %w", arms[t.arm].Name, seeds[t.seed], err)
-				}
-				results[t.arm][t.seed] = res
-				mu.Unlock()
-			}
-		}()
-	}
-	for a := range arms {
-		for s := range seeds {
-			tasks <- task{a, s}
+	err := eachRun(len(arms), len(seeds), par, func(a, si int) error {
+		// Each run gets its own copy of the jobs: nothing is shared but reads.
+		res, _, err := RunSeed(types, jobsBySeed[si], workers, arms[a], seeds[si])
+		if err != nil {
+			return fmt.Errorf("arm %s seed %d: %w", arms[a].Name, seeds[si], err)
 		}
-	}
-	close(tasks)
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+		results[a][si] = res
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 
 	r := &report.Report{Workload: src.Name(), Seeds: seeds, Arms: map[string]*report.ArmResult{}}
@@ -418,6 +399,38 @@ func Run(src Source, arms []Arm, o Options) (*report.Report, error) {
 	r.Secondary = report.Secondary(r.Arms, report.SimBaselines, false)
 	r.Method = method(src, workers, seeds, arms, o.Overhead)
 	return r, nil
+}
+
+// eachRun calls run for every arm and seed index, par at a time, and
+// returns the first error. Each call writes only its own slot of the
+// caller's results.
+func eachRun(arms, seeds, par int, run func(arm, seed int) error) error {
+	type task struct{ arm, seed int }
+	tasks := make(chan task)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range par {
+		wg.Go(func() {
+			for t := range tasks {
+				if err := run(t.arm, t.seed); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for a := range arms {
+		for s := range seeds {
+			tasks <- task{a, s}
+		}
+	}
+	close(tasks)
+	wg.Wait()
+	return firstErr
 }
 
 func method(src Source, workers int, seeds []uint64, arms []Arm, overhead time.Duration) string {

@@ -34,13 +34,9 @@ func runExperiments(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	var loads []float64
-	for _, f := range strings.Split(*loadsFlag, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || !(v > 0) {
-			return fmt.Errorf("--loads: %q is not a positive number", f)
-		}
-		loads = append(loads, v)
+	loads, err := parseLoads(*loadsFlag)
+	if err != nil {
+		return err
 	}
 	w, err := loadWorkload(*wl)
 	if err != nil {
@@ -81,4 +77,17 @@ func runExperiments(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stdout, "wrote %s/experiments.md and %s/%s/*.svg (%.0f s)\n", *out, *out, experiment.ChartDir, res.Took.Seconds())
 	return nil
+}
+
+// parseLoads reads --loads: comma-separated positive offered loads.
+func parseLoads(s string) ([]float64, error) {
+	var loads []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || !(v > 0) {
+			return nil, fmt.Errorf("--loads: %q is not a positive number", f)
+		}
+		loads = append(loads, v)
+	}
+	return loads, nil
 }

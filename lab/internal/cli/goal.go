@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/harbinger-mq/harbinger/internal/sim"
@@ -33,13 +32,9 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var loads []float64
-	for _, f := range strings.Split(*loadsFlag, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || !(v > 0) {
-			return fmt.Errorf("--loads: %q is not a positive number", f)
-		}
-		loads = append(loads, v)
+	loads, err := parseLoads(*loadsFlag)
+	if err != nil {
+		return err
 	}
 	w, err := loadWorkload(*wl)
 	if err != nil {
