@@ -94,6 +94,20 @@ type Config struct {
 	// predictions to place a long cut, every spread key is gated. Only
 	// with LongShare.
 	GateLongOnly bool
+	// GatedMean predicts a spread-gated key's messages at the key's slow
+	// mean instead of the typical cost of the queue: they keep the middle
+	// tier, but carry what the key costs on average, so shortest-first
+	// orders them by expected cost (the order that minimises the mean wait
+	// when single jobs of a key cannot be told apart), and they are Long
+	// only as a warm key's would be (by the cuts, not for being spread).
+	GatedMean bool
+	// LongKeysByTail ranks keys for the LongKeys cut by the larger of
+	// their slow mean and their p99 rather than the slow mean alone. A
+	// key whose runs are mostly quick and sometimes minutes long learns
+	// its mean late, from the runs that finished (its long runs are still
+	// running), so its slow mean says short while its histogram's tail
+	// already says long.
+	LongKeysByTail bool
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -273,6 +287,11 @@ func (p *Predictor) Predict(k Key) Prediction {
 	if p.spreadGated(e) {
 		pr.SpreadGated, pr.Long = true, p.cfg.LongShare > 0
 		e.tier = mid
+		if p.cfg.GatedMean && e.meanMS > 0 {
+			pr.Cost = msToDuration(e.meanMS)
+			p.record(e.meanMS)
+			pr.Long = p.isLong(e.meanMS) || p.longKey(e)
+		}
 		return pr
 	}
 	cost := p.costOf(e)
@@ -359,10 +378,10 @@ func (p *Predictor) noteCost(e *entry) {
 	if e.warmIdx < 0 {
 		e.warmIdx = int32(len(p.warm))
 		p.warm = append(p.warm, e)
-		p.warmMeans = append(p.warmMeans, e.meanMS)
+		p.warmMeans = append(p.warmMeans, p.keyRank(e))
 		return
 	}
-	p.warmMeans[e.warmIdx] = e.meanMS
+	p.warmMeans[e.warmIdx] = p.keyRank(e)
 }
 
 // dropWarm takes an evicted key out of the warm keys: the last one takes
@@ -512,10 +531,18 @@ func (p *Predictor) isLong(ms float64) bool {
 	return p.cfg.LongShare > 0 && (ms >= p.longMS || ms >= p.keyCutMS)
 }
 
+// keyRank is what the LongKeys cut ranks e by.
+func (p *Predictor) keyRank(e *entry) float64 {
+	if p.cfg.LongKeysByTail {
+		return max(e.meanMS, e.p99)
+	}
+	return e.meanMS
+}
+
 // longKey reports whether a warm key is among the costliest LongKeys share
 // of the keys by its slow mean.
 func (p *Predictor) longKey(e *entry) bool {
-	return p.cfg.LongShare > 0 && e.meanMS >= p.keyCutMS
+	return p.cfg.LongShare > 0 && p.keyRank(e) >= p.keyCutMS
 }
 
 // Boundaries computes tier boundaries from a sample of costs: the

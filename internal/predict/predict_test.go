@@ -955,3 +955,90 @@ func TestLongKeyStaysLongThroughShortRuns(t *testing.T) {
 		t.Errorf("after 220 runs of 20 ms the kind is still long (slow mean %.0f ms, cut %.0f ms)", p.keys[keyOf(report)].meanMS, p.keyCutMS)
 	}
 }
+
+// With GatedMean a spread-gated key keeps the middle tier but is priced at
+// its slow mean, and is Long only by the cuts: a spread key that is quick
+// on average sorts ahead of a steady key that costs more, and is not held
+// to its FIFO start.
+func TestGatedMean(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{false, true} {
+		p := mustNew(t, Config{RecomputeEvery: 1, LongShare: 0.01, LongKeys: 0.05, GatedMean: on})
+		spread := p.KeyFor("jobs", "wéb", "render", 0)
+		steady := p.KeyFor("jobs", "wéb", "sync", 0)
+		export := p.KeyFor("jobs", "wéb", "export", 0)
+		for i := range 400 {
+			d := ms(20)
+			if i%20 == 19 {
+				d = ms(3000) // a twentieth take 150 times as long: mean about 170 ms
+			}
+			observe(t, p, spread, Prediction{}, d)
+			observe(t, p, steady, Prediction{}, ms(400))
+			if i%10 == 0 {
+				observe(t, p, export, Prediction{}, ms(60_000))
+			}
+			for k := range 20 {
+				observe(t, p, p.KeyFor("jobs", "wéb", fmt.Sprint("ping-", k), 0), Prediction{}, ms(float64(2+k)))
+			}
+		}
+		for range 100 {
+			p.Predict(steady)
+			p.Predict(export)
+			for k := range 20 {
+				p.Predict(p.KeyFor("jobs", "wéb", fmt.Sprint("ping-", k), 0))
+			}
+		}
+		pr := p.Predict(spread)
+		if !pr.SpreadGated || pr.Tier != 1 {
+			t.Fatalf("GatedMean %v: %+v, want spread-gated in the middle tier", on, pr)
+		}
+		ks, _ := p.Lookup(spread)
+		if !on {
+			if !pr.Long || pr.Cost != p.typical() {
+				t.Errorf("gate as before: %+v, want long at the typical cost %v", pr, p.typical())
+			}
+			continue
+		}
+		if pr.Cost < ms(100) || pr.Cost > ms(300) || pr.Long {
+			t.Errorf("GatedMean: %+v, want about 170 ms and not long", pr)
+		}
+		if st := p.Predict(steady); st.Cost <= pr.Cost {
+			t.Errorf("GatedMean: the steady 400 ms key at %v is not past the spread key at %v", st.Cost, pr.Cost)
+		}
+		if ks.Long != pr.Long {
+			t.Errorf("Lookup says long %v, Predict %v", ks.Long, pr.Long)
+		}
+		if ex := p.Predict(export); !ex.Long {
+			t.Errorf("GatedMean: the export key %+v should stay long", ex)
+		}
+	}
+}
+
+// A key whose runs are mostly quick and now and then minutes long has a
+// small slow mean while its long runs are still running; LongKeysByTail
+// ranks it by its tail and so marks it long.
+func TestLongKeysByTail(t *testing.T) {
+	t.Parallel()
+	for _, byTail := range []bool{false, true} {
+		p := mustNew(t, Config{RecomputeEvery: 1, LongShare: 0.01, LongKeys: 0.05, GatedMean: true, LongKeysByTail: byTail})
+		rare := p.KeyFor("jobs", "fn", "käse-tail", 0)
+		for i := range 200 {
+			d := ms(700)
+			if i%50 == 10 {
+				d = ms(120_000) // two minutes, four times in 200 runs
+			}
+			observe(t, p, rare, Prediction{}, d)
+			for k := range 30 {
+				observe(t, p, p.KeyFor("jobs", "fn", fmt.Sprint("f-", k), 0), Prediction{}, ms(float64(100+700*k)))
+			}
+		}
+		for k := range 30 {
+			p.Predict(p.KeyFor("jobs", "fn", fmt.Sprint("f-", k), 0))
+		}
+		pr := p.Predict(rare)
+		if pr.Long != byTail {
+			ks, _ := p.Lookup(rare)
+			t.Errorf("LongKeysByTail %v: %+v (mean and p99 %v, %v), want long %v", byTail, pr, ks.EWMA, ks.P99, byTail)
+		}
+	}
+}

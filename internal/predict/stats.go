@@ -63,7 +63,11 @@ func (p *Predictor) stats(e *entry) KeyStats {
 		ks.TierAccuracy = float64(e.tierHits) / float64(e.scored)
 	}
 	ks.SpreadGated = !ks.Cold && p.spreadGated(e)
-	ks.Long = p.cfg.LongShare > 0 && (ks.Cold || ks.SpreadGated || p.isLong(p.costOf(e)) || p.longKey(e))
+	cost := p.costOf(e)
+	if ks.SpreadGated && p.cfg.GatedMean {
+		cost = e.meanMS // as Predict prices a gated key
+	}
+	ks.Long = p.cfg.LongShare > 0 && (ks.Cold || ks.SpreadGated && !p.cfg.GatedMean || p.isLong(cost) || p.longKey(e))
 	return ks
 }
 

@@ -43,6 +43,11 @@ type refSched struct {
 	enqWork, deqWork float64
 	credit           []int
 	skipped          []*refItem // expired items Pop took out, for the next Expire
+	// With Bound.Tail: every FIFO latency the guard saw, the quantile of
+	// the latest tailSize as of the last refresh, and how many came since.
+	lats      []time.Duration
+	tailQ     time.Duration
+	tailSince int
 }
 
 func newRef(cfg Config) *refSched {
@@ -75,8 +80,9 @@ func (m *refSched) push(r *refItem, now time.Time) {
 	r.hasDue = false
 	r.pastFIFO = false
 	if b := m.cfg.Bound; b != nil && b.Guard != nil {
-		m.promote(now) // the others first: this item's FIFO position is new
-		r.pastFIFO = false
+		r.queued = false // the others first: this item's FIFO position is new
+		m.promote(now)
+		r.queued = true
 		r.pushedAt, r.fifoPos = now, m.enqWork
 		if m.enqWork-m.deqWork <= 0 {
 			m.setDeadline(r, now)
@@ -92,6 +98,14 @@ func (m *refSched) push(r *refItem, now time.Time) {
 		r.hasDue = true
 	}
 	m.enqWork += r.cost.Seconds()
+	if b := m.cfg.Bound; b != nil && b.Tail > 0 && len(m.lats) > 0 && (m.tailQ == 0 || m.tailSince >= tailRefresh) {
+		// Refreshed at Push only, every tailRefresh latencies: the
+		// quantile of the latest tailSize, by plain sorting.
+		last := slices.Clone(m.lats[max(0, len(m.lats)-tailSize):])
+		slices.Sort(last)
+		m.tailQ = last[min(len(last)-1, int(b.Tail*float64(len(last))))]
+		m.tailSince = 0
+	}
 }
 
 // promote gives every waiting guarded item whose FIFO position the work
@@ -110,9 +124,22 @@ func (m *refSched) promote(now time.Time) {
 }
 
 func (m *refSched) setDeadline(r *refItem, now time.Time) {
+	b := m.cfg.Bound
 	lat := now.Sub(r.pushedAt) + r.cost
-	r.deadline = now.Add(time.Duration(*m.cfg.Bound.Guard * float64(lat)))
+	slack := *b.Guard * float64(lat)
+	if r.long && b.LongGuard != nil {
+		// A long message's own guard, if tighter.
+		slack = min(slack, *b.LongGuard*float64(lat))
+	} else if b.Tail > 0 && m.tailQ > 0 {
+		// Up to the tail quantile, or GuardMin of its latency if more.
+		slack = min(slack, max(b.GuardMin*float64(lat), float64(m.tailQ-lat)))
+	}
+	r.deadline = now.Add(time.Duration(slack))
 	r.pastFIFO = true
+	if b.Tail > 0 {
+		m.lats = append(m.lats, lat)
+		m.tailSince++
+	}
 }
 
 func (m *refSched) remove(r *refItem) bool {
@@ -289,6 +316,15 @@ func randConfig(rng *rand.Rand) Config {
 		if rng.IntN(2) == 0 {
 			cfg.Bound.Guard = new(float64(rng.IntN(9)) / 8)
 			cfg.Bound.Overtake = float64(rng.IntN(5)) / 4
+			if rng.IntN(2) == 0 {
+				// The adaptive guard: a tail quantile, the slack past it
+				// and, at times, a guard of long messages' own.
+				cfg.Bound.Tail = []float64{0.5, 0.9, 0.99}[rng.IntN(3)]
+				cfg.Bound.GuardMin = float64(rng.IntN(5)) / 8
+				if rng.IntN(2) == 0 {
+					cfg.Bound.LongGuard = new(float64(rng.IntN(3)) / 8)
+				}
+			}
 			if rng.IntN(2) == 0 {
 				// The default's shape, where the due heap stands in for the
 				// FIFO line (Scheduler.dueOrdered): one stretch from -0.75
@@ -514,6 +550,9 @@ func idOf(it *Item) any {
 }
 
 func checkState(t *testing.T, s *Scheduler, m *refSched, fail func(string, ...any)) {
+	if s.tail.q != int64(m.tailQ) || s.tail.since != m.tailSince {
+		fail("tail quantile %v after %d latencies, model %v after %d", time.Duration(s.tail.q), s.tail.since, m.tailQ, m.tailSince)
+	}
 	t.Helper()
 	waiting := m.waiting()
 	if s.Len() != len(waiting) {

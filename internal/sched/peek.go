@@ -251,13 +251,12 @@ func (p *peeker) promoteGuard() {
 	if !p.s.guarded() {
 		return
 	}
-	b := p.s.cfg.Bound
 	for it := p.fifoWait.peek(); it != nil && (p.gone[it] || it.pos() <= p.deq); it = p.fifoWait.peek() {
 		p.fifoWait.next()
 		if p.gone[it] {
 			continue
 		}
-		p.passFIFO(it, guardDeadline(it, p.now, *b.Guard))
+		p.passFIFO(it, p.s.guardDeadline(it, p.now))
 	}
 	if !p.s.dueOrdered {
 		return
@@ -267,7 +266,7 @@ func (p *peeker) promoteGuard() {
 		if p.gone[it] {
 			continue
 		}
-		at := guardDeadline(it, p.now, *b.Guard)
+		at := p.s.guardDeadline(it, p.now)
 		p.passFIFO(it, at)
 		if at > p.now.UnixNano() { // see Scheduler.passDue
 			p.movedDue = append(p.movedDue, it)
@@ -332,7 +331,7 @@ func (p *peeker) advanceFIFO() {
 		heapDown(p.vfree, 0)
 		p.vdone += e.cost.Seconds()
 		if it := e.it; it != nil && !p.gone[it] {
-			p.passFIFO(it, guardDeadline(it, time.Unix(0, v.wallAt(at, p.now.UnixNano())), *p.s.cfg.Bound.Guard))
+			p.passFIFO(it, p.s.guardDeadline(it, time.Unix(0, v.wallAt(at, p.now.UnixNano()))))
 		}
 	}
 }

@@ -37,8 +37,9 @@ var (
 	// fraction of the wait FIFO would give them: negative, so a long message
 	// starts a little before FIFO would have started it even when
 	// predictions err (docs/policy.md; -0.25 before the guard, which pushed
-	// everyone else back by more than the tail allows).
-	DefaultStretch = -0.05
+	// everyone else back by more than the tail allows, and -0.05 with the
+	// fixed guard, which let long jobs start late under overload).
+	DefaultStretch = -0.1
 	// DefaultMinSlack is the predicted work a long message may be overtaken
 	// by beyond its stretch: none, so that it starts no later than FIFO
 	// would start it however short the queue.
@@ -72,6 +73,15 @@ var (
 	// once FIFO would have started a message, only messages predicted at
 	// most a quarter of its cost may still go ahead of it.
 	DefaultOvertake = 0.25
+	// DefaultTail, DefaultGuardMin and DefaultLongGuard adapt the guard to
+	// the queue (Bound.Tail): a message may be held up to DefaultGuard
+	// times its FIFO latency while it stays below the P99 of the recent
+	// FIFO latencies, and 0.35 times it past that; a long message not at
+	// all past its FIFO moment. docs/policy.md has the matrix they were
+	// measured on, and what each part does there.
+	DefaultTail      = 0.99
+	DefaultGuardMin  = 0.35
+	DefaultLongGuard = 0.0
 )
 
 // Policy is a named policy resolved to a scheduler configuration and a way of
@@ -96,6 +106,12 @@ type Policy struct {
 	// in the predictor's configuration wins; negative there turns it off.
 	LongKeys float64
 	Shadow   bool // predict and record, but route everything to level 0
+	// GatedMean and LongKeysByTail turn on the predictor's settings of
+	// the same names (predict.Config): the bounded policy prices a
+	// spread-gated key at its mean, and ranks keys for the long-keys cut
+	// by their tail as well as their mean.
+	GatedMean      bool
+	LongKeysByTail bool
 }
 
 // PolicyOptions carries the settings a queue may override; zero fields take
@@ -132,6 +148,17 @@ type PolicyOptions struct {
 	// DispatchClock runs that virtual run on the dispatch clock
 	// (Bound.DispatchClock).
 	DispatchClock bool
+	// Tail, GuardMin and LongGuard set the guard's adaptation (see
+	// Bound); nil takes DefaultTail, DefaultGuardMin and DefaultLongGuard.
+	// A Tail of 0 turns the adaptation off, leaving the fixed Guard; a
+	// negative LongGuard gives long messages the Guard of the others.
+	Tail      *float64
+	GuardMin  *float64
+	LongGuard *float64
+	// GatedMean and LongKeysByTail, when set, override the bounded
+	// policy's predictor settings of the same names (on by default).
+	GatedMean      *bool
+	LongKeysByTail *bool
 }
 
 // NewPolicy resolves a policy name ("" means DefaultPolicy).
@@ -207,9 +234,20 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 			bound.Guard, bound.Overtake = &g, r
 			bound.VirtualFIFO = o.VirtualFIFO
 			bound.DispatchClock = o.VirtualFIFO && o.DispatchClock
+			bound.Tail, bound.GuardMin = orDefault(o.Tail, DefaultTail), orDefault(o.GuardMin, DefaultGuardMin)
+			if lg := orDefault(o.LongGuard, DefaultLongGuard); lg >= 0 {
+				bound.LongGuard = &lg
+			}
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Strict, ShortestFirst: true, Bound: bound}
 		p.LongShare, p.LongKeys = DefaultLongShare, DefaultLongKeys
+		p.GatedMean, p.LongKeysByTail = true, true
+		if o.GatedMean != nil {
+			p.GatedMean = *o.GatedMean
+		}
+		if o.LongKeysByTail != nil {
+			p.LongKeysByTail = *o.LongKeysByTail
+		}
 		if o.AgingOff {
 			p.Sched.Bound = nil
 		}
@@ -221,6 +259,13 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 		return Policy{}, err
 	}
 	return p, nil
+}
+
+func orDefault(v *float64, def float64) float64 {
+	if v == nil {
+		return def
+	}
+	return *v
 }
 
 // defaultWeights stretches 8:3:1 to any number of levels.

@@ -16,8 +16,11 @@ func TestNewPolicy(t *testing.T) {
 	t.Parallel()
 	age3 := []time.Duration{0, DefaultAgeAfter, DefaultAgeAfter}
 	guard := DefaultGuard
-	bound := &Bound{Stretch: DefaultStretch, MinSlack: DefaultMinSlack, Guard: &guard, Overtake: DefaultOvertake}
+	longGuard := DefaultLongGuard
+	bound := &Bound{Stretch: DefaultStretch, MinSlack: DefaultMinSlack, Guard: &guard, Overtake: DefaultOvertake,
+		Tail: DefaultTail, GuardMin: DefaultGuardMin, LongGuard: &longGuard}
 	stretch, tight, anyone := 0.5, 0.1, 0.0
+	tail, gmin, sameGuard := 0.9, 0.2, -1.0
 	tests := []struct {
 		name      string
 		policy    string
@@ -49,8 +52,10 @@ func TestNewPolicy(t *testing.T) {
 			Config{Levels: 1, Discipline: Weighted, Weights: []int{8}, Aging: AgingPausing, AgeAfter: []time.Duration{0}}, true, false},
 		{"weighted own weights", WeightedP, PolicyOptions{Weights: []int{4, 2, 1}},
 			Config{Levels: 3, Discipline: Weighted, Weights: []int{4, 2, 1}, Aging: AgingPausing, AgeAfter: age3}, true, false},
-		{"bounded options", Bounded, PolicyOptions{Tiers: 2, Stretch: &stretch, MinSlack: time.Minute, OthersStretch: &stretch, Guard: &tight, Overtake: &anyone},
-			Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: 0.5, MinSlack: time.Minute, Others: &stretch, Guard: &tight}}, true, false},
+		{"bounded options", Bounded, PolicyOptions{Tiers: 2, Stretch: &stretch, MinSlack: time.Minute, OthersStretch: &stretch, Guard: &tight, Overtake: &anyone,
+			Tail: &tail, GuardMin: &gmin, LongGuard: &sameGuard},
+			Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: 0.5, MinSlack: time.Minute, Others: &stretch, Guard: &tight,
+				Tail: 0.9, GuardMin: 0.2}}, true, false},
 		{"bounded guard off", Bounded, PolicyOptions{GuardOff: true},
 			Config{Levels: 3, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: DefaultStretch}}, true, false},
 		{"bounded aging off drops the bound", Bounded, PolicyOptions{AgingOff: true},

@@ -27,6 +27,8 @@ func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
 	if pcfg.LongKeys == 0 {
 		pcfg.LongKeys = pol.LongKeys
 	}
+	pcfg.GatedMean = pcfg.GatedMean || pol.GatedMean
+	pcfg.LongKeysByTail = pcfg.LongKeysByTail || pol.LongKeysByTail
 	switch {
 	case pol.UsePredictor && !pol.Shadow:
 		pcfg.Tiers = pol.Sched.Levels // a predicted tier is a level

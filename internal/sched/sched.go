@@ -84,6 +84,18 @@ const maxLevels = 64
 // (docs/policy.md measures by how much). Overtake <= 0 lets any message
 // overtake until the deadline; nil Guard leaves the guard off.
 //
+// The guard adapts (Tail, GuardMin, LongGuard). A fixed Guard is too loose
+// for a busy queue and too tight for a quiet one: holding a message up to
+// half its FIFO latency costs nothing at the all-message P99 while its
+// latency stays below the latencies that make the P99, and a great deal
+// once the queue's messages all wait about as long as each other, as they
+// do under overload. So, with Tail, the scheduler keeps the FIFO latencies
+// of the latest messages to reach their FIFO moment (tailSize of them)
+// and their Tail quantile Q, refreshed at Push; a message whose FIFO
+// latency is L is then held at most min(Guard L, max(GuardMin L, Q - L))
+// past its FIFO moment: up to Q, where the quantile lies, and never more
+// than GuardMin L beyond it. A Long message is held at most LongGuard L.
+//
 // FIFO's progress (VirtualFIFO). By default "the predicted work dispatched"
 // above is the scheduler's own count, which is not FIFO's: FIFO keeps more
 // long work in service at once, and the count does not see workers at all.
@@ -110,6 +122,15 @@ type Bound struct {
 	Overtake      float64
 	VirtualFIFO   bool
 	DispatchClock bool
+	// Tail, when above 0, adapts the guard to the queue (see Bound):
+	// the quantile of recent FIFO latencies past which no message is
+	// held for more than GuardMin times its own.
+	Tail     float64
+	GuardMin float64
+	// LongGuard, when set, is the guard of Long messages in place of
+	// Guard (the smaller of the two applies): 0 sends a long message as
+	// soon as its FIFO moment comes.
+	LongGuard *float64
 }
 
 // Validate reports the first setting that makes no sense.
@@ -157,6 +178,15 @@ func (c Config) Validate() error {
 		}
 		if math.IsNaN(b.Overtake) || b.Overtake > 1000 {
 			return fmt.Errorf("sched: bound overtake ratio must be at most 1000, got %v", b.Overtake)
+		}
+		if math.IsNaN(b.Tail) || b.Tail < 0 || b.Tail >= 1 {
+			return fmt.Errorf("sched: bound tail quantile must be 0 (off) or between 0 and 1, got %v", b.Tail)
+		}
+		if math.IsNaN(b.GuardMin) || b.GuardMin < 0 || b.GuardMin > 1000 {
+			return fmt.Errorf("sched: bound guard minimum must be 0 to 1000, got %v", b.GuardMin)
+		}
+		if g := b.LongGuard; g != nil && (math.IsNaN(*g) || *g < 0 || *g > 1000) {
+			return fmt.Errorf("sched: bound long guard must be 0 to 1000, got %v", *g)
 		}
 		if b.MinSlack < 0 {
 			return fmt.Errorf("sched: bound min slack must not be negative, got %v", b.MinSlack)
@@ -346,6 +376,9 @@ type Scheduler struct {
 	// With Bound.VirtualFIFO, the FIFO run the guard compares with; the
 	// items waiting for their FIFO moment are in its line, not fifoWait.
 	vf *virtualFIFO
+	// With Bound.Tail: the FIFO latencies of the latest messages to reach
+	// their FIFO moment, and their Tail quantile as of the last refresh.
+	tail tailWindow
 
 	Promotions uint64 // messages moved up by aging, for metrics
 	Overdue    uint64 // messages dispatched because Bound said so
@@ -485,6 +518,7 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 		s.enqWork += it.Cost.Seconds()
 		s.n++
 		s.promote(now) // it starts now if a virtual worker is free
+		s.refreshTail()
 		return nil
 	}
 	if s.guarded() {
@@ -505,7 +539,16 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 	}
 	s.enqWork += it.Cost.Seconds()
 	s.n++
+	s.refreshTail()
 	return nil
+}
+
+// refreshTail brings the guard's tail quantile up to date, at Push only, so
+// that Peek and the Pops after it read the same figure.
+func (s *Scheduler) refreshTail() {
+	if b := s.cfg.Bound; b != nil && b.Tail > 0 {
+		s.tail.refresh(b.Tail)
+	}
 }
 
 func (s *Scheduler) place(it *Item, lv int, now time.Time) {
@@ -709,17 +752,30 @@ func (s *Scheduler) advanceFIFO(wall int64) {
 
 // setDeadline starts the slack of it, whose FIFO moment is now.
 func (s *Scheduler) setDeadline(it *Item, now time.Time) {
-	it.guardAt = guardDeadline(it, now, *s.cfg.Bound.Guard)
+	it.guardAt = s.guardDeadline(it, now)
+	if s.cfg.Bound.Tail > 0 {
+		s.tail.add(now.UnixNano() - it.pushedAt + int64(it.Cost))
+	}
 	it.setGuard(guardLate)
 	s.late.push(it)
 }
 
 // guardDeadline is the deadline of an item whose FIFO moment is at: guard
 // times the latency FIFO would have given it (its wait until at, plus its
-// predicted cost) after at, in Unix nanoseconds.
-func guardDeadline(it *Item, at time.Time, guard float64) int64 {
-	fifoLatency := at.UnixNano() - it.pushedAt + int64(it.Cost)
-	return at.UnixNano() + int64(guard*float64(fifoLatency))
+// predicted cost) after at, in Unix nanoseconds. With Bound.Tail the slack
+// stops where that latency reaches the tail quantile, but is never below
+// GuardMin times it.
+func (s *Scheduler) guardDeadline(it *Item, at time.Time) int64 {
+	b := s.cfg.Bound
+	fifoLatency := float64(at.UnixNano() - it.pushedAt + int64(it.Cost))
+	slack := *b.Guard * fifoLatency
+	switch {
+	case it.Long && b.LongGuard != nil:
+		slack = min(slack, *b.LongGuard*fifoLatency)
+	case b.Tail > 0 && s.tail.q > 0:
+		slack = min(slack, max(b.GuardMin*fifoLatency, float64(s.tail.q)-fifoLatency))
+	}
+	return at.UnixNano() + int64(slack)
 }
 
 // choose picks the head of a non-empty level by the discipline.

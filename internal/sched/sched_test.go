@@ -525,7 +525,9 @@ func TestConfigErrors(t *testing.T) {
 // overdue from its FIFO moment on needs no place in pastDue.
 func TestWaitingItemsTakeTwoPlaces(t *testing.T) {
 	t.Parallel()
-	pol, err := NewPolicy("", PolicyOptions{})
+	// A long item held past its FIFO moment, as the default's LongGuard of
+	// 0 does not hold it, takes pastDue's place.
+	pol, err := NewPolicy("", PolicyOptions{LongGuard: new(0.5)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,10 +196,10 @@ func checkVirtualFIFO(t *testing.T, seed uint64, dispatch bool) {
 			switch {
 			case ok[i] && it.guard() != guardLate:
 				fail("item %d: FIFO started it at %v, but it has no deadline", it.ID, starts[i].Sub(t0))
-			case ok[i] && it.guardAt != guardDeadline(it, momentAt(starts[i], pushes[i].op), g):
+			case ok[i] && it.guardAt != refDeadline(it, momentAt(starts[i], pushes[i].op), g):
 				at := momentAt(starts[i], pushes[i].op)
 				fail("item %d: deadline %v, want %v (FIFO moment %v)", it.ID,
-					time.Unix(0, it.guardAt).Sub(t0), time.Unix(0, guardDeadline(it, at, g)).Sub(t0), at.Sub(t0))
+					time.Unix(0, it.guardAt).Sub(t0), time.Unix(0, refDeadline(it, at, g)).Sub(t0), at.Sub(t0))
 			case !ok[i] && it.guard() != guardFIFO:
 				fail("item %d: FIFO has not started it yet, but it is past its FIFO moment", it.ID)
 			}
@@ -245,7 +245,7 @@ func TestVirtualFIFOMoment(t *testing.T) {
 		t.Fatal("FIFO moment came before 12 s")
 	}
 	s.Expire(t0.Add(12*time.Second), nil)
-	want := guardDeadline(late, t0.Add(12*time.Second), g)
+	want := refDeadline(late, t0.Add(12*time.Second), g)
 	if late.guard() != guardLate || late.guardAt != want {
 		t.Fatalf("at 12 s: in %d, deadline %v, want %v", late.guard(), time.Unix(0, late.guardAt).Sub(t0), time.Unix(0, want).Sub(t0))
 	}
@@ -269,7 +269,7 @@ func TestVirtualFIFOWorkers(t *testing.T) {
 	if its[0].guard() != guardLate || its[1].guard() != guardLate || its[2].guard() != guardFIFO {
 		t.Fatal("two workers should start the first two messages")
 	}
-	if want := guardDeadline(its[0], t0.Add(time.Second), g); its[0].guardAt != want {
+	if want := s.guardDeadline(its[0], t0.Add(time.Second)); its[0].guardAt != want {
 		t.Fatalf("deadline %v, want %v", time.Unix(0, its[0].guardAt).Sub(t0), time.Unix(0, want).Sub(t0))
 	}
 	// Down to one worker while both are busy: one leaves when it comes
@@ -282,4 +282,12 @@ func TestVirtualFIFOWorkers(t *testing.T) {
 	if len(s.vf.free) != 1 || s.vf.retire != 0 {
 		t.Fatalf("%d workers, %d retiring; want 1 and 0", len(s.vf.free), s.vf.retire)
 	}
+}
+
+// refDeadline is the guard's deadline worked out by hand: guard times the
+// FIFO latency (the wait to the FIFO moment at, plus the predicted cost)
+// after at.
+func refDeadline(it *Item, at time.Time, guard float64) int64 {
+	fifoLatency := at.UnixNano() - it.pushedAt + int64(it.Cost)
+	return at.UnixNano() + int64(guard*float64(fifoLatency))
 }

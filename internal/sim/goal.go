@@ -59,14 +59,19 @@ func KeyOracleArms() []Arm {
 		a := Arm{Name: fmt.Sprintf("key-oracle:guard=%g,overtake=%g,stretch=%g", g, KeyOracleOvertake, KeyOracleStretch),
 			Policy: sched.DefaultPolicy, KeyMeans: true}
 		a.Options.Guard, a.Options.Overtake, a.Options.Stretch = new(g), new(KeyOracleOvertake), new(KeyOracleStretch)
+		// The fixed guard the goal was set against: no adaptation.
+		a.Options.Tail, a.Options.LongGuard = new(0.0), new(-1.0)
+		a.Options.GatedMean, a.Options.LongKeysByTail = new(false), new(false)
 		arms = append(arms, a)
 	}
 	return arms
 }
 
 // ParseArm reads an arm with optional settings: a name ArmByName knows,
-// then after a colon comma-separated key=value pairs: guard, overtake and
-// stretch (the bounded policy's), e.g. "predictive:guard=0.25,overtake=0.1".
+// then after a colon comma-separated key=value pairs: the bounded policy's
+// guard, overtake, stretch, tail, guardmin and longguard (sched.Bound),
+// gatedmean and keysbytail (1 on, 0 off) and the predictor's longkeys,
+// e.g. "predictive:guard=0.25,overtake=0.1" or "predictive:tail=0".
 // "key-oracle" is the default policy on each key's true mean duration.
 func ParseArm(spec string, types []workload.JobType) (Arm, error) {
 	name, settings, _ := strings.Cut(spec, ":")
@@ -97,8 +102,20 @@ func ParseArm(spec string, types []workload.JobType) (Arm, error) {
 			a.Options.Overtake = new(f)
 		case "stretch":
 			a.Options.Stretch = new(f)
+		case "tail":
+			a.Options.Tail = new(f)
+		case "guardmin":
+			a.Options.GuardMin = new(f)
+		case "longguard":
+			a.Options.LongGuard = new(f)
+		case "gatedmean":
+			a.Options.GatedMean = new(f != 0)
+		case "keysbytail":
+			a.Options.LongKeysByTail = new(f != 0)
+		case "longkeys":
+			a.Predictor.LongKeys = f
 		default:
-			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake or stretch)", spec, k)
+			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail or longkeys)", spec, k)
 		}
 	}
 	return a, nil

@@ -1,0 +1,87 @@
+package sched
+
+import (
+	"testing"
+	"time"
+)
+
+func TestTailWindowQuantile(t *testing.T) {
+	t.Parallel()
+	var w tailWindow
+	w.refresh(0.99) // nothing seen: nothing to know
+	if w.q != 0 {
+		t.Fatalf("empty window: q %v", w.q)
+	}
+	for i := 1; i <= 100; i++ {
+		w.add(int64(i) * int64(time.Millisecond))
+	}
+	w.refresh(0.99)
+	if want := int64(100 * time.Millisecond); w.q != want { // index 99 of 100 sorted
+		t.Fatalf("q %v, want %v", time.Duration(w.q), time.Duration(want))
+	}
+	// Fewer than tailRefresh new latencies leave the figure alone, however
+	// large they are.
+	for range tailRefresh - 1 {
+		w.add(int64(time.Hour))
+	}
+	w.refresh(0.99)
+	if w.q != int64(100*time.Millisecond) {
+		t.Fatalf("refreshed early: q %v", time.Duration(w.q))
+	}
+	w.add(int64(time.Hour))
+	w.refresh(0.5)
+	// 164 latencies: 1..100 ms and 64 hours; the median is the 82nd.
+	if want := int64(83 * time.Millisecond); w.q != want {
+		t.Fatalf("median %v, want %v", time.Duration(w.q), time.Duration(want))
+	}
+	// Past tailSize the oldest leave: after tailSize hours, only hours.
+	for range tailSize {
+		w.add(int64(time.Hour))
+	}
+	w.refresh(0.01)
+	if len(w.ring) != tailSize || w.q != int64(time.Hour) {
+		t.Fatalf("window of %d, q %v; want %d and 1h", len(w.ring), time.Duration(w.q), tailSize)
+	}
+}
+
+// TestAdaptiveGuardDeadline works the adaptive guard's deadlines out by
+// hand: min(Guard L, max(GuardMin L, Q - L)) past the FIFO moment, and
+// LongGuard L for a long message.
+func TestAdaptiveGuardDeadline(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1_700_000_000, 0)
+	guard, longGuard := 0.5, 0.0
+	s := mustNew(t, Config{Levels: 1, Discipline: Strict, ShortestFirst: true,
+		Bound: &Bound{Stretch: -0.1, Guard: &guard, Overtake: 0.25, Tail: 0.99, GuardMin: 0.25, LongGuard: &longGuard}})
+	s.tail.q = int64(time.Second)
+	moment := t0.Add(300 * time.Millisecond)
+	for _, c := range []struct {
+		name  string
+		cost  time.Duration
+		long  bool
+		slack time.Duration
+	}{
+		// L = 400 ms: half of it, 200 ms, ends well below Q.
+		{"far below the tail", 100 * time.Millisecond, false, 200 * time.Millisecond},
+		// L = 900 ms: half would end at 1.35 s, past Q; Q - L is 100 ms,
+		// less than a quarter of L, which it still gets.
+		{"near the tail", 600 * time.Millisecond, false, 225 * time.Millisecond},
+		// L = 800 ms: Q - L = 200 ms, between a quarter and a half.
+		{"up to the tail", 500 * time.Millisecond, false, 200 * time.Millisecond},
+		// L = 2 s: past Q already, a quarter of L.
+		{"past the tail", 1700 * time.Millisecond, false, 500 * time.Millisecond},
+		// A long message goes at its FIFO moment.
+		{"long", 100 * time.Millisecond, true, 0},
+	} {
+		it := &Item{Cost: c.cost, Long: c.long, pushedAt: t0.UnixNano()}
+		if got := time.Duration(s.guardDeadline(it, moment) - moment.UnixNano()); got != c.slack {
+			t.Errorf("%s: slack %v, want %v", c.name, got, c.slack)
+		}
+	}
+	// With no tail known yet, the fixed guard.
+	s.tail.q = 0
+	it := &Item{Cost: 600 * time.Millisecond, pushedAt: t0.UnixNano()}
+	if got := time.Duration(s.guardDeadline(it, moment) - moment.UnixNano()); got != 450*time.Millisecond {
+		t.Errorf("no tail yet: slack %v, want 450ms", got)
+	}
+}
