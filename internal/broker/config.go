@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
@@ -109,6 +110,10 @@ type Config struct {
 	// at most about as much again as the log itself and the log follows
 	// the live jobs across restarts.
 	CheckpointBytes int64 `yaml:"checkpoint_bytes"`
+	// History bounds each queue's record of its settled deliveries (see
+	// internal/history): on by default, history.DefaultMaxBytes and
+	// history.DefaultMaxAge per queue.
+	History history.Config `yaml:"history"`
 	// Clock is the source of every time read and timer; nil means clock.Real.
 	Clock clock.Clock `yaml:"-"`
 	// Logger receives lifecycle and shutdown logs; nil means slog.Default.
@@ -200,6 +205,7 @@ func (c Config) WithDefaults() Config {
 		c.CheckpointBytes = DefaultCheckpointBytes
 	}
 	c.Queue = c.Queue.WithDefaults(QueueConfig{})
+	c.History = c.History.WithDefaults()
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -240,6 +246,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Queue.Validate(); err != nil {
 		return err
+	}
+	if !c.History.Off {
+		if err := c.History.Validate(); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/delivery"
+	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
@@ -45,6 +46,8 @@ type queue struct {
 	timer wake
 	hist  durationHist
 	runs  runTimes
+	// record is the queue's history (history.go); nil when it is off.
+	record *history.Record
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue, error) {
@@ -54,6 +57,11 @@ func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue
 	}
 	q := &queue{b: b, name: name, gen: b.queueGen.Add(1), cfg: cfg, cons: map[delivery.Holder]*Consumer{}}
 	q.line = delivery.New(name, q.lineConfig(cfg), sq)
+	if !b.cfg.History.Off {
+		if q.record, err = history.New(b.cfg.History); err != nil {
+			return nil, err
+		}
+	}
 	return q, nil
 }
 

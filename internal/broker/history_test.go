@@ -1,0 +1,198 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/harbinger-mq/harbinger/internal/history"
+	"github.com/harbinger-mq/harbinger/internal/store"
+)
+
+// TestHistoryRecordsSettles runs jobs of many keys through acks, a retry
+// and a dead letter, and finds each settle in the history with its times,
+// key, size, attempt and outcome, and nothing of its payload.
+func TestHistoryRecordsSettles(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{Queue: QueueConfig{MaxAttempts: 2}})
+	c := tb.sub(t, "q", 1)
+	keys := []string{"send-email", "report.export", "発送-ジョブ", "émoji-🚀"}
+	var want []history.Entry
+	for i := range 40 {
+		key := keys[i%len(keys)]
+		tb.publish(t, &Message{Queue: "q", Producer: "api", JobType: key, Payload: []byte("secret payload"), SizeHint: uint64(100 + i),
+			Headers: map[string]string{"h": "secret header"}})
+		arrived := tb.clk.Now()
+		tb.clk.Advance(10 * time.Millisecond)
+		d := next(t, c)
+		started := tb.clk.Now()
+		dur := time.Duration(1+i) * time.Millisecond
+		tb.clk.Advance(dur)
+		if err := c.Ack(d.ID, dur); err != nil {
+			t.Fatal(err)
+		}
+		c.AddCredit(1)
+		want = append(want, history.Entry{Arrived: arrived, Producer: "api", Key: key, Size: uint64(100 + i), Attempt: 1,
+			Started: started, Done: tb.clk.Now(), Duration: dur, Outcome: history.Ack})
+	}
+	// A job nacked twice: requeued, then dead at its last attempt.
+	tb.publish(t, &Message{Queue: "q", JobType: "flaky"})
+	for attempt := 1; attempt <= 2; attempt++ {
+		arrived := tb.clk.Now()
+		if attempt == 2 {
+			arrived = want[len(want)-1].Done
+		}
+		d := next(t, c)
+		tb.clk.Advance(time.Millisecond)
+		if err := c.Nack(d.ID, NackRequeue, 0, "boom"); err != nil {
+			t.Fatal(err)
+		}
+		c.AddCredit(1)
+		out := history.Nack
+		if attempt == 2 {
+			out = history.Dead
+		}
+		want = append(want, history.Entry{Arrived: arrived, Producer: "", Key: "flaky", Attempt: attempt,
+			Started: tb.clk.Now().Add(-time.Millisecond), Done: tb.clk.Now(), Outcome: out})
+	}
+	h, got, err := tb.b.History("q", time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Queue != "q" || h.Jobs != len(want) || h.WorkersSeen != 1 || h.Policy != DefaultPolicy {
+		t.Fatalf("header %+v", h)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d entries, want %d", len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Key != w.Key || g.Producer != w.Producer || g.Size != w.Size && w.Key != "flaky" || g.Attempt != w.Attempt || g.Outcome != w.Outcome ||
+			g.Duration != w.Duration || !g.Done.Equal(w.Done) || !g.Started.Equal(w.Started) || w.Key != "flaky" && !g.Arrived.Equal(w.Arrived) {
+			t.Fatalf("entry %d: %+v\nwant %+v", i, g, w)
+		}
+	}
+	// A window: the last millisecond holds only the dead letter's nack and the
+	// retry before it.
+	if _, es, _ := tb.b.History("q", tb.clk.Now().Add(-time.Millisecond)); len(es) != 2 {
+		t.Fatalf("last millisecond: %d entries, want 2", len(es))
+	}
+	if _, _, err := tb.b.History("nope", time.Time{}); !errors.Is(err, ErrQueueNotFound) {
+		t.Fatalf("unknown queue: %v", err)
+	}
+}
+
+func TestHistoryOff(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{History: history.Config{Off: true}})
+	c := tb.sub(t, "q", 1)
+	tb.publish(t, &Message{Queue: "q", JobType: "a"})
+	if err := c.Ack(next(t, c).ID, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tb.b.History("q", time.Time{}); !errors.Is(err, ErrHistoryOff) {
+		t.Fatalf("err = %v, want ErrHistoryOff", err)
+	}
+}
+
+// TestHistorySurvivesCleanRestart saves the record at shutdown and finds
+// it after a restart on the same log.
+func TestHistorySurvivesCleanRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := store.OpenFile(dir, store.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := setup(t, Config{})
+	b := durable(t, st, tb.clk, Config{})
+	c, err := b.Subscribe("q", "w", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if _, err := b.Publish(&Message{Queue: "q", JobType: fmt.Sprintf("k%d", i%30)}); err != nil {
+			t.Fatal(err)
+		}
+		d := next(t, c)
+		tb.clk.Advance(time.Millisecond)
+		if err := c.Ack(d.ID, time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		c.AddCredit(1)
+	}
+	c.Close()
+	_, before, _ := b.History("q", time.Time{})
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SaveHistory(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := store.OpenFile(dir, store.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st2.Close() })
+	b2 := durable(t, st2, tb.clk, Config{})
+	t.Cleanup(func() { _ = b2.Shutdown(context.Background()) })
+	n, err := b2.LoadHistory(dir)
+	if err != nil || n != 300 {
+		t.Fatalf("loaded %d, %v; want 300", n, err)
+	}
+	_, after, _ := b2.History("q", time.Time{})
+	if len(after) != len(before) {
+		t.Fatalf("%d entries after the restart, %d before", len(after), len(before))
+	}
+	for i := range before {
+		if !after[i].Done.Equal(before[i].Done) || after[i].Key != before[i].Key || after[i].Duration != before[i].Duration {
+			t.Fatalf("entry %d: %+v, before %+v", i, after[i], before[i])
+		}
+	}
+}
+
+// BenchmarkAckHistory is BenchmarkPublishDeliverAck with the history on
+// (the default) and off: the record's cost per job.
+func BenchmarkAckHistory(b *testing.B) {
+	for _, off := range []bool{false, true} {
+		b.Run(fmt.Sprintf("off=%v", off), func(b *testing.B) {
+			br, err := New(Config{History: history.Config{Off: off}, Logger: benchBroker(b).log})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = br.Shutdown(context.Background()) })
+			c, err := br.Subscribe("q", "bench", 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			payload := make([]byte, 64)
+			keys := make([]string, 1000)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("job-%d", i)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := br.Publish(&Message{Queue: "q", Producer: "p", JobType: keys[i%len(keys)], Payload: payload}); err != nil {
+					b.Fatal(err)
+				}
+				d, err := c.Next(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Ack(d.ID, time.Millisecond); err != nil {
+					b.Fatal(err)
+				}
+				c.AddCredit(1)
+			}
+		})
+	}
+}
