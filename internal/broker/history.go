@@ -89,7 +89,7 @@ func (b *Broker) History(name string, since time.Time) (history.Header, []histor
 
 // ErrHistoryOff is returned by History when the broker keeps no history
 // (Config.History.Off).
-var ErrHistoryOff = errors.New("broker: the history record is off (serve -history-max-bytes 0 or history.off in the config)")
+var ErrHistoryOff = errors.New("broker: the history record is off")
 
 // historyDir is where SaveHistory and LoadHistory keep the records, under
 // the data directory.

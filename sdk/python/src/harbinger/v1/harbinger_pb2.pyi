@@ -269,6 +269,14 @@ class DoneJob(_message.Message):
     took: _duration_pb2.Duration
     def __init__(self, id: _Optional[str] = ..., producer: _Optional[str] = ..., job_type: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., ended_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., took: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
+class ExportHistoryRequest(_message.Message):
+    __slots__ = ["queue", "window"]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    window: _duration_pb2.Duration
+    def __init__(self, queue: _Optional[str] = ..., window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
 class Extend(_message.Message):
     __slots__ = ["id", "lease"]
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -288,6 +296,12 @@ class GetJobRequest(_message.Message):
 class GetLimitsRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class HistoryChunk(_message.Message):
+    __slots__ = ["data"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
 
 class JobInfo(_message.Message):
     __slots__ = ["attempts", "cancelled", "cold", "consumer", "dead_at", "due", "ended_at", "enqueued", "expires", "headers", "id", "job_type", "lease_deadline", "leased", "long", "max_attempts", "payload", "predicted_ms", "producer", "published_at", "queue", "reason", "state", "tier", "took"]
