@@ -27,8 +27,8 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/auth"
 	"github.com/harbinger-mq/harbinger/internal/broker"
-	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/gcpace"
+	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/internal/server"
 	"github.com/harbinger-mq/harbinger/internal/store"
