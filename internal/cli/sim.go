@@ -46,7 +46,9 @@ func loadWorkload(path string) (*workload.Workload, error) {
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sim", "sim [--workload FILE | --trace azure-functions-2019:DIR] [--seeds 1,2,3] [--arms fifo,...] [--workers N] [--json]", stderr)
+	fs := newFlags("sim", "sim [--workload FILE | --trace azure-functions-2019:DIR | --history FILE] [--seeds 1,2,3] [--arms fifo,...] [--workers N] [--json]", stderr)
+	historySpec := fs.String("history", "", "replay a queue's own history instead of a workload: a file from harbinger admin history, or "+HistoryBrokerPrefix+"ADDR/QUEUE to export it from a running broker; reports per key what FIFO, the default and the other policies do (docs/history.md)")
+	historyWindow := fs.Duration("history-window", 0, "--history "+HistoryBrokerPrefix+"ADDR/QUEUE: only the deliveries settled in this last window, e.g. 1h (default: all the broker keeps)")
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	var tf traceFlags
 	tf.register(fs)
@@ -64,6 +66,21 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *overhead < 0 {
 		return fmt.Errorf("--overhead cannot be negative, got %v", *overhead)
+	}
+	if *historySpec != "" {
+		if tf.spec != "" || flagSet(fs, "workload") || flagSet(fs, "seeds") || *goal {
+			return fmt.Errorf("--history replays one history: --workload, --trace, --seeds and --goal do not apply (its report is the goal's figures, per key)")
+		}
+		if *workers < 0 || *atLoad < 0 {
+			return fmt.Errorf("--workers and --at-load must be positive")
+		}
+		if err := tune.any(fs); err != nil {
+			return err
+		}
+		return runSimHistory(ctx, *historySpec, *historyWindow, *armsFlag, flagSet(fs, "arms"), *workers, *atLoad, *overhead, flagSet(fs, "overhead"), *asJSON, stdout)
+	}
+	if *historyWindow != 0 {
+		return fmt.Errorf("--history-window needs --history")
 	}
 	src, err := loadSource(*wl, tf)
 	if err != nil {
@@ -232,6 +249,16 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
 	fs.BoolVar(&p.agingOff, "aging-off", false, "turn aging (and the bounded policy's bound) off")
 	fs.Float64Var(&p.longShare, "long-share", 0, fmt.Sprintf("bounded policy: the most expensive messages making up this share of recent predicted work are long and bounded (default %g; negative: none)", sched.DefaultLongShare))
+}
+
+// any refuses the policy flags where they do not apply.
+func (p *policyFlags) any(fs *flag.FlagSet) error {
+	for _, name := range []string{"tiers", "stretch", "others-stretch", "min-slack", "age-after", "shortest-first", "aging-off", "long-share"} {
+		if flagSet(fs, name) {
+			return fmt.Errorf("--%s does not apply to --history: it replays the policies as they ship", name)
+		}
+	}
+	return nil
 }
 
 func (p *policyFlags) apply(arms []sim.Arm) error {
