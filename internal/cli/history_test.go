@@ -121,13 +121,15 @@ func runLive(t *testing.T, addr, queue string, jobs []liveJob) {
 	wg.Wait()
 }
 
-// HistoryTolerance is how far the replay of a live run's history may be
-// from the live latencies, per key with ReplayMinKeyJobs jobs or more: of
-// its mean and of its P99, relative. See docs/history.md for what was
-// measured.
+// How far the replay of a live run's history may be from the live
+// latencies, per key with ReplayMinKeyJobs jobs or more: of its mean and
+// of its P99, relative. Measured on 2 shared cores (docs/history.md): at
+// this load 3-6% on the mean and 1-3% on the P99, the replay a little
+// faster (the live broker's costs vary, the replay's overhead is their
+// median); at load 0.99, 10% and 14%.
 const (
-	historyMeanTolerance = 0.25
-	historyP99Tolerance  = 0.35
+	historyMeanTolerance = 0.15
+	historyP99Tolerance  = 0.20
 )
 
 // TestHistoryReplayMatchesLive is the acceptance test of the history: a
