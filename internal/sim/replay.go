@@ -98,6 +98,50 @@ type ReplayLoad struct {
 	// Fidelity is the replay of the recorded policy against the live
 	// latencies, per key (at the recorded load).
 	FidelityArm string `json:"fidelity_arm,omitempty"`
+	// Dists are the latency distributions over every job: FIFO's, each
+	// arm's and (at the recorded load) the live one, as "live".
+	Dists []ReplayDist `json:"dists"`
+}
+
+// DistPoints is the number of quantiles a ReplayDist holds.
+const DistPoints = 101
+
+// ReplayDist is a latency distribution: Quantiles[i] is the i/100
+// quantile in seconds (0 the fastest job, 100 the slowest).
+type ReplayDist struct {
+	Arm       string       `json:"arm"`
+	Quantiles []report.Num `json:"quantiles_s"`
+}
+
+func dist(name string, lat []float64) ReplayDist {
+	s := slices.Clone(lat)
+	slices.SortFunc(s, func(a, b float64) int {
+		switch {
+		case math.IsNaN(a) && math.IsNaN(b):
+			return 0
+		case math.IsNaN(a):
+			return 1
+		case math.IsNaN(b):
+			return -1
+		}
+		return cmpFloat(a, b)
+	})
+	d := ReplayDist{Arm: name, Quantiles: make([]report.Num, DistPoints)}
+	for i := range d.Quantiles {
+		k := int(math.Round(float64(i) / float64(DistPoints-1) * float64(len(s)-1)))
+		d.Quantiles[i] = report.Num(s[k])
+	}
+	return d
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // ReplayResult is a history replayed through the policies.
@@ -282,6 +326,17 @@ func replayAt(s Source, src *HistorySource, arms []Arm, workers int, o ReplayOpt
 	rl.R, rl.RArm = report.Num(r), rArm
 	for i := range arms {
 		rl.Arms = append(rl.Arms, pair(1+i))
+	}
+	rl.Dists = append(rl.Dists, dist("fifo", lat[0]))
+	for i := range arms {
+		rl.Dists = append(rl.Dists, dist(arms[i].Name, lat[1+i]))
+	}
+	if recorded {
+		live := make([]float64, len(jobs))
+		for i, j := range jobs {
+			live[i] = src.live[j.Seq].Seconds()
+		}
+		rl.Dists = append(rl.Dists, dist("live", live))
 	}
 	for _, ps := range [][]Paired{rl.Arms, rl.Family} {
 		for i := range ps {

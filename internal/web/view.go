@@ -49,6 +49,9 @@ type QueueView struct {
 
 	Config    ConfigView    `json:"config"`
 	Predictor PredictorView `json:"predictor"`
+	// WhatIf is the "what if" panel, on the queue page when asked for
+	// (?whatif=WINDOW); its JSON is /api/v1/queues/{name}/whatif.
+	WhatIf *WhatIfView `json:"-"`
 }
 
 // ConfigView is a queue's settings.
