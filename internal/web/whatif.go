@@ -149,19 +149,19 @@ func (w *whatIfs) wait() { w.wg.Wait() }
 // WhatIfView is the panel: the window asked for, the last result and
 // whether a newer one is on its way.
 type WhatIfView struct {
-	Window    string   `json:"window"`
-	Running   bool     `json:"running"`
-	Error     string   `json:"error,omitempty"`
-	Finished  string   `json:"finished,omitempty"`
-	Policy    string   `json:"recorded_policy,omitempty"`
-	Arm       string   `json:"arm,omitempty"` // the default's arm
-	FIFOLike  bool     `json:"fifo_like"`     // the queue serves in arrival order (fifo or shadow)
-	Shadow    bool     `json:"shadow"`
-	Switch    string   `json:"switch,omitempty"` // the command that switches the queue to the default
-	Jobs      int      `json:"jobs"`
-	Workers   int      `json:"workers"`
-	Load      float64  `json:"load"`
-	TooLittle string   `json:"too_little,omitempty"`
+	Window    string  `json:"window"`
+	Running   bool    `json:"running"`
+	Error     string  `json:"error,omitempty"`
+	Finished  string  `json:"finished,omitempty"`
+	Policy    string  `json:"recorded_policy,omitempty"`
+	Arm       string  `json:"arm,omitempty"` // the default's arm
+	FIFOLike  bool    `json:"fifo_like"`     // the queue serves in arrival order (fifo or shadow)
+	Shadow    bool    `json:"shadow"`
+	Switch    string  `json:"switch,omitempty"` // the command that switches the queue to the default
+	Jobs      int     `json:"jobs"`
+	Workers   int     `json:"workers"`
+	Load      float64 `json:"load"`
+	TooLittle string  `json:"too_little,omitempty"`
 	// Summary is the default against FIFO over every job, in words.
 	Summary string         `json:"summary,omitempty"`
 	Keys    []WhatIfKeyRow `json:"keys,omitempty"`
