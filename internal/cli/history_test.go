@@ -44,16 +44,16 @@ var liveKeys = []liveKey{
 
 type liveJob struct {
 	at  time.Duration
-	key int
+	key string
 	dur time.Duration
 }
 
-// liveWorkload draws span's jobs: Poisson arrivals per key, lognormal
-// handler times (sigma 0.5), the same every time.
-func liveWorkload(span time.Duration) []liveJob {
+// liveWorkload draws span's jobs of keys: Poisson arrivals per key,
+// lognormal handler times (sigma 0.5), the same every time.
+func liveWorkload(keys []liveKey, span time.Duration) []liveJob {
 	rng := rand.New(rand.NewPCG(46, 1))
 	var jobs []liveJob
-	for k, lk := range liveKeys {
+	for _, lk := range keys {
 		for t := 0.0; ; {
 			t += rng.ExpFloat64() / lk.rate
 			if t >= span.Seconds() {
@@ -61,20 +61,25 @@ func liveWorkload(span time.Duration) []liveJob {
 			}
 			sigma := 0.5
 			d := float64(lk.mean) * math.Exp(rng.NormFloat64()*sigma-sigma*sigma/2)
-			jobs = append(jobs, liveJob{at: time.Duration(t * float64(time.Second)), key: k, dur: time.Duration(d)})
+			jobs = append(jobs, liveJob{at: time.Duration(t * float64(time.Second)), key: lk.name, dur: time.Duration(d)})
 		}
 	}
 	slices.SortStableFunc(jobs, func(a, b liveJob) int { return cmp.Compare(a.at, b.at) })
 	return jobs
 }
 
-// runLive publishes jobs to queue at their times and runs them on four
-// handlers that each take the job's time, and returns once all are done.
-func runLive(t *testing.T, addr, queue string, jobs []liveJob) {
+// runLive publishes jobs to queue at their times and runs them on
+// handlers handlers that each take the job's time, and returns once all
+// are done.
+func runLive(t *testing.T, addr, token, queue string, handlers int, jobs []liveJob) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	cl, err := client.Dial(ctx, addr, client.WithLogger(quietLog))
+	opts := []client.Option{client.WithLogger(quietLog)}
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	cl, err := client.Dial(ctx, addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +89,7 @@ func runLive(t *testing.T, addr, queue string, jobs []liveJob) {
 	wctx, stopWorkers := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		err := cl.RunWorker(wctx, client.WorkerConfig{Queue: queue, Concurrency: 4, Prefetch: 4, Name: "live"}, func(hctx context.Context, d *client.Delivery) error {
+		err := cl.RunWorker(wctx, client.WorkerConfig{Queue: queue, Concurrency: handlers, Prefetch: handlers, Name: "live"}, func(hctx context.Context, d *client.Delivery) error {
 			ns, err := strconv.ParseInt(string(d.Payload), 10, 64)
 			if err != nil {
 				return err
@@ -105,7 +110,7 @@ func runLive(t *testing.T, addr, queue string, jobs []liveJob) {
 		var batch []*client.Message
 		for now := time.Since(start); i < len(jobs) && jobs[i].at <= now; i++ {
 			j := jobs[i]
-			batch = append(batch, &client.Message{Queue: queue, Producer: "app", JobType: liveKeys[j.key].name, SizeHint: 1024,
+			batch = append(batch, &client.Message{Queue: queue, Producer: "app", JobType: j.key, SizeHint: 1024,
 				Payload: []byte(strconv.FormatInt(int64(j.dur), 10))})
 		}
 		if _, err := cl.Publish(ctx, batch...); err != nil {
@@ -143,7 +148,7 @@ func TestHistoryReplayMatchesLive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two live workloads of 8 s each")
 	}
-	jobs := liveWorkload(8 * time.Second)
+	jobs := liveWorkload(liveKeys, 8*time.Second)
 	for _, tc := range []struct {
 		policy string
 		args   []string
@@ -159,7 +164,7 @@ func TestHistoryReplayMatchesLive(t *testing.T) {
 					t.Errorf("serve: %v", err)
 				}
 			}()
-			runLive(t, addr, "jobs", jobs)
+			runLive(t, addr, "", "jobs", 4, jobs)
 			file := filepath.Join(t.TempDir(), "trace.jsonl")
 			out := mustAdmin(t, addr, "history", "jobs", "--since", "1h")
 			if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
