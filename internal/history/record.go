@@ -209,7 +209,9 @@ func (r *Record) Add(e Entry, now time.Time) {
 func (r *Record) Trim(now time.Time) { r.trim(now) }
 
 func (r *Record) trim(now time.Time) {
-	r.spare = nil // a spare chunk is memory too; keep it only below the cap
+	if r.spare != nil && r.Bytes() > r.cfg.MaxBytes {
+		r.spare = nil // a spare chunk is memory too: kept only within the cap
+	}
 	oldest := now.Add(-r.cfg.MaxAge).UnixNano()
 	for r.n > 0 && (r.Bytes() > r.cfg.MaxBytes || r.at(0).done < oldest) {
 		r.dropFirst()
