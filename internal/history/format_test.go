@@ -183,3 +183,15 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkDecode reads a file of 10,000 entries.
+func BenchmarkDecode(b *testing.B) {
+	data := encode(b, Header{Queue: "q", Policy: "fifo"}, sampleEntries(10_000, 500))
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := Decode(bytes.NewReader(data)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
