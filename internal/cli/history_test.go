@@ -20,6 +20,7 @@ import (
 
 	"github.com/harbinger-mq/harbinger/client"
 	"github.com/harbinger-mq/harbinger/internal/harness"
+	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/sim"
 )
 
@@ -253,5 +254,88 @@ func TestSimHistoryRefusesBadFiles(t *testing.T) {
 	}
 	if err := runSim(t.Context(), []string{"--history-window", "1h"}, io.Discard, io.Discard); err == nil {
 		t.Error("--history-window alone accepted")
+	}
+}
+
+// The history's knobs come from the config file, the environment and
+// flags, and a cap below the record's smallest is refused.
+func TestServeHistoryConfig(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "harbinger.yaml")
+	if err := os.WriteFile(path, []byte("broker:\n  history:\n    max_bytes: 33554432\n    max_age: 2h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadServeConfig([]string{"-config", path}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.Broker.History; h.MaxBytes != 32<<20 || h.MaxAge != 2*time.Hour || h.Off {
+		t.Fatalf("from the file: %+v", h)
+	}
+	cfg, err = loadServeConfig([]string{"-config", path, "-history-max-age", "30m", "-history-off"}, func(k string) string {
+		if k == "HARBINGER_HISTORY_MAX_BYTES" {
+			return "1048576"
+		}
+		return ""
+	}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := cfg.Broker.History; h.MaxBytes != 1<<20 || h.MaxAge != 30*time.Minute || !h.Off {
+		t.Fatalf("flags and environment over the file: %+v", h)
+	}
+	cfg, err = loadServeConfig([]string{"-history-max-bytes", "1000"}, func(string) string { return "" }, io.Discard)
+	if err == nil {
+		err = cfg.WithDefaults().Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "history: max bytes 1000") {
+		t.Fatalf("a 1000-byte cap: %v", err)
+	}
+}
+
+// sim --history takes a list of loads, and twice the same file gives the
+// same JSON.
+func TestSimHistoryLoads(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 5))
+	base := time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
+	var es []history.Entry
+	at := base
+	for i := range 3000 {
+		at = at.Add(time.Duration(rng.ExpFloat64() * float64(10*time.Millisecond)))
+		key, d := "fast", time.Duration(1+rng.IntN(5))*time.Millisecond
+		if i%10 == 0 {
+			key, d = "slow", time.Duration(50+rng.IntN(50))*time.Millisecond
+		}
+		es = append(es, history.Entry{Arrived: at, Producer: "p", Key: key, Size: 10, Attempt: 1, Started: at, Done: at.Add(d), Duration: d, Outcome: history.Ack})
+	}
+	var buf bytes.Buffer
+	if err := history.Encode(&buf, history.Header{Queue: "q", Policy: "fifo", WorkersSeen: 1, Since: base, Until: at}, es); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "h.jsonl")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out [2]bytes.Buffer
+	for i := range out {
+		if err := runSim(t.Context(), []string{"--history", file, "--workers", "1", "--at-load", "0.9,1.1", "--json"}, &out[i], io.Discard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out[0].String() != out[1].String() {
+		t.Fatal("two replays of one file differ")
+	}
+	var res sim.ReplayResult
+	if err := json.Unmarshal(out[0].Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Loads) != 3 || res.Loads[1].Load != 0.9 || res.Loads[2].Load != 1.1 || res.Workers != 1 {
+		t.Fatalf("loads %d, workers %d", len(res.Loads), res.Workers)
+	}
+	for _, bad := range [][]string{{"--history", file, "--at-load", "0.9,x"}, {"--at-load", "1,2"}, {"--history", file, "--at-load", "-1"}} {
+		if err := runSim(t.Context(), bad, io.Discard, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }

@@ -57,7 +57,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	workers := fs.Int("workers", 0, "worker count (default: the workload's)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	goal := fs.Bool("goal", false, "measure the arms against the policy's goal, job by job against the FIFO run of the same jobs (T1 long jobs, T2 P99, M the mean against the key oracle family); arms may carry settings: predictive:guard=0.25,overtake=0.1,stretch=-0.2, or key-oracle:guard=0.5")
-	atLoad := fs.Float64("at-load", 0, "scale the arrivals so the offered load (busy workers / workers) is this, durations unchanged (default: as the workload or trace has it)")
+	atLoadSpec := fs.String("at-load", "", "scale the arrivals so the offered load (busy workers / workers) is this, durations unchanged (default: as the workload or trace has it); with --history, a comma-separated list of loads replayed besides the recorded one")
 	overhead := fs.Duration("overhead", 0, "per-message cost outside the handler, in workload time: a worker starts each handler this much after taking the message (a live broker's delivery and ack round trip; 0 is an ideal broker)")
 	var tune policyFlags
 	tune.register(fs)
@@ -67,17 +67,21 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *overhead < 0 {
 		return fmt.Errorf("--overhead cannot be negative, got %v", *overhead)
 	}
+	loads, err := parseLoads(*atLoadSpec)
+	if err != nil {
+		return err
+	}
 	if *historySpec != "" {
 		if tf.spec != "" || flagSet(fs, "workload") || flagSet(fs, "seeds") || *goal {
 			return fmt.Errorf("--history replays one history: --workload, --trace, --seeds and --goal do not apply (its report is the goal's figures, per key)")
 		}
-		if *workers < 0 || *atLoad < 0 {
-			return fmt.Errorf("--workers and --at-load must be positive")
+		if *workers < 0 {
+			return fmt.Errorf("--workers must be positive, got %d", *workers)
 		}
 		if err := tune.any(fs); err != nil {
 			return err
 		}
-		return runSimHistory(ctx, *historySpec, *historyWindow, *armsFlag, flagSet(fs, "arms"), *workers, *atLoad, *overhead, flagSet(fs, "overhead"), *asJSON, stdout)
+		return runSimHistory(ctx, *historySpec, *historyWindow, *armsFlag, flagSet(fs, "arms"), *workers, loads, *overhead, flagSet(fs, "overhead"), *asJSON, stdout)
 	}
 	if *historyWindow != 0 {
 		return fmt.Errorf("--history-window needs --history")
@@ -86,8 +90,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if *atLoad != 0 {
-		if src, err = sim.AtLoad(src, *atLoad); err != nil {
+	if len(loads) > 1 {
+		return fmt.Errorf("--at-load: one load, got %d (a list is for --history)", len(loads))
+	}
+	if len(loads) == 1 {
+		if src, err = sim.AtLoad(src, loads[0]); err != nil {
 			return fmt.Errorf("--at-load: %w", err)
 		}
 	}
@@ -345,6 +352,23 @@ func loadSource(workloadPath string, t traceFlags) (sim.Source, error) {
 		return nil, fmt.Errorf("--trace: want %sDIR, got %q", TracePrefix, t.spec)
 	}
 	return trace.Load(dir, trace.Options{StartMinute: t.start, Minutes: t.minutes, Compression: t.compression, Load: t.load})
+}
+
+// parseLoads reads --at-load: positive numbers separated by commas; ""
+// is none.
+func parseLoads(s string) ([]float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+			return nil, fmt.Errorf("--at-load: %q is not a positive number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // optionalFloat parses a flag that may be left unset ("").

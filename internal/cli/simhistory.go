@@ -67,7 +67,7 @@ func loadHistory(ctx context.Context, spec string, window time.Duration) (histor
 }
 
 // runSimHistory is sim --history: the replay of a queue's own history.
-func runSimHistory(ctx context.Context, spec string, window time.Duration, armSpec string, armsGiven bool, workers int, atLoad float64, overhead time.Duration, overheadGiven bool, asJSON bool, stdout io.Writer) error {
+func runSimHistory(ctx context.Context, spec string, window time.Duration, armSpec string, armsGiven bool, workers int, loads []float64, overhead time.Duration, overheadGiven bool, asJSON bool, stdout io.Writer) error {
 	h, es, err := loadHistory(ctx, spec, window)
 	if err != nil {
 		return err
@@ -87,9 +87,7 @@ func runSimHistory(ctx context.Context, spec string, window time.Duration, armSp
 	if !overheadGiven {
 		o.Overhead = sim.InferOverhead(es)
 	}
-	if atLoad > 0 {
-		o.Loads = []float64{atLoad}
-	}
+	o.Loads = loads
 	begin := time.Now()
 	res, err := sim.Replay(src, arms, o)
 	if err != nil {
