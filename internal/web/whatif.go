@@ -27,6 +27,7 @@ const (
 	DefaultWhatIfWindow = time.Hour
 	whatIfFresh         = time.Minute
 	whatIfKept          = 32 // results kept, the oldest dropped
+	whatIfPending       = 8  // replays started and not finished, at most
 	whatIfKeyRows       = 25 // keys the panel lists, the busiest
 )
 
@@ -55,7 +56,10 @@ type whatIfs struct {
 	mu   sync.Mutex
 	runs map[whatIfKey][]*whatIfRun // the last two of each: the newest last
 	sem  chan struct{}              // one replay at a time
-	wg   sync.WaitGroup
+	// pending counts the replays started and not finished: past
+	// whatIfPending a look starts none (the panel shows the last result).
+	pending int
+	wg      sync.WaitGroup
 }
 
 func newWhatIfs(b *broker.Broker, now func() time.Time) *whatIfs {
@@ -76,7 +80,7 @@ func (w *whatIfs) get(k whatIfKey) (last, running *whatIfRun) {
 			running = r
 		}
 	}
-	if running == nil && (last == nil || w.now().Sub(last.finished) > whatIfFresh) {
+	if running == nil && (last == nil || w.now().Sub(last.finished) > whatIfFresh) && w.pending < whatIfPending {
 		running = w.startLocked(k)
 	}
 	return last, running
@@ -92,6 +96,7 @@ func (w *whatIfs) startLocked(k whatIfKey) *whatIfRun {
 	if len(w.runs) > whatIfKept {
 		w.dropOldestLocked(k)
 	}
+	w.pending++
 	w.wg.Go(func() {
 		w.sem <- struct{}{}
 		defer func() { <-w.sem }()
@@ -99,6 +104,7 @@ func (w *whatIfs) startLocked(k whatIfKey) *whatIfRun {
 		w.mu.Lock()
 		r.res, r.err, r.finished = res, err, w.now()
 		close(r.done)
+		w.pending--
 		w.mu.Unlock()
 	})
 	return r
@@ -149,8 +155,10 @@ func (w *whatIfs) wait() { w.wg.Wait() }
 // WhatIfView is the panel: the window asked for, the last result and
 // whether a newer one is on its way.
 type WhatIfView struct {
-	Window    string  `json:"window"`
-	Running   bool    `json:"running"`
+	Window  string `json:"window"`
+	Running bool   `json:"running"`
+	// Busy: too many replays are waiting to start another; look again.
+	Busy      bool    `json:"busy,omitempty"`
 	Error     string  `json:"error,omitempty"`
 	Finished  string  `json:"finished,omitempty"`
 	Policy    string  `json:"recorded_policy,omitempty"`
@@ -191,18 +199,21 @@ type WhatIfKeyRow struct {
 	Oracle report.Num `json:"oracle_mean_cut"`
 }
 
-// parseWindow reads the panel's window: a Go duration from a minute to
-// the broker's history age.
+// parseWindow reads the panel's window: one of WhatIfWindows, so that
+// a reader cannot queue replays of every window there is.
 func (s *Server) parseWindow(v string) (time.Duration, error) {
 	if v == "" {
 		return DefaultWhatIfWindow, nil
 	}
 	d, err := time.ParseDuration(v)
-	maxAge := s.b.Config().History.MaxAge
-	if err != nil || d < time.Minute || d > maxAge {
-		return 0, badRequest("window %q: want a duration from 1m to %v (the history's age), such as 1h", v, maxAge)
+	if err == nil && slices.Contains(WhatIfWindows, d) {
+		return d, nil
 	}
-	return d, nil
+	var names []string
+	for _, w := range WhatIfWindows {
+		names = append(names, fmtWindow(w))
+	}
+	return 0, badRequest("window %q: want one of %s", v, strings.Join(names, ", "))
 }
 
 // whatIf is the panel for the queue and window, starting a replay when
@@ -220,6 +231,7 @@ func (s *Server) whatIf(name string, window time.Duration, cfg broker.QueueConfi
 	last, running := s.whatIfs.get(whatIfKey{name, window})
 	v.Running = running != nil
 	if last == nil {
+		v.Busy = running == nil
 		return v
 	}
 	v.Finished = last.finished.UTC().Format("15:04:05 UTC")

@@ -156,7 +156,7 @@ func TestWhatIfPanel(t *testing.T) {
 			t.Errorf("send-email's mean cut %v", k.MeanCut)
 		}
 	}
-	for _, bad := range []string{"1s", "x", "1000h"} {
+	for _, bad := range []string{"1s", "x", "1000h", "61m"} {
 		if code, _, _ := tb.do(t, "GET", "/api/v1/queues/mail/whatif?window="+bad, "", "", ""); code != http.StatusBadRequest {
 			t.Errorf("window %q: %d", bad, code)
 		}
