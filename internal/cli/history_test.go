@@ -215,6 +215,20 @@ func TestHistoryReplayMatchesLive(t *testing.T) {
 			if checked != len(liveKeys) {
 				t.Fatalf("%d keys checked, want %d", checked, len(liveKeys))
 			}
+			// Straight from the broker, the same figures.
+			var direct bytes.Buffer
+			if err := runSim(t.Context(), []string{"--history", "broker:" + addr + "/jobs", "--history-window", "1h", "--json"}, &direct, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			var res2 sim.ReplayResult
+			if err := json.Unmarshal(direct.Bytes(), &res2); err != nil {
+				t.Fatal(err)
+			}
+			a, _ := json.Marshal(res.Loads)
+			b, _ := json.Marshal(res2.Loads)
+			if !bytes.Equal(a, b) || res2.Jobs != res.Jobs {
+				t.Fatal("the replay straight from the broker differs from the replay of its export")
+			}
 			// The text report speaks in the user's terms.
 			buf.Reset()
 			if err := runSim(t.Context(), []string{"--history", file}, &buf, io.Discard); err != nil {
