@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -96,10 +97,14 @@ var ErrHistoryOff = errors.New("broker: the history record is off")
 const historyDir = "history"
 
 // historyFile is the file of a queue's record: its name in hex, as a
-// queue name may hold any character a file name may not.
+// queue name may hold any character a file name may not. It is the
+// export's format gzipped, which keeps it well under the record's cap in
+// memory (a full 16 MiB record of 100,000 keys saves to 3.7 MB: TestHistoryFileUnderCap).
 func historyFile(dir, queue string) string {
-	return filepath.Join(dir, historyDir, hex.EncodeToString([]byte(queue))+".jsonl")
+	return filepath.Join(dir, historyDir, hex.EncodeToString([]byte(queue))+historyExt)
 }
+
+const historyExt = ".jsonl.gz"
 
 // SaveHistory writes every queue's record to files under dir (the data
 // directory), replacing the last save. A queue with an empty record
@@ -121,7 +126,11 @@ func (b *Broker) SaveHistory(dir string) error {
 			continue
 		}
 		var buf bytes.Buffer
-		if err := history.Encode(&buf, h, es); err != nil {
+		zw := gzip.NewWriter(&buf)
+		if err := history.Encode(zw, h, es); err != nil {
+			return err
+		}
+		if err := zw.Close(); err != nil {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(tmp, filepath.Base(historyFile(dir, name))), buf.Bytes(), 0o600); err != nil {
@@ -152,7 +161,7 @@ func (b *Broker) LoadHistory(dir string) (int, error) {
 	n := 0
 	var bad []string
 	for _, f := range files {
-		raw, ok := strings.CutSuffix(f.Name(), ".jsonl")
+		raw, ok := strings.CutSuffix(f.Name(), historyExt)
 		name, herr := hex.DecodeString(raw)
 		if !ok || herr != nil {
 			continue
@@ -169,7 +178,12 @@ func (b *Broker) LoadHistory(dir string) (int, error) {
 				return
 			}
 			defer file.Close()
-			_, es, err := history.Decode(file)
+			zr, err := gzip.NewReader(file)
+			if err != nil {
+				bad = append(bad, fmt.Sprintf("%s: %v", f.Name(), err))
+				return
+			}
+			_, es, err := history.Decode(zr)
 			if err != nil {
 				bad = append(bad, fmt.Sprintf("%s: %v", f.Name(), err))
 				return

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -194,5 +196,64 @@ func BenchmarkAckHistory(b *testing.B) {
 				c.AddCredit(1)
 			}
 		})
+	}
+}
+
+// TestHistoryFileUnderCap fills a queue's record to its default cap with
+// a million jobs an hour of 100,000 keys and saves it: the file on disk
+// is smaller than the record's cap, and loads back whole.
+func TestHistoryFileUnderCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million entries")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	st, err := store.OpenFile(dir, store.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := setup(t, Config{}).clk
+	b := durable(t, st, clk, Config{})
+	if _, err := b.Declare("busy", QueueConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := b.lockQueue("busy", false)
+	rng := rand.New(rand.NewPCG(1, 1))
+	start := clk.Now().Add(-time.Hour)
+	for i := range 1_000_000 {
+		done := start.Add(time.Duration(i) * (time.Hour / 1_000_000))
+		d := time.Duration(1+rng.IntN(2000)) * time.Millisecond
+		q.record.Add(history.Entry{Arrived: done.Add(-d - time.Duration(rng.IntN(1000))*time.Millisecond), Producer: "api",
+			Key: fmt.Sprintf("job.type-%06d", rng.IntN(100_000)), Size: uint64(rng.IntN(1 << 20)), Attempt: 1,
+			Started: done.Add(-d), Done: done, Duration: d, Outcome: history.Ack}, done)
+	}
+	kept, counted := q.record.Len(), q.record.Bytes()
+	q.mu.Unlock()
+	if err := b.SaveHistory(dir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(historyFile(dir, "busy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d entries, %d bytes counted in memory, %d bytes on disk", kept, counted, fi.Size())
+	if limit := b.Config().History.MaxBytes; fi.Size() > limit || counted > limit {
+		t.Fatalf("%d bytes on disk, %d in memory; the cap is %d", fi.Size(), counted, limit)
+	}
+	if err := b.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := store.OpenFile(dir, store.FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st2.Close() })
+	b2 := durable(t, st2, clk, Config{})
+	t.Cleanup(func() { _ = b2.Shutdown(context.Background()) })
+	if n, err := b2.LoadHistory(dir); err != nil || n != kept {
+		t.Fatalf("loaded %d, %v; want %d", n, err, kept)
 	}
 }
