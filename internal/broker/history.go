@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/history"
 )
@@ -20,9 +22,10 @@ import (
 // deliveries, kept under the queue's lock: each ack or nack appends one
 // 48-byte entry to it, the cheapest part of the settle. It holds no
 // payloads or headers, and it is never part of a job's durability: in
-// durable mode it is saved beside the log at a clean shutdown
-// (SaveHistory) and loaded at the next start (LoadHistory), so a crash
-// loses the history since the last start, never a job.
+// durable mode it is saved beside the log every few minutes
+// (SaveHistoryEvery) and at a clean shutdown (SaveHistory), and loaded at
+// the next start (LoadHistory), so a crash loses the history since the
+// last save, never a job.
 
 // settling is what a settle needs to know of a delivery before the line
 // lets go of it, for the queue's history.
@@ -204,6 +207,40 @@ func (b *Broker) LoadHistory(dir string) (int, error) {
 		b.log.Warn("history files skipped", "errors", strings.Join(bad, "; "))
 	}
 	return n, nil
+}
+
+// DefaultHistorySaveEvery is how often serve saves the history in
+// durable mode (SaveHistoryEvery): a crash loses at most that much of it.
+const DefaultHistorySaveEvery = 5 * time.Minute
+
+// SaveHistoryEvery saves the history under dir every interval on the
+// broker's clock until stop is called; stop waits for a save under way.
+// A failed save is logged and tried again at the next interval.
+func (b *Broker) SaveHistoryEvery(dir string, every time.Duration) (stop func()) {
+	var mu sync.Mutex
+	stopped := false
+	var t clock.Timer
+	var tick func()
+	tick = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if err := b.SaveHistory(dir); err != nil {
+			b.log.Warn("harbinger: history not saved", "err", err)
+		}
+		t = b.clk.AfterFunc(every, tick)
+	}
+	mu.Lock()
+	t = b.clk.AfterFunc(every, tick)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // queueNames lists the queues' names.

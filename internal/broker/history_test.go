@@ -229,14 +229,16 @@ func TestHistoryFileUnderCap(t *testing.T) {
 	}
 	kept, counted := q.record.Len(), q.record.Bytes()
 	q.mu.Unlock()
+	began := time.Now()
 	if err := b.SaveHistory(dir); err != nil {
 		t.Fatal(err)
 	}
+	took := time.Since(began)
 	fi, err := os.Stat(historyFile(dir, "busy"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d entries, %d bytes counted in memory, %d bytes on disk", kept, counted, fi.Size())
+	t.Logf("%d entries, %d bytes counted in memory, %d bytes on disk, saved in %v", kept, counted, fi.Size(), took)
 	if limit := b.Config().History.MaxBytes; fi.Size() > limit || counted > limit {
 		t.Fatalf("%d bytes on disk, %d in memory; the cap is %d", fi.Size(), counted, limit)
 	}
@@ -255,5 +257,37 @@ func TestHistoryFileUnderCap(t *testing.T) {
 	t.Cleanup(func() { _ = b2.Shutdown(context.Background()) })
 	if n, err := b2.LoadHistory(dir); err != nil || n != kept {
 		t.Fatalf("loaded %d, %v; want %d", n, err, kept)
+	}
+}
+
+// TestSaveHistoryEvery saves on the broker's clock, and not after stop.
+func TestSaveHistoryEvery(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tb := setup(t, Config{})
+	c := tb.sub(t, "q", 1)
+	tb.publish(t, &Message{Queue: "q", JobType: "a"})
+	if err := c.Ack(next(t, c).ID, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	stop := tb.b.SaveHistoryEvery(dir, time.Minute)
+	file := historyFile(dir, "q")
+	tb.clk.Advance(59 * time.Second)
+	if _, err := os.Stat(file); err == nil {
+		t.Fatal("saved before the interval")
+	}
+	tb.clk.Advance(time.Second)
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatalf("not saved after the interval: %v", err)
+	}
+	stop()
+	if n := tb.clk.Pending(); n != 0 {
+		// The broker's own timers: none is armed on an idle queue.
+		t.Fatalf("%d timers still armed after stop", n)
+	}
+	tb.clk.Advance(time.Hour)
+	if fi2, _ := os.Stat(file); !fi2.ModTime().Equal(fi.ModTime()) {
+		t.Fatal("saved after stop")
 	}
 }

@@ -505,14 +505,17 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 		_ = b.Shutdown(context.Background())
 		return err
 	}
+	stopSaving := func() {}
 	if !cfg.Memory {
-		// The queues' history from the last clean shutdown (it is not job
-		// data: a crash loses what was recorded since the last start).
+		// The queues' history as last saved (it is not job data: a crash
+		// loses what was recorded since the last save).
 		if n, err := b.LoadHistory(cfg.DataDir); err != nil {
 			log.Warn("harbinger: history not loaded", "err", err)
 		} else if n > 0 {
 			log.Info("harbinger: history loaded", "entries", n)
 		}
+		stopSaving = b.SaveHistoryEvery(cfg.DataDir, broker.DefaultHistorySaveEvery)
+		defer stopSaving() // on the ways out before the shutdown below
 	}
 	// The Predictor service is for jobs published to RabbitMQ: it learns
 	// in a predictor of its own, as `harbinger sidecar` does, and never
@@ -636,6 +639,7 @@ wait:
 	if err := b.Shutdown(sctx); err != nil {
 		log.Warn("harbinger: shutdown timed out; jobs still in flight were returned to their queues")
 	}
+	stopSaving()
 	if !cfg.Memory {
 		if err := b.SaveHistory(cfg.DataDir); err != nil {
 			log.Warn("harbinger: history not saved", "err", err)
