@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -353,6 +354,65 @@ func TestSimHistoryLoads(t *testing.T) {
 	for _, bad := range [][]string{{"--history", file, "--at-load", "0.9,x"}, {"--at-load", "1,2"}, {"--history", file, "--at-load", "-1"}} {
 		if err := runSim(t.Context(), bad, io.Discard, io.Discard); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// A durable serve saves its history at shutdown and has it back after a
+// restart; the jobs' payloads are in neither.
+func TestServeKeepsHistoryAcrossRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	addr, stop := runServeFor(t, ServeConfig{DataDir: dir})
+	cl, err := client.Dial(t.Context(), addr, client.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := cl.Publish(t.Context(), &client.Message{Queue: "q", Producer: "web", JobType: fmt.Sprintf("résumé-%d", i%5), Payload: []byte("secret")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n atomic.Int64
+	all := make(chan struct{})
+	ctx, cancel := context.WithCancel(t.Context())
+	worker := make(chan error, 1)
+	go func() {
+		worker <- cl.RunWorker(ctx, client.WorkerConfig{Queue: "q"}, func(context.Context, *client.Delivery) error {
+			if n.Add(1) == 50 {
+				close(all)
+			}
+			return nil
+		})
+	}()
+	<-all
+	cancel()
+	if err := <-worker; err != nil {
+		t.Fatal(err)
+	}
+	before := mustAdmin(t, addr, "history", "q")
+	_ = cl.Close()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "history")); err != nil {
+		t.Fatalf("no history saved: %v", err)
+	}
+	addr, stop = runServeFor(t, ServeConfig{DataDir: dir})
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	after := mustAdmin(t, addr, "history", "q")
+	_, es1, err1 := history.Decode(strings.NewReader(before))
+	_, es2, err2 := history.Decode(strings.NewReader(after))
+	if err1 != nil || err2 != nil || len(es1) != 50 || len(es2) != 50 || strings.Contains(after, "secret") {
+		t.Fatalf("before the restart %d entries (%v), after %d (%v)", len(es1), err1, len(es2), err2)
+	}
+	for i := range es1 {
+		if es1[i].Key != es2[i].Key || !es1[i].Done.Equal(es2[i].Done) {
+			t.Fatalf("entry %d: %+v, then %+v", i, es1[i], es2[i])
 		}
 	}
 }
