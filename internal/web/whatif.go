@@ -25,7 +25,7 @@ import (
 // showing the last one.
 const (
 	DefaultWhatIfWindow = time.Hour
-	whatIfFresh         = time.Minute
+	whatIfFresh         = 5 * time.Minute
 	whatIfKept          = 32 // results kept, the oldest dropped
 	whatIfPending       = 8  // replays started and not finished, at most
 	whatIfKeyRows       = 25 // keys the panel lists, the busiest

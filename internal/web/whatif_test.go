@@ -164,9 +164,9 @@ func TestWhatIfPanel(t *testing.T) {
 	if code, _, _ := tb.do(t, "GET", "/api/v1/queues/nope/whatif", "", "", ""); code != http.StatusNotFound {
 		t.Errorf("unknown queue: %d", code)
 	}
-	// A minute on, the result is stale: a look starts another replay and
-	// shows the last meanwhile.
-	tb.clk.Advance(2 * time.Minute)
+	// Five minutes on, the result is stale: a look starts another replay
+	// and shows the last meanwhile.
+	tb.clk.Advance(6 * time.Minute)
 	_, body, _ = tb.do(t, "GET", "/queues/mail?whatif=15m", "", "", "")
 	if !strings.Contains(body, `id="whatif-running"`) || !strings.Contains(body, `id="whatif-summary"`) {
 		t.Fatalf("stale result: no new replay shown beside the last")
