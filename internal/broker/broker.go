@@ -44,6 +44,7 @@ type Broker struct {
 	queueGen  atomic.Uint64 // numbers the queues made, for QueueInfo.Generation
 	inflight  atomic.Int64
 	bytes     atomic.Int64 // held by every message not yet settled for good; see reserve
+	histBytes atomic.Int64 // counted by every queue's history; see recordLocked
 
 	storeFailed    atomic.Bool  // the store refused an append; logged once
 	nextCheckpoint atomic.Int64 // log size that triggers the next checkpoint
@@ -583,6 +584,7 @@ func (b *Broker) DeleteQueue(name string, force bool) (QueueDeleted, error) {
 		return QueueDeleted{}, err
 	}
 	q.deleted = true
+	q.histSyncLocked() // its history goes with it
 	q.line.Each(q.release, q.release, q.release, func(e delivery.DeadLetterEntry) { q.release(e.Job) })
 	for _, c := range q.cons {
 		c.closed = true

@@ -55,7 +55,9 @@ func (q *queue) beforeSettleLocked(id string) (s settling, ok bool) {
 	return settling{j: j, arrived: j.Enqueued(), started: started, attempt: j.Attempt(), dead: q.line.Stats.DeadLettered}, true
 }
 
-// recordLocked appends a settled delivery to the queue's history.
+// recordLocked appends a settled delivery to the queue's history. Past
+// the broker's total for every queue's history, the queue sheds its own
+// oldest entries: the busy queues pay, the quiet ones keep theirs.
 func (q *queue) recordLocked(s settling, d time.Duration, out history.Outcome, now time.Time) {
 	if out == history.Nack && q.line.Stats.DeadLettered > s.dead {
 		out = history.Dead
@@ -64,7 +66,26 @@ func (q *queue) recordLocked(s settling, d time.Duration, out history.Outcome, n
 		Arrived: s.arrived, Producer: s.j.Producer(), Key: s.j.JobType(), Size: s.j.SizeHint(), Attempt: s.attempt,
 		Started: s.started, Done: now, Duration: d, Outcome: out,
 	}, now)
+	if over := q.histSyncLocked() - q.b.cfg.History.MaxTotalBytes; over > 0 {
+		q.record.ShrinkTo(q.record.Bytes() - over)
+		q.histSyncLocked()
+	}
 }
+
+// histSyncLocked brings the broker's count of history bytes up to date
+// with the queue's record after a change, and returns the new total.
+func (q *queue) histSyncLocked() int64 {
+	var n int64
+	if q.record != nil && !q.deleted {
+		n = q.record.Bytes()
+	}
+	d := n - q.histBytes
+	q.histBytes = n
+	return q.b.histBytes.Add(d)
+}
+
+// HistoryBytes is the memory every queue's history counts together.
+func (b *Broker) HistoryBytes() int64 { return b.histBytes.Load() }
 
 // History is a queue's recorded history since the given time, oldest
 // first, with the header of its export. It returns ErrHistoryOff when the
@@ -80,6 +101,7 @@ func (b *Broker) History(name string, since time.Time) (history.Header, []histor
 	}
 	now := b.clk.Now()
 	es := q.record.Window(since, now)
+	q.histSyncLocked() // the window dropped what aged out
 	h := history.Header{Queue: q.name, Policy: q.cfg.Policy, WorkersSeen: history.WorkersSeen(es),
 		Since: since, Until: now, Jobs: len(es), Dropped: q.record.Dropped}
 	if since.IsZero() && len(es) > 0 {
@@ -200,6 +222,8 @@ func (b *Broker) LoadHistory(dir string) (int, error) {
 				q.record.Add(e, now)
 			}
 			q.record.Trim(now)
+			q.record.ShrinkTo(max(b.cfg.History.MaxTotalBytes-(b.histBytes.Load()-q.histBytes), 0))
+			q.histSyncLocked()
 			n += len(es)
 		}()
 	}

@@ -291,3 +291,41 @@ func TestSaveHistoryEvery(t *testing.T) {
 		t.Fatal("saved after stop")
 	}
 }
+
+// TestHistoryTotalCap: every queue's history together stays under the
+// broker's total; the queue recording past it sheds its own oldest, a
+// quiet queue keeps its record, and a deleted queue's history is given
+// back.
+func TestHistoryTotalCap(t *testing.T) {
+	t.Parallel()
+	perQueue := int64(history.MinMaxBytes * 4)
+	tb := setup(t, Config{History: history.Config{MaxBytes: perQueue, MaxTotalBytes: perQueue * 3 / 2}})
+	fill := func(name string, n int) {
+		c := tb.sub(t, name, 1)
+		for i := range n {
+			tb.publish(t, &Message{Queue: name, JobType: fmt.Sprintf("k%d", i%100)})
+			if err := c.Ack(next(t, c).ID, time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			c.AddCredit(1)
+			if total := tb.b.HistoryBytes(); total > perQueue*3/2 {
+				t.Fatalf("%s, ack %d: %d history bytes over the total %d", name, i, total, perQueue*3/2)
+			}
+		}
+	}
+	fill("quiet", 3000)
+	_, quiet, _ := tb.b.History("quiet", time.Time{})
+	fill("busy", 20_000)
+	_, quietAfter, _ := tb.b.History("quiet", time.Time{})
+	_, busy, _ := tb.b.History("busy", time.Time{})
+	if len(quietAfter) != len(quiet) || len(busy) == 0 || len(busy) >= 20_000 {
+		t.Fatalf("quiet kept %d of %d; busy kept %d", len(quietAfter), len(quiet), len(busy))
+	}
+	before := tb.b.HistoryBytes()
+	if _, err := tb.b.DeleteQueue("quiet", true); err != nil {
+		t.Fatal(err)
+	}
+	if after := tb.b.HistoryBytes(); after >= before || after > perQueue {
+		t.Fatalf("after deleting a queue: %d history bytes, %d before", after, before)
+	}
+}

@@ -47,7 +47,9 @@ type queue struct {
 	hist  durationHist
 	runs  runTimes
 	// record is the queue's history (history.go); nil when it is off.
-	record *history.Record
+	// histBytes is what it counted when Broker.histBytes last heard.
+	record    *history.Record
+	histBytes int64
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue, error) {

@@ -320,6 +320,7 @@ var serveSettings = []setting{
 	{"lease", "visibility timeout of a delivery, 1s to 24h (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.Lease })},
 	{"max-attempts", "deliveries before a job is dead-lettered (default 5)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.MaxAttempts })},
 	{"history-max-bytes", fmt.Sprintf("memory each queue's history (its settled deliveries, for replay in the simulator) may take, %d to %d bytes (default %d)", int64(history.MinMaxBytes), int64(history.MaxMaxBytes), int64(history.DefaultMaxBytes)), num64(func(c *ServeConfig) *int64 { return &c.Broker.History.MaxBytes })},
+	{"history-max-total-bytes", fmt.Sprintf("memory every queue's history may take together; past it the queue recording sheds its own oldest (default %d)", int64(history.DefaultMaxTotalBytes)), num64(func(c *ServeConfig) *int64 { return &c.Broker.History.MaxTotalBytes })},
 	{"history-max-age", "how long each queue's history keeps a settled delivery (default 24h)", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.History.MaxAge })},
 	{"history-off", "keep no history of settled deliveries", boolean(func(c *ServeConfig) *bool { return &c.Broker.History.Off })},
 	{"default-ttl", "time to live of jobs published without one; 0 is forever", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.DefaultTTL })},

@@ -21,6 +21,9 @@ import (
 const (
 	DefaultMaxBytes = 16 << 20
 	DefaultMaxAge   = 24 * time.Hour
+	// DefaultMaxTotalBytes bounds every queue's record together: 16
+	// queues' worth at the default cap.
+	DefaultMaxTotalBytes = 256 << 20
 	// MinMaxBytes is the smallest cap: one chunk of entries and a key.
 	MinMaxBytes = chunkLen*EntryBytes + 4096
 	// MaxMaxBytes bounds the cap of one queue's record.
@@ -36,6 +39,10 @@ type Config struct {
 	MaxBytes int64 `yaml:"max_bytes"`
 	// MaxAge drops entries that settled longer ago.
 	MaxAge time.Duration `yaml:"max_age"`
+	// MaxTotalBytes bounds the records of every queue of a broker
+	// together: past it, the queue recording sheds its own oldest entries
+	// (the broker applies it; a Record alone has only MaxBytes).
+	MaxTotalBytes int64 `yaml:"max_total_bytes"`
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -45,6 +52,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxAge == 0 {
 		c.MaxAge = DefaultMaxAge
+	}
+	if c.MaxTotalBytes == 0 {
+		c.MaxTotalBytes = DefaultMaxTotalBytes
 	}
 	return c
 }
@@ -56,6 +66,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("history: max bytes %d must be between %d and %d", c.MaxBytes, int64(MinMaxBytes), int64(MaxMaxBytes))
 	case c.MaxAge < time.Second:
 		return fmt.Errorf("history: max age %v must be at least a second", c.MaxAge)
+	case c.MaxTotalBytes < MinMaxBytes:
+		return fmt.Errorf("history: max total bytes %d must be at least %d", c.MaxTotalBytes, int64(MinMaxBytes))
 	}
 	return nil
 }
@@ -203,6 +215,20 @@ func (r *Record) Add(e Entry, now time.Time) {
 	}
 	r.n++
 	r.trim(now)
+}
+
+// ShrinkTo drops the oldest entries until the record counts at most n
+// bytes, or holds nothing.
+func (r *Record) ShrinkTo(n int64) {
+	if r.spare != nil && r.Bytes() > n {
+		r.spare = nil
+	}
+	for r.n > 0 && r.Bytes() > n {
+		r.dropFirst()
+		if r.spare != nil && r.Bytes() > n {
+			r.spare = nil
+		}
+	}
 }
 
 // Trim drops the entries older than the record's MaxAge at now.
