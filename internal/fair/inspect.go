@@ -1,0 +1,85 @@
+package fair
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// GroupInfo is one group as an inspector shows it.
+type GroupInfo struct {
+	Name    string
+	Weight  int
+	Running int
+	Waiting int
+	// Limit is the concurrency limit on the group's own key (a limit on
+	// the grouping field, for every value or for this one), 0 when none.
+	Limit int
+	// WorkShare is the group's share of the worker time spent on jobs of
+	// this queue that ended in the last minute.
+	WorkShare float64
+	// WorkSeconds is that worker time, in seconds.
+	WorkSeconds float64
+	// Throttled counts jobs of the group that, on arrival or while they
+	// waited, found a key of theirs at its limit or out of tokens.
+	Throttled uint64
+}
+
+// Groups describes every group the Fair knows of at now, by name, at most
+// limit of them (0 is all): the busiest first when there are more.
+func (f *Fair) Groups(now time.Time, limit int) []GroupInfo {
+	t := now.UnixNano()
+	out := make([]GroupInfo, 0, len(f.groups))
+	total := 0.0
+	for _, g := range f.groups {
+		w := g.workSince(t)
+		total += w
+		out = append(out, GroupInfo{
+			Name: g.name, Weight: int(g.weight), Running: g.running, Waiting: g.waiting,
+			Limit: f.groupLimit(g.name), WorkSeconds: w, Throttled: g.throttle,
+		})
+	}
+	for i := range out {
+		if total > 0 {
+			out[i].WorkShare = out[i].WorkSeconds / total
+		}
+	}
+	if limit > 0 && len(out) > limit {
+		slices.SortFunc(out, func(a, b GroupInfo) int {
+			return cmp.Or(cmp.Compare(b.Running+b.Waiting, a.Running+a.Waiting), cmp.Compare(a.Name, b.Name))
+		})
+		out = out[:limit]
+	}
+	slices.SortFunc(out, func(a, b GroupInfo) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// groupLimit is the tightest concurrency limit on the grouping field that
+// applies to the group named name.
+func (f *Fair) groupLimit(name string) int {
+	lim := 0
+	if f.cfg.GroupBy == "" {
+		return 0
+	}
+	for _, l := range f.cfg.Limits {
+		if l.Field == f.cfg.GroupBy && (l.Value == "" || l.Value == name) && (lim == 0 || l.Max < lim) {
+			lim = l.Max
+		}
+	}
+	return lim
+}
+
+// Blocked counts the limit keys at their limit and the rate keys out of
+// tokens.
+func (f *Fair) Blocked() (limits, rates int) {
+	for _, c := range f.counters {
+		if c.blocked {
+			if c.rate {
+				rates++
+			} else {
+				limits++
+			}
+		}
+	}
+	return limits, rates
+}
