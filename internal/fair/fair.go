@@ -7,9 +7,10 @@
 // share the same limit keys. Within a lane the queue's own policy (and its
 // per-job guard relative to FIFO) orders the jobs; a lane is eligible while
 // none of its keys is at its limit or out of tokens. Groups are served by
-// start-time fair queueing on predicted work (see Pop), lanes within a
-// group likewise; eligible groups sit in a heap by their start tag and
-// eligible lanes in a heap per group, so choosing the next job costs
+// start-time fair queueing on predicted work (see Pop); within a group the
+// eligible lanes are ordered by the item each would start next under the
+// policy. Eligible groups sit in a heap by their start tag and eligible
+// lanes in a heap per group, so choosing the next job costs
 // O(log groups + log lanes) plus the lane's own Pop, never a scan. A key
 // that reaches its limit takes its lanes out of the heaps and puts them
 // back when it falls below it (or its bucket refills): O(lanes of the key
@@ -137,8 +138,16 @@ type lane struct {
 	counters []*counter
 	blocked  int // counters of it that are blocked
 	running  int
-	tag      float64 // start tag among its group's lanes
-	seq      uint64
+	// Its next item as the lane's policy would start it now, for the
+	// order among its group's lanes: by level, then predicted cost under
+	// a shortest-first policy, then arrival.
+	level int
+	cost  time.Duration
+	head  uint64
+	seen  time.Time    // when it was ranked
+	peek  []*sched.Item // Peek's buffer
+	seq   uint64
+	gone  bool // let go: a new lane takes its key
 	idx      int   // in g.ready; -1 when not
 	expIdx   int   // in Fair.expiry; -1 when not
 	exp      int64 // its next expiry while in Fair.expiry
@@ -149,7 +158,6 @@ type group struct {
 	name     string
 	weight   float64
 	tag      float64 // start tag of its next job
-	vtime    float64 // start tag of the last lane served in it
 	idx      int     // in Fair.ready; -1 when not
 	ready    laneHeap
 	lanes    int
@@ -254,7 +262,6 @@ func (f *Fair) laneOf(k Keys, now time.Time) *lane {
 	}
 	l.g = g
 	g.lanes++
-	l.tag = g.vtime
 	for i, r := range f.cfg.Limits {
 		if v := lk.get(r.Field); r.Value == "" || r.Value == v {
 			f.attach(l, ruleKey{rule: i, value: v}, now)
@@ -302,6 +309,7 @@ func (f *Fair) Push(it *sched.Item, now time.Time) error {
 		return err
 	}
 	f.where[it] = l
+	f.rerank(l, now)
 	if l.blocked > 0 {
 		l.g.throttle++
 		f.Stats.Throttled++
@@ -319,6 +327,7 @@ func (f *Fair) Remove(it *sched.Item) bool {
 	}
 	delete(f.where, it)
 	ok = l.s.Remove(it)
+	f.rerank(l, l.seen)
 	f.fix(l, time.Time{})
 	return ok
 }
@@ -339,8 +348,13 @@ func (f *Fair) Remove(it *sched.Item) bool {
 // weight; the predicted work each started, over its weight, therefore
 // differs by at most c_i/w_i + c_j/w_j, for c the largest predicted cost
 // of a job of that group. No eligible group waits more than one round of
-// the others' tags past its own. Within a group the lanes take turns the
-// same way, unweighted, and within a lane the queue's policy decides.
+// the others' tags past its own. Within a group Pop takes the lane whose
+// next item (as the lane's policy would start it, noted when the lane last
+// changed) ranks first by level, then predicted cost under a
+// shortest-first policy, then arrival; so a group of one lane (no limits,
+// or limits on the grouping field) is exactly the queue's policy, guard
+// included, and across lanes the guard holds only as far as that ranking
+// carries it.
 //
 // The reservation (Config.Reserve) is the one exception to "no worker idles
 // while an eligible job waits": while at most Reserve workers are free, a
@@ -360,6 +374,7 @@ func (f *Fair) Pop(now time.Time) *sched.Item {
 		}
 		l := g.ready.items[0]
 		it := l.s.Pop(now)
+		f.rerank(l, now)
 		if it == nil { // its items had expired
 			f.fix(l, now)
 			continue
@@ -367,9 +382,6 @@ func (f *Fair) Pop(now time.Time) *sched.Item {
 		delete(f.where, it)
 		f.touch(g, now)
 		c := float64(max(it.Cost, minCost)) / 1e9
-		g.vtime = l.tag
-		l.tag += c
-		g.ready.fix(l.idx)
 		f.vtime = g.tag
 		g.tag += c / g.weight
 		f.ready.fix(g.idx)
@@ -397,7 +409,7 @@ func (f *Fair) choose(now time.Time) *group {
 	}()
 	for len(f.ready.items) > 0 {
 		g := f.ready.items[0]
-		if !f.pastShare(g) {
+		if !f.pastShare(g, now) {
 			return g
 		}
 		if until, ok := f.othersActive(g, now); ok {
@@ -414,13 +426,39 @@ func (f *Fair) choose(now time.Time) *group {
 }
 
 // pastShare reports whether g runs at least its share of the workers (and
-// at least one job).
-func (f *Fair) pastShare(g *group) bool {
+// at least one job). The share is its weight over those of the groups
+// with waiting or running jobs; when no other group has any, the group
+// that last had work within the window counts as well.
+func (f *Fair) pastShare(g *group, now time.Time) bool {
 	if g.running == 0 {
 		return false
 	}
-	share := float64(f.workers) * g.weight / max(f.activeW, g.weight)
+	w := f.activeW
+	if w <= g.weight {
+		if r, ok := f.rival(g, now); ok {
+			w += r.weight
+		}
+	}
+	share := float64(f.workers) * g.weight / max(w, g.weight)
 	return float64(g.running) >= share
+}
+
+// rival is the group other than g that last had waiting work, if within
+// the reservation window.
+func (f *Fair) rival(g *group, now time.Time) (*group, bool) {
+	for _, r := range f.recent {
+		if r.ok && r.g != g.name {
+			o, ok := f.groups[r.g]
+			if !ok { // let go since: only its weight matters
+				o = &group{name: r.g, weight: 1}
+				if w, ok := f.cfg.Weights[r.g]; ok {
+					o.weight = float64(w)
+				}
+			}
+			return o, now.UnixNano()-r.at <= int64(f.cfg.ReserveWindow)
+		}
+	}
+	return nil, false
 }
 
 // othersActive reports whether a group other than g has waiting work, or
@@ -437,7 +475,7 @@ func (f *Fair) othersActive(g *group, now time.Time) (int64, bool) {
 	}
 	for _, r := range f.recent {
 		if r.ok && r.g != g.name && t-r.at <= w {
-			return r.at + w, true
+			return r.at + w + 1, true
 		}
 	}
 	return 0, false
@@ -659,10 +697,11 @@ func (f *Fair) fix(l *lane, now time.Time) {
 	eligible := l.blocked == 0 && l.waiting > 0
 	switch {
 	case eligible && l.idx < 0:
-		l.tag = max(l.tag, g.vtime)
 		g.ready.push(l)
 	case !eligible && l.idx >= 0:
 		g.ready.remove(l)
+	case eligible:
+		g.ready.fix(l.idx) // its next item may have changed
 	}
 	geligible := len(g.ready.items) > 0
 	switch {
@@ -694,9 +733,10 @@ func (f *Fair) fix(l *lane, now time.Time) {
 // its group and counters with it when they hold nothing more. A group
 // whose tag is past the virtual time is kept: it owes that work.
 func (f *Fair) tidy(l *lane, now time.Time) {
-	if l.waiting > 0 || l.running > 0 || l.expIdx >= 0 || l.s.Len() > 0 {
+	if l.gone || l.waiting > 0 || l.running > 0 || l.expIdx >= 0 || l.s.Len() > 0 {
 		return
 	}
+	l.gone = true
 	delete(f.lanes, l.key)
 	for _, c := range l.counters {
 		delete(c.lanes, l)
@@ -728,6 +768,7 @@ func (f *Fair) Expire(now time.Time, buf []*sched.Item) []*sched.Item {
 		for _, it := range buf[k:] {
 			delete(f.where, it)
 		}
+		f.rerank(l, now)
 		f.fix(l, now)
 		if l.expIdx >= 0 && l.exp <= t {
 			panic(fmt.Sprintf("fair: lane %v did not expire what was due", l.key)) // a bug here
@@ -842,10 +883,26 @@ func groupCmp(a, b *group) int {
 }
 
 func laneCmp(a, b *lane) int {
-	if c := cmp.Compare(a.tag, b.tag); c != 0 {
-		return c
+	return cmp.Or(cmp.Compare(a.level, b.level), cmp.Compare(a.cost, b.cost), cmp.Compare(a.head, b.head), keysCmp(a.key, b.key))
+}
+
+// rerank notes l's next item at now, after its content changed: its
+// place among its group's lanes. O(log of the lane's length).
+func (f *Fair) rerank(l *lane, now time.Time) {
+	l.seen = now
+	l.peek = l.s.Peek(now, 1, l.peek[:0])
+	if len(l.peek) == 0 {
+		l.level, l.cost, l.head = 0, 0, 0
+		l.g.ready.fix(l.idx)
+		return
 	}
-	return keysCmp(a.key, b.key)
+	it := l.peek[0]
+	l.peek[0] = nil
+	l.level, l.head, l.cost = it.Level(), it.ID, 0
+	if f.sc.ShortestFirst {
+		l.cost = it.Cost
+	}
+	l.g.ready.fix(l.idx) // before anything else moves in the heap
 }
 
 func keysCmp(a, b Keys) int {

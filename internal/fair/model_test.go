@@ -23,11 +23,12 @@ type model struct {
 	items   map[uint64]mItem // waiting, by ID
 	run     map[uint64]Keys
 	gtag    map[string]float64 // groups present (Fair forgets a group only when forgetting is harmless)
-	gvtime  map[string]float64
-	ltag    map[Keys]float64 // lanes present: dropped when nothing waits or runs in them
+	ltag    map[Keys]bool      // lanes present: dropped when nothing waits or runs in them
 	vtime   float64
 	tokens  map[ruleKey]*mBucket
-	lastHad map[string]int64 // when each group last had waiting work
+	lastHad map[string][2]int64 // when each group last had waiting work, and the call's number
+	calls   int64
+	now     int64
 	// Which lanes and groups were eligible after the last call: one that
 	// is now (a bucket refilled) rejoins as Fair's heaps have it.
 	lastLs map[Keys]bool
@@ -49,8 +50,8 @@ type mBucket struct {
 func newModel(cfg Config) *model {
 	return &model{
 		cfg: cfg.WithDefaults(), items: map[uint64]mItem{}, run: map[uint64]Keys{},
-		gtag: map[string]float64{}, gvtime: map[string]float64{}, ltag: map[Keys]float64{},
-		tokens: map[ruleKey]*mBucket{}, lastHad: map[string]int64{},
+		gtag: map[string]float64{}, ltag: map[Keys]bool{},
+		tokens: map[ruleKey]*mBucket{}, lastHad: map[string][2]int64{},
 	}
 }
 
@@ -93,14 +94,13 @@ func (m *model) ensureLane(lk Keys) {
 	if _, ok := m.gtag[g]; !ok {
 		m.gtag[g] = m.vtime
 	}
-	if _, ok := m.ltag[lk]; !ok {
-		m.ltag[lk] = m.gvtime[g]
-	}
+	m.ltag[lk] = true
 }
 
 // op runs change at now the way Fair sees a call: what became eligible
 // while time passed rejoins, then what the change makes eligible.
 func (m *model) op(now int64, change func()) {
+	m.now = now
 	m.rejoin(m.lastLs, m.lastGs, now)
 	ls, gs := m.eligibility(now)
 	change()
@@ -114,8 +114,13 @@ func (m *model) push(id uint64, cost time.Duration, k Keys, now int64) {
 		lk := m.laneKey(k)
 		m.ensureLane(lk)
 		m.items[id] = mItem{id: id, cost: cost, keys: lk}
-		m.lastHad[m.group(lk)] = now
+		m.had(m.group(lk), now)
 	})
+}
+
+func (m *model) had(g string, now int64) {
+	m.calls++
+	m.lastHad[g] = [2]int64{now, m.calls}
 }
 
 // blocked reports whether lane key lk has a key at its limit or out of
@@ -191,11 +196,6 @@ func (m *model) eligibility(now int64) (map[Keys]bool, map[string]bool) {
 }
 
 func (m *model) rejoin(ls map[Keys]bool, gs map[string]bool, now int64) {
-	for lk := range m.ltag {
-		if !ls[lk] && m.laneEligible(lk, now) {
-			m.ltag[lk] = max(m.ltag[lk], m.gvtime[m.group(lk)])
-		}
-	}
 	for g := range m.gtag {
 		if !gs[g] && m.groupEligible(g, now) {
 			m.gtag[g] = max(m.gtag[g], m.vtime)
@@ -262,16 +262,15 @@ func (m *model) choose(now int64) (uint64, bool) {
 			lanes = append(lanes, lk)
 		}
 	}
+	// FIFO lanes: the lane whose first item came first.
 	slices.SortFunc(lanes, func(a, b Keys) int {
-		return cmp.Or(cmp.Compare(m.ltag[a], m.ltag[b]), keysCmp(a, b))
+		return cmp.Compare(m.laneWaiting(a)[0].id, m.laneWaiting(b)[0].id)
 	})
 	lk := lanes[0]
 	it := m.laneWaiting(lk)[0]
 	delete(m.items, it.id)
-	m.lastHad[g] = now
+	m.had(g, now)
 	c := float64(max(it.cost, minCost)) / 1e9
-	m.gvtime[g] = m.ltag[lk]
-	m.ltag[lk] += c
 	m.vtime = m.gtag[g]
 	m.gtag[g] += c / m.weight(g)
 	m.run[it.id] = lk
@@ -304,7 +303,22 @@ func (m *model) pastShare(g string) bool {
 	if r == 0 {
 		return false
 	}
-	return float64(r) >= float64(m.workers)*m.weight(g)/max(m.activeWeight(), m.weight(g))
+	w := m.activeWeight()
+	if w <= m.weight(g) {
+		// No other group has work now: the one that last had, within
+		// the window, counts.
+		var last [2]int64
+		rival, ok := "", false
+		for o, at := range m.lastHad {
+			if o != g && (at[0] > last[0] || at[0] == last[0] && at[1] > last[1]) {
+				last, rival, ok = at, o, true
+			}
+		}
+		if ok && m.now-last[0] <= int64(m.cfg.ReserveWindow) {
+			w += m.weight(rival)
+		}
+	}
+	return float64(r) >= float64(m.workers)*m.weight(g)/max(w, m.weight(g))
 }
 
 func (m *model) othersActive(g string, now int64) bool {
@@ -312,7 +326,7 @@ func (m *model) othersActive(g string, now int64) bool {
 		if o == g {
 			continue
 		}
-		if now-at <= int64(m.cfg.ReserveWindow) {
+		if now-at[0] <= int64(m.cfg.ReserveWindow) {
 			return true
 		}
 		for _, it := range m.items {
@@ -439,6 +453,10 @@ func TestFairMatchesModel(t *testing.T) {
 					case got != nil && !ok:
 						t.Fatalf("step %d: Fair started %d, the model nothing (cfg %+v)", step, got.ID, cfg)
 					case got != nil && got.ID != want:
+						for k, l := range f.lanes {
+							t.Logf("lane %q: waiting %d blocked %d idx %d head %d level %d", k, l.waiting, l.blocked, l.idx, l.head, l.level)
+							l.s.Each(func(it *sched.Item) { t.Logf("   %d", it.ID) })
+						}
 						t.Fatalf("step %d: Fair started %d, the model %d (cfg %+v)", step, got.ID, want, cfg)
 					}
 					if got != nil {
