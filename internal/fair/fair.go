@@ -141,17 +141,17 @@ type lane struct {
 	// Its next item as the lane's policy would start it now, for the
 	// order among its group's lanes: by level, then predicted cost under
 	// a shortest-first policy, then arrival.
-	level int
-	cost  time.Duration
-	head  uint64
-	seen  time.Time    // when it was ranked
-	peek  []*sched.Item // Peek's buffer
-	seq   uint64
-	gone  bool // let go: a new lane takes its key
-	idx      int   // in g.ready; -1 when not
-	expIdx   int   // in Fair.expiry; -1 when not
-	exp      int64 // its next expiry while in Fair.expiry
-	waiting  int   // s.Len() as last seen
+	level   int
+	cost    time.Duration
+	head    uint64
+	seen    time.Time     // when it was ranked
+	peek    []*sched.Item // Peek's buffer
+	seq     uint64
+	gone    bool  // let go: a new lane takes its key
+	idx     int   // in g.ready; -1 when not
+	expIdx  int   // in Fair.expiry; -1 when not
+	exp     int64 // its next expiry while in Fair.expiry
+	waiting int   // s.Len() as last seen
 }
 
 type group struct {
