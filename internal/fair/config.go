@@ -48,6 +48,11 @@ const (
 	DefaultReserveWindow = time.Second
 	// MaxReserveWindow bounds Config.ReserveWindow.
 	MaxReserveWindow = time.Hour
+	// DefaultCredit is how much predicted work a group that had nothing
+	// to run may be served ahead of the others (see Config.Credit).
+	DefaultCredit = 100 * time.Millisecond
+	// MaxCredit bounds Config.Credit.
+	MaxCredit = time.Hour
 )
 
 // Limit caps how many jobs of one key run at once, across the broker.
@@ -96,6 +101,13 @@ type Config struct {
 	NoReserve bool `json:"no_reserve,omitempty" yaml:"no_reserve,omitempty"`
 	// ReserveWindow: see Reserve. 0 is DefaultReserveWindow.
 	ReserveWindow time.Duration `json:"reserve_window,omitempty" yaml:"reserve_window,omitempty"`
+	// Credit is the predicted work (over its weight) a group that had
+	// nothing to run may be served ahead of the others when work comes:
+	// a light group's burst then goes ahead of a flooding group's backlog
+	// instead of taking turns with it. 0 is DefaultCredit; NoCredit
+	// turns it off (plain start-time fair queueing).
+	Credit   time.Duration `json:"credit,omitempty" yaml:"credit,omitempty"`
+	NoCredit bool          `json:"no_credit,omitempty" yaml:"no_credit,omitempty"`
 }
 
 // ConfigError is a declaration refused: Field names the setting (as the
@@ -130,6 +142,11 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReserveWindow == 0 {
 		c.ReserveWindow = DefaultReserveWindow
+	}
+	if c.NoCredit {
+		c.Credit = 0
+	} else if c.Credit == 0 {
+		c.Credit = DefaultCredit
 	}
 	return c
 }
@@ -204,6 +221,15 @@ func (c Config) Validate() error {
 	}
 	if c.GroupBy == "" && (c.Reserve != 0 || c.NoReserve || c.ReserveWindow != 0) {
 		return bad("reserve", "the reservation is between groups: it needs group_by")
+	}
+	if c.Credit < 0 || c.Credit > MaxCredit {
+		return bad("credit", "must be 0 (the default, %v) to %v, got %v", DefaultCredit, MaxCredit, c.Credit)
+	}
+	if c.NoCredit && c.Credit != 0 {
+		return bad("credit", "conflicts with no_credit: set one or the other")
+	}
+	if c.GroupBy == "" && (c.Credit != 0 || c.NoCredit) {
+		return bad("credit", "the credit is between groups: it needs group_by")
 	}
 	return nil
 }

@@ -84,11 +84,15 @@ type Fair struct {
 
 	n, nrun     int
 	workers     int
-	activeW     float64 // sum of the weights of groups with waiting or running jobs
-	busyGroups  int     // groups with waiting jobs
-	recent      [2]touch
-	held        bool  // the last Pop held a job back for the reservation
-	heldUntil   int64 // when that reservation may lapse
+	activeW     float64  // sum of the weights of groups with waiting or running jobs
+	activeN     int      // and how many there are
+	busyGroups  int      // groups with waiting jobs
+	idle        idleList // groups gone idle within the reservation window, the latest first
+	idleW       float64  // the sum of their weights
+	retired     idleList // groups gone from idle that did work in the last minute, for the inspector
+	lastNow     int64    // the latest time a call was given
+	held        bool     // the last Pop held a job back for the reservation
+	heldUntil   int64    // when that reservation may lapse
 	reserveSkip []*group
 
 	// Counters for metrics.
@@ -100,12 +104,6 @@ type Stats struct {
 	Starts    uint64 // jobs started
 	Throttled uint64 // jobs that found their key at its limit or out of tokens (see GroupInfo.Throttled)
 	Reserved  uint64 // times Pop left a worker free for the reservation
-}
-
-type touch struct {
-	g  string
-	at int64
-	ok bool
 }
 
 type ruleKey struct {
@@ -155,17 +153,24 @@ type lane struct {
 }
 
 type group struct {
-	name     string
-	weight   float64
-	tag      float64 // start tag of its next job
-	idx      int     // in Fair.ready; -1 when not
-	ready    laneHeap
-	lanes    int
-	waiting  int
-	running  int
-	throttle uint64
-	work     [workSlots]float64 // seconds of worker time ended per slot
-	workAt   [workSlots]int64   // each slot's number (time / slot width)
+	name       string
+	weight     float64
+	tag        float64 // start tag of its next job
+	idx        int     // in Fair.ready; -1 when not
+	ready      laneHeap
+	lanes      int
+	waiting    int
+	running    int
+	throttle   uint64
+	use        float64 // decayed running time, worker-seconds (see useAt)
+	useAt      int64
+	idleAt     int64 // when it last went idle, while in Fair.idle
+	inIdle     bool
+	inRetired  bool
+	lastWork   int64              // when a job of it last ended
+	prev, next *group             // in Fair.idle
+	work       [workSlots]float64 // seconds of worker time ended per slot
+	workAt     [workSlots]int64   // each slot's number (time / slot width)
 }
 
 type runEntry struct {
@@ -188,6 +193,7 @@ func New(cfg Config, sc sched.Config, keysOf func(*sched.Item) Keys) (*Fair, err
 		lanes: map[Keys]*lane{}, groups: map[string]*group{}, counters: map[ruleKey]*counter{},
 		where: map[*sched.Item]*lane{}, running: map[*sched.Item]*runEntry{},
 		ready: newGroupHeap(), expiry: newExpiryHeap(), refills: newRefillHeap(),
+		retired: idleList{retired: true},
 	}
 	mark := func(field string) {
 		f.used[slices.Index(Fields, field)] = true
@@ -254,7 +260,7 @@ func (f *Fair) laneOf(k Keys, now time.Time) *lane {
 	}
 	g, ok := f.groups[gname]
 	if !ok {
-		g = &group{name: gname, weight: 1, idx: -1, tag: f.vtime, ready: newLaneHeap()}
+		g = &group{name: gname, weight: 1, idx: -1, tag: f.vtime - f.credit(), ready: newLaneHeap()}
 		if w, ok := f.cfg.Weights[gname]; ok {
 			g.weight = float64(w)
 		}
@@ -300,6 +306,7 @@ func (f *Fair) attach(l *lane, id ruleKey, now time.Time) {
 // Push enqueues it, a classified item (its Cost and Tier set), in its
 // lane.
 func (f *Fair) Push(it *sched.Item, now time.Time) error {
+	f.saw(now)
 	if _, ok := f.where[it]; ok {
 		return sched.ErrQueued
 	}
@@ -314,12 +321,12 @@ func (f *Fair) Push(it *sched.Item, now time.Time) error {
 		l.g.throttle++
 		f.Stats.Throttled++
 	}
-	f.touch(l.g, now)
 	f.fix(l, now)
 	return nil
 }
 
-// Remove takes a waiting item out, and reports whether it was waiting.
+// Remove takes a waiting item out, and reports whether it was waiting. It
+// counts as done at the time of the Fair's latest call.
 func (f *Fair) Remove(it *sched.Item) bool {
 	l, ok := f.where[it]
 	if !ok {
@@ -365,6 +372,8 @@ func (f *Fair) Remove(it *sched.Item) bool {
 // groups with running jobs can be passed over, so this costs at most
 // (running jobs) heap operations.
 func (f *Fair) Pop(now time.Time) *sched.Item {
+	f.saw(now)
+	f.expireIdle(f.lastNow)
 	f.wake(now)
 	f.held = false
 	for {
@@ -380,9 +389,8 @@ func (f *Fair) Pop(now time.Time) *sched.Item {
 			continue
 		}
 		delete(f.where, it)
-		f.touch(g, now)
 		c := float64(max(it.Cost, minCost)) / 1e9
-		f.vtime = g.tag
+		f.vtime = max(f.vtime, g.tag)
 		g.tag += c / g.weight
 		f.ready.fix(g.idx)
 		f.start(l, it, now.UnixNano())
@@ -412,7 +420,7 @@ func (f *Fair) choose(now time.Time) *group {
 		if !f.pastShare(g, now) {
 			return g
 		}
-		if until, ok := f.othersActive(g, now); ok {
+		if until, ok := f.othersActive(now); ok {
 			f.held = true
 			f.heldUntil = max(f.heldUntil, until)
 			f.Stats.Reserved++
@@ -425,78 +433,73 @@ func (f *Fair) choose(now time.Time) *group {
 	return nil
 }
 
-// pastShare reports whether g runs at least its share of the workers (and
-// at least one job). The share is its weight over those of the groups
-// with waiting or running jobs; when no other group has any, the group
-// that last had work within the window counts as well.
+// pastShare reports whether g has run at least its share of the workers
+// over the recent past (and runs a job now). Its use is the number of its
+// jobs running, averaged with an exponential decay of time constant
+// ReserveWindow, so a light group's brief burst does not count against it
+// and a flooding group's backlog does. Its share is the workers times its
+// weight over the weights of the groups active now or within the window.
 func (f *Fair) pastShare(g *group, now time.Time) bool {
 	if g.running == 0 {
 		return false
 	}
-	w := f.activeW
-	if w <= g.weight {
-		if r, ok := f.rival(g, now); ok {
-			w += r.weight
-		}
-	}
-	share := float64(f.workers) * g.weight / max(w, g.weight)
-	return float64(g.running) >= share
+	use := f.useAt(g, now.UnixNano()) / f.cfg.ReserveWindow.Seconds()
+	share := float64(f.workers) * g.weight / max(f.activeW+f.idleW, g.weight)
+	return use >= share
 }
 
-// rival is the group other than g that last had waiting work, if within
-// the reservation window.
-func (f *Fair) rival(g *group, now time.Time) (*group, bool) {
-	for _, r := range f.recent {
-		if r.ok && r.g != g.name {
-			o, ok := f.groups[r.g]
-			if !ok { // let go since: only its weight matters
-				o = &group{name: r.g, weight: 1}
-				if w, ok := f.cfg.Weights[r.g]; ok {
-					o.weight = float64(w)
-				}
-			}
-			return o, now.UnixNano()-r.at <= int64(f.cfg.ReserveWindow)
-		}
+// useAt is g's decayed running time at now, in worker-seconds: its
+// integral of running jobs, each moment weighted by e^(-age/ReserveWindow).
+func (f *Fair) useAt(g *group, now int64) float64 {
+	if now <= g.useAt {
+		return g.use
 	}
-	return nil, false
+	tau := f.cfg.ReserveWindow.Seconds()
+	d := math.Exp(-float64(now-g.useAt) / 1e9 / tau)
+	return g.use*d + float64(g.running)*tau*(1-d)
 }
 
-// othersActive reports whether a group other than g has waiting work, or
-// had within the reservation window, and until when that holds.
-func (f *Fair) othersActive(g *group, now time.Time) (int64, bool) {
-	busy := f.busyGroups
-	if g.waiting > 0 {
-		busy--
-	}
+// othersActive reports whether a group other than g, which is active,
+// has waiting or running jobs or had within the reservation window, and
+// when to look again if nothing else changes.
+func (f *Fair) othersActive(now time.Time) (int64, bool) {
 	t := now.UnixNano()
-	w := int64(f.cfg.ReserveWindow)
-	if busy > 0 {
-		return t + w, true
-	}
-	for _, r := range f.recent {
-		if r.ok && r.g != g.name && t-r.at <= w {
-			return r.at + w + 1, true
-		}
+	switch {
+	case f.activeN > 1:
+		return t + int64(f.cfg.ReserveWindow), true
+	case f.idle.front != nil:
+		return f.idle.front.idleAt + int64(f.cfg.ReserveWindow) + 1, true
 	}
 	return 0, false
 }
 
-// touch notes that g has waiting work at now.
-func (f *Fair) touch(g *group, now time.Time) {
-	t := now.UnixNano()
-	switch {
-	case f.recent[0].ok && f.recent[0].g == g.name:
-		f.recent[0].at = max(f.recent[0].at, t)
-	case f.recent[1].ok && f.recent[1].g == g.name:
-		f.recent[1].at = max(f.recent[1].at, t)
-		if f.recent[1].at > f.recent[0].at {
-			f.recent[0], f.recent[1] = f.recent[1], f.recent[0]
+// expireIdle lets go of the groups that went idle more than the window
+// before now.
+func (f *Fair) expireIdle(now int64) {
+	for g := f.idle.back; g != nil && now-g.idleAt > int64(f.cfg.ReserveWindow); g = f.idle.back {
+		f.idle.remove(g)
+		f.idleW -= g.weight
+		if g.lastWork > now-int64(workWindow) {
+			// Kept for the inspector's last minute, out of the shares.
+			g.idleAt = g.lastWork
+			f.retired.pushFront(g)
+			continue
 		}
-	default:
-		f.recent[1] = f.recent[0]
-		f.recent[0] = touch{g: g.name, at: t, ok: true}
+		f.forget(g)
+	}
+	for g := f.retired.back; g != nil && now-g.idleAt > int64(workWindow); g = f.retired.back {
+		f.retired.remove(g)
+		f.forget(g)
 	}
 }
+
+// saw notes the time of a call: what Remove, which is not told the time,
+// takes as its own.
+func (f *Fair) saw(now time.Time) { f.lastNow = max(f.lastNow, now.UnixNano()) }
+
+// credit is how far behind the virtual time a group that had nothing to
+// run may start: Config.Credit in seconds of predicted work.
+func (f *Fair) credit() float64 { return f.cfg.Credit.Seconds() }
 
 // start counts it, just popped from l, as running.
 func (f *Fair) start(l *lane, it *sched.Item, now int64) {
@@ -504,7 +507,7 @@ func (f *Fair) start(l *lane, it *sched.Item, now int64) {
 	l.running++
 	f.nrun++
 	f.Stats.Starts++
-	f.setRunning(l.g, l.g.running+1)
+	f.setRunning(l.g, l.g.running+1, now)
 	for _, c := range l.counters {
 		if c.rate {
 			c.refill(now)
@@ -531,11 +534,12 @@ func (f *Fair) Run(it *sched.Item, k Keys, now time.Time) {
 	if _, ok := f.running[it]; ok {
 		return
 	}
+	f.saw(now)
 	l := f.laneOf(k, now)
 	f.running[it] = &runEntry{l: l, started: now.UnixNano()}
 	l.running++
 	f.nrun++
-	f.setRunning(l.g, l.g.running+1)
+	f.setRunning(l.g, l.g.running+1, now.UnixNano())
 	for _, c := range l.counters {
 		if !c.rate {
 			c.running++
@@ -555,12 +559,13 @@ func (f *Fair) Done(it *sched.Item, now time.Time) int {
 	if !ok {
 		return 0
 	}
+	f.saw(now)
 	delete(f.running, it)
 	l := r.l
 	l.running--
 	f.nrun--
 	l.g.addWork(now.UnixNano(), float64(now.UnixNano()-r.started)/1e9)
-	f.setRunning(l.g, l.g.running-1)
+	f.setRunning(l.g, l.g.running-1, now.UnixNano())
 	freed := 0
 	for _, c := range l.counters {
 		if c.rate {
@@ -596,6 +601,8 @@ func (f *Fair) wake(now time.Time) int {
 // Wake does what has come due by now (buckets refilled, a reservation
 // lapsed) and returns how many jobs may start because of it.
 func (f *Fair) Wake(now time.Time) int {
+	f.saw(now)
+	f.expireIdle(f.lastNow)
 	n := f.wake(now)
 	if f.held && now.UnixNano() >= f.heldUntil {
 		f.held = false
@@ -658,9 +665,11 @@ func (f *Fair) unblock(c *counter) {
 	}
 }
 
-// setRunning changes g's running count, keeping activeW.
-func (f *Fair) setRunning(g *group, n int) {
+// setRunning changes g's running count at now, keeping activeW and its
+// recent use.
+func (f *Fair) setRunning(g *group, n int, now int64) {
 	was := g.waiting+g.running > 0
+	g.use, g.useAt = f.useAt(g, now), max(now, g.useAt)
 	g.running = n
 	f.activity(g, was)
 }
@@ -670,8 +679,60 @@ func (f *Fair) activity(g *group, was bool) {
 	switch {
 	case is && !was:
 		f.activeW += g.weight
+		f.activeN++
+		if g.inIdle {
+			f.idle.remove(g)
+			f.idleW -= g.weight
+		} else if g.inRetired {
+			f.retired.remove(g)
+		}
 	case was && !is:
 		f.activeW -= g.weight
+		f.activeN--
+		g.idleAt = f.lastNow
+		f.idle.pushFront(g)
+		f.idleW += g.weight
+	}
+}
+
+// idleList is a doubly linked list of groups, the latest gone idle at the
+// front.
+type idleList struct {
+	front, back *group
+	retired     bool // the retired list: marks inRetired
+}
+
+func (l *idleList) pushFront(g *group) {
+	g.prev, g.next = nil, l.front
+	l.mark(g, true)
+	if l.front != nil {
+		l.front.prev = g
+	} else {
+		l.back = g
+	}
+	l.front = g
+}
+
+func (l *idleList) remove(g *group) {
+	if g.prev != nil {
+		g.prev.next = g.next
+	} else {
+		l.front = g.next
+	}
+	if g.next != nil {
+		g.next.prev = g.prev
+	} else {
+		l.back = g.prev
+	}
+	g.prev, g.next = nil, nil
+	l.mark(g, false)
+}
+
+func (l *idleList) mark(g *group, in bool) {
+	if l.retired {
+		g.inRetired = in
+	} else {
+		g.inIdle = in
 	}
 }
 
@@ -706,7 +767,7 @@ func (f *Fair) fix(l *lane, now time.Time) {
 	geligible := len(g.ready.items) > 0
 	switch {
 	case geligible && g.idx < 0:
-		g.tag = max(g.tag, f.vtime)
+		g.tag = max(g.tag, f.vtime-f.credit())
 		f.ready.push(g)
 	case !geligible && g.idx >= 0:
 		f.ready.remove(g)
@@ -750,9 +811,17 @@ func (f *Fair) tidy(l *lane, now time.Time) {
 			delete(f.counters, c.id)
 		}
 	}
-	g := l.g
-	g.lanes--
-	if g.lanes == 0 && g.running == 0 && g.tag <= f.vtime && !g.recentWork(now.UnixNano()) {
+	l.g.lanes--
+	f.forget(l.g)
+}
+
+// forget lets g go once nothing of it is left and forgetting loses
+// nothing: no lanes, nothing running, not in the reservation's window,
+// and owed no service (a group made afresh starts at the virtual time
+// less the credit, as an idle one rejoins). Its share of the last
+// minute's work goes with it.
+func (f *Fair) forget(g *group) {
+	if g.lanes == 0 && g.running == 0 && !g.inIdle && !g.inRetired && g.tag <= f.vtime-f.credit() {
 		delete(f.groups, g.name)
 	}
 }
@@ -760,6 +829,7 @@ func (f *Fair) tidy(l *lane, now time.Time) {
 // Expire removes every item whose TTL has passed at now, appending them
 // to buf.
 func (f *Fair) Expire(now time.Time, buf []*sched.Item) []*sched.Item {
+	f.saw(now)
 	t := now.UnixNano()
 	for len(f.expiry.items) > 0 && f.expiry.items[0].exp <= t {
 		l := f.expiry.items[0]
@@ -846,22 +916,13 @@ func (f *Fair) KeysOf(it *sched.Item) (Keys, bool) {
 }
 
 func (g *group) addWork(now int64, secs float64) {
+	g.lastWork = now
 	slot := now / int64(workWindow/workSlots)
 	i := slot % workSlots
 	if g.workAt[i] != slot {
 		g.workAt[i], g.work[i] = slot, 0
 	}
 	g.work[i] += secs
-}
-
-func (g *group) recentWork(now int64) bool {
-	slot := now / int64(workWindow/workSlots)
-	for i := range workSlots {
-		if g.workAt[i] > slot-workSlots && g.work[i] > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 func (g *group) workSince(now int64) float64 {

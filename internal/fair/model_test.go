@@ -26,8 +26,8 @@ type model struct {
 	ltag    map[Keys]bool      // lanes present: dropped when nothing waits or runs in them
 	vtime   float64
 	tokens  map[ruleKey]*mBucket
-	lastHad map[string][2]int64 // when each group last had waiting work, and the call's number
-	calls   int64
+	idleAt  map[string]int64      // when each group without waiting or running jobs last had some
+	use     map[string][2]float64 // decayed running time and when, per group (as Fair.useAt)
 	now     int64
 	// Which lanes and groups were eligible after the last call: one that
 	// is now (a bucket refilled) rejoins as Fair's heaps have it.
@@ -51,7 +51,7 @@ func newModel(cfg Config) *model {
 	return &model{
 		cfg: cfg.WithDefaults(), items: map[uint64]mItem{}, run: map[uint64]Keys{},
 		gtag: map[string]float64{}, ltag: map[Keys]bool{},
-		tokens: map[ruleKey]*mBucket{}, lastHad: map[string][2]int64{},
+		tokens: map[ruleKey]*mBucket{}, idleAt: map[string]int64{}, use: map[string][2]float64{},
 	}
 }
 
@@ -92,7 +92,7 @@ func (m *model) weight(g string) float64 {
 func (m *model) ensureLane(lk Keys) {
 	g := m.group(lk)
 	if _, ok := m.gtag[g]; !ok {
-		m.gtag[g] = m.vtime
+		m.gtag[g] = m.vtime - m.cfg.Credit.Seconds()
 	}
 	m.ltag[lk] = true
 }
@@ -103,7 +103,25 @@ func (m *model) op(now int64, change func()) {
 	m.now = now
 	m.rejoin(m.lastLs, m.lastGs, now)
 	ls, gs := m.eligibility(now)
+	active, running := map[string]bool{}, map[string]int{}
+	for g := range m.gtag {
+		active[g], running[g] = m.active(g), m.running(g)
+	}
 	change()
+	for g := range m.gtag {
+		if active[g] && !m.active(g) {
+			m.idleAt[g] = now
+		}
+		if r := m.running(g); r != running[g] {
+			u := m.use[g]
+			tau := m.cfg.ReserveWindow.Seconds()
+			d := math.Exp(-(float64(now) - u[1]) / 1e9 / tau)
+			if float64(now) <= u[1] {
+				d = 1
+			}
+			m.use[g] = [2]float64{u[0]*d + float64(running[g])*tau*(1-d), float64(now)}
+		}
+	}
 	m.rejoin(ls, gs, now)
 	m.forget()
 	m.lastLs, m.lastGs = m.eligibility(now)
@@ -114,13 +132,29 @@ func (m *model) push(id uint64, cost time.Duration, k Keys, now int64) {
 		lk := m.laneKey(k)
 		m.ensureLane(lk)
 		m.items[id] = mItem{id: id, cost: cost, keys: lk}
-		m.had(m.group(lk), now)
 	})
 }
 
-func (m *model) had(g string, now int64) {
-	m.calls++
-	m.lastHad[g] = [2]int64{now, m.calls}
+// active reports whether g has waiting or running jobs.
+func (m *model) active(g string) bool {
+	if m.running(g) > 0 {
+		return true
+	}
+	for _, it := range m.items {
+		if m.group(it.keys) == g {
+			return true
+		}
+	}
+	return false
+}
+
+// inWindow reports whether g is active or went idle within the window.
+func (m *model) inWindow(g string) bool {
+	if m.active(g) {
+		return true
+	}
+	at, ok := m.idleAt[g]
+	return ok && m.now-at <= int64(m.cfg.ReserveWindow)
 }
 
 // blocked reports whether lane key lk has a key at its limit or out of
@@ -198,7 +232,7 @@ func (m *model) eligibility(now int64) (map[Keys]bool, map[string]bool) {
 func (m *model) rejoin(ls map[Keys]bool, gs map[string]bool, now int64) {
 	for g := range m.gtag {
 		if !gs[g] && m.groupEligible(g, now) {
-			m.gtag[g] = max(m.gtag[g], m.vtime)
+			m.gtag[g] = max(m.gtag[g], m.vtime-m.cfg.Credit.Seconds())
 		}
 	}
 }
@@ -269,9 +303,8 @@ func (m *model) choose(now int64) (uint64, bool) {
 	lk := lanes[0]
 	it := m.laneWaiting(lk)[0]
 	delete(m.items, it.id)
-	m.had(g, now)
 	c := float64(max(it.cost, minCost)) / 1e9
-	m.vtime = m.gtag[g]
+	m.vtime = max(m.vtime, m.gtag[g])
 	m.gtag[g] += c / m.weight(g)
 	m.run[it.id] = lk
 	for i, r := range m.cfg.Rates {
@@ -299,40 +332,29 @@ func (m *model) choose(now int64) (uint64, bool) {
 }
 
 func (m *model) pastShare(g string) bool {
-	r := m.running(g)
-	if r == 0 {
+	if m.running(g) == 0 {
 		return false
 	}
-	w := m.activeWeight()
-	if w <= m.weight(g) {
-		// No other group has work now: the one that last had, within
-		// the window, counts.
-		var last [2]int64
-		rival, ok := "", false
-		for o, at := range m.lastHad {
-			if o != g && (at[0] > last[0] || at[0] == last[0] && at[1] > last[1]) {
-				last, rival, ok = at, o, true
-			}
-		}
-		if ok && m.now-last[0] <= int64(m.cfg.ReserveWindow) {
-			w += m.weight(rival)
+	w := 0.0
+	for o := range m.gtag {
+		if m.inWindow(o) {
+			w += m.weight(o)
 		}
 	}
-	return float64(r) >= float64(m.workers)*m.weight(g)/max(w, m.weight(g))
+	u := m.use[g]
+	tau := m.cfg.ReserveWindow.Seconds()
+	d := math.Exp(-(float64(m.now) - u[1]) / 1e9 / tau)
+	if float64(m.now) <= u[1] {
+		d = 1
+	}
+	use := (u[0]*d + float64(m.running(g))*tau*(1-d)) / tau
+	return use >= float64(m.workers)*m.weight(g)/max(w, m.weight(g))
 }
 
 func (m *model) othersActive(g string, now int64) bool {
-	for o, at := range m.lastHad {
-		if o == g {
-			continue
-		}
-		if now-at[0] <= int64(m.cfg.ReserveWindow) {
+	for o := range m.gtag {
+		if o != g && m.inWindow(o) {
 			return true
-		}
-		for _, it := range m.items {
-			if m.group(it.keys) == o {
-				return true
-			}
 		}
 	}
 	return false
@@ -471,6 +493,7 @@ func TestFairMatchesModel(t *testing.T) {
 				default:
 					if id > 0 {
 						rm := 1 + uint64(r.IntN(int(id)))
+						f.Wake(at) // Remove takes the time of the latest call
 						f.Remove(&all[rm].it)
 						m.remove(rm, now)
 					}
