@@ -23,6 +23,7 @@ type fairFlags struct {
 	reserveWindow time.Duration
 	credit        time.Duration
 	noCredit      bool
+	reserveAbove  float64
 }
 
 // repeated is a flag given any number of times.
@@ -40,12 +41,13 @@ func (f *fairFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.noReserve, "no-reserve", false, "with --group-by: no reservation; a group may take every free worker")
 	fs.DurationVar(&f.credit, "credit", 0, fmt.Sprintf("with --group-by: predicted work a group that had nothing to run may be served ahead of the others (default %v)", fair.DefaultCredit))
 	fs.BoolVar(&f.noCredit, "no-credit", false, "with --group-by: no credit; plain start-time fair queueing")
+	fs.Float64Var(&f.reserveAbove, "reserve-above", 0, fmt.Sprintf("with --group-by: the reservation holds back only jobs predicted at least this many times the other groups' mean (default %g)", fair.DefaultReserveAbove))
 	fs.DurationVar(&f.reserveWindow, "reserve-window", 0, fmt.Sprintf("with --group-by: how recently another group must have had work for the reservation to hold (default %v)", fair.DefaultReserveWindow))
 }
 
 // config is the declaration the flags make, nil when they make none.
 func (f *fairFlags) config() (*fair.Config, error) {
-	c := fair.Config{GroupBy: f.groupBy, Reserve: f.reserve, NoReserve: f.noReserve, ReserveWindow: f.reserveWindow, Credit: f.credit, NoCredit: f.noCredit}
+	c := fair.Config{GroupBy: f.groupBy, Reserve: f.reserve, NoReserve: f.noReserve, ReserveWindow: f.reserveWindow, Credit: f.credit, NoCredit: f.noCredit, ReserveAbove: f.reserveAbove}
 	for i, w := range f.weights {
 		name, n, ok := strings.Cut(w, "=")
 		v, err := strconv.Atoi(n)
@@ -74,7 +76,7 @@ func (f *fairFlags) config() (*fair.Config, error) {
 		}
 		c.Rates = append(c.Rates, r)
 	}
-	if !c.Active() && (c.Reserve != 0 || c.NoReserve || c.ReserveWindow != 0 || c.Credit != 0 || c.NoCredit) {
+	if !c.Active() && (c.Reserve != 0 || c.NoReserve || c.ReserveWindow != 0 || c.ReserveAbove != 0 || c.Credit != 0 || c.NoCredit) {
 		return nil, fmt.Errorf("--reserve, --no-reserve, --reserve-window, --credit and --no-credit need --group-by")
 	}
 	if !c.Active() {

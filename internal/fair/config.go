@@ -42,10 +42,15 @@ const (
 	MaxValueLen = 256
 	// DefaultReserve is how many workers a group past its share leaves
 	// free while other groups have work (see Config.Reserve).
-	DefaultReserve = 1
+	DefaultReserve = 2
 	// DefaultReserveWindow is how recently another group must have had
 	// work for the reservation to hold.
 	DefaultReserveWindow = time.Second
+	// DefaultReserveAbove is how many times longer than the other groups'
+	// mean a job must be predicted for the reservation to hold it back.
+	DefaultReserveAbove = 4.0
+	// MaxReserveAbove bounds Config.ReserveAbove.
+	MaxReserveAbove = 1e6
 	// MaxReserveWindow bounds Config.ReserveWindow.
 	MaxReserveWindow = time.Hour
 	// DefaultCredit is how much predicted work a group that had nothing
@@ -90,15 +95,23 @@ type Config struct {
 	// Rates are rate limits; a job starts only while every rate that
 	// applies to it has a token.
 	Rates []Rate `json:"rates,omitempty" yaml:"rates,omitempty"`
-	// Reserve is how many workers a group at or past its share of the
-	// workers may not take while another group had waiting work within
-	// ReserveWindow: with non-preemptive workers, a flooding group's long
-	// jobs could otherwise hold every worker when a short job of another
-	// group arrives. 0 is DefaultReserve; NoReserve turns it off. Only with
-	// GroupBy, and only where the shell says how many workers there are
-	// (Fair.SetWorkers).
+	// Reserve is how many of the last free workers a group past its share
+	// may not take with a long job (see ReserveAbove) while another group
+	// has work or had within ReserveWindow: with non-preemptive workers, a
+	// flooding group's long jobs could otherwise hold every worker when a
+	// short job of another group arrives. A group is past its share when
+	// its running jobs, averaged over the last ReserveWindow or so, reach
+	// its weight's share of the workers; it falls below as its jobs end,
+	// so it is never held back for long. 0 is DefaultReserve; NoReserve
+	// turns it off. Only with GroupBy, and only where the shell says how
+	// many workers there are (Fair.SetWorkers).
 	Reserve   int  `json:"reserve,omitempty" yaml:"reserve,omitempty"`
 	NoReserve bool `json:"no_reserve,omitempty" yaml:"no_reserve,omitempty"`
+	// ReserveAbove: the reservation holds back only a job predicted at
+	// least this many times the mean predicted cost of the other groups'
+	// jobs: a job no longer than theirs would hold its worker no longer
+	// than they do. 0 is DefaultReserveAbove.
+	ReserveAbove float64 `json:"reserve_above,omitempty" yaml:"reserve_above,omitempty"`
 	// ReserveWindow: see Reserve. 0 is DefaultReserveWindow.
 	ReserveWindow time.Duration `json:"reserve_window,omitempty" yaml:"reserve_window,omitempty"`
 	// Credit is the predicted work (over its weight) a group that had
@@ -142,6 +155,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReserveWindow == 0 {
 		c.ReserveWindow = DefaultReserveWindow
+	}
+	if c.ReserveAbove == 0 {
+		c.ReserveAbove = DefaultReserveAbove
 	}
 	if c.NoCredit {
 		c.Credit = 0
@@ -216,10 +232,13 @@ func (c Config) Validate() error {
 	if c.NoReserve && c.Reserve != 0 {
 		return bad("reserve", "conflicts with no_reserve: set one or the other")
 	}
+	if math.IsNaN(c.ReserveAbove) || c.ReserveAbove < 0 || c.ReserveAbove > MaxReserveAbove {
+		return bad("reserve_above", "must be 0 (the default, %v) to %v, got %v", DefaultReserveAbove, MaxReserveAbove, c.ReserveAbove)
+	}
 	if c.ReserveWindow < 0 || c.ReserveWindow > MaxReserveWindow {
 		return bad("reserve_window", "must be 0 (the default, %v) to %v, got %v", DefaultReserveWindow, MaxReserveWindow, c.ReserveWindow)
 	}
-	if c.GroupBy == "" && (c.Reserve != 0 || c.NoReserve || c.ReserveWindow != 0) {
+	if c.GroupBy == "" && (c.Reserve != 0 || c.NoReserve || c.ReserveWindow != 0 || c.ReserveAbove != 0) {
 		return bad("reserve", "the reservation is between groups: it needs group_by")
 	}
 	if c.Credit < 0 || c.Credit > MaxCredit {

@@ -91,6 +91,7 @@ type Fair struct {
 	idleW       float64  // the sum of their weights
 	retired     idleList // groups gone from idle that did work in the last minute, for the inspector
 	lastNow     int64    // the latest time a call was given
+	costSum     float64  // the average predicted costs of the groups in the window, summed
 	held        bool     // the last Pop held a job back for the reservation
 	heldUntil   int64    // when that reservation may lapse
 	reserveSkip []*group
@@ -139,17 +140,19 @@ type lane struct {
 	// Its next item as the lane's policy would start it now, for the
 	// order among its group's lanes: by level, then predicted cost under
 	// a shortest-first policy, then arrival.
-	level   int
-	cost    time.Duration
-	head    uint64
-	seen    time.Time     // when it was ranked
-	peek    []*sched.Item // Peek's buffer
-	seq     uint64
-	gone    bool  // let go: a new lane takes its key
-	idx     int   // in g.ready; -1 when not
-	expIdx  int   // in Fair.expiry; -1 when not
-	exp     int64 // its next expiry while in Fair.expiry
-	waiting int   // s.Len() as last seen
+	level int
+	cost  time.Duration
+	head  uint64
+	// headCost is that item's predicted cost, for the reservation.
+	headCost time.Duration
+	seen     time.Time     // when it was ranked
+	peek     []*sched.Item // Peek's buffer
+	seq      uint64
+	gone     bool  // let go: a new lane takes its key
+	idx      int   // in g.ready; -1 when not
+	expIdx   int   // in Fair.expiry; -1 when not
+	exp      int64 // its next expiry while in Fair.expiry
+	waiting  int   // s.Len() as last seen
 }
 
 type group struct {
@@ -164,6 +167,8 @@ type group struct {
 	throttle   uint64
 	use        float64 // decayed running time, worker-seconds (see useAt)
 	useAt      int64
+	costAvg    float64 // moving average of its jobs' predicted costs, seconds
+	starts     uint64
 	idleAt     int64 // when it last went idle, while in Fair.idle
 	inIdle     bool
 	inRetired  bool
@@ -417,7 +422,7 @@ func (f *Fair) choose(now time.Time) *group {
 	}()
 	for len(f.ready.items) > 0 {
 		g := f.ready.items[0]
-		if !f.pastShare(g, now) {
+		if !f.pastShare(g, now) || !f.long(g) {
 			return g
 		}
 		if until, ok := f.othersActive(now); ok {
@@ -446,6 +451,38 @@ func (f *Fair) pastShare(g *group, now time.Time) bool {
 	use := f.useAt(g, now.UnixNano()) / f.cfg.ReserveWindow.Seconds()
 	share := float64(f.workers) * g.weight / max(f.activeW+f.idleW, g.weight)
 	return use >= share
+}
+
+// long reports whether g's next job is long enough for the reservation
+// to hold it back: predicted at least ReserveAbove times the mean of the
+// other groups' average predicted costs (groups active or within the
+// window). A job no longer than what the others run would, if started,
+// hold its worker no longer than theirs do.
+func (f *Fair) long(g *group) bool {
+	n := f.activeN + f.idle.n - 1 // g is active
+	if n <= 0 {
+		return true
+	}
+	mean := (f.costSum - g.costAvg) / float64(n)
+	c := g.ready.items[0].headCost.Seconds()
+	return c >= f.cfg.ReserveAbove*mean
+}
+
+// costAlpha is the weight of a start in a group's moving average cost.
+const costAlpha = 0.1
+
+// noteCost folds a started job's predicted cost into g's average.
+func (f *Fair) noteCost(g *group, c float64) {
+	old := g.costAvg
+	if g.starts == 0 {
+		g.costAvg = c
+	} else {
+		g.costAvg += costAlpha * (c - g.costAvg)
+	}
+	g.starts++
+	if g.waiting+g.running > 0 || g.inIdle {
+		f.costSum += g.costAvg - old
+	}
 }
 
 // useAt is g's decayed running time at now, in worker-seconds: its
@@ -479,6 +516,7 @@ func (f *Fair) expireIdle(now int64) {
 	for g := f.idle.back; g != nil && now-g.idleAt > int64(f.cfg.ReserveWindow); g = f.idle.back {
 		f.idle.remove(g)
 		f.idleW -= g.weight
+		f.costSum -= g.costAvg
 		if g.lastWork > now-int64(workWindow) {
 			// Kept for the inspector's last minute, out of the shares.
 			g.idleAt = g.lastWork
@@ -503,6 +541,7 @@ func (f *Fair) credit() float64 { return f.cfg.Credit.Seconds() }
 
 // start counts it, just popped from l, as running.
 func (f *Fair) start(l *lane, it *sched.Item, now int64) {
+	f.noteCost(l.g, float64(max(it.Cost, minCost))/1e9)
 	f.running[it] = &runEntry{l: l, started: now}
 	l.running++
 	f.nrun++
@@ -683,8 +722,11 @@ func (f *Fair) activity(g *group, was bool) {
 		if g.inIdle {
 			f.idle.remove(g)
 			f.idleW -= g.weight
-		} else if g.inRetired {
-			f.retired.remove(g)
+		} else {
+			f.costSum += g.costAvg // back in the window
+			if g.inRetired {
+				f.retired.remove(g)
+			}
 		}
 	case was && !is:
 		f.activeW -= g.weight
@@ -699,10 +741,12 @@ func (f *Fair) activity(g *group, was bool) {
 // front.
 type idleList struct {
 	front, back *group
+	n           int
 	retired     bool // the retired list: marks inRetired
 }
 
 func (l *idleList) pushFront(g *group) {
+	l.n++
 	g.prev, g.next = nil, l.front
 	l.mark(g, true)
 	if l.front != nil {
@@ -714,6 +758,7 @@ func (l *idleList) pushFront(g *group) {
 }
 
 func (l *idleList) remove(g *group) {
+	l.n--
 	if g.prev != nil {
 		g.prev.next = g.next
 	} else {
@@ -953,13 +998,13 @@ func (f *Fair) rerank(l *lane, now time.Time) {
 	l.seen = now
 	l.peek = l.s.Peek(now, 1, l.peek[:0])
 	if len(l.peek) == 0 {
-		l.level, l.cost, l.head = 0, 0, 0
+		l.level, l.cost, l.head, l.headCost = 0, 0, 0, 0
 		l.g.ready.fix(l.idx)
 		return
 	}
 	it := l.peek[0]
 	l.peek[0] = nil
-	l.level, l.head, l.cost = it.Level(), it.ID, 0
+	l.level, l.head, l.cost, l.headCost = it.Level(), it.ID, 0, it.Cost
 	if f.sc.ShortestFirst {
 		l.cost = it.Cost
 	}

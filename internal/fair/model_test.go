@@ -28,6 +28,7 @@ type model struct {
 	tokens  map[ruleKey]*mBucket
 	idleAt  map[string]int64      // when each group without waiting or running jobs last had some
 	use     map[string][2]float64 // decayed running time and when, per group (as Fair.useAt)
+	costAvg map[string]float64    // moving average predicted cost, per group that started a job
 	now     int64
 	// Which lanes and groups were eligible after the last call: one that
 	// is now (a bucket refilled) rejoins as Fair's heaps have it.
@@ -51,7 +52,7 @@ func newModel(cfg Config) *model {
 	return &model{
 		cfg: cfg.WithDefaults(), items: map[uint64]mItem{}, run: map[uint64]Keys{},
 		gtag: map[string]float64{}, ltag: map[Keys]bool{},
-		tokens: map[ruleKey]*mBucket{}, idleAt: map[string]int64{}, use: map[string][2]float64{},
+		tokens: map[ruleKey]*mBucket{}, idleAt: map[string]int64{}, use: map[string][2]float64{}, costAvg: map[string]float64{},
 	}
 }
 
@@ -281,7 +282,7 @@ func (m *model) choose(now int64) (uint64, bool) {
 	var g string
 	found := false
 	for _, c := range cands {
-		if reserve && m.pastShare(c) && m.othersActive(c, now) {
+		if reserve && m.pastShare(c) && m.long(c, now) && m.othersActive(c, now) {
 			continue
 		}
 		g, found = c, true
@@ -307,6 +308,12 @@ func (m *model) choose(now int64) (uint64, bool) {
 	m.vtime = max(m.vtime, m.gtag[g])
 	m.gtag[g] += c / m.weight(g)
 	m.run[it.id] = lk
+	cs := float64(max(it.cost, minCost)) / 1e9
+	if a, ok := m.costAvg[g]; ok {
+		m.costAvg[g] = a + 0.1*(cs-a)
+	} else {
+		m.costAvg[g] = cs
+	}
 	for i, r := range m.cfg.Rates {
 		v := lk.get(r.Field)
 		if r.Value != "" && r.Value != v {
@@ -349,6 +356,32 @@ func (m *model) pastShare(g string) bool {
 	}
 	use := (u[0]*d + float64(m.running(g))*tau*(1-d)) / tau
 	return use >= float64(m.workers)*m.weight(g)/max(w, m.weight(g))
+}
+
+// long reports whether g's next job is predicted at least ReserveAbove
+// times the mean of the average costs of the other groups in the window.
+func (m *model) long(g string, now int64) bool {
+	sum, n := 0.0, 0
+	for o := range m.gtag {
+		if o != g && m.inWindow(o) {
+			sum += m.costAvg[o]
+			n++
+		}
+	}
+	if n == 0 {
+		return true
+	}
+	var lanes []Keys
+	for lk := range m.ltag {
+		if m.group(lk) == g && m.laneEligible(lk, now) {
+			lanes = append(lanes, lk)
+		}
+	}
+	slices.SortFunc(lanes, func(a, b Keys) int {
+		return cmp.Compare(m.laneWaiting(a)[0].id, m.laneWaiting(b)[0].id)
+	})
+	head := m.laneWaiting(lanes[0])[0]
+	return float64(head.cost)/1e9 >= m.cfg.ReserveAbove*sum/float64(n)
 }
 
 func (m *model) othersActive(g string, now int64) bool {
@@ -459,7 +492,10 @@ func TestFairMatchesModel(t *testing.T) {
 					id++
 					ki := &keysItem{keys: Keys{Producer: values[r.IntN(5)], JobType: values[r.IntN(3)], Tenant: values[r.IntN(4)]}}
 					ki.it.ID = id
-					ki.it.Cost = time.Duration(r.IntN(50)) * time.Millisecond
+					ki.it.Cost = time.Duration(r.IntN(50))*time.Millisecond + time.Duration(r.IntN(1000))
+					if r.IntN(4) == 0 {
+						ki.it.Cost *= 10 // some long jobs, for the reservation
+					}
 					all[id] = ki
 					if err := f.Push(&ki.it, at); err != nil {
 						t.Fatal(err)
