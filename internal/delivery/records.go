@@ -41,8 +41,8 @@ func (l *Line) StateRecords(emit func(*store.Record)) int {
 // million jobs touches eight megabytes in order instead of a million
 // scattered jobs.
 func (l *Line) Snapshot() *Snapshot {
-	s := &Snapshot{items: make([]*sched.Item, 0, l.sq.Len()+len(l.leases)+len(l.delayed)+len(l.dead))}
-	l.sq.Each(func(it *sched.Item) { s.items = append(s.items, it) })
+	s := &Snapshot{items: make([]*sched.Item, 0, l.Len()+len(l.leases)+len(l.delayed)+len(l.dead))}
+	l.waiting().Each(func(it *sched.Item) { s.items = append(s.items, it) })
 	for _, j := range l.leases {
 		s.items = append(s.items, &j.item)
 	}

@@ -227,9 +227,15 @@ func (f *Fair) Running() int { return f.nrun }
 // SetWorkers says how many workers take this queue's jobs, for the shares
 // and the reservation; 0 (the start) turns the reservation off.
 func (f *Fair) SetWorkers(n int, now time.Time) {
-	f.workers = max(n, 0)
-	for _, l := range f.lanes {
-		l.s.SetWorkers(n, now)
+	n = max(n, 0)
+	if n == f.workers {
+		return
+	}
+	f.workers = n
+	if b := f.sc.Bound; b != nil && b.VirtualFIFO {
+		for _, l := range f.lanes { // only a virtual FIFO run needs it
+			l.s.SetWorkers(n, now)
+		}
 	}
 }
 
@@ -631,7 +637,7 @@ func (f *Fair) wake(now time.Time) int {
 		c := f.refills.items[0]
 		f.refills.remove(c)
 		c.refill(t)
-		n += int(c.tokens)
+		n += max(1, int(c.tokens)) // due: it has a token, give or take rounding
 		f.unblock(c)
 	}
 	return n
