@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/fair"
 	"github.com/harbinger-mq/harbinger/internal/predict"
@@ -171,15 +173,33 @@ type QueueConfig struct {
 	// ("tenant=5": at most 5 running per tenant) or FIELD:VALUE=MAX
 	// ("job_type:export=2"). A job whose key is at its limit is skipped,
 	// not waited for.
-	Limits []string `yaml:"limits"`
+	Limits Rules `yaml:"limits"`
 	// RateLimits are start-rate limits, each FIELD[:VALUE]=RATE[/s][:BURST]
 	// ("producer:crawler=10/s:20"), a token bucket per key.
-	RateLimits []string `yaml:"rate_limits"`
+	RateLimits Rules `yaml:"rate_limits"`
 	// Reserve is how many of the last free workers a group past its share
 	// may not take with a long job while other groups have work (default
 	// 2 with GroupBy); NoReserve turns the reservation off.
 	Reserve   int  `yaml:"reserve"`
 	NoReserve bool `yaml:"no_reserve"`
+}
+
+// Rules are limits as text, one a rule; a config file or the command line
+// may give one rule alone, not in a list.
+type Rules []string
+
+// UnmarshalYAML takes a list of rules or one rule.
+func (r *Rules) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*r = Rules{n.Value}
+		return nil
+	}
+	var list []string
+	if err := n.Decode(&list); err != nil {
+		return err
+	}
+	*r = list
+	return nil
 }
 
 // fairConfig is the queue's limits and fair shares as the delivery line

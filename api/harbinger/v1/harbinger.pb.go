@@ -3256,7 +3256,26 @@ type QueueConfig struct {
 	// How many of the queue's jobs that ended (acked or cancelled) GetJob
 	// still reports, the most recent first to stay; kept in memory, not
 	// across a restart. 0 takes the broker's default, which is none.
-	KeepDone      uint32 `protobuf:"varint,16,opt,name=keep_done,json=keepDone,proto3" json:"keep_done,omitempty"`
+	KeepDone uint32 `protobuf:"varint,16,opt,name=keep_done,json=keepDone,proto3" json:"keep_done,omitempty"`
+	// Shares the queue's workers fairly, in predicted work, between the
+	// groups of jobs with the same "producer", "job_type" or "tenant" (the
+	// tenant a producer names in the "tenant" header); empty is no grouping.
+	GroupBy string `protobuf:"bytes,17,opt,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	// Named groups' weights in the fair shares; a group not named has 1.
+	GroupWeights map[string]uint32 `protobuf:"bytes,18,rep,name=group_weights,json=groupWeights,proto3" json:"group_weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Concurrency limits across the broker, each FIELD=MAX ("tenant=5": at
+	// most 5 running per tenant) or FIELD:VALUE=MAX ("job_type:export=2").
+	// A job whose key is at its limit is skipped, not waited for.
+	Limits []string `protobuf:"bytes,19,rep,name=limits,proto3" json:"limits,omitempty"`
+	// Start-rate limits, each FIELD[:VALUE]=RATE[/s][:BURST]
+	// ("producer:crawler=10/s:20"): a token bucket per key.
+	RateLimits []string `protobuf:"bytes,20,rep,name=rate_limits,json=rateLimits,proto3" json:"rate_limits,omitempty"`
+	// With group_by: how many of the last free workers a group past its
+	// share may not take with a long job while other groups have work; 0
+	// takes the default (2).
+	Reserve uint32 `protobuf:"varint,21,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// With group_by: no reservation.
+	NoReserve     bool `protobuf:"varint,22,opt,name=no_reserve,json=noReserve,proto3" json:"no_reserve,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3401,6 +3420,48 @@ func (x *QueueConfig) GetKeepDone() uint32 {
 		return x.KeepDone
 	}
 	return 0
+}
+
+func (x *QueueConfig) GetGroupBy() string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return ""
+}
+
+func (x *QueueConfig) GetGroupWeights() map[string]uint32 {
+	if x != nil {
+		return x.GroupWeights
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetLimits() []string {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetRateLimits() []string {
+	if x != nil {
+		return x.RateLimits
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetReserve() uint32 {
+	if x != nil {
+		return x.Reserve
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetNoReserve() bool {
+	if x != nil {
+		return x.NoReserve
+	}
+	return false
 }
 
 // QueueInfo is a queue's config and a snapshot of its counters.
@@ -5612,7 +5673,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x16DeleteScheduleResponse\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xcd\x05\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xed\a\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05tiers\x18\x02 \x01(\rR\x05tiers\x12\x18\n" +
@@ -5632,8 +5693,19 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tretry_max\x18\r \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12!\n" +
 	"\fretry_jitter\x18\x0e \x01(\x01R\vretryJitter\x12\"\n" +
 	"\rmax_in_flight\x18\x0f \x01(\rR\vmaxInFlight\x12\x1b\n" +
-	"\tkeep_done\x18\x10 \x01(\rR\bkeepDone\x1a>\n" +
+	"\tkeep_done\x18\x10 \x01(\rR\bkeepDone\x12\x19\n" +
+	"\bgroup_by\x18\x11 \x01(\tR\agroupBy\x12P\n" +
+	"\rgroup_weights\x18\x12 \x03(\v2+.harbinger.v1.QueueConfig.GroupWeightsEntryR\fgroupWeights\x12\x16\n" +
+	"\x06limits\x18\x13 \x03(\tR\x06limits\x12\x1f\n" +
+	"\vrate_limits\x18\x14 \x03(\tR\n" +
+	"rateLimits\x12\x18\n" +
+	"\areserve\x18\x15 \x01(\rR\areserve\x12\x1d\n" +
+	"\n" +
+	"no_reserve\x18\x16 \x01(\bR\tnoReserve\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1a?\n" +
+	"\x11GroupWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xe2\x04\n" +
 	"\tQueueInfo\x12\x12\n" +
@@ -5823,7 +5895,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -5898,18 +5970,19 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	nil,                                // 70: harbinger.v1.JobInfo.HeadersEntry
 	nil,                                // 71: harbinger.v1.Schedule.HeadersEntry
 	nil,                                // 72: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 73: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 74: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 75: google.protobuf.Timestamp
+	nil,                                // 73: harbinger.v1.QueueConfig.GroupWeightsEntry
+	nil,                                // 74: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 75: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 76: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	74,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	75,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
 	68,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	75,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	74,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	74,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	74,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	74,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	76,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	75,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	75,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	75,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	75,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,   // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,   // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,   // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -5918,137 +5991,138 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	11,  // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	13,  // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
 	12,  // 14: harbinger.v1.ConsumeRequest.batch:type_name -> harbinger.v1.ConsumeBatch
-	74,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	75,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,   // 16: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	74,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	75,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
 	10,  // 18: harbinger.v1.ConsumeBatch.acks:type_name -> harbinger.v1.Ack
 	11,  // 19: harbinger.v1.ConsumeBatch.nacks:type_name -> harbinger.v1.Nack
 	13,  // 20: harbinger.v1.ConsumeBatch.extends:type_name -> harbinger.v1.Extend
-	74,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	75,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	18,  // 22: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	17,  // 23: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	16,  // 24: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
 	15,  // 25: harbinger.v1.ConsumeResponse.deliveries:type_name -> harbinger.v1.DeliveryBatch
 	18,  // 26: harbinger.v1.DeliveryBatch.deliveries:type_name -> harbinger.v1.Delivery
 	69,  // 27: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	75,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	74,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	76,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	75,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
 	70,  // 30: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
-	75,  // 31: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
-	75,  // 32: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
-	75,  // 33: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
-	75,  // 34: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
-	75,  // 35: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
-	75,  // 36: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
-	75,  // 37: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
-	75,  // 38: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
-	74,  // 39: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
+	76,  // 31: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
+	76,  // 32: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
+	76,  // 33: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
+	76,  // 34: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
+	76,  // 35: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
+	76,  // 36: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
+	76,  // 37: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
+	76,  // 38: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
+	75,  // 39: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
 	27,  // 40: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
 	28,  // 41: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
 	25,  // 42: harbinger.v1.ListJobsResponse.delayed:type_name -> harbinger.v1.DelayedJob
 	47,  // 43: harbinger.v1.ListJobsResponse.dead:type_name -> harbinger.v1.DeadLetter
 	26,  // 44: harbinger.v1.ListJobsResponse.done:type_name -> harbinger.v1.DoneJob
-	75,  // 45: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
-	75,  // 46: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
-	75,  // 47: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
-	74,  // 48: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
-	75,  // 49: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	74,  // 50: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	75,  // 51: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	75,  // 52: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	74,  // 53: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	75,  // 54: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	74,  // 55: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	75,  // 56: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	74,  // 57: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	76,  // 45: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
+	76,  // 46: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
+	76,  // 47: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
+	75,  // 48: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
+	76,  // 49: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	75,  // 50: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	76,  // 51: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	76,  // 52: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	75,  // 53: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	76,  // 54: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	75,  // 55: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	76,  // 56: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	75,  // 57: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
 	71,  // 58: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	75,  // 59: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	75,  // 60: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	76,  // 59: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	76,  // 60: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
 	31,  // 61: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	74,  // 62: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	75,  // 62: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
 	72,  // 63: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	74,  // 64: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	74,  // 65: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	74,  // 66: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	74,  // 67: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	38,  // 68: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	74,  // 69: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	74,  // 70: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
-	74,  // 71: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
-	74,  // 72: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
-	74,  // 73: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
-	38,  // 74: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	39,  // 75: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	73,  // 76: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	75,  // 77: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	47,  // 78: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	54,  // 79: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	74,  // 80: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	74,  // 81: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	60,  // 82: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	74,  // 83: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	59,  // 84: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
-	63,  // 85: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
-	57,  // 86: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
-	74,  // 87: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
-	58,  // 88: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
-	65,  // 89: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
-	65,  // 90: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
-	4,   // 91: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,   // 92: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,   // 93: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,   // 94: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	40,  // 95: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	41,  // 96: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	43,  // 97: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	44,  // 98: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	48,  // 99: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	50,  // 100: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	52,  // 101: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	55,  // 102: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	21,  // 103: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	29,  // 104: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	31,  // 105: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	32,  // 106: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	34,  // 107: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	35,  // 108: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	37,  // 109: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	23,  // 110: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	19,  // 111: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
-	57,  // 112: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	59,  // 113: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	66,  // 114: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	62,  // 115: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
-	5,   // 116: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,   // 117: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	14,  // 118: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,   // 119: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	39,  // 120: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	42,  // 121: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	46,  // 122: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	45,  // 123: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	49,  // 124: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	51,  // 125: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	53,  // 126: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	56,  // 127: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	22,  // 128: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	30,  // 129: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	31,  // 130: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	33,  // 131: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	31,  // 132: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	36,  // 133: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	39,  // 134: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	24,  // 135: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	20,  // 136: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
-	58,  // 137: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	61,  // 138: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	67,  // 139: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	64,  // 140: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
-	116, // [116:141] is the sub-list for method output_type
-	91,  // [91:116] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	75,  // 64: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	75,  // 65: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	75,  // 66: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	75,  // 67: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	73,  // 68: harbinger.v1.QueueConfig.group_weights:type_name -> harbinger.v1.QueueConfig.GroupWeightsEntry
+	38,  // 69: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	75,  // 70: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	75,  // 71: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
+	75,  // 72: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
+	75,  // 73: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
+	75,  // 74: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
+	38,  // 75: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	39,  // 76: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	74,  // 77: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	76,  // 78: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	47,  // 79: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	54,  // 80: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	75,  // 81: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	75,  // 82: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	60,  // 83: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	75,  // 84: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	59,  // 85: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
+	63,  // 86: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
+	57,  // 87: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
+	75,  // 88: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
+	58,  // 89: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
+	65,  // 90: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
+	65,  // 91: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
+	4,   // 92: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,   // 93: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,   // 94: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,   // 95: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	40,  // 96: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	41,  // 97: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	43,  // 98: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	44,  // 99: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	48,  // 100: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	50,  // 101: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	52,  // 102: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	55,  // 103: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	21,  // 104: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	29,  // 105: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	31,  // 106: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	32,  // 107: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	34,  // 108: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	35,  // 109: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	37,  // 110: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	23,  // 111: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	19,  // 112: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
+	57,  // 113: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	59,  // 114: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	66,  // 115: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	62,  // 116: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
+	5,   // 117: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,   // 118: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	14,  // 119: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,   // 120: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	39,  // 121: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	42,  // 122: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	46,  // 123: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	45,  // 124: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	49,  // 125: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	51,  // 126: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	53,  // 127: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	56,  // 128: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	22,  // 129: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	30,  // 130: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	31,  // 131: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	33,  // 132: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	31,  // 133: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	36,  // 134: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	39,  // 135: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	24,  // 136: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	20,  // 137: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
+	58,  // 138: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	61,  // 139: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	67,  // 140: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	64,  // 141: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
+	117, // [117:142] is the sub-list for method output_type
+	92,  // [92:117] is the sub-list for method input_type
+	92,  // [92:92] is the sub-list for extension type_name
+	92,  // [92:92] is the sub-list for extension extendee
+	0,   // [0:92] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -6076,7 +6150,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   73,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
