@@ -83,3 +83,18 @@ func (f *Fair) Blocked() (limits, rates int) {
 	}
 	return limits, rates
 }
+
+// GroupCount is how many groups the Fair knows of.
+func (f *Fair) GroupCount() int { return len(f.groups) }
+
+// LevelLen is the number of items waiting at level i across the lanes:
+// O(lanes), for an inspector.
+func (f *Fair) LevelLen(i int) int {
+	n := 0
+	for _, l := range f.lanes {
+		if i < l.s.Config().Levels {
+			n += l.s.LevelLen(i)
+		}
+	}
+	return n
+}
