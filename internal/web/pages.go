@@ -154,6 +154,7 @@ func (s *Server) parseTemplates() error {
 		"optms":    func(v *float64) string { return optMS(v) },
 		"rate":     fmtRate,
 		"pct":      fmtPct,
+		"share":    func(v float64) string { return fmtPct(&v) },
 		"tiers":    fmtTiers,
 		"inflight": fmtInFlight,
 		"since":    func(t time.Time) string { return fmtMS(ms(s.cfg.Clock.Now().Sub(t))) + " ago" },
