@@ -60,6 +60,7 @@ func (l *Line) Tick(now time.Time) {
 	for j := l.delayed.min(); j != nil && j.deadline() <= nanos(now); j = l.delayed.min() {
 		l.delayed.remove(j)
 		j.setDeadline(0)
+		l.releaseLost(j, now)
 		if j.is(flagScheduled) {
 			// A scheduled job enters as if published now, behind every
 			// job in line; its record says the place it got.

@@ -182,6 +182,10 @@ type Line struct {
 	// declares limits or fair shares; nil otherwise.
 	fq      *fair.Fair
 	workers int // as SetWorkers last said
+	// lost are jobs in flight when the broker stopped, held back (in
+	// delayed) and counted against their limits until a lease from the
+	// restart has passed: see Restore.
+	lost map[*Job]bool
 
 	// Quiet stops records from being written (while the caller replays
 	// the log into the Line).
@@ -418,6 +422,11 @@ func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
 		for _, j := range l.leases {
 			l.fq.Run(&j.item, keysOf(j), now)
 		}
+		for j := range l.lost {
+			l.fq.Run(&j.item, keysOf(j), now)
+		}
+	} else {
+		clear(l.lost) // no limits left to hold them for
 	}
 	l.done.resize(cfg.KeepDone)
 	// Jobs out of line were classified by the old scheduler: each starts

@@ -49,6 +49,7 @@ func (l *Line) Cancel(id string, now time.Time) (State, error) {
 		return Running, nil
 	case Delayed:
 		l.delayed.remove(j)
+		l.releaseLost(j, now)
 		l.dropCancelled(j, now)
 		l.Stats.Cancelled++
 		return Delayed, nil

@@ -62,3 +62,29 @@ func (l *Line) SetWorkers(n int, now time.Time) {
 		l.fq.SetWorkers(n, now)
 	}
 }
+
+// holdLost holds j, a job that may still run on a worker that outlived the
+// broker, until a lease from now has passed: delayed, and counted as
+// running against its limits.
+func (l *Line) holdLost(j *Job, now time.Time) {
+	if l.lost == nil {
+		l.lost = map[*Job]bool{}
+	}
+	l.lost[j] = true
+	l.fq.Run(&j.item, keysOf(j), now)
+	j.setDeadline(nanos(now.Add(l.cfg.Lease)))
+	l.delayed.push(j)
+}
+
+// releaseLost ends j's hold, if it has one: its keys are free of it.
+func (l *Line) releaseLost(j *Job, now time.Time) {
+	if !l.lost[j] {
+		return
+	}
+	delete(l.lost, j)
+	l.Fx.Ready += l.fq.Done(&j.item, now)
+}
+
+// Lost is how many jobs are held back after a restart, their workers
+// perhaps still running them.
+func (l *Line) Lost() int { return len(l.lost) }

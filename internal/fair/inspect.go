@@ -2,6 +2,7 @@ package fair
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -97,4 +98,52 @@ func (f *Fair) LevelLen(i int) int {
 		}
 	}
 	return n
+}
+
+// Check verifies the Fair's bookkeeping against its own state, the slow
+// way, and describes the first inconsistency: for tests.
+func (f *Fair) Check() error {
+	n, run := 0, 0
+	for k, l := range f.lanes {
+		if l.gone || l.key != k {
+			return fmt.Errorf("fair: lane %q is let go or filed under %q", l.key, k)
+		}
+		blocked := 0
+		for _, c := range l.counters {
+			if c.blocked {
+				blocked++
+			}
+			if _, ok := c.lanes[l]; !ok {
+				return fmt.Errorf("fair: lane %q is not among its counter %+v's lanes", l.key, c.id)
+			}
+		}
+		if blocked != l.blocked {
+			return fmt.Errorf("fair: lane %q counts %d blocked keys, has %d", l.key, l.blocked, blocked)
+		}
+		if l.waiting != l.s.Len() {
+			return fmt.Errorf("fair: lane %q counts %d waiting, holds %d", l.key, l.waiting, l.s.Len())
+		}
+		if eligible := l.blocked == 0 && l.waiting > 0; eligible != (l.idx >= 0) {
+			return fmt.Errorf("fair: lane %q eligible %v but in its group's heap %v", l.key, eligible, l.idx >= 0)
+		}
+		if g, ok := f.groups[l.g.name]; !ok || g != l.g {
+			return fmt.Errorf("fair: lane %q's group %q is not the Fair's", l.key, l.g.name)
+		}
+		n += l.waiting
+		run += l.running
+	}
+	if n != f.n || run != f.nrun {
+		return fmt.Errorf("fair: counts %d waiting and %d running, lanes hold %d and %d", f.n, f.nrun, n, run)
+	}
+	for _, g := range f.groups {
+		if (len(g.ready.items) > 0) != (g.idx >= 0) {
+			return fmt.Errorf("fair: group %q has %d eligible lanes but in the heap %v", g.name, len(g.ready.items), g.idx >= 0)
+		}
+	}
+	for id, c := range f.counters {
+		if !c.rate && c.blocked != (c.running >= c.max) {
+			return fmt.Errorf("fair: limit %+v runs %d of %d, blocked %v", id, c.running, c.max, c.blocked)
+		}
+	}
+	return nil
 }

@@ -535,6 +535,9 @@ func TestFairMatchesModel(t *testing.T) {
 					}
 				}
 				checkLimits(t, cfg, f, all, running)
+				if err := f.Check(); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
 				if f.Len() != len(m.items) || f.Running() != len(m.run) {
 					t.Fatalf("step %d: Fair has %d waiting, %d running; the model %d, %d", step, f.Len(), f.Running(), len(m.items), len(m.run))
 				}
