@@ -51,3 +51,35 @@ func TestDeclareLimitSettings(t *testing.T) {
 		t.Fatalf("Validate = %v, want it to name limits[1].max", err)
 	}
 }
+
+// `harbinger sim` runs the same rules: an arm named +fair with the
+// declaration, the others without; a bad rule is refused by name.
+func TestSimFairArms(t *testing.T) {
+	t.Parallel()
+	var out, errb strings.Builder
+	err := runSim(t.Context(), []string{"--workload", "../../workloads/noisy-equal.yaml", "--seeds", "1", "--arms", "fifo,fifo+fair",
+		"--group-by", "producer", "--limit", "job_type:flood.job=2", "--tenants", "--window", "60s,120s"}, &out, &errb)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	for _, want := range []string{"fifo+fair                flood", "fifo                     steady-a", "busy in window"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("no %q in:\n%s", want, out.String())
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--limit", "tenant=0"}, "limits[0].max"},
+		{[]string{"--rate", "producer=fast"}, "rates[0].per_second"},
+		{[]string{"--group-by", "colour"}, "group_by"},
+		{[]string{"--reserve", "1"}, "need --group-by"},
+		{[]string{"--arms", "fifo+fair"}, "needs a declaration"},
+	} {
+		args := append([]string{"--workload", "../../workloads/noisy-equal.yaml", "--seeds", "1", "--tenants"}, tc.args...)
+		if err := runSim(t.Context(), args, &out, &errb); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("sim %v = %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}
