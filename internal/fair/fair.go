@@ -357,31 +357,30 @@ func (f *Fair) Remove(it *sched.Item) bool {
 // The choice is start-time fair queueing over groups. Each group has a
 // start tag; Pop serves the eligible group with the smallest (ties by
 // name), charges it the item's predicted cost divided by its weight, and
-// the virtual time becomes the served tag. A group that becomes eligible
-// (new work, a key below its limit again) starts at max(its tag, virtual
-// time): it cannot bank credit while it had nothing to run. Proof sketch
-// of the share (the classic SFQ bound): while two groups i and j both stay
-// eligible, each serves its next job only when its tag is the smallest, so
-// their tags never differ by more than the larger of one job's cost over
-// weight; the predicted work each started, over its weight, therefore
-// differs by at most c_i/w_i + c_j/w_j, for c the largest predicted cost
-// of a job of that group. No eligible group waits more than one round of
-// the others' tags past its own. Within a group Pop takes the lane whose
-// next item (as the lane's policy would start it, noted when the lane last
-// changed) ranks first by level, then predicted cost under a
-// shortest-first policy, then arrival; so a group of one lane (no limits,
-// or limits on the grouping field) is exactly the queue's policy, guard
-// included, and across lanes the guard holds only as far as that ranking
-// carries it.
+// the virtual time becomes the served tag (it never falls back). A group
+// that becomes eligible (new work, a key below its limit again) starts at
+// max(its tag, virtual time - Config.Credit): it cannot bank more than
+// the credit while it had nothing to run. Proof sketch of the share (the
+// classic SFQ bound): while two groups i and j both stay eligible, each
+// serves its next job only when its tag is the smallest, so their tags
+// never differ by more than one job's cost over weight, plus the credit
+// one of them rejoined with; the predicted work each started, over its
+// weight, therefore differs by at most c_i/w_i + c_j/w_j + credit, for c
+// the largest predicted cost of a job of that group. Within a group Pop
+// takes the lane whose next item (as the lane's policy would start it,
+// noted when the lane last changed) ranks first by level, then predicted
+// cost under a shortest-first policy, then arrival; so a group of one lane
+// (no limits, or limits on the grouping field) is exactly the queue's
+// policy, guard included, and across lanes the guard holds only as far as
+// that ranking carries it.
 //
 // The reservation (Config.Reserve) is the one exception to "no worker idles
 // while an eligible job waits": while at most Reserve workers are free, a
-// group already running at least its share of the workers (and at least
-// one job) is passed over if another group had waiting work within
-// ReserveWindow. Pop then returns an item of a group below its share, or
-// nil, and NextWake says when to ask again if nothing else changes. Only
-// groups with running jobs can be passed over, so this costs at most
-// (running jobs) heap operations.
+// group past its share (pastShare) whose next job is long (long) is passed
+// over while another group has work or had within ReserveWindow. Pop then
+// returns an item of another group, or nil, and NextWake says when to ask
+// again if nothing else changes. Only groups with running jobs can be past
+// their share, so this costs at most (running jobs) heap operations.
 func (f *Fair) Pop(now time.Time) *sched.Item {
 	f.saw(now)
 	f.expireIdle(f.lastNow)
