@@ -796,5 +796,7 @@ func equalConfig(a, b QueueConfig) bool {
 		a.MaxDepth == b.MaxDepth && a.MaxAttempts == b.MaxAttempts && a.Lease == b.Lease &&
 		a.DefaultTTL == b.DefaultTTL && a.Shadow == b.Shadow &&
 		a.RetryBase == b.RetryBase && a.RetryMax == b.RetryMax && a.RetryJitter == b.RetryJitter &&
-		a.MaxInFlight == b.MaxInFlight && a.KeepDone == b.KeepDone
+		a.MaxInFlight == b.MaxInFlight && a.KeepDone == b.KeepDone &&
+		a.GroupBy == b.GroupBy && maps.Equal(a.GroupWeights, b.GroupWeights) && slices.Equal(a.Limits, b.Limits) &&
+		slices.Equal(a.RateLimits, b.RateLimits) && a.Reserve == b.Reserve && a.NoReserve == b.NoReserve
 }

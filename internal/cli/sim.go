@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/fair"
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/sim"
@@ -61,6 +62,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	overhead := fs.Duration("overhead", 0, "per-message cost outside the handler, in workload time: a worker starts each handler this much after taking the message (a live broker's delivery and ack round trip; 0 is an ideal broker)")
 	var tune policyFlags
 	tune.register(fs)
+	var ff fairFlags
+	ff.register(fs)
+	tenants := fs.Bool("tenants", false, "report latency per producer (the simulator's tenants) and each arm's throughput, for the noisy-neighbour workloads; an arm named NAME+fair runs with the --group-by, --limit and --rate declaration (without such an arm every arm does)")
+	window := fs.String("window", "", "with --tenants: FROM,TO (durations) over which to report each producer's share of the worker time, e.g. 60s,120s")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -112,6 +117,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := tune.apply(arms); err != nil {
 		return err
 	}
+	fcfg, err := ff.config()
+	if err != nil {
+		return err
+	}
+	if err := applyFair(arms, fcfg); err != nil {
+		return err
+	}
 	if *workers < 0 {
 		return fmt.Errorf("--workers must be positive, got %d", *workers)
 	}
@@ -119,6 +131,22 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "%s\n\n", d.Describe())
 	}
 	begin := time.Now()
+	if *tenants {
+		win, err := parseWindow(*window)
+		if err != nil {
+			return err
+		}
+		rep, err := sim.Tenants(src, arms, sim.Options{Seeds: seeds, Workers: *workers, Overhead: *overhead}, win)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(rep)
+		}
+		rep.Write(stdout)
+		fmt.Fprintf(stdout, "\n(simulated in %v)\n", time.Since(begin).Round(time.Millisecond))
+		return nil
+	}
 	if *goal {
 		g, err := sim.Goal(src, arms, sim.Options{Seeds: seeds, Workers: *workers, Overhead: *overhead})
 		if err != nil {
@@ -222,9 +250,13 @@ func parseArms(s string, src sim.Source) ([]sim.Arm, error) {
 			continue
 		}
 		seen[name] = true
-		a, err := sim.ParseArm(name, src.Types())
+		base, withFair := strings.CutSuffix(name, "+fair")
+		a, err := sim.ParseArm(base, src.Types())
 		if err != nil {
 			return nil, err
+		}
+		if withFair {
+			a.Name = name
 		}
 		arms = append(arms, a)
 	}
@@ -381,4 +413,36 @@ func optionalFloat(flag, s string) (*float64, error) {
 		return nil, fmt.Errorf("%s: %q is not a number", flag, s)
 	}
 	return &v, nil
+}
+
+// applyFair gives the declaration to the arms named NAME+fair, or to every
+// arm when none is.
+func applyFair(arms []sim.Arm, cfg *fair.Config) error {
+	marked := false
+	for _, a := range arms {
+		marked = marked || strings.HasSuffix(a.Name, "+fair")
+	}
+	if marked && cfg == nil {
+		return fmt.Errorf("an arm named +fair needs a declaration: --group-by, --limit or --rate")
+	}
+	for i := range arms {
+		if cfg != nil && (!marked || strings.HasSuffix(arms[i].Name, "+fair")) {
+			arms[i].Fair = cfg
+		}
+	}
+	return nil
+}
+
+// parseWindow reads FROM,TO.
+func parseWindow(s string) ([2]time.Duration, error) {
+	if s == "" {
+		return [2]time.Duration{}, nil
+	}
+	a, b, ok := strings.Cut(s, ",")
+	from, err1 := time.ParseDuration(strings.TrimSpace(a))
+	to, err2 := time.ParseDuration(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || from < 0 || to <= from {
+		return [2]time.Duration{}, fmt.Errorf("--window: want FROM,TO durations with FROM < TO, got %q", s)
+	}
+	return [2]time.Duration{from, to}, nil
 }

@@ -186,10 +186,11 @@ func (s *Server) parseTemplates() error {
 			}
 			return fmt.Sprintf("%.2fx", v)
 		},
-		"share": func(v float64) string { return fmt.Sprintf("%.0f%%", v*100) },
-		"neg":   func(v float64) float64 { return -v },
-		"f":     func(v report.Num) float64 { return float64(v) },
-		"sub1":  func(v float64) float64 { return v - 1 },
+		"share":     func(v float64) string { return fmt.Sprintf("%.0f%%", v*100) },
+		"workshare": func(v float64) string { return fmtPct(&v) },
+		"neg":       func(v float64) float64 { return -v },
+		"f":         func(v report.Num) float64 { return float64(v) },
+		"sub1":      func(v float64) float64 { return v - 1 },
 		"whatifWindows": func() []string {
 			var out []string
 			for _, w := range WhatIfWindows {

@@ -3358,7 +3358,26 @@ type QueueConfig struct {
 	// How many of the queue's jobs that ended (acked or cancelled) GetJob
 	// still reports, the most recent first to stay; kept in memory, not
 	// across a restart. 0 takes the broker's default, which is none.
-	KeepDone      uint32 `protobuf:"varint,16,opt,name=keep_done,json=keepDone,proto3" json:"keep_done,omitempty"`
+	KeepDone uint32 `protobuf:"varint,16,opt,name=keep_done,json=keepDone,proto3" json:"keep_done,omitempty"`
+	// Shares the queue's workers fairly, in predicted work, between the
+	// groups of jobs with the same "producer", "job_type" or "tenant" (the
+	// tenant a producer names in the "tenant" header); empty is no grouping.
+	GroupBy string `protobuf:"bytes,17,opt,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	// Named groups' weights in the fair shares; a group not named has 1.
+	GroupWeights map[string]uint32 `protobuf:"bytes,18,rep,name=group_weights,json=groupWeights,proto3" json:"group_weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Concurrency limits across the broker, each FIELD=MAX ("tenant=5": at
+	// most 5 running per tenant) or FIELD:VALUE=MAX ("job_type:export=2").
+	// A job whose key is at its limit is skipped, not waited for.
+	Limits []string `protobuf:"bytes,19,rep,name=limits,proto3" json:"limits,omitempty"`
+	// Start-rate limits, each FIELD[:VALUE]=RATE[/s][:BURST]
+	// ("producer:crawler=10/s:20"): a token bucket per key.
+	RateLimits []string `protobuf:"bytes,20,rep,name=rate_limits,json=rateLimits,proto3" json:"rate_limits,omitempty"`
+	// With group_by: how many of the last free workers a group past its
+	// share may not take with a long job while other groups have work; 0
+	// takes the default (2).
+	Reserve uint32 `protobuf:"varint,21,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// With group_by: no reservation.
+	NoReserve     bool `protobuf:"varint,22,opt,name=no_reserve,json=noReserve,proto3" json:"no_reserve,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3503,6 +3522,48 @@ func (x *QueueConfig) GetKeepDone() uint32 {
 		return x.KeepDone
 	}
 	return 0
+}
+
+func (x *QueueConfig) GetGroupBy() string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return ""
+}
+
+func (x *QueueConfig) GetGroupWeights() map[string]uint32 {
+	if x != nil {
+		return x.GroupWeights
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetLimits() []string {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetRateLimits() []string {
+	if x != nil {
+		return x.RateLimits
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetReserve() uint32 {
+	if x != nil {
+		return x.Reserve
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetNoReserve() bool {
+	if x != nil {
+		return x.NoReserve
+	}
+	return false
 }
 
 // QueueInfo is a queue's config and a snapshot of its counters.
@@ -5719,7 +5780,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x16DeleteScheduleResponse\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xcd\x05\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xed\a\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05tiers\x18\x02 \x01(\rR\x05tiers\x12\x18\n" +
@@ -5739,8 +5800,19 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tretry_max\x18\r \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12!\n" +
 	"\fretry_jitter\x18\x0e \x01(\x01R\vretryJitter\x12\"\n" +
 	"\rmax_in_flight\x18\x0f \x01(\rR\vmaxInFlight\x12\x1b\n" +
-	"\tkeep_done\x18\x10 \x01(\rR\bkeepDone\x1a>\n" +
+	"\tkeep_done\x18\x10 \x01(\rR\bkeepDone\x12\x19\n" +
+	"\bgroup_by\x18\x11 \x01(\tR\agroupBy\x12P\n" +
+	"\rgroup_weights\x18\x12 \x03(\v2+.harbinger.v1.QueueConfig.GroupWeightsEntryR\fgroupWeights\x12\x16\n" +
+	"\x06limits\x18\x13 \x03(\tR\x06limits\x12\x1f\n" +
+	"\vrate_limits\x18\x14 \x03(\tR\n" +
+	"rateLimits\x12\x18\n" +
+	"\areserve\x18\x15 \x01(\rR\areserve\x12\x1d\n" +
+	"\n" +
+	"no_reserve\x18\x16 \x01(\bR\tnoReserve\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1a?\n" +
+	"\x11GroupWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xe2\x04\n" +
 	"\tQueueInfo\x12\x12\n" +
@@ -5930,7 +6002,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -6007,18 +6079,19 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	nil,                                // 72: harbinger.v1.JobInfo.HeadersEntry
 	nil,                                // 73: harbinger.v1.Schedule.HeadersEntry
 	nil,                                // 74: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 75: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 76: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 77: google.protobuf.Timestamp
+	nil,                                // 75: harbinger.v1.QueueConfig.GroupWeightsEntry
+	nil,                                // 76: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 77: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 78: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	76,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	77,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
 	70,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	77,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	76,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	76,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	76,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	76,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	78,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	77,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	77,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	77,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	77,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,   // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,   // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,   // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -6027,140 +6100,141 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	11,  // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	13,  // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
 	12,  // 14: harbinger.v1.ConsumeRequest.batch:type_name -> harbinger.v1.ConsumeBatch
-	76,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	77,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,   // 16: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	76,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	77,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
 	10,  // 18: harbinger.v1.ConsumeBatch.acks:type_name -> harbinger.v1.Ack
 	11,  // 19: harbinger.v1.ConsumeBatch.nacks:type_name -> harbinger.v1.Nack
 	13,  // 20: harbinger.v1.ConsumeBatch.extends:type_name -> harbinger.v1.Extend
-	76,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	77,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	18,  // 22: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	17,  // 23: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	16,  // 24: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
 	15,  // 25: harbinger.v1.ConsumeResponse.deliveries:type_name -> harbinger.v1.DeliveryBatch
 	18,  // 26: harbinger.v1.DeliveryBatch.deliveries:type_name -> harbinger.v1.Delivery
 	71,  // 27: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	77,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	76,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	76,  // 30: harbinger.v1.ExportHistoryRequest.window:type_name -> google.protobuf.Duration
+	78,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	77,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	77,  // 30: harbinger.v1.ExportHistoryRequest.window:type_name -> google.protobuf.Duration
 	72,  // 31: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
-	77,  // 32: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
-	77,  // 33: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
-	77,  // 34: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
-	77,  // 35: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
-	77,  // 36: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
-	77,  // 37: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
-	77,  // 38: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
-	77,  // 39: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
-	76,  // 40: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
+	78,  // 32: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
+	78,  // 33: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
+	78,  // 34: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
+	78,  // 35: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
+	78,  // 36: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
+	78,  // 37: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
+	78,  // 38: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
+	78,  // 39: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
+	77,  // 40: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
 	29,  // 41: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
 	30,  // 42: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
 	27,  // 43: harbinger.v1.ListJobsResponse.delayed:type_name -> harbinger.v1.DelayedJob
 	49,  // 44: harbinger.v1.ListJobsResponse.dead:type_name -> harbinger.v1.DeadLetter
 	28,  // 45: harbinger.v1.ListJobsResponse.done:type_name -> harbinger.v1.DoneJob
-	77,  // 46: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
-	77,  // 47: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
-	77,  // 48: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
-	76,  // 49: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
-	77,  // 50: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	76,  // 51: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	77,  // 52: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	77,  // 53: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	76,  // 54: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	77,  // 55: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	76,  // 56: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	77,  // 57: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	76,  // 58: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	78,  // 46: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
+	78,  // 47: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
+	78,  // 48: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
+	77,  // 49: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
+	78,  // 50: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	77,  // 51: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	78,  // 52: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	78,  // 53: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	77,  // 54: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	78,  // 55: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	77,  // 56: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	78,  // 57: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	77,  // 58: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
 	73,  // 59: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	77,  // 60: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	77,  // 61: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	78,  // 60: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	78,  // 61: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
 	33,  // 62: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	76,  // 63: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	77,  // 63: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
 	74,  // 64: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	76,  // 65: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	76,  // 66: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	76,  // 67: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	76,  // 68: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	40,  // 69: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	76,  // 70: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	76,  // 71: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
-	76,  // 72: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
-	76,  // 73: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
-	76,  // 74: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
-	40,  // 75: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	41,  // 76: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	75,  // 77: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	77,  // 78: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	49,  // 79: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	56,  // 80: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	76,  // 81: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	76,  // 82: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	62,  // 83: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	76,  // 84: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	61,  // 85: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
-	65,  // 86: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
-	59,  // 87: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
-	76,  // 88: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
-	60,  // 89: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
-	67,  // 90: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
-	67,  // 91: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
-	4,   // 92: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,   // 93: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,   // 94: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,   // 95: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	42,  // 96: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	43,  // 97: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	45,  // 98: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	46,  // 99: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	50,  // 100: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	52,  // 101: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	54,  // 102: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	57,  // 103: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	23,  // 104: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	31,  // 105: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	33,  // 106: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	34,  // 107: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	36,  // 108: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	37,  // 109: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	39,  // 110: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	25,  // 111: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	21,  // 112: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
-	19,  // 113: harbinger.v1.Admin.ExportHistory:input_type -> harbinger.v1.ExportHistoryRequest
-	59,  // 114: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	61,  // 115: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	68,  // 116: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	64,  // 117: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
-	5,   // 118: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,   // 119: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	14,  // 120: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,   // 121: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	41,  // 122: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	44,  // 123: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	48,  // 124: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	47,  // 125: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	51,  // 126: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	53,  // 127: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	55,  // 128: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	58,  // 129: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	24,  // 130: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	32,  // 131: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	33,  // 132: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	35,  // 133: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	33,  // 134: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	38,  // 135: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	41,  // 136: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	26,  // 137: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	22,  // 138: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
-	20,  // 139: harbinger.v1.Admin.ExportHistory:output_type -> harbinger.v1.HistoryChunk
-	60,  // 140: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	63,  // 141: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	69,  // 142: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	66,  // 143: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
-	118, // [118:144] is the sub-list for method output_type
-	92,  // [92:118] is the sub-list for method input_type
-	92,  // [92:92] is the sub-list for extension type_name
-	92,  // [92:92] is the sub-list for extension extendee
-	0,   // [0:92] is the sub-list for field type_name
+	77,  // 65: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	77,  // 66: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	77,  // 67: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	77,  // 68: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	75,  // 69: harbinger.v1.QueueConfig.group_weights:type_name -> harbinger.v1.QueueConfig.GroupWeightsEntry
+	40,  // 70: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	77,  // 71: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	77,  // 72: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
+	77,  // 73: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
+	77,  // 74: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
+	77,  // 75: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
+	40,  // 76: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	41,  // 77: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	76,  // 78: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	78,  // 79: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	49,  // 80: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	56,  // 81: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	77,  // 82: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	77,  // 83: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	62,  // 84: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	77,  // 85: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	61,  // 86: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
+	65,  // 87: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
+	59,  // 88: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
+	77,  // 89: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
+	60,  // 90: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
+	67,  // 91: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
+	67,  // 92: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
+	4,   // 93: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,   // 94: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,   // 95: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,   // 96: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	42,  // 97: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	43,  // 98: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	45,  // 99: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	46,  // 100: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	50,  // 101: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	52,  // 102: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	54,  // 103: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	57,  // 104: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	23,  // 105: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	31,  // 106: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	33,  // 107: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	34,  // 108: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	36,  // 109: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	37,  // 110: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	39,  // 111: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	25,  // 112: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	21,  // 113: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
+	19,  // 114: harbinger.v1.Admin.ExportHistory:input_type -> harbinger.v1.ExportHistoryRequest
+	59,  // 115: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	61,  // 116: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	68,  // 117: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	64,  // 118: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
+	5,   // 119: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,   // 120: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	14,  // 121: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,   // 122: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	41,  // 123: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	44,  // 124: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	48,  // 125: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	47,  // 126: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	51,  // 127: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	53,  // 128: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	55,  // 129: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	58,  // 130: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	24,  // 131: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	32,  // 132: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	33,  // 133: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	35,  // 134: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	33,  // 135: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	38,  // 136: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	41,  // 137: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	26,  // 138: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	22,  // 139: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
+	20,  // 140: harbinger.v1.Admin.ExportHistory:output_type -> harbinger.v1.HistoryChunk
+	60,  // 141: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	63,  // 142: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	69,  // 143: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	66,  // 144: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
+	119, // [119:145] is the sub-list for method output_type
+	93,  // [93:119] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -6188,7 +6262,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   75,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
