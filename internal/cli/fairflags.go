@@ -45,6 +45,17 @@ func (f *fairFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.reserveWindow, "reserve-window", 0, fmt.Sprintf("with --group-by: how recently another group must have had work for the reservation to hold (default %v)", fair.DefaultReserveWindow))
 }
 
+// any refuses the flags where they do not apply: a history is replayed
+// without limits or fair shares.
+func (f *fairFlags) any(fs *flag.FlagSet) error {
+	for _, name := range []string{"group-by", "group-weight", "limit", "rate", "reserve", "no-reserve", "reserve-window", "credit", "no-credit", "reserve-above"} {
+		if flagSet(fs, name) {
+			return fmt.Errorf("--%s does not apply to --history: a history is replayed without limits or fair shares", name)
+		}
+	}
+	return nil
+}
+
 // config is the declaration the flags make, nil when they make none.
 func (f *fairFlags) config() (*fair.Config, error) {
 	c := fair.Config{GroupBy: f.groupBy, Reserve: f.reserve, NoReserve: f.noReserve, ReserveWindow: f.reserveWindow, Credit: f.credit, NoCredit: f.noCredit, ReserveAbove: f.reserveAbove}

@@ -82,4 +82,12 @@ func TestSimFairArms(t *testing.T) {
 			t.Errorf("sim %v = %v, want an error naming %q", tc.args, err, tc.want)
 		}
 	}
+	// A history is replayed without limits or fair shares: their flags
+	// are refused, not ignored.
+	for _, flags := range [][]string{{"--group-by", "producer"}, {"--limit", "tenant=2"}, {"--rate", "producer=5"}, {"--tenants"}} {
+		args := append([]string{"--history", "no-such-file.jsonl"}, flags...)
+		if err := runSim(t.Context(), args, &out, &errb); err == nil || !strings.Contains(err.Error(), flags[0]+" does not apply to --history") {
+			t.Errorf("sim %v = %v, want it refused", args, err)
+		}
+	}
 }

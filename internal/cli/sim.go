@@ -86,6 +86,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := tune.any(fs); err != nil {
 			return err
 		}
+		if err := ff.any(fs); err != nil {
+			return err
+		}
+		for _, name := range []string{"tenants", "window"} {
+			if flagSet(fs, name) {
+				return fmt.Errorf("--%s does not apply to --history: its report is per key", name)
+			}
+		}
 		return runSimHistory(ctx, *historySpec, *historyWindow, *armsFlag, flagSet(fs, "arms"), *workers, loads, *overhead, flagSet(fs, "overhead"), *asJSON, stdout)
 	}
 	if *historyWindow != 0 {
