@@ -143,6 +143,9 @@ func TestWhatIfPanel(t *testing.T) {
 	if strings.Contains(body, `id="whatif-running"`) {
 		t.Error("a fresh result started another replay")
 	}
+	if strings.Contains(body, `id="whatif-limits"`) {
+		t.Error("a queue without limits is told the replay leaves its limits out")
+	}
 	code, body, _ = tb.do(t, "GET", "/api/v1/queues/mail/whatif?window=15m", "", "", "")
 	var v WhatIfView
 	if err := json.Unmarshal([]byte(body), &v); code != http.StatusOK || err != nil {
@@ -163,6 +166,15 @@ func TestWhatIfPanel(t *testing.T) {
 	}
 	if code, _, _ := tb.do(t, "GET", "/api/v1/queues/nope/whatif", "", "", ""); code != http.StatusNotFound {
 		t.Errorf("unknown queue: %d", code)
+	}
+	// A queue with limits is told the replay does not apply them.
+	if _, err := tb.b.Declare("mail", broker.QueueConfig{Policy: "fifo", Limits: broker.Rules{"producer=100"}}); err != nil {
+		t.Fatal(err)
+	}
+	tb.do(t, "GET", "/queues/mail?whatif=15m", "", "", "")
+	tb.web.whatIfs.wait()
+	if _, body, _ = tb.do(t, "GET", "/queues/mail?whatif=15m", "", "", ""); !strings.Contains(body, `id="whatif-limits"`) || !strings.Contains(body, `id="whatif-keys"`) {
+		t.Error("a queue with limits is not told the replay leaves them out")
 	}
 	// Five minutes on, the result is stale: a look starts another replay
 	// and shows the last meanwhile.
