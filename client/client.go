@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -536,6 +537,37 @@ func (c *Client) ListKeys(ctx context.Context, queue string, limit int) ([]*pb.K
 		return nil, err
 	}
 	return resp.Keys, nil
+}
+
+// ExportHistory writes a queue's recorded history (its settled
+// deliveries, never payloads or headers) to w as a history file, the
+// versioned JSON Lines format the simulator replays (harbinger sim
+// --history FILE). window > 0 takes the deliveries settled in the last
+// window; 0 takes all the broker keeps. It returns the bytes written.
+func (c *Client) ExportHistory(ctx context.Context, queue string, window time.Duration, w io.Writer) (int64, error) {
+	req := &pb.ExportHistoryRequest{Queue: queue}
+	if window > 0 {
+		req.Window = durationpb.New(window)
+	}
+	st, err := c.admin.ExportHistory(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for {
+		chunk, err := st.Recv()
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		k, err := w.Write(chunk.Data)
+		n += int64(k)
+		if err != nil {
+			return n, err
+		}
+	}
 }
 
 func errNotFound(name string) error {

@@ -44,6 +44,7 @@ type Broker struct {
 	queueGen  atomic.Uint64 // numbers the queues made, for QueueInfo.Generation
 	inflight  atomic.Int64
 	bytes     atomic.Int64 // held by every message not yet settled for good; see reserve
+	histBytes atomic.Int64 // counted by every queue's history; see recordLocked
 
 	storeFailed    atomic.Bool  // the store refused an append; logged once
 	nextCheckpoint atomic.Int64 // log size that triggers the next checkpoint
@@ -583,6 +584,7 @@ func (b *Broker) DeleteQueue(name string, force bool) (QueueDeleted, error) {
 		return QueueDeleted{}, err
 	}
 	q.deleted = true
+	q.histSyncLocked() // its history goes with it
 	q.line.Each(q.release, q.release, q.release, func(e delivery.DeadLetterEntry) { q.release(e.Job) })
 	for _, c := range q.cons {
 		c.closed = true
@@ -794,5 +796,7 @@ func equalConfig(a, b QueueConfig) bool {
 		a.MaxDepth == b.MaxDepth && a.MaxAttempts == b.MaxAttempts && a.Lease == b.Lease &&
 		a.DefaultTTL == b.DefaultTTL && a.Shadow == b.Shadow &&
 		a.RetryBase == b.RetryBase && a.RetryMax == b.RetryMax && a.RetryJitter == b.RetryJitter &&
-		a.MaxInFlight == b.MaxInFlight && a.KeepDone == b.KeepDone
+		a.MaxInFlight == b.MaxInFlight && a.KeepDone == b.KeepDone &&
+		a.GroupBy == b.GroupBy && maps.Equal(a.GroupWeights, b.GroupWeights) && slices.Equal(a.Limits, b.Limits) &&
+		slices.Equal(a.RateLimits, b.RateLimits) && a.Reserve == b.Reserve && a.NoReserve == b.NoReserve
 }

@@ -2,13 +2,19 @@ package broker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/harbinger-mq/harbinger/internal/clock"
+	"github.com/harbinger-mq/harbinger/internal/fair"
+	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
@@ -109,6 +115,10 @@ type Config struct {
 	// at most about as much again as the log itself and the log follows
 	// the live jobs across restarts.
 	CheckpointBytes int64 `yaml:"checkpoint_bytes"`
+	// History bounds each queue's record of its settled deliveries (see
+	// internal/history): on by default, history.DefaultMaxBytes and
+	// history.DefaultMaxAge per queue.
+	History history.Config `yaml:"history"`
 	// Clock is the source of every time read and timer; nil means clock.Real.
 	Clock clock.Clock `yaml:"-"`
 	// Logger receives lifecycle and shutdown logs; nil means slog.Default.
@@ -157,6 +167,85 @@ type QueueConfig struct {
 	RetryJitter float64       `yaml:"retry_jitter"`
 	// Shadow predicts and records tiers without acting on them (FIFO order).
 	Shadow bool `yaml:"shadow"`
+	// GroupBy shares the queue's workers fairly, in predicted work,
+	// between the groups of jobs with the same producer, job_type or
+	// tenant (the tenant a producer names in the "tenant" header); empty
+	// is no grouping. docs/limits.md has the rules.
+	GroupBy string `yaml:"group_by"`
+	// GroupWeights are named groups' weights in the shares (default 1).
+	GroupWeights map[string]int `yaml:"group_weights"`
+	// Limits are concurrency limits across the broker, each FIELD=MAX
+	// ("tenant=5": at most 5 running per tenant) or FIELD:VALUE=MAX
+	// ("job_type:export=2"). A job whose key is at its limit is skipped,
+	// not waited for.
+	Limits Rules `yaml:"limits"`
+	// RateLimits are start-rate limits, each FIELD[:VALUE]=RATE[/s][:BURST]
+	// ("producer:crawler=10/s:20"), a token bucket per key.
+	RateLimits Rules `yaml:"rate_limits"`
+	// Reserve is how many of the last free workers a group past its share
+	// may not take with a long job while other groups have work (default
+	// 2 with GroupBy); NoReserve turns the reservation off.
+	Reserve   int  `yaml:"reserve"`
+	NoReserve bool `yaml:"no_reserve"`
+}
+
+// Rules are limits as text, one a rule; a config file or the command line
+// may give one rule alone, not in a list.
+type Rules []string
+
+// UnmarshalYAML takes a list of rules or one rule.
+func (r *Rules) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*r = Rules{n.Value}
+		return nil
+	}
+	var list []string
+	if err := n.Decode(&list); err != nil {
+		return err
+	}
+	*r = list
+	return nil
+}
+
+// fairConfig is the queue's limits and fair shares as the delivery line
+// takes them, or an *InvalidError naming the setting that is wrong.
+func (q QueueConfig) fairConfig() (fair.Config, error) {
+	c := fair.Config{GroupBy: q.GroupBy, Weights: q.GroupWeights, Reserve: q.Reserve, NoReserve: q.NoReserve}
+	for i, s := range q.Limits {
+		l, err := fair.ParseLimit(fmt.Sprintf("limits[%d]", i), s)
+		if err != nil {
+			return fair.Config{}, fairInvalid(err)
+		}
+		c.Limits = append(c.Limits, l)
+	}
+	for i, s := range q.RateLimits {
+		r, err := fair.ParseRate(fmt.Sprintf("rate_limits[%d]", i), s)
+		if err != nil {
+			return fair.Config{}, fairInvalid(err)
+		}
+		c.Rates = append(c.Rates, r)
+	}
+	if err := c.Validate(); err != nil {
+		return fair.Config{}, fairInvalid(err)
+	}
+	return c, nil
+}
+
+// fairInvalid words a refused limits declaration as the queue's settings
+// name it.
+func fairInvalid(err error) error {
+	var ce *fair.ConfigError
+	if !errors.As(err, &ce) {
+		return invalid("limits", err.Error())
+	}
+	field := ce.Field
+	switch {
+	case strings.HasPrefix(field, "weights"):
+		field = "group_" + field
+	case strings.HasPrefix(field, "rates["):
+		field = "rate_limits[" + strings.TrimPrefix(field, "rates[")
+	}
+	return invalid(field, ce.Reason)
 }
 
 // UnmarshalJSON reads a config as the log keeps it. A lease under
@@ -200,6 +289,7 @@ func (c Config) WithDefaults() Config {
 		c.CheckpointBytes = DefaultCheckpointBytes
 	}
 	c.Queue = c.Queue.WithDefaults(QueueConfig{})
+	c.History = c.History.WithDefaults()
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
@@ -240,6 +330,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Queue.Validate(); err != nil {
 		return err
+	}
+	if !c.History.Off {
+		if err := c.History.Validate(); err != nil {
+			return fmt.Errorf("broker: %w", err)
+		}
 	}
 	return nil
 }
@@ -384,6 +479,9 @@ func (q QueueConfig) policy() (sched.Policy, error) {
 	p, err := sched.NewPolicy(q.Policy, opts)
 	if err != nil {
 		return sched.Policy{}, invalid("policy", err.Error())
+	}
+	if _, err := q.fairConfig(); err != nil {
+		return sched.Policy{}, err
 	}
 	return p, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/delivery"
+	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/text"
 )
@@ -244,7 +245,11 @@ func (c *Consumer) Ack(id string, d time.Duration) error {
 		return unknown(id)
 	}
 	now := q.b.clk.Now()
+	s, rec := q.beforeSettleLocked(id)
 	j, err := q.line.Ack(c.holder, id, d, now)
+	if rec && err == nil && !j.Cancelled() {
+		q.recordLocked(s, d, history.Ack, now)
+	}
 	q.applyLocked(now)
 	switch {
 	case errors.Is(err, delivery.ErrNotHeld):
@@ -290,7 +295,11 @@ func (c *Consumer) Nack(id string, action NackAction, delay time.Duration, reaso
 		return unknown(id)
 	}
 	now := q.b.clk.Now()
+	s, rec := q.beforeSettleLocked(id)
 	err := q.line.Nack(c.holder, id, delivery.NackAction(action), delay, reason, q.b.draining.Load(), now)
+	if rec && err == nil && !s.j.Cancelled() {
+		q.recordLocked(s, 0, history.Nack, now)
+	}
 	q.applyLocked(now)
 	if err != nil {
 		return unknown(id)

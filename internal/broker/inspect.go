@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/fair"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
@@ -48,7 +49,22 @@ type QueueInfo struct {
 	// RunTime is the median and 99th percentile run time of the jobs
 	// acked since the broker started, within QuantileAccuracy.
 	RunTime Quantiles
+
+	// Groups are the queue's groups under limits or fair shares (see
+	// QueueConfig.GroupBy; one group, named "", without it), at most
+	// MaxGroupsShown of them, the busiest, sorted by name; nil when the
+	// queue declares no limits. GroupCount is how many there are.
+	Groups     []fair.GroupInfo
+	GroupCount int
+	// Throttled counts jobs that found a key of theirs at its limit or
+	// out of tokens; Reserved, the times a worker was left free for the
+	// fair shares' reservation.
+	Throttled, Reserved uint64
 }
+
+// MaxGroupsShown bounds QueueInfo.Groups, and so the series /metrics
+// exports per group.
+const MaxGroupsShown = 100
 
 // DurationHistogram counts the predicted and actual durations of acked jobs
 // in the buckets of HistogramBounds (not cumulative; the last is +Inf).
@@ -82,6 +98,15 @@ func (q *queue) info() QueueInfo {
 	in.DepthPerTier = make([]int, l.Sched().Config().Levels)
 	for i := range in.DepthPerTier {
 		in.DepthPerTier[i] = l.Sched().LevelLen(i)
+	}
+	if fq := l.Fair(); fq != nil {
+		now := q.b.clk.Now()
+		for i := range in.DepthPerTier {
+			in.DepthPerTier[i] = fq.LevelLen(i)
+		}
+		in.Groups = fq.Groups(now, MaxGroupsShown)
+		in.GroupCount = fq.GroupCount()
+		in.Throttled, in.Reserved = fq.Stats.Throttled, fq.Stats.Reserved
 	}
 	return in
 }

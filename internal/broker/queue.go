@@ -9,6 +9,8 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/clock"
 	"github.com/harbinger-mq/harbinger/internal/delivery"
+	"github.com/harbinger-mq/harbinger/internal/fair"
+	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
@@ -45,6 +47,10 @@ type queue struct {
 	timer wake
 	hist  durationHist
 	runs  runTimes
+	// record is the queue's history (history.go); nil when it is off.
+	// histBytes is what it counted when Broker.histBytes last heard.
+	record    *history.Record
+	histBytes int64
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue, error) {
@@ -54,6 +60,11 @@ func newQueue(b *Broker, name string, cfg QueueConfig, pol sched.Policy) (*queue
 	}
 	q := &queue{b: b, name: name, gen: b.queueGen.Add(1), cfg: cfg, cons: map[delivery.Holder]*Consumer{}}
 	q.line = delivery.New(name, q.lineConfig(cfg), sq)
+	if !b.cfg.History.Off {
+		if q.record, err = history.New(b.cfg.History); err != nil {
+			return nil, err
+		}
+	}
 	return q, nil
 }
 
@@ -65,8 +76,17 @@ func (q *queue) lineConfig(cfg QueueConfig) delivery.Config {
 		MaxDepth: cfg.MaxDepth, MaxAttempts: cfg.MaxAttempts, Lease: cfg.Lease, DefaultTTL: cfg.DefaultTTL,
 		RetryBase: cfg.RetryBase, RetryMax: cfg.RetryMax, RetryJitter: cfg.RetryJitter, MaxDelay: MaxNackDelay,
 		MaxDuration: bc.MaxDuration, MaxDead: bc.MaxDeadLetters, MaxNames: bc.MaxKeysPerQueue, KeepDone: cfg.KeepDone,
-		Durable: bc.Store != nil,
+		Durable: bc.Store != nil, Fair: fairOf(cfg),
 	}
+}
+
+// fairOf is cfg's limits and fair shares, which Declare has validated.
+func fairOf(cfg QueueConfig) fair.Config {
+	c, err := cfg.fairConfig()
+	if err != nil {
+		panic(fmt.Sprintf("broker: a queue's limits were not validated: %v", err)) // a bug here
+	}
+	return c
 }
 
 // sq is the line's scheduler and predictor.
@@ -138,6 +158,9 @@ func (q *queue) publishLocked(j *delivery.Job, names delivery.Names, runAt, now 
 func (q *queue) deliverLocked(c *Consumer, now time.Time) (Delivery, bool) {
 	if lim := q.cfg.MaxInFlight; lim > 0 && q.line.InFlight() >= lim {
 		return Delivery{}, false
+	}
+	if q.line.Fair() != nil {
+		q.line.SetWorkers(q.workersLocked(), now)
 	}
 	j := q.line.Deliver(c.holder, now)
 	if j == nil {
@@ -217,6 +240,17 @@ func (q *queue) onTimer(g uint64) {
 	now := q.b.clk.Now()
 	q.line.Tick(now)
 	q.applyLocked(now)
+}
+
+// workersLocked is how many workers take the queue's jobs, for fair
+// shares: the jobs in flight and the credit its consumers have left.
+// O(consumers).
+func (q *queue) workersLocked() int {
+	n := q.line.InFlight()
+	for _, c := range q.cons {
+		n += c.credit
+	}
+	return n
 }
 
 // wakeOneLocked wakes the consumer that has waited longest, and reports

@@ -42,7 +42,7 @@ var adminCommands = []struct {
 	name, args, summary string
 	run                 func(ctx context.Context, c *client.Client, a adminArgs) error
 }{
-	{"declare-queue", "QUEUE [KEY=VALUE...]", "create or reconfigure a queue: policy=, tiers=, weights=5,3,1, max_in_flight=, max_depth=, max_attempts=, lease=, default_ttl=, keep_done=, aging=, retry_base=, retry_max=, shadow= (a config file's queue keys)", adminDeclareQueue},
+	{"declare-queue", "QUEUE [KEY=VALUE...]", "create or reconfigure a queue: policy=, tiers=, weights=5,3,1, max_in_flight=, max_depth=, max_attempts=, lease=, default_ttl=, keep_done=, aging=, retry_base=, retry_max=, shadow=, group_by=, group_weights.NAME=, limits=tenant=5,job_type:export=2, rate_limits=producer:crawler=10/s:20, reserve=, no_reserve= (a config file's queue keys)", adminDeclareQueue},
 	{"publish", "QUEUE [KEY=VALUE...]", "publish test jobs: job_type=, producer=, payload=, headers.K=V, delay=, ttl=, max_attempts=, count=", adminPublish},
 	{"queues", "", "every queue: policy, ready, in flight (/ its max_in_flight), delayed, dead, consumers, the oldest waiting job's wait, run-time p50/p99 (measured within 1%), paused", adminQueues},
 	{"pause", "QUEUE", "stop delivering a queue's jobs (publishes are still taken)", adminPause},
@@ -57,6 +57,7 @@ var adminCommands = []struct {
 	{"job", "[QUEUE] ID", "one job, in QUEUE or, without it, in whichever queue holds it: waiting, delayed, running or dead (or done or cancelled, on a queue with keep_done), and what the broker knows of it (-json adds its payload)", adminJob},
 	{"cancel", "QUEUE ID", "cancel a job: a waiting or delayed one is removed, a running one's worker is told", adminCancel},
 	{"keys", "QUEUE [--limit N]", "what the queue's predictor learned per key, busiest first", adminKeys},
+	{"history", "QUEUE [--since 24h] > FILE", "the queue's recorded history (settled deliveries: arrival, key, size hint, attempt, start, duration, outcome; never payloads) as a history file for harbinger sim --history (docs/history.md)", adminHistory},
 	{"declare-schedule", "NAME queue=Q (cron=EXPR | every=D) [KEY=VALUE...]", "create or replace a schedule: time_zone=, job_type=, producer=, payload=, headers.K=V, catch_up=, paused=", adminDeclareSchedule},
 	{"schedules", "", "periodic schedules: queue, when, job type, last and next tick (UTC), jobs fired, paused", adminSchedules},
 	{"pause-schedule", "NAME", "stop a schedule's ticks", adminPauseSchedule(true)},
@@ -73,6 +74,7 @@ type adminArgs struct {
 	confirm string
 	force   bool
 	json    bool
+	since   time.Duration
 	out     io.Writer
 }
 
@@ -101,6 +103,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	offset := fs.Int("offset", 0, "jobs: skip this many of each list, for the next page")
 	all := fs.Bool("all", false, "requeue and drop: every dead letter of the queue")
 	confirm := fs.String("confirm", "", "purge, delete-queue and delete-schedule: the name again")
+	since := fs.Duration("since", 0, "history: the deliveries settled in this last window, e.g. 24h (default: all the broker keeps)")
 	force := fs.Bool("force", false, "delete-queue: delete it even if it holds jobs, dropping every waiting, delayed, running and dead-lettered one")
 	// Flags may come before and after the command and its arguments; "--"
 	// ends them, so a name or id that starts with "-" can be given.
@@ -137,6 +140,9 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("-timeout must be positive, got %s", *timeout)
+	}
+	if *since < 0 {
+		return fmt.Errorf("-since must be a positive duration, got %s", *since)
 	}
 	// The API's limit is a uint32 the broker caps: a larger number would
 	// wrap (2^32 asks for the default, 2^32+1 for one row) or be cut
@@ -175,7 +181,7 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer c.Close()
 	tlsOnOurs := *tlsOn || *tlsCA != "" || *tlsCert != ""
-	return tlsHint(adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, offset: max(*offset, 0), confirm: *confirm, force: *force, json: *asJSON, out: stdout}), tlsOnOurs)
+	return tlsHint(adminCommands[i].run(ctx, c, adminArgs{pos: pos[1:], all: *all, limit: *limit, offset: max(*offset, 0), confirm: *confirm, force: *force, json: *asJSON, since: *since, out: stdout}), tlsOnOurs)
 }
 
 // tlsHint adds to a connection error what most often causes it: a client
@@ -598,6 +604,15 @@ func adminCancel(ctx context.Context, c *client.Client, a adminArgs) error {
 		return err
 	}
 	return a.said(&pb.CancelJobResponse{State: state}, "cancelled %s of %s (it was %s)", a.pos[1], a.pos[0], state)
+}
+
+// adminHistory writes the queue's history file to standard output.
+func adminHistory(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE"); err != nil {
+		return err
+	}
+	_, err := c.ExportHistory(ctx, a.pos[0], a.since, a.out)
+	return err
 }
 
 func adminKeys(ctx context.Context, c *client.Client, a adminArgs) error {

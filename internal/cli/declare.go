@@ -78,7 +78,10 @@ func assignments(args []string) ([]byte, error) {
 				nested[parent] = m
 				root.Content = append(root.Content, scalar(parent, false), m)
 			}
-			m.Content = append(m.Content, scalar(sub, false), scalar(v, false))
+			// Typed, so that static_tiers.email=0 and group_weights.acme=3
+			// are numbers; a text setting (headers.team=7) reads them as
+			// written all the same.
+			m.Content = append(m.Content, scalar(sub, false), scalar(v, true))
 			continue
 		}
 		val := scalar(v, true)
@@ -129,7 +132,7 @@ var yamlTypeWords = map[string]string{
 	"uint64": "a whole number", "float64": "a number", "bool": "true or false", "string": "text",
 	"[]int": "a list of whole numbers", "[]time.Duration": "a list of durations",
 	"map[string]int": "a mapping of names to whole numbers", "map[string]string": "a mapping of names to text",
-	"[]cli.ScheduleConfig": "a list of schedules", "map[string]broker.QueueConfig": "a mapping of queue names to their settings",
+	"[]cli.ScheduleConfig": "a list of schedules", "broker.Rules": "a rule such as tenant=5, or a list of them", "map[string]broker.QueueConfig": "a mapping of queue names to their settings",
 }
 
 // plainYAMLError rewrites the Go type names in a YAML decoding error

@@ -28,6 +28,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/auth"
 	"github.com/harbinger-mq/harbinger/internal/broker"
 	"github.com/harbinger-mq/harbinger/internal/gcpace"
+	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/predictsvc"
 	"github.com/harbinger-mq/harbinger/internal/server"
 	"github.com/harbinger-mq/harbinger/internal/store"
@@ -237,7 +238,7 @@ func (s setting) kind() string {
 }
 
 // boolSettings are given without a value: -memory.
-var boolSettings = map[string]bool{"memory": true, "salvage": true, "insecure": true}
+var boolSettings = map[string]bool{"memory": true, "salvage": true, "insecure": true, "history-off": true}
 
 func str(p func(*ServeConfig) *string) func(*ServeConfig, string) error {
 	return func(c *ServeConfig, v string) error { *p(c) = v; return nil }
@@ -318,6 +319,10 @@ var serveSettings = []setting{
 	{"max-depth", "ready jobs per queue before publishes are refused (default 1000000)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.MaxDepth })},
 	{"lease", "visibility timeout of a delivery, 1s to 24h (default 30s)", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.Lease })},
 	{"max-attempts", "deliveries before a job is dead-lettered (default 5)", num(func(c *ServeConfig) *int { return &c.Broker.Queue.MaxAttempts })},
+	{"history-max-bytes", fmt.Sprintf("memory each queue's history (its settled deliveries, for replay in the simulator) may take, %d to %d bytes (default %d)", int64(history.MinMaxBytes), int64(history.MaxMaxBytes), int64(history.DefaultMaxBytes)), num64(func(c *ServeConfig) *int64 { return &c.Broker.History.MaxBytes })},
+	{"history-max-total-bytes", fmt.Sprintf("memory every queue's history may take together; past it the queue recording sheds its own oldest (default %d)", int64(history.DefaultMaxTotalBytes)), num64(func(c *ServeConfig) *int64 { return &c.Broker.History.MaxTotalBytes })},
+	{"history-max-age", "how long each queue's history keeps a settled delivery (default 24h)", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.History.MaxAge })},
+	{"history-off", "keep no history of settled deliveries", boolean(func(c *ServeConfig) *bool { return &c.Broker.History.Off })},
 	{"default-ttl", "time to live of jobs published without one; 0 is forever", dur(func(c *ServeConfig) *time.Duration { return &c.Broker.Queue.DefaultTTL })},
 }
 
@@ -501,6 +506,18 @@ func serve(ctx context.Context, cfg ServeConfig, logOut io.Writer, ready func(gr
 		_ = b.Shutdown(context.Background())
 		return err
 	}
+	stopSaving := func() {}
+	if !cfg.Memory {
+		// The queues' history as last saved (it is not job data: a crash
+		// loses what was recorded since the last save).
+		if n, err := b.LoadHistory(cfg.DataDir); err != nil {
+			log.Warn("harbinger: history not loaded", "err", err)
+		} else if n > 0 {
+			log.Info("harbinger: history loaded", "entries", n)
+		}
+		stopSaving = b.SaveHistoryEvery(cfg.DataDir, broker.DefaultHistorySaveEvery)
+		defer stopSaving() // on the ways out before the shutdown below
+	}
 	// The Predictor service is for jobs published to RabbitMQ: it learns
 	// in a predictor of its own, as `harbinger sidecar` does, and never
 	// touches the broker's queues.
@@ -622,6 +639,12 @@ wait:
 	defer cancel()
 	if err := b.Shutdown(sctx); err != nil {
 		log.Warn("harbinger: shutdown timed out; jobs still in flight were returned to their queues")
+	}
+	stopSaving()
+	if !cfg.Memory {
+		if err := b.SaveHistory(cfg.DataDir); err != nil {
+			log.Warn("harbinger: history not saved", "err", err)
+		}
 	}
 	stopped := make(chan struct{})
 	go func() {

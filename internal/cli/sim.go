@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/fair"
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/sim"
@@ -46,7 +47,9 @@ func loadWorkload(path string) (*workload.Workload, error) {
 }
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sim", "sim [--workload FILE | --trace azure-functions-2019:DIR] [--seeds 1,2,3] [--arms fifo,...] [--workers N] [--json]", stderr)
+	fs := newFlags("sim", "sim [--workload FILE | --trace azure-functions-2019:DIR | --history FILE] [--seeds 1,2,3] [--arms fifo,...] [--workers N] [--json]", stderr)
+	historySpec := fs.String("history", "", "replay a queue's own history instead of a workload: a file from harbinger admin history, or "+HistoryBrokerPrefix+"ADDR/QUEUE to export it from a running broker; reports per key what FIFO, the default and the other policies do (docs/history.md)")
+	historyWindow := fs.Duration("history-window", 0, "--history "+HistoryBrokerPrefix+"ADDR/QUEUE: only the deliveries settled in this last window, e.g. 1h (default: all the broker keeps)")
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	var tf traceFlags
 	tf.register(fs)
@@ -55,22 +58,56 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	workers := fs.Int("workers", 0, "worker count (default: the workload's)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	goal := fs.Bool("goal", false, "measure the arms against the policy's goal, job by job against the FIFO run of the same jobs (T1 long jobs, T2 P99, M the mean against the key oracle family); arms may carry settings: predictive:guard=0.25,overtake=0.1,stretch=-0.2, or key-oracle:guard=0.5")
-	atLoad := fs.Float64("at-load", 0, "scale the arrivals so the offered load (busy workers / workers) is this, durations unchanged (default: as the workload or trace has it)")
+	atLoadSpec := fs.String("at-load", "", "scale the arrivals so the offered load (busy workers / workers) is this, durations unchanged (default: as the workload or trace has it); with --history, a comma-separated list of loads replayed besides the recorded one")
 	overhead := fs.Duration("overhead", 0, "per-message cost outside the handler, in workload time: a worker starts each handler this much after taking the message (a live broker's delivery and ack round trip; 0 is an ideal broker)")
 	var tune policyFlags
 	tune.register(fs)
+	var ff fairFlags
+	ff.register(fs)
+	tenants := fs.Bool("tenants", false, "report latency per producer (the simulator's tenants) and each arm's throughput, for the noisy-neighbour workloads; an arm named NAME+fair runs with the --group-by, --limit and --rate declaration (without such an arm every arm does)")
+	window := fs.String("window", "", "with --tenants: FROM,TO (durations) over which to report each producer's share of the worker time, e.g. 60s,120s")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *overhead < 0 {
 		return fmt.Errorf("--overhead cannot be negative, got %v", *overhead)
 	}
+	loads, err := parseLoads(*atLoadSpec)
+	if err != nil {
+		return err
+	}
+	if *historySpec != "" {
+		if tf.spec != "" || flagSet(fs, "workload") || flagSet(fs, "seeds") || *goal {
+			return fmt.Errorf("--history replays one history: --workload, --trace, --seeds and --goal do not apply (its report is the goal's figures, per key)")
+		}
+		if *workers < 0 {
+			return fmt.Errorf("--workers must be positive, got %d", *workers)
+		}
+		if err := tune.any(fs); err != nil {
+			return err
+		}
+		if err := ff.any(fs); err != nil {
+			return err
+		}
+		for _, name := range []string{"tenants", "window"} {
+			if flagSet(fs, name) {
+				return fmt.Errorf("--%s does not apply to --history: its report is per key", name)
+			}
+		}
+		return runSimHistory(ctx, *historySpec, *historyWindow, *armsFlag, flagSet(fs, "arms"), *workers, loads, *overhead, flagSet(fs, "overhead"), *asJSON, stdout)
+	}
+	if *historyWindow != 0 {
+		return fmt.Errorf("--history-window needs --history")
+	}
 	src, err := loadSource(*wl, tf)
 	if err != nil {
 		return err
 	}
-	if *atLoad != 0 {
-		if src, err = sim.AtLoad(src, *atLoad); err != nil {
+	if len(loads) > 1 {
+		return fmt.Errorf("--at-load: one load, got %d (a list is for --history)", len(loads))
+	}
+	if len(loads) == 1 {
+		if src, err = sim.AtLoad(src, loads[0]); err != nil {
 			return fmt.Errorf("--at-load: %w", err)
 		}
 	}
@@ -88,6 +125,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := tune.apply(arms); err != nil {
 		return err
 	}
+	fcfg, err := ff.config()
+	if err != nil {
+		return err
+	}
+	if err := applyFair(arms, fcfg); err != nil {
+		return err
+	}
 	if *workers < 0 {
 		return fmt.Errorf("--workers must be positive, got %d", *workers)
 	}
@@ -95,6 +139,22 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "%s\n\n", d.Describe())
 	}
 	begin := time.Now()
+	if *tenants {
+		win, err := parseWindow(*window)
+		if err != nil {
+			return err
+		}
+		rep, err := sim.Tenants(src, arms, sim.Options{Seeds: seeds, Workers: *workers, Overhead: *overhead}, win)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(stdout).Encode(rep)
+		}
+		rep.Write(stdout)
+		fmt.Fprintf(stdout, "\n(simulated in %v)\n", time.Since(begin).Round(time.Millisecond))
+		return nil
+	}
 	if *goal {
 		g, err := sim.Goal(src, arms, sim.Options{Seeds: seeds, Workers: *workers, Overhead: *overhead})
 		if err != nil {
@@ -198,9 +258,13 @@ func parseArms(s string, src sim.Source) ([]sim.Arm, error) {
 			continue
 		}
 		seen[name] = true
-		a, err := sim.ParseArm(name, src.Types())
+		base, withFair := strings.CutSuffix(name, "+fair")
+		a, err := sim.ParseArm(base, src.Types())
 		if err != nil {
 			return nil, err
+		}
+		if withFair {
+			a.Name = name
 		}
 		arms = append(arms, a)
 	}
@@ -232,6 +296,16 @@ func (p *policyFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&p.shortestFirst, "shortest-first", false, "order each tier by predicted cost instead of arrival")
 	fs.BoolVar(&p.agingOff, "aging-off", false, "turn aging (and the bounded policy's bound) off")
 	fs.Float64Var(&p.longShare, "long-share", 0, fmt.Sprintf("bounded policy: the most expensive messages making up this share of recent predicted work are long and bounded (default %g; negative: none)", sched.DefaultLongShare))
+}
+
+// any refuses the policy flags where they do not apply.
+func (p *policyFlags) any(fs *flag.FlagSet) error {
+	for _, name := range []string{"tiers", "stretch", "others-stretch", "min-slack", "age-after", "shortest-first", "aging-off", "long-share"} {
+		if flagSet(fs, name) {
+			return fmt.Errorf("--%s does not apply to --history: it replays the policies as they ship", name)
+		}
+	}
+	return nil
 }
 
 func (p *policyFlags) apply(arms []sim.Arm) error {
@@ -320,6 +394,23 @@ func loadSource(workloadPath string, t traceFlags) (sim.Source, error) {
 	return trace.Load(dir, trace.Options{StartMinute: t.start, Minutes: t.minutes, Compression: t.compression, Load: t.load})
 }
 
+// parseLoads reads --at-load: positive numbers separated by commas; ""
+// is none.
+func parseLoads(s string) ([]float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 {
+			return nil, fmt.Errorf("--at-load: %q is not a positive number", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // optionalFloat parses a flag that may be left unset ("").
 func optionalFloat(flag, s string) (*float64, error) {
 	if s == "" {
@@ -330,4 +421,36 @@ func optionalFloat(flag, s string) (*float64, error) {
 		return nil, fmt.Errorf("%s: %q is not a number", flag, s)
 	}
 	return &v, nil
+}
+
+// applyFair gives the declaration to the arms named NAME+fair, or to every
+// arm when none is.
+func applyFair(arms []sim.Arm, cfg *fair.Config) error {
+	marked := false
+	for _, a := range arms {
+		marked = marked || strings.HasSuffix(a.Name, "+fair")
+	}
+	if marked && cfg == nil {
+		return fmt.Errorf("an arm named +fair needs a declaration: --group-by, --limit or --rate")
+	}
+	for i := range arms {
+		if cfg != nil && (!marked || strings.HasSuffix(arms[i].Name, "+fair")) {
+			arms[i].Fair = cfg
+		}
+	}
+	return nil
+}
+
+// parseWindow reads FROM,TO.
+func parseWindow(s string) ([2]time.Duration, error) {
+	if s == "" {
+		return [2]time.Duration{}, nil
+	}
+	a, b, ok := strings.Cut(s, ",")
+	from, err1 := time.ParseDuration(strings.TrimSpace(a))
+	to, err2 := time.ParseDuration(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || from < 0 || to <= from {
+		return [2]time.Duration{}, fmt.Errorf("--window: want FROM,TO durations with FROM < TO, got %q", s)
+	}
+	return [2]time.Duration{from, to}, nil
 }

@@ -7,7 +7,7 @@ import (
 )
 
 func (l *Line) expire(now time.Time) {
-	l.expBuf = l.sq.Expire(now, l.expBuf[:0])
+	l.expBuf = l.waiting().Expire(now, l.expBuf[:0])
 	for i, it := range l.expBuf {
 		l.unwait(jobOf(it))
 		l.Stats.Expired++
@@ -17,7 +17,8 @@ func (l *Line) expire(now time.Time) {
 }
 
 // NextDeadline is the earliest moment the Line has work of its own: a lease
-// ending, a TTL passing, a delayed job coming due.
+// ending, a TTL passing, a delayed job coming due, or under limits a rate
+// limit's bucket refilling or a reservation lapsing.
 func (l *Line) NextDeadline() (time.Time, bool) {
 	var at time.Time
 	earliest := func(t time.Time) {
@@ -28,8 +29,13 @@ func (l *Line) NextDeadline() (time.Time, bool) {
 	if j := l.leases.min(); j != nil {
 		earliest(fromNanos(j.deadline()))
 	}
-	if t, ok := l.sq.NextExpiry(); ok {
+	if t, ok := l.waiting().NextExpiry(); ok {
 		earliest(t)
+	}
+	if l.fq != nil {
+		if t, ok := l.fq.NextWake(); ok {
+			earliest(t) // a bucket refilled, a reservation lapsed
+		}
 	}
 	if j := l.delayed.min(); j != nil {
 		earliest(fromNanos(j.deadline()))
@@ -42,15 +48,19 @@ func (l *Line) NextDeadline() (time.Time, bool) {
 // join the line.
 func (l *Line) Tick(now time.Time) {
 	for j := l.leases.min(); j != nil && j.deadline() <= nanos(now); j = l.leases.min() {
-		l.settle(j)
+		l.settle(j, now)
 		l.retry(j, now, "lease expired")
 	}
-	if at, ok := l.sq.NextExpiry(); ok && !at.After(now) {
+	if at, ok := l.waiting().NextExpiry(); ok && !at.After(now) {
 		l.expire(now)
+	}
+	if l.fq != nil {
+		l.Fx.Ready += l.fq.Wake(now)
 	}
 	for j := l.delayed.min(); j != nil && j.deadline() <= nanos(now); j = l.delayed.min() {
 		l.delayed.remove(j)
 		j.setDeadline(0)
+		l.releaseLost(j, now)
 		if j.is(flagScheduled) {
 			// A scheduled job enters as if published now, behind every
 			// job in line; its record says the place it got.

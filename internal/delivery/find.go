@@ -47,7 +47,7 @@ func (l *Line) Lookup(id string) (*Job, State) {
 		match(d.Job)
 	}
 	if found == nil {
-		l.sq.Each(func(it *sched.Item) { match(jobOf(it)) })
+		l.waiting().Each(func(it *sched.Item) { match(jobOf(it)) })
 	}
 	return l.stateOf(found)
 }
@@ -82,7 +82,7 @@ func (l *Line) inFlight(j *Job) bool {
 // running (held), delayed or dead (with its reason and time).
 func (l *Line) Each(waiting, running, delayed func(j *Job), dead func(d DeadLetterEntry)) {
 	if waiting != nil {
-		l.sq.Each(func(it *sched.Item) { waiting(jobOf(it)) })
+		l.waiting().Each(func(it *sched.Item) { waiting(jobOf(it)) })
 	}
 	if running != nil {
 		for _, j := range l.leases {
@@ -104,7 +104,7 @@ func (l *Line) Each(waiting, running, delayed func(j *Job), dead func(d DeadLett
 // Peek lists up to n waiting jobs in the order they would be handed out
 // now (see sched.Scheduler.Peek).
 func (l *Line) Peek(now time.Time, n int) []*Job {
-	items := l.sq.Peek(now, n, make([]*sched.Item, 0, min(n, l.sq.Len())))
+	items := l.waiting().Peek(now, n, make([]*sched.Item, 0, min(n, l.Len())))
 	out := make([]*Job, len(items))
 	for i, it := range items {
 		out[i] = jobOf(it)

@@ -47,13 +47,14 @@ func (l *Line) Flight(j *Job) (Holder, time.Time, bool) {
 
 // Deliver pops the next job for h, if one is ready, and leases it.
 func (l *Line) Deliver(h Holder, now time.Time) *Job {
-	if l.sq.Len() == 0 {
+	w := l.waiting()
+	if w.Len() == 0 {
 		return nil
 	}
-	if at, ok := l.sq.NextExpiry(); ok && !at.After(now) {
+	if at, ok := w.NextExpiry(); ok && !at.After(now) {
 		l.expire(now)
 	}
-	it := l.sq.Pop(now)
+	it := w.Pop(now)
 	if it == nil {
 		return nil
 	}
@@ -81,11 +82,15 @@ func (l *Line) heldBy(h Holder, id string) *Job {
 	return nil
 }
 
-// settle takes an in-flight job away from its holder.
-func (l *Line) settle(j *Job) {
+// settle takes an in-flight job away from its holder at now. Under
+// limits its keys may start another job: as many consumers may be woken.
+func (l *Line) settle(j *Job, now time.Time) {
 	l.leases.remove(j)
 	delete(l.held, j.ID())
 	l.Fx.Settled++
+	if l.fq != nil {
+		l.Fx.Ready += l.fq.Done(&j.item, now)
+	}
 }
 
 // Ack settles a delivery as done and teaches the predictor that it took
@@ -97,7 +102,7 @@ func (l *Line) Ack(h Holder, id string, d time.Duration, now time.Time) (*Job, e
 	if j == nil {
 		return nil, ErrNotHeld
 	}
-	l.settle(j)
+	l.settle(j, now)
 	l.release(j)
 	l.Stats.Acked++
 	if j.is(flagCancelled) {
@@ -127,7 +132,7 @@ func (l *Line) Nack(h Holder, id string, action NackAction, delay time.Duration,
 	if j == nil {
 		return ErrNotHeld
 	}
-	l.settle(j)
+	l.settle(j, now)
 	l.Stats.Nacked++
 	if j.is(flagCancelled) {
 		l.dropCancelled(j, now)
@@ -202,7 +207,7 @@ func (l *Line) Return(h Holder, id string, now time.Time) {
 	if j == nil {
 		return
 	}
-	l.settle(j)
+	l.settle(j, now)
 	if j.is(flagCancelled) {
 		l.dropCancelled(j, now) // cancelled while on its way: it must not run again
 		return
@@ -221,7 +226,7 @@ func (l *Line) Return(h Holder, id string, now time.Time) {
 // a crashed consumer's would.
 func (l *Line) Detach(h Holder, now time.Time) {
 	for _, j := range l.heldSorted(h) {
-		l.settle(j)
+		l.settle(j, now)
 		l.retry(j, now, "consumer disconnected")
 	}
 }

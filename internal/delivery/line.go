@@ -21,6 +21,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/fair"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
@@ -48,6 +49,8 @@ type Config struct {
 	MaxDead     int           // dead letters kept; the oldest is dropped past it
 	MaxNames    int           // distinct (producer, job type) pairs interned
 	KeepDone    int           // jobs that ended (acked or cancelled) FindDone still reports; 0 is none
+	// Fair is the queue's limits and fair shares; the zero value is none.
+	Fair fair.Config
 	// Durable makes the Line write records to Effects.Records; without it
 	// none are built.
 	Durable bool
@@ -175,6 +178,14 @@ type Line struct {
 	// waits counts the waiting jobs by when they entered the line, for
 	// OldestWaiting and WaitQuantiles.
 	waits ages
+	// fq holds the waiting jobs instead of sq's scheduler when the queue
+	// declares limits or fair shares; nil otherwise.
+	fq      *fair.Fair
+	workers int // as SetWorkers last said
+	// lost are jobs in flight when the broker stopped, held back (in
+	// delayed) and counted against their limits until a lease from the
+	// restart has passed: see Restore.
+	lost map[*Job]bool
 
 	// Quiet stops records from being written (while the caller replays
 	// the log into the Line).
@@ -183,9 +194,13 @@ type Line struct {
 	Fx    Effects
 }
 
-// New returns an empty Line for the queue name, scheduling with sq.
+// New returns an empty Line for the queue name, scheduling with sq (and,
+// when cfg declares limits or fair shares, a fair.Fair over lanes of its
+// policy). cfg.Fair must validate.
 func New(name string, cfg Config, sq *sched.Queue) *Line {
-	return &Line{name: name, cfg: cfg, sq: sq, held: map[string]flight{}}
+	l := &Line{name: name, cfg: cfg, sq: sq, held: map[string]flight{}}
+	l.fq = l.newFair(cfg, sq, time.Time{})
+	return l
 }
 
 // Name is the queue's name.
@@ -198,7 +213,7 @@ func (l *Line) Config() Config { return l.cfg }
 func (l *Line) Sched() *sched.Queue { return l.sq }
 
 // Len is the number of jobs waiting in line.
-func (l *Line) Len() int { return l.sq.Len() }
+func (l *Line) Len() int { return l.waiting().Len() }
 
 // InFlight is the number of jobs delivered and not settled.
 func (l *Line) InFlight() int { return len(l.leases) }
@@ -231,7 +246,7 @@ func (l *Line) Stale(j *Job) bool { return j.is(flagStale) }
 // calls Commit (ClearRecords then hands them back), and if storing fails
 // it drops j and nothing else changes.
 func (l *Line) Admit(j *Job, names Names, runAt, now time.Time) (*store.Record, error) {
-	if l.sq.Len() >= l.cfg.MaxDepth {
+	if l.Len() >= l.cfg.MaxDepth {
 		return nil, ErrFull
 	}
 	j.published = nanos(now)
@@ -351,7 +366,7 @@ func (l *Line) push(j *Job, now time.Time) {
 		j.item.ID = l.nextID()
 		l.log(func(r *store.Record) { l.fill(r, j, store.Ready, "", time.Time{}) })
 	}
-	if err := l.sq.Push(&j.item, now); err != nil {
+	if err := l.waiting().Push(&j.item, now); err != nil {
 		panic(fmt.Sprintf("delivery: job %s pushed twice: %v", j.ID(), err)) // a bug here, not bad input
 	}
 	l.waits.add(j.enqueued())
@@ -390,13 +405,29 @@ func (l *Line) reset(j *Job) {
 // durable caller logs the queue's new declaration before it calls this.
 func (l *Line) Reconfigure(cfg Config, sq *sched.Queue, now time.Time) {
 	var waiting []*Job
-	l.sq.Each(func(it *sched.Item) { waiting = append(waiting, jobOf(it)) })
+	l.waiting().Each(func(it *sched.Item) { waiting = append(waiting, jobOf(it)) })
 	slices.SortFunc(waiting, func(a, b *Job) int { return cmp.Compare(a.item.ID, b.item.ID) })
 	for _, j := range waiting {
-		l.sq.Remove(&j.item)
+		l.waiting().Remove(&j.item)
 		l.unwait(j)
 	}
 	l.sq, l.cfg = sq, cfg
+	// Limits and shares afresh, under the new declaration: the jobs
+	// running count against the new limits at once (a key over a lowered
+	// limit starts nothing until it is below), and the waiting ones join
+	// below. Nothing waiting is stranded: each is pushed again, and each
+	// key frees as its running jobs end.
+	l.fq = l.newFair(cfg, sq, now)
+	if l.fq != nil {
+		for _, j := range l.leases {
+			l.fq.Run(&j.item, keysOf(j), now)
+		}
+		for j := range l.lost {
+			l.fq.Run(&j.item, keysOf(j), now)
+		}
+	} else {
+		clear(l.lost) // no limits left to hold them for
+	}
 	l.done.resize(cfg.KeepDone)
 	// Jobs out of line were classified by the old scheduler: each starts
 	// afresh in this one at its next push. (A job between Admit and Commit
@@ -424,7 +455,7 @@ func (l *Line) Shutdown(now time.Time) int {
 	n := 0
 	for len(l.leases) > 0 {
 		j := l.leases[0]
-		l.settle(j)
+		l.settle(j, now)
 		if j.is(flagCancelled) {
 			l.dropCancelled(j, now)
 			continue

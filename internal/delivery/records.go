@@ -41,8 +41,8 @@ func (l *Line) StateRecords(emit func(*store.Record)) int {
 // million jobs touches eight megabytes in order instead of a million
 // scattered jobs.
 func (l *Line) Snapshot() *Snapshot {
-	s := &Snapshot{items: make([]*sched.Item, 0, l.sq.Len()+len(l.leases)+len(l.delayed)+len(l.dead))}
-	l.sq.Each(func(it *sched.Item) { s.items = append(s.items, it) })
+	s := &Snapshot{items: make([]*sched.Item, 0, l.Len()+len(l.leases)+len(l.delayed)+len(l.dead))}
+	l.waiting().Each(func(it *sched.Item) { s.items = append(s.items, it) })
 	for _, j := range l.leases {
 		s.items = append(s.items, &j.item)
 	}
@@ -225,6 +225,16 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 			*r = store.Record{Kind: store.KindDead, Queue: l.name, ID: j.ID(), Reason: reason, At: now}
 		})
 		l.Quiet = true
+	case sj.State == store.Ready && l.fq != nil && j.attempt > 0 && !j.is(flagScheduled):
+		// Delivered before and not settled since (or requeued by a nack,
+		// which the log does not tell apart): its worker may have outlived
+		// the broker and still run it. Under limits, counted by the
+		// workers, it runs against its keys' limits, held back like a
+		// delayed job, until a lease from now has passed.
+		if j.is(flagStale) {
+			l.reset(j)
+		}
+		l.holdLost(j, now)
 	case sj.State == store.Ready, sj.State == store.Delayed && !sj.Until.After(now):
 		// Jobs come in the line's order (by Seq), so each keeps its place.
 		if j.is(flagScheduled) {

@@ -49,11 +49,12 @@ func (l *Line) Cancel(id string, now time.Time) (State, error) {
 		return Running, nil
 	case Delayed:
 		l.delayed.remove(j)
+		l.releaseLost(j, now)
 		l.dropCancelled(j, now)
 		l.Stats.Cancelled++
 		return Delayed, nil
 	}
-	l.sq.Remove(&j.item)
+	l.waiting().Remove(&j.item)
 	l.unwait(j)
 	l.dropCancelled(j, now)
 	l.Stats.Cancelled++
@@ -64,9 +65,9 @@ func (l *Line) Cancel(id string, now time.Time) (State, error) {
 // delayed are kept.
 func (l *Line) Purge() int {
 	var all []*Job
-	l.sq.Each(func(it *sched.Item) { all = append(all, jobOf(it)) })
+	l.waiting().Each(func(it *sched.Item) { all = append(all, jobOf(it)) })
 	for _, j := range all {
-		l.sq.Remove(&j.item)
+		l.waiting().Remove(&j.item)
 		l.unwait(j)
 		l.drop(j)
 	}

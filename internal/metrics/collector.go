@@ -6,6 +6,7 @@ package metrics
 import (
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,6 +30,8 @@ type Collector struct {
 	oldestWait                                       *prometheus.Desc
 	duration, tierAccuracy, mae, keys, observations  *prometheus.Desc
 	runTime                                          *prometheus.Desc
+	groupRunning, groupWaiting, groupLimit           *prometheus.Desc
+	groupShare, groupThrottled, reserved             *prometheus.Desc
 	brokerConsumers, brokerInFlight, draining        *prometheus.Desc
 	logRecords, logBytes, logSize, logSync, logWait  *prometheus.Desc
 }
@@ -68,6 +71,12 @@ func New(in Inspector) *Collector {
 		logBytes:        d("log_appended_bytes_total", "Bytes appended to the write-ahead log, as encoded."),
 		logSize:         d("log_size_bytes", "Bytes the write-ahead log takes on disk now."),
 		logSync:         d("log_fsync_duration_seconds", "Durations of the fsyncs that make the log's records durable; one fsync covers every record appended while the one before ran."),
+		groupRunning:    d("group_running", "Jobs running per group of a queue with limits or fair shares (the busiest 100 groups).", "queue", "group"),
+		groupWaiting:    d("group_waiting", "Jobs waiting per group of a queue with limits or fair shares.", "queue", "group"),
+		groupLimit:      d("group_limit", "The concurrency limit on a group's own key, where one is declared.", "queue", "group"),
+		groupShare:      d("group_work_share_ratio", "A group's share of the worker time spent on its queue's jobs that ended in the last minute.", "queue", "group"),
+		groupThrottled:  d("group_throttled_total", "Jobs of a group that found a key of theirs at its limit or out of tokens.", "queue", "group"),
+		reserved:        d("fair_reserved_total", "Times a worker was left free for a queue's fair-share reservation.", q...),
 		logWait:         d("log_publish_wait_seconds", "How long publishes (and checkpoints) waited for their records to be durable, for those that had to wait."),
 	}
 }
@@ -79,6 +88,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.badDurations, c.ready, c.inFlight, c.delayed, c.deadLetters, c.consumers, c.duration,
 		c.tierAccuracy, c.mae, c.keys, c.observations, c.brokerConsumers, c.brokerInFlight, c.draining,
 		c.logRecords, c.logBytes, c.logSize, c.logSync, c.logWait, c.oldestWait, c.runTime,
+		c.groupRunning, c.groupWaiting, c.groupLimit, c.groupShare, c.groupThrottled, c.reserved,
 	} {
 		ch <- d
 	}
@@ -119,6 +129,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.observations, q.Predictor.Observations)
 		for tier, n := range q.DepthPerTier {
 			ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(n), q.Name, strconv.Itoa(tier))
+		}
+		if q.Groups != nil {
+			counter(c.reserved, q.Reserved)
+		}
+		for _, g := range q.Groups {
+			gg := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
+				ch <- prometheus.MustNewConstMetric(d, t, v, q.Name, strings.ToValidUTF8(g.Name, "\uFFFD"))
+			}
+			gg(c.groupRunning, prometheus.GaugeValue, float64(g.Running))
+			gg(c.groupWaiting, prometheus.GaugeValue, float64(g.Waiting))
+			if g.Limit > 0 {
+				gg(c.groupLimit, prometheus.GaugeValue, float64(g.Limit))
+			}
+			gg(c.groupShare, prometheus.GaugeValue, g.WorkShare)
+			gg(c.groupThrottled, prometheus.CounterValue, float64(g.Throttled))
 		}
 		gauge(c.inFlight, float64(q.InFlight))
 		gauge(c.oldestWait, q.OldestWait.Seconds())

@@ -112,6 +112,7 @@ var rules = map[string]rule{
 	pb.Admin_CancelJob_FullMethodName:          {perm: auth.Admin, queues: queueOf((*pb.CancelJobRequest).GetQueue)},
 	pb.Admin_RunJobsNow_FullMethodName:         {perm: auth.Admin, queues: queueOf((*pb.RunJobsNowRequest).GetQueue)},
 	pb.Admin_PauseQueue_FullMethodName:         {perm: auth.Admin, queues: queueOf((*pb.PauseQueueRequest).GetName)},
+	pb.Admin_ExportHistory_FullMethodName:      {perm: auth.Read, queues: queueOf((*pb.ExportHistoryRequest).GetQueue)},
 	// A schedule publishes to its queue. Pausing or deleting one names only
 	// the schedule, so it takes admin on every queue.
 	pb.Admin_DeclareSchedule_FullMethodName: {perm: auth.Admin, queues: queueOf((*pb.Schedule).GetQueue)},

@@ -186,6 +186,14 @@ var rpcCalls = map[string]func(ctx context.Context, c *grpc.ClientConn, q string
 		_, err := pb.NewAdminClient(c).CancelJob(ctx, &pb.CancelJobRequest{Queue: q, Id: "no-such-job"})
 		return err
 	},
+	"ExportHistory": func(ctx context.Context, c *grpc.ClientConn, q string) error {
+		st, err := pb.NewAdminClient(c).ExportHistory(ctx, &pb.ExportHistoryRequest{Queue: q})
+		if err != nil {
+			return err
+		}
+		_, err = st.Recv()
+		return err
+	},
 	"RunJobsNow": func(ctx context.Context, c *grpc.ClientConn, q string) error {
 		_, err := pb.NewAdminClient(c).RunJobsNow(ctx, &pb.RunJobsNowRequest{Queue: q, Ids: []string{"no-such-job"}})
 		return err

@@ -209,6 +209,14 @@ func fromQueueConfig(c *pb.QueueConfig) (broker.QueueConfig, error) {
 		return broker.QueueConfig{}, err
 	}
 	q.RetryJitter = c.RetryJitter
+	q.GroupBy, q.Limits, q.RateLimits = c.GroupBy, c.Limits, c.RateLimits
+	q.Reserve, q.NoReserve = int(min(c.Reserve, math.MaxInt32)), c.NoReserve
+	if len(c.GroupWeights) > 0 {
+		q.GroupWeights = make(map[string]int, len(c.GroupWeights))
+		for k, v := range c.GroupWeights {
+			q.GroupWeights[k] = int(min(v, math.MaxInt32))
+		}
+	}
 	return q, nil
 }
 
@@ -227,6 +235,14 @@ func toQueueConfig(q broker.QueueConfig) *pb.QueueConfig {
 	}
 	for _, a := range q.Aging {
 		c.Aging = append(c.Aging, durationpb.New(a))
+	}
+	c.GroupBy, c.Limits, c.RateLimits = q.GroupBy, q.Limits, q.RateLimits
+	c.Reserve, c.NoReserve = uint32(max(q.Reserve, 0)), q.NoReserve
+	if len(q.GroupWeights) > 0 {
+		c.GroupWeights = make(map[string]uint32, len(q.GroupWeights))
+		for k, v := range q.GroupWeights {
+			c.GroupWeights[k] = uint32(max(v, 0))
+		}
 	}
 	if len(q.StaticTiers) > 0 {
 		c.StaticTiers = make(map[string]uint32, len(q.StaticTiers))
@@ -259,3 +275,7 @@ func toQueueInfo(in broker.QueueInfo) *pb.QueueInfo {
 // QueueConfigProto is q as the Admin API carries it: what `harbinger
 // admin declare-queue` sends for the settings it reads.
 func QueueConfigProto(q broker.QueueConfig) *pb.QueueConfig { return toQueueConfig(q) }
+
+// QueueConfigFromProto is a queue's settings as the broker takes them from
+// their wire form, refusing what cannot be a setting.
+func QueueConfigFromProto(c *pb.QueueConfig) (broker.QueueConfig, error) { return fromQueueConfig(c) }

@@ -35,6 +35,7 @@ var errorTable = []struct {
 	{broker.ErrOverBudget, codes.ResourceExhausted, "retry with backoff once consumers catch up, or raise the broker's max bytes"},
 	{broker.ErrConsumerClosed, codes.Unavailable, "open a new Consume stream"},
 	{broker.ErrUnknownMessage, codes.FailedPrecondition, ""},
+	{broker.ErrHistoryOff, codes.FailedPrecondition, "start serve without -history-off (or history: off: true in its config file) to record it"},
 	{context.Canceled, codes.Canceled, ""},
 	{context.DeadlineExceeded, codes.DeadlineExceeded, ""},
 }

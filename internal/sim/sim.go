@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/fair"
 	"github.com/harbinger-mq/harbinger/internal/predict"
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sched"
@@ -61,6 +62,10 @@ type Arm struct {
 	// the ack reports the handler's duration alone, as a live worker's
 	// does. Run sets it from Options.Overhead.
 	Overhead time.Duration
+	// Fair, when set, is the queue's limits and fair shares: the jobs go
+	// through a fair.Fair over the policy, as a live queue declared with
+	// them does. A job's keys are its type's producer, name and tenant.
+	Fair *fair.Config
 }
 
 // Model is another way of estimating a job's cost (the experiments'
@@ -214,15 +219,45 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 	}
 	// A policy that tracks FIFO in a virtual run needs the worker count.
 	q.SetWorkers(workers, epoch)
+	// line is what holds the waiting jobs: the policy's scheduler, or a
+	// Fair over lanes of it.
+	var line waitLine = q.Scheduler
+	var fq *fair.Fair
+	if arm.Fair != nil {
+		keysOf := func(it *sched.Item) fair.Keys {
+			t := &types[jobs[it.ID-1].Type]
+			return fair.Keys{Producer: t.Producer, JobType: t.Name, Tenant: t.Tenant}
+		}
+		if fq, err = fair.New(*arm.Fair, pol.Sched, keysOf); err != nil {
+			return report.SeedResult{}, nil, err
+		}
+		fq.SetWorkers(workers, epoch)
+		line = fq
+	}
 	var busy busyHeap
 	free := workers
 	next := 0
-	for next < n || busy.Len() > 0 {
+	for next < n || busy.Len() > 0 || line.Len() > 0 {
 		var now time.Duration
-		if busy.Len() > 0 && (next >= n || busy[0].done <= jobs[next].Arrival) {
+		wake, wakes := time.Duration(0), false
+		if fq != nil {
+			if at, ok := fq.NextWake(); ok {
+				wake, wakes = at.Sub(epoch), true
+			}
+		}
+		switch {
+		case wakes && (busy.Len() == 0 || wake < busy[0].done) && (next >= n || wake < jobs[next].Arrival):
+			now = wake
+			fq.Wake(epoch.Add(now))
+		case busy.Len() == 0 && next >= n:
+			return report.SeedResult{}, nil, fmt.Errorf("sim: %d jobs wait with no worker busy, none to come and nothing to wake them", line.Len())
+		case busy.Len() > 0 && (next >= n || busy[0].done <= jobs[next].Arrival):
 			now = busy[0].done
 			for busy.Len() > 0 && busy[0].done == now {
 				w := heap.Pop(&busy).(running)
+				if fq != nil {
+					fq.Done(&items[w.seq], epoch.Add(now))
+				}
 				j := &jobs[w.seq]
 				// The handler acks with the duration it measured.
 				_ = q.Learn(keys[w.seq], preds[w.seq], j.Duration)
@@ -233,7 +268,7 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 					Sent: j.Arrival, Started: started[w.seq], Done: now})
 				free++
 			}
-		} else {
+		default:
 			now = jobs[next].Arrival
 			for next < n && jobs[next].Arrival == now {
 				j := &jobs[next]
@@ -251,14 +286,17 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 				default:
 					preds[next] = q.Classify(it, keys[next])
 				}
-				if err := q.Push(it, epoch.Add(now)); err != nil {
+				if err := line.Push(it, epoch.Add(now)); err != nil {
 					return report.SeedResult{}, nil, err
 				}
 				next++
 			}
 		}
-		for free > 0 && q.Len() > 0 {
-			it := q.Pop(epoch.Add(now))
+		for free > 0 && line.Len() > 0 {
+			it := line.Pop(epoch.Add(now))
+			if it == nil { // every waiting job's key is at its limit, or held back
+				break
+			}
 			seq := int(it.ID) - 1
 			started[seq] = now + arm.Overhead
 			heap.Push(&busy, running{done: started[seq] + jobs[seq].Duration, seq: seq})
@@ -276,6 +314,14 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 		res.TierAccuracy = report.Num(s.TierAccuracy)
 	}
 	return res, records, nil
+}
+
+// waitLine is where the simulated queue's waiting jobs are: a
+// sched.Scheduler or a fair.Fair.
+type waitLine interface {
+	Push(it *sched.Item, now time.Time) error
+	Pop(now time.Time) *sched.Item
+	Len() int
 }
 
 // keyMeans is every key's mean duration over jobs, keyed as q's predictor

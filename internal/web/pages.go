@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/auth"
+	"github.com/harbinger-mq/harbinger/internal/report"
+	"github.com/harbinger-mq/harbinger/internal/sched"
 )
 
 // pageData is what every page template gets.
@@ -45,6 +47,18 @@ func (s *Server) queuePage(w http.ResponseWriter, r *http.Request, g *auth.Grant
 	v, err := s.queue(r.PathValue("name"), g)
 	if err != nil {
 		return err
+	}
+	if q := r.URL.Query(); q.Has("whatif") {
+		window, err := s.parseWindow(q.Get("whatif"))
+		if err != nil {
+			return err
+		}
+		in, err := s.b.Queue(v.Name)
+		if err != nil {
+			return err
+		}
+		wi := s.whatIf(v.Name, window, in.Config)
+		v.WhatIf = &wi
 	}
 	d := s.data(r, g, v.Name, v)
 	d.Tab = "queue"
@@ -165,7 +179,27 @@ func (s *Server) parseTemplates() error {
 		"can":      func(g *auth.Grant, p string, q string) bool { return g != nil && g.Allows(auth.Permission(p), q) },
 		"sorturl":  sortURL,
 		"add":      func(a, b int) int { return a + b },
-		"sub":      func(a, b int) int { return max(a-b, 0) },
+		"signed":   signedPct,
+		"ratio": func(v float64) string {
+			if math.IsNaN(v) || v == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.2fx", v)
+		},
+		"share":     func(v float64) string { return fmt.Sprintf("%.0f%%", v*100) },
+		"workshare": func(v float64) string { return fmtPct(&v) },
+		"neg":       func(v float64) float64 { return -v },
+		"f":         func(v report.Num) float64 { return float64(v) },
+		"sub1":      func(v float64) float64 { return v - 1 },
+		"whatifWindows": func() []string {
+			var out []string
+			for _, w := range WhatIfWindows {
+				out = append(out, fmtWindow(w))
+			}
+			return out
+		},
+		"defaultPolicy": func() string { return sched.DefaultPolicy },
+		"sub":           func(a, b int) int { return max(a-b, 0) },
 		"cancelArgs": func(queue, id, back string) map[string]string {
 			return map[string]string{"Queue": queue, "ID": id, "Back": back}
 		},

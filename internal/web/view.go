@@ -49,6 +49,31 @@ type QueueView struct {
 
 	Config    ConfigView    `json:"config"`
 	Predictor PredictorView `json:"predictor"`
+	// WhatIf is the "what if" panel, on the queue page when asked for
+	// (?whatif=WINDOW); its JSON is /api/v1/queues/{name}/whatif.
+	WhatIf *WhatIfView `json:"-"`
+
+	// Groups are the queue's groups under limits or fair shares (the
+	// busiest broker.MaxGroupsShown), GroupCount how many it has; none
+	// without limits. Throttled and Reserved: see broker.QueueInfo.
+	Groups     []GroupView `json:"groups,omitempty"`
+	GroupCount int         `json:"group_count,omitempty"`
+	Throttled  uint64      `json:"throttled,omitempty"`
+	Reserved   uint64      `json:"reserved,omitempty"`
+}
+
+// GroupView is one group of a queue with limits or fair shares.
+type GroupView struct {
+	Name    string `json:"name"`
+	Weight  int    `json:"weight"`
+	Running int    `json:"running"`
+	Limit   int    `json:"limit"` // on the group's own key; 0 is none
+	Waiting int    `json:"waiting"`
+	// WorkShare is its share of the worker time of the jobs that ended in
+	// the last minute; Throttled, its jobs that found a key at its limit
+	// or out of tokens.
+	WorkShare float64 `json:"work_share"`
+	Throttled uint64  `json:"throttled"`
 }
 
 // ConfigView is a queue's settings.
@@ -66,6 +91,9 @@ type ConfigView struct {
 	LeaseMS      float64        `json:"lease_ms"`
 	DefaultTTLMS float64        `json:"default_ttl_ms"`
 	Shadow       bool           `json:"shadow"`
+	GroupBy      string         `json:"group_by,omitempty"`
+	Limits       []string       `json:"limits,omitempty"`
+	RateLimits   []string       `json:"rate_limits,omitempty"`
 }
 
 // PredictorView is what a queue's predictor learned, and how well it
@@ -251,6 +279,11 @@ func queueView(in broker.QueueInfo, w broker.Waits, rates rates) QueueView {
 	if v.ReadyPerTier == nil {
 		v.ReadyPerTier = []int{}
 	}
+	for _, g := range in.Groups {
+		v.Groups = append(v.Groups, GroupView{Name: g.Name, Weight: g.Weight, Running: g.Running, Limit: g.Limit,
+			Waiting: g.Waiting, WorkShare: g.WorkShare, Throttled: g.Throttled})
+	}
+	v.GroupCount, v.Throttled, v.Reserved = in.GroupCount, in.Throttled, in.Reserved
 	if in.RunTime.Count > 0 {
 		v.DurationP50MS, v.DurationP99MS = optional(ms(in.RunTime.P50)), optional(ms(in.RunTime.P99))
 	}
@@ -261,6 +294,7 @@ func configView(c broker.QueueConfig) ConfigView {
 	v := ConfigView{
 		Policy: c.Policy, Tiers: c.Tiers, Weights: c.Weights, AgingOff: c.AgingOff, StaticTiers: c.StaticTiers,
 		MaxDepth: c.MaxDepth, MaxInFlight: c.MaxInFlight, KeepDone: c.KeepDone, MaxAttempts: c.MaxAttempts, LeaseMS: ms(c.Lease), DefaultTTLMS: ms(c.DefaultTTL), Shadow: c.Shadow,
+		GroupBy: c.GroupBy, Limits: c.Limits, RateLimits: c.RateLimits,
 	}
 	for _, a := range c.Aging {
 		v.AgingMS = append(v.AgingMS, ms(a))

@@ -111,8 +111,10 @@ type Server struct {
 	cfg    Config
 	b      *broker.Broker
 	series *series
-	pages  map[string]*template.Template
-	mux    *http.ServeMux
+	// whatIfs runs the "what if" panel's replays (whatif.go).
+	whatIfs *whatIfs
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
 }
 
 // New starts the dashboard's sampler and returns the dashboard.
@@ -128,11 +130,15 @@ func New(cfg Config) (*Server, error) {
 	s.routes()
 	s.series = newSeries(cfg.Broker, cfg.Clock, cfg.SampleEvery, cfg.History)
 	s.series.start()
+	s.whatIfs = newWhatIfs(cfg.Broker, cfg.Clock.Now)
 	return s, nil
 }
 
-// Close stops the sampler.
-func (s *Server) Close() { s.series.close() }
+// Close stops the sampler and waits for the replays under way.
+func (s *Server) Close() {
+	s.series.close()
+	s.whatIfs.wait()
+}
 
 // ServeHTTP serves the pages, the API and the assets.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -181,6 +187,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/v1/queues/{name}/jobs", s.api(s.apiJobs))
 	m.HandleFunc("GET /api/v1/queues/{name}/jobs/{id}", s.api(s.apiJob))
 	m.HandleFunc("GET /api/v1/queues/{name}/series", s.api(s.apiSeries))
+	m.HandleFunc("GET /api/v1/queues/{name}/whatif", s.api(s.apiWhatIf))
 	m.HandleFunc("GET /api/v1/schedules", s.api(s.apiSchedules))
 	m.HandleFunc("GET /api/v1/series", s.api(s.apiTotalSeries))
 	m.HandleFunc("GET /api/v1/jobs/{id}", s.api(s.apiFindJob))

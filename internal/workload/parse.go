@@ -294,14 +294,15 @@ func (p *parser) workload(n *yaml.Node) *Workload {
 }
 
 func (p *parser) jobType(n *yaml.Node, path string) JobType {
-	m := p.mapping(n, path, "name", "producer", "rate_per_s", "duration", "size_bytes", "static_tier", "class")
+	m := p.mapping(n, path, "name", "producer", "tenant", "rate_per_s", "duration", "size_bytes", "static_tier", "class")
 	jt := JobType{
 		Name:       m.str("name", true),
 		Producer:   m.str("producer", true),
+		Tenant:     m.str("tenant", false),
 		StaticTier: m.integer("static_tier", true, 0, 63),
 		Class:      m.str("class", true),
 	}
-	for _, f := range []string{"name", "producer", "class"} {
+	for _, f := range []string{"name", "producer", "tenant", "class"} {
 		if v := m.fields[f]; v != nil && v.Value != "" && !nameRE.MatchString(v.Value) {
 			p.fail(v, join(path, f), "must be 1-128 letters, digits or _.:-, got %q", v.Value)
 		}

@@ -27,6 +27,7 @@ type Workload struct {
 type JobType struct {
 	Name       string
 	Producer   string
+	Tenant     string // the group label its producer sets (the tenant header); optional
 	RatePerS   float64
 	Duration   DurationSpec
 	Size       SizeSpec

@@ -1585,6 +1585,108 @@ func (x *Delivery) GetPredictedMs() float64 {
 	return 0
 }
 
+// ExportHistoryRequest names the queue and the window of its history.
+type ExportHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// The deliveries settled in the last window; unset or zero is all the
+	// record holds.
+	Window        *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportHistoryRequest) Reset() {
+	*x = ExportHistoryRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportHistoryRequest) ProtoMessage() {}
+
+func (x *ExportHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportHistoryRequest.ProtoReflect.Descriptor instead.
+func (*ExportHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ExportHistoryRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ExportHistoryRequest) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+// HistoryChunk is the next part of a history file.
+type HistoryChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of the file, in order.
+	Data          []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryChunk) Reset() {
+	*x = HistoryChunk{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryChunk) ProtoMessage() {}
+
+func (x *HistoryChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryChunk.ProtoReflect.Descriptor instead.
+func (*HistoryChunk) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *HistoryChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // RunJobsNowRequest names the delayed jobs to run now.
 type RunJobsNowRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1598,7 +1700,7 @@ type RunJobsNowRequest struct {
 
 func (x *RunJobsNowRequest) Reset() {
 	*x = RunJobsNowRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1712,7 @@ func (x *RunJobsNowRequest) String() string {
 func (*RunJobsNowRequest) ProtoMessage() {}
 
 func (x *RunJobsNowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[18]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1725,7 @@ func (x *RunJobsNowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobsNowRequest.ProtoReflect.Descriptor instead.
 func (*RunJobsNowRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{18}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunJobsNowRequest) GetQueue() string {
@@ -1651,7 +1753,7 @@ type RunJobsNowResponse struct {
 
 func (x *RunJobsNowResponse) Reset() {
 	*x = RunJobsNowResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1765,7 @@ func (x *RunJobsNowResponse) String() string {
 func (*RunJobsNowResponse) ProtoMessage() {}
 
 func (x *RunJobsNowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[19]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1778,7 @@ func (x *RunJobsNowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunJobsNowResponse.ProtoReflect.Descriptor instead.
 func (*RunJobsNowResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{19}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunJobsNowResponse) GetMoved() uint64 {
@@ -1699,7 +1801,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1813,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[20]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1826,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{20}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetJobRequest) GetQueue() string {
@@ -1793,7 +1895,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1907,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[21]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1920,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{21}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobInfo) GetId() string {
@@ -2013,7 +2115,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2127,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[22]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2140,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{22}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListJobsRequest) GetQueue() string {
@@ -2090,7 +2192,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2204,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[23]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2217,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{23}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListJobsResponse) GetWaiting() []*WaitingJob {
@@ -2209,7 +2311,7 @@ type DelayedJob struct {
 
 func (x *DelayedJob) Reset() {
 	*x = DelayedJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2323,7 @@ func (x *DelayedJob) String() string {
 func (*DelayedJob) ProtoMessage() {}
 
 func (x *DelayedJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[24]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2336,7 @@ func (x *DelayedJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayedJob.ProtoReflect.Descriptor instead.
 func (*DelayedJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{24}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DelayedJob) GetId() string {
@@ -2312,7 +2414,7 @@ type DoneJob struct {
 
 func (x *DoneJob) Reset() {
 	*x = DoneJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2426,7 @@ func (x *DoneJob) String() string {
 func (*DoneJob) ProtoMessage() {}
 
 func (x *DoneJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[25]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2439,7 @@ func (x *DoneJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoneJob.ProtoReflect.Descriptor instead.
 func (*DoneJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{25}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DoneJob) GetId() string {
@@ -2418,7 +2520,7 @@ type WaitingJob struct {
 
 func (x *WaitingJob) Reset() {
 	*x = WaitingJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2532,7 @@ func (x *WaitingJob) String() string {
 func (*WaitingJob) ProtoMessage() {}
 
 func (x *WaitingJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[26]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2545,7 @@ func (x *WaitingJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitingJob.ProtoReflect.Descriptor instead.
 func (*WaitingJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{26}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WaitingJob) GetId() string {
@@ -2553,7 +2655,7 @@ type RunningJob struct {
 
 func (x *RunningJob) Reset() {
 	*x = RunningJob{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2667,7 @@ func (x *RunningJob) String() string {
 func (*RunningJob) ProtoMessage() {}
 
 func (x *RunningJob) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[27]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2680,7 @@ func (x *RunningJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunningJob.ProtoReflect.Descriptor instead.
 func (*RunningJob) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{27}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RunningJob) GetId() string {
@@ -2657,7 +2759,7 @@ type CancelJobRequest struct {
 
 func (x *CancelJobRequest) Reset() {
 	*x = CancelJobRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2771,7 @@ func (x *CancelJobRequest) String() string {
 func (*CancelJobRequest) ProtoMessage() {}
 
 func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[28]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2784,7 @@ func (x *CancelJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobRequest.ProtoReflect.Descriptor instead.
 func (*CancelJobRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{28}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CancelJobRequest) GetQueue() string {
@@ -2710,7 +2812,7 @@ type CancelJobResponse struct {
 
 func (x *CancelJobResponse) Reset() {
 	*x = CancelJobResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +2824,7 @@ func (x *CancelJobResponse) String() string {
 func (*CancelJobResponse) ProtoMessage() {}
 
 func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[29]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +2837,7 @@ func (x *CancelJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelJobResponse.ProtoReflect.Descriptor instead.
 func (*CancelJobResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{29}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CancelJobResponse) GetState() string {
@@ -2783,7 +2885,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +2897,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[30]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +2910,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{30}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Schedule) GetName() string {
@@ -2928,7 +3030,7 @@ type ListSchedulesRequest struct {
 
 func (x *ListSchedulesRequest) Reset() {
 	*x = ListSchedulesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3042,7 @@ func (x *ListSchedulesRequest) String() string {
 func (*ListSchedulesRequest) ProtoMessage() {}
 
 func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[31]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3055,7 @@ func (x *ListSchedulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesRequest.ProtoReflect.Descriptor instead.
 func (*ListSchedulesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{31}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSchedulesRequest) GetAfter() string {
@@ -2976,7 +3078,7 @@ type ListSchedulesResponse struct {
 
 func (x *ListSchedulesResponse) Reset() {
 	*x = ListSchedulesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3090,7 @@ func (x *ListSchedulesResponse) String() string {
 func (*ListSchedulesResponse) ProtoMessage() {}
 
 func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[32]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3103,7 @@ func (x *ListSchedulesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSchedulesResponse.ProtoReflect.Descriptor instead.
 func (*ListSchedulesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{32}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSchedulesResponse) GetSchedules() []*Schedule {
@@ -3031,7 +3133,7 @@ type PauseScheduleRequest struct {
 
 func (x *PauseScheduleRequest) Reset() {
 	*x = PauseScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3043,7 +3145,7 @@ func (x *PauseScheduleRequest) String() string {
 func (*PauseScheduleRequest) ProtoMessage() {}
 
 func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[33]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3056,7 +3158,7 @@ func (x *PauseScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PauseScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{33}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PauseScheduleRequest) GetName() string {
@@ -3084,7 +3186,7 @@ type DeleteScheduleRequest struct {
 
 func (x *DeleteScheduleRequest) Reset() {
 	*x = DeleteScheduleRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3096,7 +3198,7 @@ func (x *DeleteScheduleRequest) String() string {
 func (*DeleteScheduleRequest) ProtoMessage() {}
 
 func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[34]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3109,7 +3211,7 @@ func (x *DeleteScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{34}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteScheduleRequest) GetName() string {
@@ -3128,7 +3230,7 @@ type DeleteScheduleResponse struct {
 
 func (x *DeleteScheduleResponse) Reset() {
 	*x = DeleteScheduleResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3242,7 @@ func (x *DeleteScheduleResponse) String() string {
 func (*DeleteScheduleResponse) ProtoMessage() {}
 
 func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[35]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3255,7 @@ func (x *DeleteScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteScheduleResponse.ProtoReflect.Descriptor instead.
 func (*DeleteScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{35}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
 }
 
 // PauseQueueRequest pauses or resumes a queue.
@@ -3169,7 +3271,7 @@ type PauseQueueRequest struct {
 
 func (x *PauseQueueRequest) Reset() {
 	*x = PauseQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3283,7 @@ func (x *PauseQueueRequest) String() string {
 func (*PauseQueueRequest) ProtoMessage() {}
 
 func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[36]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3296,7 @@ func (x *PauseQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseQueueRequest.ProtoReflect.Descriptor instead.
 func (*PauseQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{36}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PauseQueueRequest) GetName() string {
@@ -3256,14 +3358,33 @@ type QueueConfig struct {
 	// How many of the queue's jobs that ended (acked or cancelled) GetJob
 	// still reports, the most recent first to stay; kept in memory, not
 	// across a restart. 0 takes the broker's default, which is none.
-	KeepDone      uint32 `protobuf:"varint,16,opt,name=keep_done,json=keepDone,proto3" json:"keep_done,omitempty"`
+	KeepDone uint32 `protobuf:"varint,16,opt,name=keep_done,json=keepDone,proto3" json:"keep_done,omitempty"`
+	// Shares the queue's workers fairly, in predicted work, between the
+	// groups of jobs with the same "producer", "job_type" or "tenant" (the
+	// tenant a producer names in the "tenant" header); empty is no grouping.
+	GroupBy string `protobuf:"bytes,17,opt,name=group_by,json=groupBy,proto3" json:"group_by,omitempty"`
+	// Named groups' weights in the fair shares; a group not named has 1.
+	GroupWeights map[string]uint32 `protobuf:"bytes,18,rep,name=group_weights,json=groupWeights,proto3" json:"group_weights,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Concurrency limits across the broker, each FIELD=MAX ("tenant=5": at
+	// most 5 running per tenant) or FIELD:VALUE=MAX ("job_type:export=2").
+	// A job whose key is at its limit is skipped, not waited for.
+	Limits []string `protobuf:"bytes,19,rep,name=limits,proto3" json:"limits,omitempty"`
+	// Start-rate limits, each FIELD[:VALUE]=RATE[/s][:BURST]
+	// ("producer:crawler=10/s:20"): a token bucket per key.
+	RateLimits []string `protobuf:"bytes,20,rep,name=rate_limits,json=rateLimits,proto3" json:"rate_limits,omitempty"`
+	// With group_by: how many of the last free workers a group past its
+	// share may not take with a long job while other groups have work; 0
+	// takes the default (2).
+	Reserve uint32 `protobuf:"varint,21,opt,name=reserve,proto3" json:"reserve,omitempty"`
+	// With group_by: no reservation.
+	NoReserve     bool `protobuf:"varint,22,opt,name=no_reserve,json=noReserve,proto3" json:"no_reserve,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueConfig) Reset() {
 	*x = QueueConfig{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3396,7 @@ func (x *QueueConfig) String() string {
 func (*QueueConfig) ProtoMessage() {}
 
 func (x *QueueConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[37]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3409,7 @@ func (x *QueueConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConfig.ProtoReflect.Descriptor instead.
 func (*QueueConfig) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{37}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *QueueConfig) GetPolicy() string {
@@ -3403,6 +3524,48 @@ func (x *QueueConfig) GetKeepDone() uint32 {
 	return 0
 }
 
+func (x *QueueConfig) GetGroupBy() string {
+	if x != nil {
+		return x.GroupBy
+	}
+	return ""
+}
+
+func (x *QueueConfig) GetGroupWeights() map[string]uint32 {
+	if x != nil {
+		return x.GroupWeights
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetLimits() []string {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetRateLimits() []string {
+	if x != nil {
+		return x.RateLimits
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetReserve() uint32 {
+	if x != nil {
+		return x.Reserve
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetNoReserve() bool {
+	if x != nil {
+		return x.NoReserve
+	}
+	return false
+}
+
 // QueueInfo is a queue's config and a snapshot of its counters.
 type QueueInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3447,7 +3610,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3622,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[38]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3635,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{38}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *QueueInfo) GetName() string {
@@ -3600,7 +3763,7 @@ type DeclareQueueRequest struct {
 
 func (x *DeclareQueueRequest) Reset() {
 	*x = DeclareQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3612,7 +3775,7 @@ func (x *DeclareQueueRequest) String() string {
 func (*DeclareQueueRequest) ProtoMessage() {}
 
 func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[39]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3625,7 +3788,7 @@ func (x *DeclareQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeclareQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeclareQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{39}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeclareQueueRequest) GetName() string {
@@ -3651,7 +3814,7 @@ type ListQueuesRequest struct {
 
 func (x *ListQueuesRequest) Reset() {
 	*x = ListQueuesRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3663,7 +3826,7 @@ func (x *ListQueuesRequest) String() string {
 func (*ListQueuesRequest) ProtoMessage() {}
 
 func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[40]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3676,7 +3839,7 @@ func (x *ListQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesRequest.ProtoReflect.Descriptor instead.
 func (*ListQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{40}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
 }
 
 // ListQueuesResponse lists every queue.
@@ -3690,7 +3853,7 @@ type ListQueuesResponse struct {
 
 func (x *ListQueuesResponse) Reset() {
 	*x = ListQueuesResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3702,7 +3865,7 @@ func (x *ListQueuesResponse) String() string {
 func (*ListQueuesResponse) ProtoMessage() {}
 
 func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[41]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3715,7 +3878,7 @@ func (x *ListQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQueuesResponse.ProtoReflect.Descriptor instead.
 func (*ListQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{41}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListQueuesResponse) GetQueues() []*QueueInfo {
@@ -3736,7 +3899,7 @@ type PurgeQueueRequest struct {
 
 func (x *PurgeQueueRequest) Reset() {
 	*x = PurgeQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3748,7 +3911,7 @@ func (x *PurgeQueueRequest) String() string {
 func (*PurgeQueueRequest) ProtoMessage() {}
 
 func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[42]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3761,7 +3924,7 @@ func (x *PurgeQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueRequest.ProtoReflect.Descriptor instead.
 func (*PurgeQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{42}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PurgeQueueRequest) GetName() string {
@@ -3785,7 +3948,7 @@ type DeleteQueueRequest struct {
 
 func (x *DeleteQueueRequest) Reset() {
 	*x = DeleteQueueRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3797,7 +3960,7 @@ func (x *DeleteQueueRequest) String() string {
 func (*DeleteQueueRequest) ProtoMessage() {}
 
 func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[43]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3810,7 +3973,7 @@ func (x *DeleteQueueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQueueRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{43}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteQueueRequest) GetName() string {
@@ -3843,7 +4006,7 @@ type DeleteQueueResponse struct {
 
 func (x *DeleteQueueResponse) Reset() {
 	*x = DeleteQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +4018,7 @@ func (x *DeleteQueueResponse) String() string {
 func (*DeleteQueueResponse) ProtoMessage() {}
 
 func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[44]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +4031,7 @@ func (x *DeleteQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQueueResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{44}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteQueueResponse) GetWaiting() uint64 {
@@ -3917,7 +4080,7 @@ type PurgeQueueResponse struct {
 
 func (x *PurgeQueueResponse) Reset() {
 	*x = PurgeQueueResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +4092,7 @@ func (x *PurgeQueueResponse) String() string {
 func (*PurgeQueueResponse) ProtoMessage() {}
 
 func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[45]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +4105,7 @@ func (x *PurgeQueueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeQueueResponse.ProtoReflect.Descriptor instead.
 func (*PurgeQueueResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{45}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PurgeQueueResponse) GetPurged() uint64 {
@@ -3980,7 +4143,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3992,7 +4155,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[46]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4005,7 +4168,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{46}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -4084,7 +4247,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4259,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[47]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4272,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{47}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListDeadLettersRequest) GetQueue() string {
@@ -4137,7 +4300,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4312,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[48]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4325,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{48}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -4185,7 +4348,7 @@ type RequeueDeadLettersRequest struct {
 
 func (x *RequeueDeadLettersRequest) Reset() {
 	*x = RequeueDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4197,7 +4360,7 @@ func (x *RequeueDeadLettersRequest) String() string {
 func (*RequeueDeadLettersRequest) ProtoMessage() {}
 
 func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[49]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4210,7 +4373,7 @@ func (x *RequeueDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{49}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RequeueDeadLettersRequest) GetQueue() string {
@@ -4238,7 +4401,7 @@ type RequeueDeadLettersResponse struct {
 
 func (x *RequeueDeadLettersResponse) Reset() {
 	*x = RequeueDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +4413,7 @@ func (x *RequeueDeadLettersResponse) String() string {
 func (*RequeueDeadLettersResponse) ProtoMessage() {}
 
 func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[50]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +4426,7 @@ func (x *RequeueDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequeueDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*RequeueDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{50}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RequeueDeadLettersResponse) GetRequeued() uint64 {
@@ -4286,7 +4449,7 @@ type DeleteDeadLettersRequest struct {
 
 func (x *DeleteDeadLettersRequest) Reset() {
 	*x = DeleteDeadLettersRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4298,7 +4461,7 @@ func (x *DeleteDeadLettersRequest) String() string {
 func (*DeleteDeadLettersRequest) ProtoMessage() {}
 
 func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[51]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4311,7 +4474,7 @@ func (x *DeleteDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{51}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteDeadLettersRequest) GetQueue() string {
@@ -4339,7 +4502,7 @@ type DeleteDeadLettersResponse struct {
 
 func (x *DeleteDeadLettersResponse) Reset() {
 	*x = DeleteDeadLettersResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4351,7 +4514,7 @@ func (x *DeleteDeadLettersResponse) String() string {
 func (*DeleteDeadLettersResponse) ProtoMessage() {}
 
 func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[52]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4364,7 +4527,7 @@ func (x *DeleteDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{52}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteDeadLettersResponse) GetDeleted() uint64 {
@@ -4416,7 +4579,7 @@ type KeyStats struct {
 
 func (x *KeyStats) Reset() {
 	*x = KeyStats{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4428,7 +4591,7 @@ func (x *KeyStats) String() string {
 func (*KeyStats) ProtoMessage() {}
 
 func (x *KeyStats) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[53]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4441,7 +4604,7 @@ func (x *KeyStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyStats.ProtoReflect.Descriptor instead.
 func (*KeyStats) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{53}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *KeyStats) GetProducer() string {
@@ -4555,7 +4718,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4730,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[54]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +4743,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{54}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListKeysRequest) GetQueue() string {
@@ -4608,7 +4771,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4620,7 +4783,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[55]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4633,7 +4796,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{55}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListKeysResponse) GetKeys() []*KeyStats {
@@ -4660,7 +4823,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4672,7 +4835,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[56]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4685,7 +4848,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{56}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -4742,7 +4905,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4754,7 +4917,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[57]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4767,7 +4930,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{57}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -4847,7 +5010,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4859,7 +5022,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4872,7 +5035,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -4939,7 +5102,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4951,7 +5114,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4964,7 +5127,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -4997,7 +5160,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5009,7 +5172,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5022,7 +5185,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{62}
 }
 
 // ReportRequest is a batch of observations and publishes.
@@ -5038,7 +5201,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5213,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5226,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{61}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReportRequest) GetObservations() []*ObserveRequest {
@@ -5095,7 +5258,7 @@ type CountedPublish struct {
 
 func (x *CountedPublish) Reset() {
 	*x = CountedPublish{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5270,7 @@ func (x *CountedPublish) String() string {
 func (*CountedPublish) ProtoMessage() {}
 
 func (x *CountedPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5283,7 @@ func (x *CountedPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountedPublish.ProtoReflect.Descriptor instead.
 func (*CountedPublish) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{62}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CountedPublish) GetJob() *PredictRequest {
@@ -5153,7 +5316,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5165,7 +5328,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5178,7 +5341,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{63}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReportResponse) GetAnswers() []*PredictResponse {
@@ -5217,7 +5380,7 @@ type ReportError struct {
 
 func (x *ReportError) Reset() {
 	*x = ReportError{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5229,7 +5392,7 @@ func (x *ReportError) String() string {
 func (*ReportError) ProtoMessage() {}
 
 func (x *ReportError) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5242,7 +5405,7 @@ func (x *ReportError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportError.ProtoReflect.Descriptor instead.
 func (*ReportError) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{64}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReportError) GetIndex() uint32 {
@@ -5279,7 +5442,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5291,7 +5454,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5304,7 +5467,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{65}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -5330,7 +5493,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5342,7 +5505,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5355,7 +5518,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{66}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{68}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -5473,7 +5636,12 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\fpredicted_ms\x18\f \x01(\x01R\vpredictedMs\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"_\n" +
+	"\x14ExportHistoryRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x121\n" +
+	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\"\"\n" +
+	"\fHistoryChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\";\n" +
 	"\x11RunJobsNowRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\"*\n" +
@@ -5612,7 +5780,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x16DeleteScheduleResponse\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xcd\x05\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xed\a\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05tiers\x18\x02 \x01(\rR\x05tiers\x12\x18\n" +
@@ -5632,8 +5800,19 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\tretry_max\x18\r \x01(\v2\x19.google.protobuf.DurationR\bretryMax\x12!\n" +
 	"\fretry_jitter\x18\x0e \x01(\x01R\vretryJitter\x12\"\n" +
 	"\rmax_in_flight\x18\x0f \x01(\rR\vmaxInFlight\x12\x1b\n" +
-	"\tkeep_done\x18\x10 \x01(\rR\bkeepDone\x1a>\n" +
+	"\tkeep_done\x18\x10 \x01(\rR\bkeepDone\x12\x19\n" +
+	"\bgroup_by\x18\x11 \x01(\tR\agroupBy\x12P\n" +
+	"\rgroup_weights\x18\x12 \x03(\v2+.harbinger.v1.QueueConfig.GroupWeightsEntryR\fgroupWeights\x12\x16\n" +
+	"\x06limits\x18\x13 \x03(\tR\x06limits\x12\x1f\n" +
+	"\vrate_limits\x18\x14 \x03(\tR\n" +
+	"rateLimits\x12\x18\n" +
+	"\areserve\x18\x15 \x01(\rR\areserve\x12\x1d\n" +
+	"\n" +
+	"no_reserve\x18\x16 \x01(\bR\tnoReserve\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1a?\n" +
+	"\x11GroupWeightsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xe2\x04\n" +
 	"\tQueueInfo\x12\x12\n" +
@@ -5780,8 +5959,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xfa\n" +
-	"\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xcd\v\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -5803,7 +5981,8 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"PauseQueue\x12\x1f.harbinger.v1.PauseQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12I\n" +
 	"\bListJobs\x12\x1d.harbinger.v1.ListJobsRequest\x1a\x1e.harbinger.v1.ListJobsResponse\x12O\n" +
 	"\n" +
-	"RunJobsNow\x12\x1f.harbinger.v1.RunJobsNowRequest\x1a .harbinger.v1.RunJobsNowResponse2\xa5\x02\n" +
+	"RunJobsNow\x12\x1f.harbinger.v1.RunJobsNowRequest\x1a .harbinger.v1.RunJobsNowResponse\x12Q\n" +
+	"\rExportHistory\x12\".harbinger.v1.ExportHistoryRequest\x1a\x1a.harbinger.v1.HistoryChunk0\x012\xa5\x02\n" +
 	"\tPredictor\x12F\n" +
 	"\aPredict\x12\x1c.harbinger.v1.PredictRequest\x1a\x1d.harbinger.v1.PredictResponse\x12F\n" +
 	"\aObserve\x12\x1c.harbinger.v1.ObserveRequest\x1a\x1d.harbinger.v1.ObserveResponse\x12C\n" +
@@ -5823,7 +6002,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -5844,72 +6023,75 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*CancelNotice)(nil),               // 16: harbinger.v1.CancelNotice
 	(*RequestError)(nil),               // 17: harbinger.v1.RequestError
 	(*Delivery)(nil),                   // 18: harbinger.v1.Delivery
-	(*RunJobsNowRequest)(nil),          // 19: harbinger.v1.RunJobsNowRequest
-	(*RunJobsNowResponse)(nil),         // 20: harbinger.v1.RunJobsNowResponse
-	(*GetJobRequest)(nil),              // 21: harbinger.v1.GetJobRequest
-	(*JobInfo)(nil),                    // 22: harbinger.v1.JobInfo
-	(*ListJobsRequest)(nil),            // 23: harbinger.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),           // 24: harbinger.v1.ListJobsResponse
-	(*DelayedJob)(nil),                 // 25: harbinger.v1.DelayedJob
-	(*DoneJob)(nil),                    // 26: harbinger.v1.DoneJob
-	(*WaitingJob)(nil),                 // 27: harbinger.v1.WaitingJob
-	(*RunningJob)(nil),                 // 28: harbinger.v1.RunningJob
-	(*CancelJobRequest)(nil),           // 29: harbinger.v1.CancelJobRequest
-	(*CancelJobResponse)(nil),          // 30: harbinger.v1.CancelJobResponse
-	(*Schedule)(nil),                   // 31: harbinger.v1.Schedule
-	(*ListSchedulesRequest)(nil),       // 32: harbinger.v1.ListSchedulesRequest
-	(*ListSchedulesResponse)(nil),      // 33: harbinger.v1.ListSchedulesResponse
-	(*PauseScheduleRequest)(nil),       // 34: harbinger.v1.PauseScheduleRequest
-	(*DeleteScheduleRequest)(nil),      // 35: harbinger.v1.DeleteScheduleRequest
-	(*DeleteScheduleResponse)(nil),     // 36: harbinger.v1.DeleteScheduleResponse
-	(*PauseQueueRequest)(nil),          // 37: harbinger.v1.PauseQueueRequest
-	(*QueueConfig)(nil),                // 38: harbinger.v1.QueueConfig
-	(*QueueInfo)(nil),                  // 39: harbinger.v1.QueueInfo
-	(*DeclareQueueRequest)(nil),        // 40: harbinger.v1.DeclareQueueRequest
-	(*ListQueuesRequest)(nil),          // 41: harbinger.v1.ListQueuesRequest
-	(*ListQueuesResponse)(nil),         // 42: harbinger.v1.ListQueuesResponse
-	(*PurgeQueueRequest)(nil),          // 43: harbinger.v1.PurgeQueueRequest
-	(*DeleteQueueRequest)(nil),         // 44: harbinger.v1.DeleteQueueRequest
-	(*DeleteQueueResponse)(nil),        // 45: harbinger.v1.DeleteQueueResponse
-	(*PurgeQueueResponse)(nil),         // 46: harbinger.v1.PurgeQueueResponse
-	(*DeadLetter)(nil),                 // 47: harbinger.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),     // 48: harbinger.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),    // 49: harbinger.v1.ListDeadLettersResponse
-	(*RequeueDeadLettersRequest)(nil),  // 50: harbinger.v1.RequeueDeadLettersRequest
-	(*RequeueDeadLettersResponse)(nil), // 51: harbinger.v1.RequeueDeadLettersResponse
-	(*DeleteDeadLettersRequest)(nil),   // 52: harbinger.v1.DeleteDeadLettersRequest
-	(*DeleteDeadLettersResponse)(nil),  // 53: harbinger.v1.DeleteDeadLettersResponse
-	(*KeyStats)(nil),                   // 54: harbinger.v1.KeyStats
-	(*ListKeysRequest)(nil),            // 55: harbinger.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),           // 56: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 57: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 58: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 59: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 60: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 61: harbinger.v1.ObserveResponse
-	(*ReportRequest)(nil),              // 62: harbinger.v1.ReportRequest
-	(*CountedPublish)(nil),             // 63: harbinger.v1.CountedPublish
-	(*ReportResponse)(nil),             // 64: harbinger.v1.ReportResponse
-	(*ReportError)(nil),                // 65: harbinger.v1.ReportError
-	(*AttachRequest)(nil),              // 66: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 67: harbinger.v1.AttachResponse
-	nil,                                // 68: harbinger.v1.Message.HeadersEntry
-	nil,                                // 69: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 70: harbinger.v1.JobInfo.HeadersEntry
-	nil,                                // 71: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 72: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 73: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 74: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 75: google.protobuf.Timestamp
+	(*ExportHistoryRequest)(nil),       // 19: harbinger.v1.ExportHistoryRequest
+	(*HistoryChunk)(nil),               // 20: harbinger.v1.HistoryChunk
+	(*RunJobsNowRequest)(nil),          // 21: harbinger.v1.RunJobsNowRequest
+	(*RunJobsNowResponse)(nil),         // 22: harbinger.v1.RunJobsNowResponse
+	(*GetJobRequest)(nil),              // 23: harbinger.v1.GetJobRequest
+	(*JobInfo)(nil),                    // 24: harbinger.v1.JobInfo
+	(*ListJobsRequest)(nil),            // 25: harbinger.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),           // 26: harbinger.v1.ListJobsResponse
+	(*DelayedJob)(nil),                 // 27: harbinger.v1.DelayedJob
+	(*DoneJob)(nil),                    // 28: harbinger.v1.DoneJob
+	(*WaitingJob)(nil),                 // 29: harbinger.v1.WaitingJob
+	(*RunningJob)(nil),                 // 30: harbinger.v1.RunningJob
+	(*CancelJobRequest)(nil),           // 31: harbinger.v1.CancelJobRequest
+	(*CancelJobResponse)(nil),          // 32: harbinger.v1.CancelJobResponse
+	(*Schedule)(nil),                   // 33: harbinger.v1.Schedule
+	(*ListSchedulesRequest)(nil),       // 34: harbinger.v1.ListSchedulesRequest
+	(*ListSchedulesResponse)(nil),      // 35: harbinger.v1.ListSchedulesResponse
+	(*PauseScheduleRequest)(nil),       // 36: harbinger.v1.PauseScheduleRequest
+	(*DeleteScheduleRequest)(nil),      // 37: harbinger.v1.DeleteScheduleRequest
+	(*DeleteScheduleResponse)(nil),     // 38: harbinger.v1.DeleteScheduleResponse
+	(*PauseQueueRequest)(nil),          // 39: harbinger.v1.PauseQueueRequest
+	(*QueueConfig)(nil),                // 40: harbinger.v1.QueueConfig
+	(*QueueInfo)(nil),                  // 41: harbinger.v1.QueueInfo
+	(*DeclareQueueRequest)(nil),        // 42: harbinger.v1.DeclareQueueRequest
+	(*ListQueuesRequest)(nil),          // 43: harbinger.v1.ListQueuesRequest
+	(*ListQueuesResponse)(nil),         // 44: harbinger.v1.ListQueuesResponse
+	(*PurgeQueueRequest)(nil),          // 45: harbinger.v1.PurgeQueueRequest
+	(*DeleteQueueRequest)(nil),         // 46: harbinger.v1.DeleteQueueRequest
+	(*DeleteQueueResponse)(nil),        // 47: harbinger.v1.DeleteQueueResponse
+	(*PurgeQueueResponse)(nil),         // 48: harbinger.v1.PurgeQueueResponse
+	(*DeadLetter)(nil),                 // 49: harbinger.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),     // 50: harbinger.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),    // 51: harbinger.v1.ListDeadLettersResponse
+	(*RequeueDeadLettersRequest)(nil),  // 52: harbinger.v1.RequeueDeadLettersRequest
+	(*RequeueDeadLettersResponse)(nil), // 53: harbinger.v1.RequeueDeadLettersResponse
+	(*DeleteDeadLettersRequest)(nil),   // 54: harbinger.v1.DeleteDeadLettersRequest
+	(*DeleteDeadLettersResponse)(nil),  // 55: harbinger.v1.DeleteDeadLettersResponse
+	(*KeyStats)(nil),                   // 56: harbinger.v1.KeyStats
+	(*ListKeysRequest)(nil),            // 57: harbinger.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),           // 58: harbinger.v1.ListKeysResponse
+	(*PredictRequest)(nil),             // 59: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 60: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 61: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 62: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 63: harbinger.v1.ObserveResponse
+	(*ReportRequest)(nil),              // 64: harbinger.v1.ReportRequest
+	(*CountedPublish)(nil),             // 65: harbinger.v1.CountedPublish
+	(*ReportResponse)(nil),             // 66: harbinger.v1.ReportResponse
+	(*ReportError)(nil),                // 67: harbinger.v1.ReportError
+	(*AttachRequest)(nil),              // 68: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 69: harbinger.v1.AttachResponse
+	nil,                                // 70: harbinger.v1.Message.HeadersEntry
+	nil,                                // 71: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 72: harbinger.v1.JobInfo.HeadersEntry
+	nil,                                // 73: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 74: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 75: harbinger.v1.QueueConfig.GroupWeightsEntry
+	nil,                                // 76: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 77: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 78: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	74,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	68,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	75,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	74,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	74,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	74,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	74,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	77,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	70,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	78,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	77,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	77,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	77,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	77,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,   // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,   // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,   // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -5918,137 +6100,141 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	11,  // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	13,  // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
 	12,  // 14: harbinger.v1.ConsumeRequest.batch:type_name -> harbinger.v1.ConsumeBatch
-	74,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	77,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,   // 16: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	74,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	77,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
 	10,  // 18: harbinger.v1.ConsumeBatch.acks:type_name -> harbinger.v1.Ack
 	11,  // 19: harbinger.v1.ConsumeBatch.nacks:type_name -> harbinger.v1.Nack
 	13,  // 20: harbinger.v1.ConsumeBatch.extends:type_name -> harbinger.v1.Extend
-	74,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	77,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	18,  // 22: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	17,  // 23: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	16,  // 24: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
 	15,  // 25: harbinger.v1.ConsumeResponse.deliveries:type_name -> harbinger.v1.DeliveryBatch
 	18,  // 26: harbinger.v1.DeliveryBatch.deliveries:type_name -> harbinger.v1.Delivery
-	69,  // 27: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	75,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	74,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	70,  // 30: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
-	75,  // 31: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
-	75,  // 32: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
-	75,  // 33: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
-	75,  // 34: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
-	75,  // 35: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
-	75,  // 36: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
-	75,  // 37: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
-	75,  // 38: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
-	74,  // 39: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
-	27,  // 40: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
-	28,  // 41: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
-	25,  // 42: harbinger.v1.ListJobsResponse.delayed:type_name -> harbinger.v1.DelayedJob
-	47,  // 43: harbinger.v1.ListJobsResponse.dead:type_name -> harbinger.v1.DeadLetter
-	26,  // 44: harbinger.v1.ListJobsResponse.done:type_name -> harbinger.v1.DoneJob
-	75,  // 45: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
-	75,  // 46: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
-	75,  // 47: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
-	74,  // 48: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
-	75,  // 49: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	74,  // 50: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	75,  // 51: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	75,  // 52: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	74,  // 53: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	75,  // 54: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	74,  // 55: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	75,  // 56: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	74,  // 57: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	71,  // 58: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	75,  // 59: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	75,  // 60: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
-	31,  // 61: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	74,  // 62: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	72,  // 63: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	74,  // 64: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	74,  // 65: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	74,  // 66: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	74,  // 67: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	38,  // 68: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	74,  // 69: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	74,  // 70: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
-	74,  // 71: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
-	74,  // 72: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
-	74,  // 73: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
-	38,  // 74: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	39,  // 75: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	73,  // 76: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	75,  // 77: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	47,  // 78: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	54,  // 79: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	74,  // 80: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	74,  // 81: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	60,  // 82: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	74,  // 83: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	59,  // 84: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
-	63,  // 85: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
-	57,  // 86: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
-	74,  // 87: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
-	58,  // 88: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
-	65,  // 89: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
-	65,  // 90: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
-	4,   // 91: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,   // 92: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,   // 93: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,   // 94: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	40,  // 95: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	41,  // 96: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	43,  // 97: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	44,  // 98: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	48,  // 99: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	50,  // 100: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	52,  // 101: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	55,  // 102: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	21,  // 103: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	29,  // 104: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	31,  // 105: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	32,  // 106: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	34,  // 107: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	35,  // 108: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	37,  // 109: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	23,  // 110: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	19,  // 111: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
-	57,  // 112: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	59,  // 113: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	66,  // 114: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	62,  // 115: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
-	5,   // 116: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,   // 117: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	14,  // 118: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,   // 119: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	39,  // 120: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	42,  // 121: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	46,  // 122: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	45,  // 123: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	49,  // 124: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	51,  // 125: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	53,  // 126: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	56,  // 127: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	22,  // 128: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	30,  // 129: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	31,  // 130: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	33,  // 131: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	31,  // 132: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	36,  // 133: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	39,  // 134: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	24,  // 135: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	20,  // 136: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
-	58,  // 137: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	61,  // 138: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	67,  // 139: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	64,  // 140: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
-	116, // [116:141] is the sub-list for method output_type
-	91,  // [91:116] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	71,  // 27: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	78,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	77,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	77,  // 30: harbinger.v1.ExportHistoryRequest.window:type_name -> google.protobuf.Duration
+	72,  // 31: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
+	78,  // 32: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
+	78,  // 33: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
+	78,  // 34: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
+	78,  // 35: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
+	78,  // 36: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
+	78,  // 37: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
+	78,  // 38: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
+	78,  // 39: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
+	77,  // 40: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
+	29,  // 41: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
+	30,  // 42: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
+	27,  // 43: harbinger.v1.ListJobsResponse.delayed:type_name -> harbinger.v1.DelayedJob
+	49,  // 44: harbinger.v1.ListJobsResponse.dead:type_name -> harbinger.v1.DeadLetter
+	28,  // 45: harbinger.v1.ListJobsResponse.done:type_name -> harbinger.v1.DoneJob
+	78,  // 46: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
+	78,  // 47: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
+	78,  // 48: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
+	77,  // 49: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
+	78,  // 50: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	77,  // 51: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	78,  // 52: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	78,  // 53: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	77,  // 54: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	78,  // 55: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	77,  // 56: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	78,  // 57: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	77,  // 58: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	73,  // 59: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	78,  // 60: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	78,  // 61: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	33,  // 62: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
+	77,  // 63: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	74,  // 64: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	77,  // 65: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	77,  // 66: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	77,  // 67: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	77,  // 68: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	75,  // 69: harbinger.v1.QueueConfig.group_weights:type_name -> harbinger.v1.QueueConfig.GroupWeightsEntry
+	40,  // 70: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	77,  // 71: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	77,  // 72: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
+	77,  // 73: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
+	77,  // 74: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
+	77,  // 75: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
+	40,  // 76: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	41,  // 77: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	76,  // 78: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	78,  // 79: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	49,  // 80: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	56,  // 81: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	77,  // 82: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	77,  // 83: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	62,  // 84: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	77,  // 85: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	61,  // 86: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
+	65,  // 87: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
+	59,  // 88: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
+	77,  // 89: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
+	60,  // 90: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
+	67,  // 91: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
+	67,  // 92: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
+	4,   // 93: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,   // 94: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,   // 95: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,   // 96: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	42,  // 97: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	43,  // 98: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	45,  // 99: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	46,  // 100: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	50,  // 101: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	52,  // 102: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	54,  // 103: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	57,  // 104: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	23,  // 105: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	31,  // 106: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	33,  // 107: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	34,  // 108: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	36,  // 109: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	37,  // 110: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	39,  // 111: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	25,  // 112: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	21,  // 113: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
+	19,  // 114: harbinger.v1.Admin.ExportHistory:input_type -> harbinger.v1.ExportHistoryRequest
+	59,  // 115: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	61,  // 116: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	68,  // 117: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	64,  // 118: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
+	5,   // 119: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,   // 120: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	14,  // 121: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,   // 122: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	41,  // 123: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	44,  // 124: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	48,  // 125: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	47,  // 126: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	51,  // 127: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	53,  // 128: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	55,  // 129: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	58,  // 130: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	24,  // 131: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	32,  // 132: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	33,  // 133: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	35,  // 134: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	33,  // 135: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	38,  // 136: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	41,  // 137: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	26,  // 138: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	22,  // 139: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
+	20,  // 140: harbinger.v1.Admin.ExportHistory:output_type -> harbinger.v1.HistoryChunk
+	60,  // 141: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	63,  // 142: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	69,  // 143: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	66,  // 144: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
+	119, // [119:145] is the sub-list for method output_type
+	93,  // [93:119] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -6076,7 +6262,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   73,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -294,6 +294,7 @@ const (
 	Admin_PauseQueue_FullMethodName         = "/harbinger.v1.Admin/PauseQueue"
 	Admin_ListJobs_FullMethodName           = "/harbinger.v1.Admin/ListJobs"
 	Admin_RunJobsNow_FullMethodName         = "/harbinger.v1.Admin/RunJobsNow"
+	Admin_ExportHistory_FullMethodName      = "/harbinger.v1.Admin/ExportHistory"
 )
 
 // AdminClient is the client API for Admin service.
@@ -354,6 +355,14 @@ type AdminClient interface {
 	// a delay to retry) due at once: each takes its place in line as if its
 	// time had come. Ids of jobs that are not delayed are skipped.
 	RunJobsNow(ctx context.Context, in *RunJobsNowRequest, opts ...grpc.CallOption) (*RunJobsNowResponse, error)
+	// ExportHistory streams a queue's recorded history (its settled
+	// deliveries: when each job took its place in line, its key, size hint
+	// and attempt, when it was handed out, its handler's duration and how it
+	// settled; never payloads or headers) as a history file, the versioned
+	// JSON Lines format of docs/history.md, in chunks: the concatenated data
+	// of the chunks is the file. FailedPrecondition when the broker keeps
+	// no history.
+	ExportHistory(ctx context.Context, in *ExportHistoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HistoryChunk], error)
 }
 
 type adminClient struct {
@@ -534,6 +543,25 @@ func (c *adminClient) RunJobsNow(ctx context.Context, in *RunJobsNowRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) ExportHistory(ctx context.Context, in *ExportHistoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HistoryChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_ExportHistory_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportHistoryRequest, HistoryChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_ExportHistoryClient = grpc.ServerStreamingClient[HistoryChunk]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -592,6 +620,14 @@ type AdminServer interface {
 	// a delay to retry) due at once: each takes its place in line as if its
 	// time had come. Ids of jobs that are not delayed are skipped.
 	RunJobsNow(context.Context, *RunJobsNowRequest) (*RunJobsNowResponse, error)
+	// ExportHistory streams a queue's recorded history (its settled
+	// deliveries: when each job took its place in line, its key, size hint
+	// and attempt, when it was handed out, its handler's duration and how it
+	// settled; never payloads or headers) as a history file, the versioned
+	// JSON Lines format of docs/history.md, in chunks: the concatenated data
+	// of the chunks is the file. FailedPrecondition when the broker keeps
+	// no history.
+	ExportHistory(*ExportHistoryRequest, grpc.ServerStreamingServer[HistoryChunk]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -652,6 +688,9 @@ func (UnimplementedAdminServer) ListJobs(context.Context, *ListJobsRequest) (*Li
 }
 func (UnimplementedAdminServer) RunJobsNow(context.Context, *RunJobsNowRequest) (*RunJobsNowResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunJobsNow not implemented")
+}
+func (UnimplementedAdminServer) ExportHistory(*ExportHistoryRequest, grpc.ServerStreamingServer[HistoryChunk]) error {
+	return status.Error(codes.Unimplemented, "method ExportHistory not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -980,6 +1019,17 @@ func _Admin_RunJobsNow_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ExportHistory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportHistoryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).ExportHistory(m, &grpc.GenericServerStream[ExportHistoryRequest, HistoryChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_ExportHistoryServer = grpc.ServerStreamingServer[HistoryChunk]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1056,7 +1106,13 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_RunJobsNow_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportHistory",
+			Handler:       _Admin_ExportHistory_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "harbinger/v1/harbinger.proto",
 }
 

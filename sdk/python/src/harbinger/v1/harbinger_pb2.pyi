@@ -269,6 +269,14 @@ class DoneJob(_message.Message):
     took: _duration_pb2.Duration
     def __init__(self, id: _Optional[str] = ..., producer: _Optional[str] = ..., job_type: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., ended_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., took: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
+class ExportHistoryRequest(_message.Message):
+    __slots__ = ["queue", "window"]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    window: _duration_pb2.Duration
+    def __init__(self, queue: _Optional[str] = ..., window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
 class Extend(_message.Message):
     __slots__ = ["id", "lease"]
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -288,6 +296,12 @@ class GetJobRequest(_message.Message):
 class GetLimitsRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class HistoryChunk(_message.Message):
+    __slots__ = ["data"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
 
 class JobInfo(_message.Message):
     __slots__ = ["attempts", "cancelled", "cold", "consumer", "dead_at", "due", "ended_at", "enqueued", "expires", "headers", "id", "job_type", "lease_deadline", "leased", "long", "max_attempts", "payload", "predicted_ms", "producer", "published_at", "queue", "reason", "state", "tier", "took"]
@@ -644,7 +658,14 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, purged: _Optional[int] = ...) -> None: ...
 
 class QueueConfig(_message.Message):
-    __slots__ = ["aging", "aging_off", "default_ttl", "keep_done", "lease", "max_attempts", "max_depth", "max_in_flight", "policy", "retry_base", "retry_jitter", "retry_max", "shadow", "static_tiers", "tiers", "weights"]
+    __slots__ = ["aging", "aging_off", "default_ttl", "group_by", "group_weights", "keep_done", "lease", "limits", "max_attempts", "max_depth", "max_in_flight", "no_reserve", "policy", "rate_limits", "reserve", "retry_base", "retry_jitter", "retry_max", "shadow", "static_tiers", "tiers", "weights"]
+    class GroupWeightsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     class StaticTiersEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -655,12 +676,18 @@ class QueueConfig(_message.Message):
     AGING_FIELD_NUMBER: _ClassVar[int]
     AGING_OFF_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_TTL_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     KEEP_DONE_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    NO_RESERVE_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_FIELD_NUMBER: _ClassVar[int]
     RETRY_BASE_FIELD_NUMBER: _ClassVar[int]
     RETRY_JITTER_FIELD_NUMBER: _ClassVar[int]
     RETRY_MAX_FIELD_NUMBER: _ClassVar[int]
@@ -671,12 +698,18 @@ class QueueConfig(_message.Message):
     aging: _containers.RepeatedCompositeFieldContainer[_duration_pb2.Duration]
     aging_off: bool
     default_ttl: _duration_pb2.Duration
+    group_by: str
+    group_weights: _containers.ScalarMap[str, int]
     keep_done: int
     lease: _duration_pb2.Duration
+    limits: _containers.RepeatedScalarFieldContainer[str]
     max_attempts: int
     max_depth: int
     max_in_flight: int
+    no_reserve: bool
     policy: str
+    rate_limits: _containers.RepeatedScalarFieldContainer[str]
+    reserve: int
     retry_base: _duration_pb2.Duration
     retry_jitter: float
     retry_max: _duration_pb2.Duration
@@ -684,7 +717,7 @@ class QueueConfig(_message.Message):
     static_tiers: _containers.ScalarMap[str, int]
     tiers: int
     weights: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, policy: _Optional[str] = ..., tiers: _Optional[int] = ..., weights: _Optional[_Iterable[int]] = ..., aging: _Optional[_Iterable[_Union[_duration_pb2.Duration, _Mapping]]] = ..., aging_off: bool = ..., static_tiers: _Optional[_Mapping[str, int]] = ..., max_depth: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., default_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., shadow: bool = ..., retry_base: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_max: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_jitter: _Optional[float] = ..., max_in_flight: _Optional[int] = ..., keep_done: _Optional[int] = ...) -> None: ...
+    def __init__(self, policy: _Optional[str] = ..., tiers: _Optional[int] = ..., weights: _Optional[_Iterable[int]] = ..., aging: _Optional[_Iterable[_Union[_duration_pb2.Duration, _Mapping]]] = ..., aging_off: bool = ..., static_tiers: _Optional[_Mapping[str, int]] = ..., max_depth: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., default_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., shadow: bool = ..., retry_base: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_max: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_jitter: _Optional[float] = ..., max_in_flight: _Optional[int] = ..., keep_done: _Optional[int] = ..., group_by: _Optional[str] = ..., group_weights: _Optional[_Mapping[str, int]] = ..., limits: _Optional[_Iterable[str]] = ..., rate_limits: _Optional[_Iterable[str]] = ..., reserve: _Optional[int] = ..., no_reserve: bool = ...) -> None: ...
 
 class QueueInfo(_message.Message):
     __slots__ = ["acked", "config", "consumers", "dead_letters", "delayed", "depth_per_tier", "in_flight", "name", "oldest_wait", "paused", "published", "ready", "run_p50", "run_p99", "wait_p50", "wait_p99"]

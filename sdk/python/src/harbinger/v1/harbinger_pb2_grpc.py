@@ -286,6 +286,11 @@ class AdminStub(object):
                 request_serializer=harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowRequest.SerializeToString,
                 response_deserializer=harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowResponse.FromString,
                 )
+        self.ExportHistory = channel.unary_stream(
+                '/harbinger.v1.Admin/ExportHistory',
+                request_serializer=harbinger_dot_v1_dot_harbinger__pb2.ExportHistoryRequest.SerializeToString,
+                response_deserializer=harbinger_dot_v1_dot_harbinger__pb2.HistoryChunk.FromString,
+                )
 
 
 class AdminServicer(object):
@@ -429,6 +434,19 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportHistory(self, request, context):
+        """ExportHistory streams a queue's recorded history (its settled
+        deliveries: when each job took its place in line, its key, size hint
+        and attempt, when it was handed out, its handler's duration and how it
+        settled; never payloads or headers) as a history file, the versioned
+        JSON Lines format of docs/history.md, in chunks: the concatenated data
+        of the chunks is the file. FailedPrecondition when the broker keeps
+        no history.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -516,6 +534,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RunJobsNow,
                     request_deserializer=harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowRequest.FromString,
                     response_serializer=harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowResponse.SerializeToString,
+            ),
+            'ExportHistory': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportHistory,
+                    request_deserializer=harbinger_dot_v1_dot_harbinger__pb2.ExportHistoryRequest.FromString,
+                    response_serializer=harbinger_dot_v1_dot_harbinger__pb2.HistoryChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -814,6 +837,23 @@ class Admin(object):
         return grpc.experimental.unary_unary(request, target, '/harbinger.v1.Admin/RunJobsNow',
             harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowRequest.SerializeToString,
             harbinger_dot_v1_dot_harbinger__pb2.RunJobsNowResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ExportHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/harbinger.v1.Admin/ExportHistory',
+            harbinger_dot_v1_dot_harbinger__pb2.ExportHistoryRequest.SerializeToString,
+            harbinger_dot_v1_dot_harbinger__pb2.HistoryChunk.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
