@@ -33,10 +33,10 @@ import (
 // bound; the rest of the guard has no RabbitMQ equivalent (docs/policy.md).
 
 // DefaultHold is the share of its FIFO wait a long message is held: the
-// broker's bounded policy starts a long message once 95% of the work ahead
+// broker's bounded policy starts a long message once 90% of the work ahead
 // of it has been served (1 + sched.DefaultStretch; a test keeps the two
 // equal).
-const DefaultHold = 0.95
+const DefaultHold = 0.90
 
 // DefaultMaxHold caps a hold, so that a backlog estimate gone wrong (for
 // example messages completed by consumers this predictor never hears of)
