@@ -40,8 +40,9 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 	if h := holdOf(); h != 0 {
 		t.Errorf("first hold = %v, want 0 (nothing ahead)", h)
 	}
-	// Backlog 100ms over 2 consumers is a 50 ms FIFO wait; held 95% of it.
-	for i, want := range []time.Duration{47500 * time.Microsecond, 95 * time.Millisecond, 100 * time.Millisecond} {
+	// Backlog 100ms over 2 consumers is a 50 ms FIFO wait; held 90% of it
+	// (DefaultHold), then 90% of 100 ms, then the 100 ms cap.
+	for i, want := range []time.Duration{45 * time.Millisecond, 90 * time.Millisecond, 100 * time.Millisecond} {
 		if h := holdOf(); h != want {
 			t.Errorf("hold %d = %v, want %v", i, h, want)
 		}
@@ -50,8 +51,8 @@ func TestLocalHoldsLongMessages(t *testing.T) {
 	for range 3 {
 		l.Forget(ctx, "q", 100*time.Millisecond)
 	}
-	if h := holdOf(); h != 47500*time.Microsecond {
-		t.Errorf("hold after completions = %v, want 47.5ms", h)
+	if h := holdOf(); h != 45*time.Millisecond {
+		t.Errorf("hold after completions = %v, want 45ms", h)
 	}
 	// Completions beyond the backlog (a message this process never
 	// predicted) floor it at zero.
