@@ -249,10 +249,27 @@ func parseSeeds(s string) ([]uint64, error) {
 	return out, nil
 }
 
+// splitArms splits a comma-separated list of arms whose settings are
+// comma-separated too: a KEY=VALUE item belongs to the arm before it when
+// that arm has settings ("predictive,predictive:guard=0.25,overtake=0.1"
+// is two arms).
+func splitArms(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if n := len(out); n > 0 && strings.Contains(f, "=") && !strings.Contains(f, ":") && strings.Contains(out[n-1], ":") {
+			out[n-1] += "," + f
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
 func parseArms(s string, src sim.Source) ([]sim.Arm, error) {
 	var arms []sim.Arm
 	seen := map[string]bool{}
-	for _, name := range strings.Split(s, ",") {
+	for _, name := range splitArms(s) {
 		name = strings.TrimSpace(name)
 		if name == "" || seen[name] {
 			continue

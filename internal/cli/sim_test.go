@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -118,5 +119,27 @@ func TestSimOverheadFlag(t *testing.T) {
 	}
 	if _, err := run("--overhead", "-1ms"); err == nil || !strings.Contains(err.Error(), "--overhead cannot be negative") {
 		t.Errorf("a negative overhead: %v", err)
+	}
+}
+
+// An arm's settings are comma-separated like the arms themselves: the
+// documented --arms 'predictive,predictive:guard=0.25,overtake=0.1' is two
+// arms, the second with both settings.
+func TestSplitArmsKeepsSettingsTogether(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"fifo,predictive", []string{"fifo", "predictive"}},
+		{"predictive,predictive:guard=0.25,overtake=0.1", []string{"predictive", "predictive:guard=0.25,overtake=0.1"}},
+		{"predictive:tail=0, guardmin=0.2 ,fifo,key-oracle:guard=1", []string{"predictive:tail=0,guardmin=0.2", "fifo", "key-oracle:guard=1"}},
+		{"predictive:guard=0.25,overtake=0.1+fair,fifo", []string{"predictive:guard=0.25,overtake=0.1+fair", "fifo"}},
+		// A stray setting with no arm before it stays an item, and is refused by ParseArm.
+		{"guard=0.25,fifo", []string{"guard=0.25", "fifo"}},
+	} {
+		if got := splitArms(c.in); !slices.Equal(got, c.want) {
+			t.Errorf("splitArms(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }
