@@ -11,6 +11,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/report"
 	"github.com/harbinger-mq/harbinger/internal/sched"
+	"github.com/harbinger-mq/harbinger/internal/stats"
 	"github.com/harbinger-mq/harbinger/internal/workload"
 )
 
@@ -380,7 +381,7 @@ func replayAt(s Source, src *HistorySource, arms []Arm, workers int, o ReplayOpt
 			return out
 		}
 		f := pick(0)
-		k.FIFOMeanS, k.FIFOP99S = report.Num(mean(f)), report.Num(quantile(f, 0.99))
+		k.FIFOMeanS, k.FIFOP99S = report.Num(stats.Mean(f)), report.Num(quantile(f, 0.99))
 		nan := report.Num(math.NaN())
 		k.LiveMeanS, k.LiveP99S = nan, nan
 		if recorded {
@@ -388,7 +389,7 @@ func replayAt(s Source, src *HistorySource, arms []Arm, workers int, o ReplayOpt
 			for i, j := range idx {
 				live[i] = src.live[jobs[j].Seq].Seconds()
 			}
-			k.LiveMeanS, k.LiveP99S = report.Num(mean(live)), report.Num(quantile(live, 0.99))
+			k.LiveMeanS, k.LiveP99S = report.Num(stats.Mean(live)), report.Num(quantile(live, 0.99))
 		}
 		for i := range arms {
 			k.Arms = append(k.Arms, keyArm(arms[i].Name, f, pick(1+i)))
@@ -415,20 +416,9 @@ func keyArm(name string, fifo, arm []float64) ReplayKeyArm {
 			later++
 		}
 	}
-	return ReplayKeyArm{Arm: name, MeanS: report.Num(mean(arm)), P99S: report.Num(quantile(arm, 0.99)),
+	return ReplayKeyArm{Arm: name, MeanS: report.Num(stats.Mean(arm)), P99S: report.Num(quantile(arm, 0.99)),
 		MeanCut: p.MeanCut, P99Ratio: p.P99Ratio, Later: report.Num(float64(later) / float64(len(fifo))),
 		Over110: p.LongOverRatio, Worst: p.LongWorst}
-}
-
-func mean(xs []float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
 }
 
 // Words says what arm does to the key, in a user's terms: "send-email:
