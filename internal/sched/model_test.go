@@ -32,6 +32,10 @@ type refItem struct {
 	fifoPos  float64
 	deadline time.Time
 	pastFIFO bool
+	// With Bound.Measured: the FIFO position it was last dispatched from,
+	// if that was before its FIFO moment and its ack has yet to come.
+	ranFrom  float64
+	jumpedAt bool
 }
 
 // refSched is a reference model of Scheduler written from its documentation
@@ -48,6 +52,40 @@ type refSched struct {
 	lats      []time.Duration
 	tailQ     time.Duration
 	tailSince int
+	// With Bound.Measured: every ack of a message dispatched before its
+	// FIFO moment, at the position it left from, with how much longer
+	// than predicted it ran.
+	marks []refMark
+}
+
+type refMark struct {
+	pos   float64
+	extra time.Duration
+}
+
+// measured is the extra work counted toward r's FIFO moment: that of the
+// acks of messages dispatched before their moments from positions above
+// r's, while r waits for its own.
+func (m *refSched) measured(r *refItem) float64 {
+	if r.pastFIFO {
+		return 0
+	}
+	var sum time.Duration
+	for _, k := range m.marks {
+		if k.pos > r.fifoPos {
+			sum += k.extra
+		}
+	}
+	return float64(sum) / 1e9
+}
+
+// ran is the ack of r, which ran for took.
+func (m *refSched) ran(r *refItem, took time.Duration) {
+	if b := m.cfg.Bound; b == nil || !b.Measured || r.queued || !r.jumpedAt {
+		return
+	}
+	r.jumpedAt = false
+	m.marks = append(m.marks, refMark{r.ranFrom, max(took, 0) - r.cost})
 }
 
 func newRef(cfg Config) *refSched {
@@ -117,7 +155,7 @@ func (m *refSched) promote(now time.Time) {
 		return
 	}
 	for _, r := range m.waiting() {
-		if !r.pastFIFO && r.fifoPos <= m.deqWork {
+		if !r.pastFIFO && r.fifoPos <= m.deqWork+m.measured(r) {
 			m.setDeadline(r, now)
 		}
 	}
@@ -247,16 +285,22 @@ func (m *refSched) pop(now time.Time) *refItem {
 		}
 	}
 	guardDue := late != nil && !late.deadline.After(now)
+	// A due point is counted like the FIFO moment while its message waits
+	// for that; with the default's shape a message past its moment is due.
+	b := m.cfg.Bound
+	dueShape := b != nil && b.Guard != nil && b.Stretch > -1 && b.Stretch <= 0 && b.MinSlack == 0 && (b.Others == nil || *b.Others == b.Stretch)
 	var r *refItem
 	if guardDue {
 		r = late
-	} else if due != nil && due.due <= m.deqWork {
+	} else if due != nil && (dueShape && due.pastFIFO || due.due <= m.deqWork+m.measured(due)) {
 		r = due
 	} else if r = m.chooseLevel(); late != nil && r != late && m.cfg.Bound.Overtake > 0 && float64(r.cost) > m.cfg.Bound.Overtake*float64(late.cost) {
 		// Past its FIFO moment, late may be overtaken only by much
 		// shorter messages.
 		r = late
 	}
+	r.jumpedAt = b != nil && b.Measured && !r.pastFIFO
+	r.ranFrom = r.fifoPos
 	m.remove(r)
 	m.promote(now)
 	return r
@@ -325,6 +369,8 @@ func randConfig(rng *rand.Rand) Config {
 					cfg.Bound.LongGuard = new(float64(rng.IntN(3)) / 8)
 				}
 			}
+			// Measured work toward the FIFO moments (Scheduler.Ran).
+			cfg.Bound.Measured = rng.IntN(2) == 0
 			if rng.IntN(2) == 0 {
 				// The default's shape, where the due heap stands in for the
 				// FIFO line (Scheduler.dueOrdered): one stretch from -0.75
@@ -473,6 +519,15 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 				ended(want, "popped")
 				popped = append(popped, want)
 			}
+		case k < 15 && len(popped) > 0: // ack: the run's measured duration
+			i := rng.IntN(len(popped))
+			r := popped[i]
+			popped = slices.Delete(popped, i, i+1)
+			// In eighths of a second, as costs are, so sums stay exact.
+			took := time.Duration(rng.IntN(17)) * time.Second / 8
+			logf("%d: ack %d took %v", op, r.it.ID, took)
+			s.Ran(r.it, took)
+			m.ran(r, took)
 		case k < 16 && len(popped) > 0: // nack: redeliver a dispatched message
 			i := rng.IntN(len(popped))
 			r := popped[i]

@@ -82,6 +82,10 @@ var (
 	DefaultTail      = 0.99
 	DefaultGuardMin  = 0.35
 	DefaultLongGuard = 0.0
+	// DefaultMeasured is whether the guard counts FIFO's progress in the
+	// measured durations of the messages that jumped the line
+	// (Bound.Measured).
+	DefaultMeasured = false
 )
 
 // Policy is a named policy resolved to a scheduler configuration and a way of
@@ -159,6 +163,8 @@ type PolicyOptions struct {
 	// policy's predictor settings of the same names (on by default).
 	GatedMean      *bool
 	LongKeysByTail *bool
+	// Measured, when set, overrides DefaultMeasured (Bound.Measured).
+	Measured *bool
 }
 
 // NewPolicy resolves a policy name ("" means DefaultPolicy).
@@ -237,6 +243,10 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 			bound.Tail, bound.GuardMin = orDefault(o.Tail, DefaultTail), orDefault(o.GuardMin, DefaultGuardMin)
 			if lg := orDefault(o.LongGuard, DefaultLongGuard); lg >= 0 {
 				bound.LongGuard = &lg
+			}
+			bound.Measured = DefaultMeasured && !o.VirtualFIFO
+			if o.Measured != nil {
+				bound.Measured = *o.Measured
 			}
 		}
 		p.Sched = Config{Levels: tiers, Discipline: Strict, ShortestFirst: true, Bound: bound}

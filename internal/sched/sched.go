@@ -114,6 +114,17 @@ const maxLevels = 64
 // while none wait. A run in predicted costs on the wall clock drifts from
 // the real one by the sum of the prediction errors; this clock keeps it at
 // the real workers' pace.
+//
+// Measured work (Measured). The count above is in predicted work, and a
+// message that jumps ahead of others while they wait for their FIFO moment
+// takes a worker for as long as it really runs, not for its prediction.
+// With Measured, when such a message's ack says how long it ran
+// (Scheduler.Ran), the difference from its prediction is added to FIFO's
+// progress as seen by every message still waiting for its FIFO moment whose
+// FIFO position is below the ran message's: the messages it jumped. The
+// work of messages ahead in FIFO order needs no correction: it is on both
+// sides of the count. A long message's due point is counted the same way
+// while the message waits for its FIFO moment.
 type Bound struct {
 	Stretch       float64
 	MinSlack      time.Duration
@@ -131,6 +142,9 @@ type Bound struct {
 	// Guard (the smaller of the two applies): 0 sends a long message as
 	// soon as its FIFO moment comes.
 	LongGuard *float64
+	// Measured counts FIFO's progress in the measured durations of the
+	// messages that jumped the line (see Bound and Scheduler.Ran).
+	Measured bool
 }
 
 // Validate reports the first setting that makes no sense.
@@ -197,6 +211,9 @@ func (c Config) Validate() error {
 		if b.DispatchClock && !b.VirtualFIFO {
 			return fmt.Errorf("sched: the dispatch clock is the virtual FIFO run's: turn the run on or leave it off")
 		}
+		if b.Measured && (b.Guard == nil || b.VirtualFIFO) {
+			return fmt.Errorf("sched: measured work corrects the guard's own count: set a guard, without the virtual FIFO run")
+		}
 	}
 	return nil
 }
@@ -228,6 +245,9 @@ type Item struct {
 	ttlIdx   int32
 	guardIdx int32
 
+	// due is its due point while in the due heap; once dispatched, with
+	// Bound.Measured, the FIFO position it was dispatched from before its
+	// FIFO moment (for Scheduler.Ran), or -1.
 	due float64
 	// The guard's view: when it was pushed, and one word that is its FIFO
 	// position while it waits for its FIFO moment (guardFIFO: the
@@ -379,6 +399,9 @@ type Scheduler struct {
 	// With Bound.Tail: the FIFO latencies of the latest messages to reach
 	// their FIFO moment, and their Tail quantile as of the last refresh.
 	tail tailWindow
+	// With Bound.Measured: the measured work beyond prediction of the
+	// messages that ran after jumping others (see Ran).
+	ran ranMarks
 
 	Promotions uint64 // messages moved up by aging, for metrics
 	Overdue    uint64 // messages dispatched because Bound said so
@@ -589,6 +612,7 @@ func (s *Scheduler) Remove(it *Item) bool {
 		it.setGuard(guardNone)
 	}
 	s.detach(it)
+	it.due = -1 // it never ran: nothing for Ran to count
 	// Work that will never run counts as done, so it delays nobody's bound.
 	s.deqWork += it.Cost.Seconds()
 	return true
@@ -653,7 +677,7 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 		// The due heap's order: these left it first, and are due.
 		it = p
 		s.Overdue++
-	} else if d := s.due.min(); d != nil && d.due <= s.fifoDone() {
+	} else if d := s.due.min(); d != nil && d.due <= s.fifoDone()+s.ranBeyond(d) {
 		it = d
 		s.Overdue++
 	} else {
@@ -663,13 +687,70 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 			s.Guarded++
 		}
 	}
+	jumped := s.measured() && (it.guard() == guardFIFO || s.dueOrdered && it.dueIdx >= 0 && it.guard() == guardNone)
+	pos := it.pos()
 	s.detach(it)
+	it.due = -1
+	if jumped {
+		// Dispatched before its FIFO moment: the work it really takes
+		// counts toward the moments of the messages it jumped (Ran).
+		it.due = pos
+	}
 	s.deqWork += it.Cost.Seconds()
 	if s.vf != nil {
 		s.vf.dispatched(it.Cost)
 	}
 	s.promote(now)
 	return it
+}
+
+func (s *Scheduler) measured() bool { return s.cfg.Bound != nil && s.cfg.Bound.Measured }
+
+// Ran tells the scheduler that it, which Pop returned, ran for took (what
+// its ack measured). With Bound.Measured, if it was dispatched before its
+// FIFO moment, the difference from its predicted cost counts toward the
+// FIFO moments (and, with the default's shape, the due points) of the
+// messages still waiting for theirs whose FIFO position is below its own:
+// FIFO would have run them before it, and it took a worker for as long as
+// it ran. Otherwise, and for an item not dispatched by this scheduler or
+// already reported, it does nothing.
+func (s *Scheduler) Ran(it *Item, took time.Duration) {
+	if !s.measured() || it.Queued() || it.due < 0 {
+		return
+	}
+	pos := it.due
+	it.due = -1
+	if extra := int64(max(took, 0) - it.Cost); extra != 0 && pos > s.minWaitingPos() {
+		s.ran.add(pos, extra)
+	}
+}
+
+// minWaitingPos is the lowest FIFO position of a message waiting for its
+// FIFO moment, or +Inf; marks at or below it apply to nobody, now or
+// later (messages pushed later have higher positions). Pop and Push call
+// it through promote.
+func (s *Scheduler) minWaitingPos() float64 {
+	m := math.Inf(1)
+	if it := s.fifoWait.front(); it != nil {
+		m = it.pos()
+	}
+	if s.dueOrdered {
+		if d := s.due.min(); d != nil && d.pos() < m {
+			m = d.pos()
+		}
+	}
+	return m
+}
+
+// ranBeyond is the extra measured work that counts toward it's FIFO
+// moment: that of the messages dispatched before their own moments from
+// FIFO positions above its own, in seconds. It is 0 unless it waits for
+// its FIFO moment (with the default's shape, also in the due heap).
+func (s *Scheduler) ranBeyond(it *Item) float64 {
+	if s.ran.n() == 0 || it.guard() != guardFIFO && !(s.dueOrdered && it.dueIdx >= 0 && it.guard() == guardNone) {
+		return 0
+	}
+	return float64(s.ran.beyond(it.pos())) / 1e9
 }
 
 func (s *Scheduler) guarded() bool { return s.cfg.Bound != nil && s.cfg.Bound.Guard != nil }
@@ -692,12 +773,15 @@ func (s *Scheduler) promote(now time.Time) {
 		s.advanceFIFO(now.UnixNano())
 		return
 	}
-	for it := s.fifoWait.front(); it != nil && it.pos() <= s.deqWork; it = s.fifoWait.front() {
+	if s.ran.n() > 0 {
+		s.ran.prune(s.minWaitingPos())
+	}
+	for it := s.fifoWait.front(); it != nil && it.pos() <= s.deqWork+s.ranBeyond(it); it = s.fifoWait.front() {
 		s.fifoWait.popFront()
 		s.setDeadline(it, now)
 	}
 	if s.dueOrdered {
-		for d := s.due.min(); d != nil && d.pos() <= s.deqWork; d = s.due.min() {
+		for d := s.due.min(); d != nil && d.pos() <= s.deqWork+s.ranBeyond(d); d = s.due.min() {
 			s.passDue(d, now)
 		}
 	}

@@ -62,6 +62,7 @@ func KeyOracleArms() []Arm {
 		// The fixed guard the goal was set against: no adaptation.
 		a.Options.Tail, a.Options.LongGuard = new(0.0), new(-1.0)
 		a.Options.GatedMean, a.Options.LongKeysByTail = new(false), new(false)
+		a.Options.Measured = new(false)
 		arms = append(arms, a)
 	}
 	return arms
@@ -70,7 +71,8 @@ func KeyOracleArms() []Arm {
 // ParseArm reads an arm with optional settings: a name ArmByName knows,
 // then after a colon comma-separated key=value pairs: the bounded policy's
 // guard, overtake, stretch, tail, guardmin and longguard (sched.Bound),
-// gatedmean and keysbytail (1 on, 0 off) and the predictor's longkeys,
+// gatedmean, keysbytail and measured (1 on, 0 off) and the predictor's
+// longkeys,
 // e.g. "predictive:guard=0.25,overtake=0.1" or "predictive:tail=0".
 // "key-oracle" is the default policy on each key's true mean duration.
 func ParseArm(spec string, types []workload.JobType) (Arm, error) {
@@ -114,8 +116,10 @@ func ParseArm(spec string, types []workload.JobType) (Arm, error) {
 			a.Options.LongKeysByTail = new(f != 0)
 		case "longkeys":
 			a.Predictor.LongKeys = f
+		case "measured":
+			a.Options.Measured = new(f != 0)
 		default:
-			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail or longkeys)", spec, k)
+			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys or measured)", spec, k)
 		}
 	}
 	return a, nil
