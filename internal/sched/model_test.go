@@ -52,6 +52,12 @@ type refSched struct {
 	lats      []time.Duration
 	tailQ     time.Duration
 	tailSince int
+	// With Bound.TailRisk: every latency a Pop realized (its wait until
+	// then plus its cost), their quantile and how many came since, kept
+	// as the FIFO latencies are.
+	realized      []time.Duration
+	realizedQ     time.Duration
+	realizedSince int
 	// With Bound.Measured: every ack of a message dispatched before its
 	// FIFO moment, at the position it left from, with how much longer
 	// than predicted it ran.
@@ -144,6 +150,20 @@ func (m *refSched) push(r *refItem, now time.Time) {
 		m.tailQ = last[min(len(last)-1, int(b.Tail*float64(len(last))))]
 		m.tailSince = 0
 	}
+	if b := m.cfg.Bound; b != nil && b.TailRisk > 0 && len(m.realized) > 0 && (m.realizedQ == 0 || m.realizedSince >= tailRefresh) {
+		last := slices.Clone(m.realized[max(0, len(m.realized)-tailSize):])
+		slices.Sort(last)
+		m.realizedQ = last[min(len(last)-1, int(b.Tail*float64(len(last))))]
+		m.realizedSince = 0
+	}
+}
+
+// tailAtRisk: the tail cap applies always without TailRisk, and with it
+// while the realized quantile is above TailRisk times the FIFO one, or
+// unknown.
+func (m *refSched) tailAtRisk() bool {
+	r := m.cfg.Bound.TailRisk
+	return r <= 0 || m.realizedQ == 0 || float64(m.realizedQ) > r*float64(m.tailQ)
 }
 
 // promote gives every waiting guarded item whose FIFO position the work
@@ -168,7 +188,7 @@ func (m *refSched) setDeadline(r *refItem, now time.Time) {
 	if r.long && b.LongGuard != nil {
 		// A long message's own guard, if tighter.
 		slack = min(slack, *b.LongGuard*float64(lat))
-	} else if b.Tail > 0 && m.tailQ > 0 {
+	} else if b.Tail > 0 && m.tailQ > 0 && m.tailAtRisk() {
 		// Up to the tail quantile, or GuardMin of its latency if more.
 		slack = min(slack, max(b.GuardMin*float64(lat), float64(m.tailQ-lat)))
 	}
@@ -299,6 +319,10 @@ func (m *refSched) pop(now time.Time) *refItem {
 		// shorter messages.
 		r = late
 	}
+	if b != nil && b.TailRisk > 0 {
+		m.realized = append(m.realized, now.Sub(r.pushedAt)+r.cost)
+		m.realizedSince++
+	}
 	r.jumpedAt = b != nil && b.Measured && !r.pastFIFO
 	r.ranFrom = r.fifoPos
 	m.remove(r)
@@ -365,6 +389,7 @@ func randConfig(rng *rand.Rand) Config {
 				// and, at times, a guard of long messages' own.
 				cfg.Bound.Tail = []float64{0.5, 0.9, 0.99}[rng.IntN(3)]
 				cfg.Bound.GuardMin = float64(rng.IntN(5)) / 8
+				cfg.Bound.TailRisk = []float64{0, 0, 0.5, 1, 1.25}[rng.IntN(5)]
 				if rng.IntN(2) == 0 {
 					cfg.Bound.LongGuard = new(float64(rng.IntN(3)) / 8)
 				}
@@ -607,6 +632,9 @@ func idOf(it *Item) any {
 func checkState(t *testing.T, s *Scheduler, m *refSched, fail func(string, ...any)) {
 	if s.tail.q != int64(m.tailQ) || s.tail.since != m.tailSince {
 		fail("tail quantile %v after %d latencies, model %v after %d", time.Duration(s.tail.q), s.tail.since, m.tailQ, m.tailSince)
+	}
+	if s.realized.q != int64(m.realizedQ) || s.realized.since != m.realizedSince {
+		fail("realized quantile %v after %d latencies, model %v after %d", time.Duration(s.realized.q), s.realized.since, m.realizedQ, m.realizedSince)
 	}
 	t.Helper()
 	waiting := m.waiting()

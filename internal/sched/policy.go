@@ -86,6 +86,10 @@ var (
 	// measured durations of the messages that jumped the line
 	// (Bound.Measured).
 	DefaultMeasured = false
+	// DefaultTailRisk applies the tail cap only while the latencies the
+	// queue's dispatches realize reach past this times the FIFO tail
+	// (Bound.TailRisk); 0 applies it always.
+	DefaultTailRisk = 0.0
 )
 
 // Policy is a named policy resolved to a scheduler configuration and a way of
@@ -165,6 +169,8 @@ type PolicyOptions struct {
 	LongKeysByTail *bool
 	// Measured, when set, overrides DefaultMeasured (Bound.Measured).
 	Measured *bool
+	// TailRisk, when set, overrides DefaultTailRisk (Bound.TailRisk).
+	TailRisk *float64
 }
 
 // NewPolicy resolves a policy name ("" means DefaultPolicy).
@@ -243,6 +249,9 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 			bound.Tail, bound.GuardMin = orDefault(o.Tail, DefaultTail), orDefault(o.GuardMin, DefaultGuardMin)
 			if lg := orDefault(o.LongGuard, DefaultLongGuard); lg >= 0 {
 				bound.LongGuard = &lg
+			}
+			if bound.Tail > 0 {
+				bound.TailRisk = orDefault(o.TailRisk, DefaultTailRisk)
 			}
 			bound.Measured = DefaultMeasured && !o.VirtualFIFO
 			if o.Measured != nil {

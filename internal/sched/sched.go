@@ -96,6 +96,16 @@ const maxLevels = 64
 // past its FIFO moment: up to Q, where the quantile lies, and never more
 // than GuardMin L beyond it. A Long message is held at most LongGuard L.
 //
+// The cap only where the tail is at risk (TailRisk). Holding the messages
+// near Q costs the all-message P99 only where the queue's own dispatches
+// already reach past FIFO's tail; elsewhere (a queue whose P99 is made by
+// its longest jobs, which the long bound holds to their FIFO start) it
+// costs the mean for nothing. With TailRisk above 0 the scheduler also
+// keeps the latencies its dispatches realize, in the same terms (the wait
+// until dispatch plus the predicted cost), over the latest tailSize, and
+// applies the cap only while their Tail quantile is above TailRisk times
+// Q, or before it knows either; otherwise a message gets the full Guard L.
+//
 // FIFO's progress (VirtualFIFO). By default "the predicted work dispatched"
 // above is the scheduler's own count, which is not FIFO's: FIFO keeps more
 // long work in service at once, and the count does not see workers at all.
@@ -138,6 +148,9 @@ type Bound struct {
 	// held for more than GuardMin times its own.
 	Tail     float64
 	GuardMin float64
+	// TailRisk, when above 0, applies the Tail cap only while the tail is
+	// at risk (see Bound).
+	TailRisk float64
 	// LongGuard, when set, is the guard of Long messages in place of
 	// Guard (the smaller of the two applies): 0 sends a long message as
 	// soon as its FIFO moment comes.
@@ -195,6 +208,9 @@ func (c Config) Validate() error {
 		}
 		if math.IsNaN(b.Tail) || b.Tail < 0 || b.Tail >= 1 {
 			return fmt.Errorf("sched: bound tail quantile must be 0 (off) or between 0 and 1, got %v", b.Tail)
+		}
+		if math.IsNaN(b.TailRisk) || b.TailRisk < 0 || b.TailRisk > 1000 || b.TailRisk > 0 && b.Tail == 0 {
+			return fmt.Errorf("sched: bound tail risk must be 0 (off) or positive with a tail quantile, got %v", b.TailRisk)
 		}
 		if math.IsNaN(b.GuardMin) || b.GuardMin < 0 || b.GuardMin > 1000 {
 			return fmt.Errorf("sched: bound guard minimum must be 0 to 1000, got %v", b.GuardMin)
@@ -399,6 +415,9 @@ type Scheduler struct {
 	// With Bound.Tail: the FIFO latencies of the latest messages to reach
 	// their FIFO moment, and their Tail quantile as of the last refresh.
 	tail tailWindow
+	// With Bound.TailRisk: the latencies the scheduler's own dispatches
+	// realized, and their Tail quantile, refreshed as tail is.
+	realized tailWindow
 	// With Bound.Measured: the measured work beyond prediction of the
 	// messages that ran after jumping others (see Ran).
 	ran ranMarks
@@ -571,6 +590,9 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 func (s *Scheduler) refreshTail() {
 	if b := s.cfg.Bound; b != nil && b.Tail > 0 {
 		s.tail.refresh(b.Tail)
+		if b.TailRisk > 0 {
+			s.realized.refresh(b.Tail)
+		}
 	}
 }
 
@@ -686,6 +708,9 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 			it = l
 			s.Guarded++
 		}
+	}
+	if b := s.cfg.Bound; b != nil && b.TailRisk > 0 {
+		s.realized.add(now.UnixNano() - it.pushedAt + int64(it.Cost))
 	}
 	jumped := s.measured() && (it.guard() == guardFIFO || s.dueOrdered && it.dueIdx >= 0 && it.guard() == guardNone)
 	pos := it.pos()
@@ -856,10 +881,18 @@ func (s *Scheduler) guardDeadline(it *Item, at time.Time) int64 {
 	switch {
 	case it.Long && b.LongGuard != nil:
 		slack = min(slack, *b.LongGuard*fifoLatency)
-	case b.Tail > 0 && s.tail.q > 0:
+	case b.Tail > 0 && s.tail.q > 0 && s.tailAtRisk():
 		slack = min(slack, max(b.GuardMin*fifoLatency, float64(s.tail.q)-fifoLatency))
 	}
 	return at.UnixNano() + int64(slack)
+}
+
+// tailAtRisk reports whether the Tail cap applies: always without
+// Bound.TailRisk; with it, while the realized tail is above TailRisk times
+// FIFO's, or not known yet.
+func (s *Scheduler) tailAtRisk() bool {
+	r := s.cfg.Bound.TailRisk
+	return r <= 0 || s.realized.q == 0 || float64(s.realized.q) > r*float64(s.tail.q)
 }
 
 // choose picks the head of a non-empty level by the discipline.

@@ -62,7 +62,7 @@ func KeyOracleArms() []Arm {
 		// The fixed guard the goal was set against: no adaptation.
 		a.Options.Tail, a.Options.LongGuard = new(0.0), new(-1.0)
 		a.Options.GatedMean, a.Options.LongKeysByTail = new(false), new(false)
-		a.Options.Measured = new(false)
+		a.Options.Measured, a.Options.TailRisk = new(false), new(0.0)
 		arms = append(arms, a)
 	}
 	return arms
@@ -70,7 +70,8 @@ func KeyOracleArms() []Arm {
 
 // ParseArm reads an arm with optional settings: a name ArmByName knows,
 // then after a colon comma-separated key=value pairs: the bounded policy's
-// guard, overtake, stretch, tail, guardmin and longguard (sched.Bound),
+// guard, overtake, stretch, tail, guardmin, longguard and tailrisk
+// (sched.Bound),
 // gatedmean, keysbytail and measured (1 on, 0 off) and the predictor's
 // longkeys,
 // e.g. "predictive:guard=0.25,overtake=0.1" or "predictive:tail=0".
@@ -118,8 +119,10 @@ func ParseArm(spec string, types []workload.JobType) (Arm, error) {
 			a.Predictor.LongKeys = f
 		case "measured":
 			a.Options.Measured = new(f != 0)
+		case "tailrisk":
+			a.Options.TailRisk = new(f)
 		default:
-			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys or measured)", spec, k)
+			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys, measured or tailrisk)", spec, k)
 		}
 	}
 	return a, nil
