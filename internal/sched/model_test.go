@@ -16,6 +16,7 @@ type refItem struct {
 	tier     int
 	cost     time.Duration
 	long     bool
+	unsure   bool
 	expires  time.Time
 	queued   bool
 	level    int
@@ -189,8 +190,13 @@ func (m *refSched) setDeadline(r *refItem, now time.Time) {
 		// A long message's own guard, if tighter.
 		slack = min(slack, *b.LongGuard*float64(lat))
 	} else if b.Tail > 0 && m.tailQ > 0 && m.tailAtRisk() {
-		// Up to the tail quantile, or GuardMin of its latency if more.
-		slack = min(slack, max(b.GuardMin*float64(lat), float64(m.tailQ-lat)))
+		// Up to the tail quantile, or GuardMin of its latency if more
+		// (UnsureGuardMin for a message whose cost is a guess).
+		gmin := b.GuardMin
+		if r.unsure && b.UnsureGuardMin != nil {
+			gmin = *b.UnsureGuardMin
+		}
+		slack = min(slack, max(gmin*float64(lat), float64(m.tailQ-lat)))
 	}
 	r.deadline = now.Add(time.Duration(slack))
 	r.pastFIFO = true
@@ -391,6 +397,9 @@ func randConfig(rng *rand.Rand) Config {
 				cfg.Bound.GuardMin = float64(rng.IntN(5)) / 8
 				cfg.Bound.TailRisk = []float64{0, 0, 0.5, 1, 1.25}[rng.IntN(5)]
 				if rng.IntN(2) == 0 {
+					cfg.Bound.UnsureGuardMin = new(float64(rng.IntN(3)) / 8)
+				}
+				if rng.IntN(2) == 0 {
 					cfg.Bound.LongGuard = new(float64(rng.IntN(3)) / 8)
 				}
 			}
@@ -509,14 +518,16 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 				tier: rng.IntN(cfg.Levels+2) - 1, // out-of-range tiers are clamped
 				// Multiples of 1/8 s add up exactly in any order, so the
 				// model's work counts match the scheduler's bit for bit.
-				cost: time.Duration(1+rng.IntN(6)) * time.Second / 8,
-				long: rng.IntN(5) == 0,
-				id:   id,
+				cost:   time.Duration(1+rng.IntN(6)) * time.Second / 8,
+				long:   rng.IntN(5) == 0,
+				unsure: rng.IntN(3) == 0,
+				id:     id,
 			}
 			if rng.IntN(3) == 0 {
 				r.expires = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
 			}
 			r.it = &Item{ID: id, Tier: int8(r.tier), Cost: r.cost, Long: r.long}
+			r.it.SetUnsure(r.unsure)
 			r.it.SetExpires(r.expires)
 			m.items = append(m.items, r)
 			byItem[r.it] = r
@@ -524,7 +535,7 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 			if !r.expires.IsZero() {
 				ttl = r.expires.Sub(now)
 			}
-			logf("%d: push %d tier %d cost %v long %v expires in %s", op, id, r.tier, r.cost, r.long, ttl)
+			logf("%d: push %d tier %d cost %v long %v unsure %v expires in %s", op, id, r.tier, r.cost, r.long, r.unsure, ttl)
 			push(r)
 		case k < 14:
 			logf("%d: pop at +%v", op, now.Sub(time.Unix(1_000_000, 0)))

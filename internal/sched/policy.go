@@ -171,6 +171,9 @@ type PolicyOptions struct {
 	Measured *bool
 	// TailRisk, when set, overrides DefaultTailRisk (Bound.TailRisk).
 	TailRisk *float64
+	// UnsureGuardMin, when set, is the guard minimum of messages whose
+	// cost is a guess (Bound.UnsureGuardMin); nil or negative: GuardMin.
+	UnsureGuardMin *float64
 }
 
 // NewPolicy resolves a policy name ("" means DefaultPolicy).
@@ -252,6 +255,9 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 			}
 			if bound.Tail > 0 {
 				bound.TailRisk = orDefault(o.TailRisk, DefaultTailRisk)
+				if g := o.UnsureGuardMin; g != nil && *g >= 0 {
+					bound.UnsureGuardMin = new(*g)
+				}
 			}
 			bound.Measured = DefaultMeasured && !o.VirtualFIFO
 			if o.Measured != nil {

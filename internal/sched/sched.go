@@ -151,6 +151,10 @@ type Bound struct {
 	// TailRisk, when above 0, applies the Tail cap only while the tail is
 	// at risk (see Bound).
 	TailRisk float64
+	// UnsureGuardMin, when set, is GuardMin for an Unsure item: a message
+	// whose cost the predictor could only guess is held past the tail
+	// quantile by this share of its FIFO latency instead.
+	UnsureGuardMin *float64
 	// LongGuard, when set, is the guard of Long messages in place of
 	// Guard (the smaller of the two applies): 0 sends a long message as
 	// soon as its FIFO moment comes.
@@ -211,6 +215,9 @@ func (c Config) Validate() error {
 		}
 		if math.IsNaN(b.TailRisk) || b.TailRisk < 0 || b.TailRisk > 1000 || b.TailRisk > 0 && b.Tail == 0 {
 			return fmt.Errorf("sched: bound tail risk must be 0 (off) or positive with a tail quantile, got %v", b.TailRisk)
+		}
+		if g := b.UnsureGuardMin; g != nil && (math.IsNaN(*g) || *g < 0 || *g > 1000) {
+			return fmt.Errorf("sched: bound guard minimum of unsure messages must be 0 to 1000, got %v", *g)
 		}
 		if math.IsNaN(b.GuardMin) || b.GuardMin < 0 || b.GuardMin > 1000 {
 			return fmt.Errorf("sched: bound guard minimum must be 0 to 1000, got %v", b.GuardMin)
@@ -285,6 +292,7 @@ const (
 	stateQueued   itemState = 4  // waiting in a scheduler
 	statePromoted itemState = 8  // moved up a level by aging
 	statePastDue  itemState = 16 // left the due heap for pastDue at its FIFO moment
+	stateUnsure   itemState = 32 // its cost is a guess (Item.SetUnsure); kept across Push
 )
 
 func (it *Item) guard() int8 { return int8(it.state & stateGuard) }
@@ -334,6 +342,14 @@ func (it *Item) SetParked(v int64) {
 // word that holds the item's place in its level while it waits: Push
 // overwrites it, and Pop and Remove leave it -1.
 func (it *Item) ParkedIndex() *int32 { return &it.levelIdx }
+
+// SetUnsure marks the item's predicted cost as a guess the predictor could
+// not size a single job by (a cold or spread-gated key), or clears the
+// mark. Set it before Push; Bound.UnsureGuardMin reads it.
+func (it *Item) SetUnsure(on bool) { it.setState(stateUnsure, on) }
+
+// Unsure reports whether the item's predicted cost is a guess (SetUnsure).
+func (it *Item) Unsure() bool { return it.state&stateUnsure != 0 }
 
 // SetTier sets the item's Tier, clamped to the levels a scheduler may have.
 func (it *Item) SetTier(t int) { it.Tier = int8(min(max(t, 0), maxLevels-1)) }
@@ -882,7 +898,11 @@ func (s *Scheduler) guardDeadline(it *Item, at time.Time) int64 {
 	case it.Long && b.LongGuard != nil:
 		slack = min(slack, *b.LongGuard*fifoLatency)
 	case b.Tail > 0 && s.tail.q > 0 && s.tailAtRisk():
-		slack = min(slack, max(b.GuardMin*fifoLatency, float64(s.tail.q)-fifoLatency))
+		gmin := b.GuardMin
+		if b.UnsureGuardMin != nil && it.Unsure() {
+			gmin = *b.UnsureGuardMin
+		}
+		slack = min(slack, max(gmin*fifoLatency, float64(s.tail.q)-fifoLatency))
 	}
 	return at.UnixNano() + int64(slack)
 }

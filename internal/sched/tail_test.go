@@ -78,6 +78,20 @@ func TestAdaptiveGuardDeadline(t *testing.T) {
 			t.Errorf("%s: slack %v, want %v", c.name, got, c.slack)
 		}
 	}
+	// A message whose cost is a guess gets UnsureGuardMin past the tail:
+	// L = 2 s, a tenth of it.
+	s.cfg.Bound.UnsureGuardMin = new(0.1)
+	unsure := &Item{Cost: 1700 * time.Millisecond, pushedAt: t0.UnixNano()}
+	unsure.SetUnsure(true)
+	if got := time.Duration(s.guardDeadline(unsure, moment) - moment.UnixNano()); got != 200*time.Millisecond {
+		t.Errorf("unsure, past the tail: slack %v, want 200ms", got)
+	}
+	// Below the tail the quantile still gives it up to Q: L = 400 ms.
+	unsure.Cost = 100 * time.Millisecond
+	if got := time.Duration(s.guardDeadline(unsure, moment) - moment.UnixNano()); got != 200*time.Millisecond {
+		t.Errorf("unsure, below the tail: slack %v, want 200ms", got)
+	}
+	s.cfg.Bound.UnsureGuardMin = nil
 	// With no tail known yet, the fixed guard.
 	s.tail.q = 0
 	it := &Item{Cost: 600 * time.Millisecond, pushedAt: t0.UnixNano()}

@@ -70,8 +70,8 @@ func KeyOracleArms() []Arm {
 
 // ParseArm reads an arm with optional settings: a name ArmByName knows,
 // then after a colon comma-separated key=value pairs: the bounded policy's
-// guard, overtake, stretch, tail, guardmin, longguard and tailrisk
-// (sched.Bound),
+// guard, overtake, stretch, tail, guardmin, longguard, tailrisk and
+// unsuremin (sched.Bound),
 // gatedmean, keysbytail and measured (1 on, 0 off) and the predictor's
 // longkeys,
 // e.g. "predictive:guard=0.25,overtake=0.1" or "predictive:tail=0".
@@ -121,8 +121,10 @@ func ParseArm(spec string, types []workload.JobType) (Arm, error) {
 			a.Options.Measured = new(f != 0)
 		case "tailrisk":
 			a.Options.TailRisk = new(f)
+		case "unsuremin":
+			a.Options.UnsureGuardMin = new(f)
 		default:
-			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys, measured or tailrisk)", spec, k)
+			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys, measured, tailrisk or unsuremin)", spec, k)
 		}
 	}
 	return a, nil
