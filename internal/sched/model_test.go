@@ -16,6 +16,7 @@ type refItem struct {
 	tier     int
 	cost     time.Duration
 	long     bool
+	unsure   bool
 	expires  time.Time
 	queued   bool
 	level    int
@@ -32,6 +33,10 @@ type refItem struct {
 	fifoPos  float64
 	deadline time.Time
 	pastFIFO bool
+	// With Bound.Measured: the FIFO position it was last dispatched from,
+	// if that was before its FIFO moment and its ack has yet to come.
+	ranFrom  float64
+	jumpedAt bool
 }
 
 // refSched is a reference model of Scheduler written from its documentation
@@ -48,6 +53,46 @@ type refSched struct {
 	lats      []time.Duration
 	tailQ     time.Duration
 	tailSince int
+	// With Bound.TailRisk: every latency a Pop realized (its wait until
+	// then plus its cost), their quantile and how many came since, kept
+	// as the FIFO latencies are.
+	realized      []time.Duration
+	realizedQ     time.Duration
+	realizedSince int
+	// With Bound.Measured: every ack of a message dispatched before its
+	// FIFO moment, at the position it left from, with how much longer
+	// than predicted it ran.
+	marks []refMark
+}
+
+type refMark struct {
+	pos   float64
+	extra time.Duration
+}
+
+// measured is the extra work counted toward r's FIFO moment: that of the
+// acks of messages dispatched before their moments from positions above
+// r's, while r waits for its own.
+func (m *refSched) measured(r *refItem) float64 {
+	if r.pastFIFO {
+		return 0
+	}
+	var sum time.Duration
+	for _, k := range m.marks {
+		if k.pos > r.fifoPos {
+			sum += k.extra
+		}
+	}
+	return float64(sum) / 1e9
+}
+
+// ran is the ack of r, which ran for took.
+func (m *refSched) ran(r *refItem, took time.Duration) {
+	if b := m.cfg.Bound; b == nil || !b.Measured || r.queued || !r.jumpedAt {
+		return
+	}
+	r.jumpedAt = false
+	m.marks = append(m.marks, refMark{r.ranFrom, max(took, 0) - r.cost})
 }
 
 func newRef(cfg Config) *refSched {
@@ -106,6 +151,20 @@ func (m *refSched) push(r *refItem, now time.Time) {
 		m.tailQ = last[min(len(last)-1, int(b.Tail*float64(len(last))))]
 		m.tailSince = 0
 	}
+	if b := m.cfg.Bound; b != nil && b.TailRisk > 0 && len(m.realized) > 0 && (m.realizedQ == 0 || m.realizedSince >= tailRefresh) {
+		last := slices.Clone(m.realized[max(0, len(m.realized)-tailSize):])
+		slices.Sort(last)
+		m.realizedQ = last[min(len(last)-1, int(b.Tail*float64(len(last))))]
+		m.realizedSince = 0
+	}
+}
+
+// tailAtRisk: the tail cap applies always without TailRisk, and with it
+// while the realized quantile is above TailRisk times the FIFO one, or
+// unknown.
+func (m *refSched) tailAtRisk() bool {
+	r := m.cfg.Bound.TailRisk
+	return r <= 0 || m.realizedQ == 0 || float64(m.realizedQ) > r*float64(m.tailQ)
 }
 
 // promote gives every waiting guarded item whose FIFO position the work
@@ -117,7 +176,7 @@ func (m *refSched) promote(now time.Time) {
 		return
 	}
 	for _, r := range m.waiting() {
-		if !r.pastFIFO && r.fifoPos <= m.deqWork {
+		if !r.pastFIFO && r.fifoPos <= m.deqWork+m.measured(r) {
 			m.setDeadline(r, now)
 		}
 	}
@@ -130,9 +189,14 @@ func (m *refSched) setDeadline(r *refItem, now time.Time) {
 	if r.long && b.LongGuard != nil {
 		// A long message's own guard, if tighter.
 		slack = min(slack, *b.LongGuard*float64(lat))
-	} else if b.Tail > 0 && m.tailQ > 0 {
-		// Up to the tail quantile, or GuardMin of its latency if more.
-		slack = min(slack, max(b.GuardMin*float64(lat), float64(m.tailQ-lat)))
+	} else if b.Tail > 0 && m.tailQ > 0 && m.tailAtRisk() {
+		// Up to the tail quantile, or GuardMin of its latency if more
+		// (UnsureGuardMin for a message whose cost is a guess).
+		gmin := b.GuardMin
+		if r.unsure && b.UnsureGuardMin != nil {
+			gmin = *b.UnsureGuardMin
+		}
+		slack = min(slack, max(gmin*float64(lat), float64(m.tailQ-lat)))
 	}
 	r.deadline = now.Add(time.Duration(slack))
 	r.pastFIFO = true
@@ -247,16 +311,26 @@ func (m *refSched) pop(now time.Time) *refItem {
 		}
 	}
 	guardDue := late != nil && !late.deadline.After(now)
+	// A due point is counted like the FIFO moment while its message waits
+	// for that; with the default's shape a message past its moment is due.
+	b := m.cfg.Bound
+	dueShape := b != nil && b.Guard != nil && b.Stretch > -1 && b.Stretch <= 0 && b.MinSlack == 0 && (b.Others == nil || *b.Others == b.Stretch)
 	var r *refItem
 	if guardDue {
 		r = late
-	} else if due != nil && due.due <= m.deqWork {
+	} else if due != nil && (dueShape && due.pastFIFO || due.due <= m.deqWork+m.measured(due)) {
 		r = due
 	} else if r = m.chooseLevel(); late != nil && r != late && m.cfg.Bound.Overtake > 0 && float64(r.cost) > m.cfg.Bound.Overtake*float64(late.cost) {
 		// Past its FIFO moment, late may be overtaken only by much
 		// shorter messages.
 		r = late
 	}
+	if b != nil && b.TailRisk > 0 {
+		m.realized = append(m.realized, now.Sub(r.pushedAt)+r.cost)
+		m.realizedSince++
+	}
+	r.jumpedAt = b != nil && b.Measured && !r.pastFIFO
+	r.ranFrom = r.fifoPos
 	m.remove(r)
 	m.promote(now)
 	return r
@@ -321,10 +395,16 @@ func randConfig(rng *rand.Rand) Config {
 				// and, at times, a guard of long messages' own.
 				cfg.Bound.Tail = []float64{0.5, 0.9, 0.99}[rng.IntN(3)]
 				cfg.Bound.GuardMin = float64(rng.IntN(5)) / 8
+				cfg.Bound.TailRisk = []float64{0, 0, 0.5, 1, 1.25}[rng.IntN(5)]
+				if rng.IntN(2) == 0 {
+					cfg.Bound.UnsureGuardMin = new(float64(rng.IntN(3)) / 8)
+				}
 				if rng.IntN(2) == 0 {
 					cfg.Bound.LongGuard = new(float64(rng.IntN(3)) / 8)
 				}
 			}
+			// Measured work toward the FIFO moments (Scheduler.Ran).
+			cfg.Bound.Measured = rng.IntN(2) == 0
 			if rng.IntN(2) == 0 {
 				// The default's shape, where the due heap stands in for the
 				// FIFO line (Scheduler.dueOrdered): one stretch from -0.75
@@ -438,14 +518,16 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 				tier: rng.IntN(cfg.Levels+2) - 1, // out-of-range tiers are clamped
 				// Multiples of 1/8 s add up exactly in any order, so the
 				// model's work counts match the scheduler's bit for bit.
-				cost: time.Duration(1+rng.IntN(6)) * time.Second / 8,
-				long: rng.IntN(5) == 0,
-				id:   id,
+				cost:   time.Duration(1+rng.IntN(6)) * time.Second / 8,
+				long:   rng.IntN(5) == 0,
+				unsure: rng.IntN(3) == 0,
+				id:     id,
 			}
 			if rng.IntN(3) == 0 {
 				r.expires = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
 			}
 			r.it = &Item{ID: id, Tier: int8(r.tier), Cost: r.cost, Long: r.long}
+			r.it.SetUnsure(r.unsure)
 			r.it.SetExpires(r.expires)
 			m.items = append(m.items, r)
 			byItem[r.it] = r
@@ -453,7 +535,7 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 			if !r.expires.IsZero() {
 				ttl = r.expires.Sub(now)
 			}
-			logf("%d: push %d tier %d cost %v long %v expires in %s", op, id, r.tier, r.cost, r.long, ttl)
+			logf("%d: push %d tier %d cost %v long %v unsure %v expires in %s", op, id, r.tier, r.cost, r.long, r.unsure, ttl)
 			push(r)
 		case k < 14:
 			logf("%d: pop at +%v", op, now.Sub(time.Unix(1_000_000, 0)))
@@ -473,6 +555,15 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 				ended(want, "popped")
 				popped = append(popped, want)
 			}
+		case k < 15 && len(popped) > 0: // ack: the run's measured duration
+			i := rng.IntN(len(popped))
+			r := popped[i]
+			popped = slices.Delete(popped, i, i+1)
+			// In eighths of a second, as costs are, so sums stay exact.
+			took := time.Duration(rng.IntN(17)) * time.Second / 8
+			logf("%d: ack %d took %v", op, r.it.ID, took)
+			s.Ran(r.it, took)
+			m.ran(r, took)
 		case k < 16 && len(popped) > 0: // nack: redeliver a dispatched message
 			i := rng.IntN(len(popped))
 			r := popped[i]
@@ -552,6 +643,9 @@ func idOf(it *Item) any {
 func checkState(t *testing.T, s *Scheduler, m *refSched, fail func(string, ...any)) {
 	if s.tail.q != int64(m.tailQ) || s.tail.since != m.tailSince {
 		fail("tail quantile %v after %d latencies, model %v after %d", time.Duration(s.tail.q), s.tail.since, m.tailQ, m.tailSince)
+	}
+	if s.realized.q != int64(m.realizedQ) || s.realized.since != m.realizedSince {
+		fail("realized quantile %v after %d latencies, model %v after %d", time.Duration(s.realized.q), s.realized.since, m.realizedQ, m.realizedSince)
 	}
 	t.Helper()
 	waiting := m.waiting()

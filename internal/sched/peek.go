@@ -223,7 +223,7 @@ func (p *peeker) next() *Item {
 	if p.s.vf != nil {
 		done = p.vdone
 	}
-	if d := p.due.peek(); d != nil && d.due <= done {
+	if d := p.due.peek(); d != nil && d.due <= done+p.ranBeyond(d) {
 		return d
 	}
 	it := p.choose()
@@ -231,6 +231,15 @@ func (p *peeker) next() *Item {
 		it = l
 	}
 	return it
+}
+
+// ranBeyond mirrors Scheduler.ranBeyond: nothing for an item this Peek has
+// moved past its FIFO moment.
+func (p *peeker) ranBeyond(it *Item) float64 {
+	if _, passed := p.deadline[it]; passed {
+		return 0
+	}
+	return p.s.ranBeyond(it)
 }
 
 // dispatched mirrors what a dispatch does to the virtual run's clock.
@@ -251,7 +260,7 @@ func (p *peeker) promoteGuard() {
 	if !p.s.guarded() {
 		return
 	}
-	for it := p.fifoWait.peek(); it != nil && (p.gone[it] || it.pos() <= p.deq); it = p.fifoWait.peek() {
+	for it := p.fifoWait.peek(); it != nil && (p.gone[it] || it.pos() <= p.deq+p.s.ranBeyond(it)); it = p.fifoWait.peek() {
 		p.fifoWait.next()
 		if p.gone[it] {
 			continue
@@ -261,7 +270,7 @@ func (p *peeker) promoteGuard() {
 	if !p.s.dueOrdered {
 		return
 	}
-	for it := p.due.peek(); it != nil && (p.gone[it] || it.pos() <= p.deq); it = p.due.peek() {
+	for it := p.due.peek(); it != nil && (p.gone[it] || it.pos() <= p.deq+p.s.ranBeyond(it)); it = p.due.peek() {
 		p.due.next()
 		if p.gone[it] {
 			continue

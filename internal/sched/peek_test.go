@@ -8,7 +8,7 @@ import (
 )
 
 // peekScenario builds a scheduler from seed: a random configuration, then
-// random pushes, pops and removals over a few virtual seconds. Two calls
+// random pushes, pops, acks and removals over a few virtual seconds. Two calls
 // with the same seed build identical schedulers.
 func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 	t.Helper()
@@ -40,6 +40,7 @@ func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 			cfg.Bound.Overtake = float64(r.IntN(3)) / 4
 			cfg.Bound.VirtualFIFO = r.IntN(2) == 0
 			cfg.Bound.DispatchClock = cfg.Bound.VirtualFIFO && r.IntN(2) == 0
+			cfg.Bound.Measured = !cfg.Bound.VirtualFIFO && r.IntN(2) == 0
 			if !cfg.Bound.VirtualFIFO && r.IntN(2) == 0 {
 				// The default's shape (Scheduler.dueOrdered).
 				cfg.Bound.Stretch, cfg.Bound.MinSlack = -r.Float64()*0.9, 0
@@ -66,7 +67,10 @@ func peekScenario(t *testing.T, seed uint64) (*Scheduler, time.Time) {
 			mustPush(t, s, now, it)
 			out = append(out, it)
 		case k < 8:
-			s.Pop(now)
+			// Some dispatches are acked, with what they really took.
+			if it := s.Pop(now); it != nil && r.IntN(2) == 0 {
+				s.Ran(it, time.Duration(r.IntN(1500))*time.Millisecond)
+			}
 		case k < 9:
 			s.Remove(out[r.IntN(len(out))])
 		default: // a retry: popped, then pushed back keeping its place

@@ -54,6 +54,7 @@ func (q *Queue) Classify(it *Item, k predict.Key) predict.Prediction {
 	pr := q.Predictor.Predict(k)
 	it.Cost = pr.Cost
 	it.Long = pr.Long
+	it.SetUnsure(pr.Cold || pr.SpreadGated)
 	switch {
 	case q.Policy.Shadow:
 		it.Tier = 0
@@ -78,6 +79,7 @@ func (q *Queue) ClassifyKnown(it *Item, cost time.Duration) predict.Prediction {
 	it.Cost = pr.Cost
 	it.SetTier(pr.Tier)
 	it.Long = pr.Long
+	it.SetUnsure(false)
 	return pr
 }
 

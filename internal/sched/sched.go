@@ -86,7 +86,7 @@ const maxLevels = 64
 //
 // The guard adapts (Tail, GuardMin, LongGuard). A fixed Guard is too loose
 // for a busy queue and too tight for a quiet one: holding a message up to
-// half its FIFO latency costs nothing at the all-message P99 while its
+// half (or three quarters) of its FIFO latency costs nothing at the all-message P99 while its
 // latency stays below the latencies that make the P99, and a great deal
 // once the queue's messages all wait about as long as each other, as they
 // do under overload. So, with Tail, the scheduler keeps the FIFO latencies
@@ -95,6 +95,16 @@ const maxLevels = 64
 // latency is L is then held at most min(Guard L, max(GuardMin L, Q - L))
 // past its FIFO moment: up to Q, where the quantile lies, and never more
 // than GuardMin L beyond it. A Long message is held at most LongGuard L.
+//
+// The cap only where the tail is at risk (TailRisk). Holding the messages
+// near Q costs the all-message P99 only where the queue's own dispatches
+// already reach past FIFO's tail; elsewhere (a queue whose P99 is made by
+// its longest jobs, which the long bound holds to their FIFO start) it
+// costs the mean for nothing. With TailRisk above 0 the scheduler also
+// keeps the latencies its dispatches realize, in the same terms (the wait
+// until dispatch plus the predicted cost), over the latest tailSize, and
+// applies the cap only while their Tail quantile is above TailRisk times
+// Q, or before it knows either; otherwise a message gets the full Guard L.
 //
 // FIFO's progress (VirtualFIFO). By default "the predicted work dispatched"
 // above is the scheduler's own count, which is not FIFO's: FIFO keeps more
@@ -114,6 +124,17 @@ const maxLevels = 64
 // while none wait. A run in predicted costs on the wall clock drifts from
 // the real one by the sum of the prediction errors; this clock keeps it at
 // the real workers' pace.
+//
+// Measured work (Measured). The count above is in predicted work, and a
+// message that jumps ahead of others while they wait for their FIFO moment
+// takes a worker for as long as it really runs, not for its prediction.
+// With Measured, when such a message's ack says how long it ran
+// (Scheduler.Ran), the difference from its prediction is added to FIFO's
+// progress as seen by every message still waiting for its FIFO moment whose
+// FIFO position is below the ran message's: the messages it jumped. The
+// work of messages ahead in FIFO order needs no correction: it is on both
+// sides of the count. A long message's due point is counted the same way
+// while the message waits for its FIFO moment.
 type Bound struct {
 	Stretch       float64
 	MinSlack      time.Duration
@@ -127,10 +148,20 @@ type Bound struct {
 	// held for more than GuardMin times its own.
 	Tail     float64
 	GuardMin float64
+	// TailRisk, when above 0, applies the Tail cap only while the tail is
+	// at risk (see Bound).
+	TailRisk float64
+	// UnsureGuardMin, when set, is GuardMin for an Unsure item: a message
+	// whose cost the predictor could only guess is held past the tail
+	// quantile by this share of its FIFO latency instead.
+	UnsureGuardMin *float64
 	// LongGuard, when set, is the guard of Long messages in place of
 	// Guard (the smaller of the two applies): 0 sends a long message as
 	// soon as its FIFO moment comes.
 	LongGuard *float64
+	// Measured counts FIFO's progress in the measured durations of the
+	// messages that jumped the line (see Bound and Scheduler.Ran).
+	Measured bool
 }
 
 // Validate reports the first setting that makes no sense.
@@ -182,6 +213,12 @@ func (c Config) Validate() error {
 		if math.IsNaN(b.Tail) || b.Tail < 0 || b.Tail >= 1 {
 			return fmt.Errorf("sched: bound tail quantile must be 0 (off) or between 0 and 1, got %v", b.Tail)
 		}
+		if math.IsNaN(b.TailRisk) || b.TailRisk < 0 || b.TailRisk > 1000 || b.TailRisk > 0 && b.Tail == 0 {
+			return fmt.Errorf("sched: bound tail risk must be 0 (off) or positive with a tail quantile, got %v", b.TailRisk)
+		}
+		if g := b.UnsureGuardMin; g != nil && (math.IsNaN(*g) || *g < 0 || *g > 1000) {
+			return fmt.Errorf("sched: bound guard minimum of unsure messages must be 0 to 1000, got %v", *g)
+		}
 		if math.IsNaN(b.GuardMin) || b.GuardMin < 0 || b.GuardMin > 1000 {
 			return fmt.Errorf("sched: bound guard minimum must be 0 to 1000, got %v", b.GuardMin)
 		}
@@ -196,6 +233,9 @@ func (c Config) Validate() error {
 		}
 		if b.DispatchClock && !b.VirtualFIFO {
 			return fmt.Errorf("sched: the dispatch clock is the virtual FIFO run's: turn the run on or leave it off")
+		}
+		if b.Measured && (b.Guard == nil || b.VirtualFIFO) {
+			return fmt.Errorf("sched: measured work corrects the guard's own count: set a guard, without the virtual FIFO run")
 		}
 	}
 	return nil
@@ -228,6 +268,9 @@ type Item struct {
 	ttlIdx   int32
 	guardIdx int32
 
+	// due is its due point while in the due heap; once dispatched, with
+	// Bound.Measured, the FIFO position it was dispatched from before its
+	// FIFO moment (for Scheduler.Ran), or -1.
 	due float64
 	// The guard's view: when it was pushed, and one word that is its FIFO
 	// position while it waits for its FIFO moment (guardFIFO: the
@@ -249,6 +292,7 @@ const (
 	stateQueued   itemState = 4  // waiting in a scheduler
 	statePromoted itemState = 8  // moved up a level by aging
 	statePastDue  itemState = 16 // left the due heap for pastDue at its FIFO moment
+	stateUnsure   itemState = 32 // its cost is a guess (Item.SetUnsure); kept across Push
 )
 
 func (it *Item) guard() int8 { return int8(it.state & stateGuard) }
@@ -298,6 +342,14 @@ func (it *Item) SetParked(v int64) {
 // word that holds the item's place in its level while it waits: Push
 // overwrites it, and Pop and Remove leave it -1.
 func (it *Item) ParkedIndex() *int32 { return &it.levelIdx }
+
+// SetUnsure marks the item's predicted cost as a guess the predictor could
+// not size a single job by (a cold or spread-gated key), or clears the
+// mark. Set it before Push; Bound.UnsureGuardMin reads it.
+func (it *Item) SetUnsure(on bool) { it.setState(stateUnsure, on) }
+
+// Unsure reports whether the item's predicted cost is a guess (SetUnsure).
+func (it *Item) Unsure() bool { return it.state&stateUnsure != 0 }
 
 // SetTier sets the item's Tier, clamped to the levels a scheduler may have.
 func (it *Item) SetTier(t int) { it.Tier = int8(min(max(t, 0), maxLevels-1)) }
@@ -379,6 +431,12 @@ type Scheduler struct {
 	// With Bound.Tail: the FIFO latencies of the latest messages to reach
 	// their FIFO moment, and their Tail quantile as of the last refresh.
 	tail tailWindow
+	// With Bound.TailRisk: the latencies the scheduler's own dispatches
+	// realized, and their Tail quantile, refreshed as tail is.
+	realized tailWindow
+	// With Bound.Measured: the measured work beyond prediction of the
+	// messages that ran after jumping others (see Ran).
+	ran ranMarks
 
 	Promotions uint64 // messages moved up by aging, for metrics
 	Overdue    uint64 // messages dispatched because Bound said so
@@ -548,6 +606,9 @@ func (s *Scheduler) Push(it *Item, now time.Time) error {
 func (s *Scheduler) refreshTail() {
 	if b := s.cfg.Bound; b != nil && b.Tail > 0 {
 		s.tail.refresh(b.Tail)
+		if b.TailRisk > 0 {
+			s.realized.refresh(b.Tail)
+		}
 	}
 }
 
@@ -589,6 +650,7 @@ func (s *Scheduler) Remove(it *Item) bool {
 		it.setGuard(guardNone)
 	}
 	s.detach(it)
+	it.due = -1 // it never ran: nothing for Ran to count
 	// Work that will never run counts as done, so it delays nobody's bound.
 	s.deqWork += it.Cost.Seconds()
 	return true
@@ -653,7 +715,7 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 		// The due heap's order: these left it first, and are due.
 		it = p
 		s.Overdue++
-	} else if d := s.due.min(); d != nil && d.due <= s.fifoDone() {
+	} else if d := s.due.min(); d != nil && d.due <= s.fifoDone()+s.ranBeyond(d) {
 		it = d
 		s.Overdue++
 	} else {
@@ -663,13 +725,73 @@ func (s *Scheduler) Pop(now time.Time) *Item {
 			s.Guarded++
 		}
 	}
+	if b := s.cfg.Bound; b != nil && b.TailRisk > 0 {
+		s.realized.add(now.UnixNano() - it.pushedAt + int64(it.Cost))
+	}
+	jumped := s.measured() && (it.guard() == guardFIFO || s.dueOrdered && it.dueIdx >= 0 && it.guard() == guardNone)
+	pos := it.pos()
 	s.detach(it)
+	it.due = -1
+	if jumped {
+		// Dispatched before its FIFO moment: the work it really takes
+		// counts toward the moments of the messages it jumped (Ran).
+		it.due = pos
+	}
 	s.deqWork += it.Cost.Seconds()
 	if s.vf != nil {
 		s.vf.dispatched(it.Cost)
 	}
 	s.promote(now)
 	return it
+}
+
+func (s *Scheduler) measured() bool { return s.cfg.Bound != nil && s.cfg.Bound.Measured }
+
+// Ran tells the scheduler that it, which Pop returned, ran for took (what
+// its ack measured). With Bound.Measured, if it was dispatched before its
+// FIFO moment, the difference from its predicted cost counts toward the
+// FIFO moments (and, with the default's shape, the due points) of the
+// messages still waiting for theirs whose FIFO position is below its own:
+// FIFO would have run them before it, and it took a worker for as long as
+// it ran. Otherwise, and for an item not dispatched by this scheduler or
+// already reported, it does nothing.
+func (s *Scheduler) Ran(it *Item, took time.Duration) {
+	if !s.measured() || it.Queued() || it.due < 0 {
+		return
+	}
+	pos := it.due
+	it.due = -1
+	if extra := int64(max(took, 0) - it.Cost); extra != 0 && pos > s.minWaitingPos() {
+		s.ran.add(pos, extra)
+	}
+}
+
+// minWaitingPos is the lowest FIFO position of a message waiting for its
+// FIFO moment, or +Inf; marks at or below it apply to nobody, now or
+// later (messages pushed later have higher positions). Pop and Push call
+// it through promote.
+func (s *Scheduler) minWaitingPos() float64 {
+	m := math.Inf(1)
+	if it := s.fifoWait.front(); it != nil {
+		m = it.pos()
+	}
+	if s.dueOrdered {
+		if d := s.due.min(); d != nil && d.pos() < m {
+			m = d.pos()
+		}
+	}
+	return m
+}
+
+// ranBeyond is the extra measured work that counts toward it's FIFO
+// moment: that of the messages dispatched before their own moments from
+// FIFO positions above its own, in seconds. It is 0 unless it waits for
+// its FIFO moment (with the default's shape, also in the due heap).
+func (s *Scheduler) ranBeyond(it *Item) float64 {
+	if s.ran.n() == 0 || it.guard() != guardFIFO && !(s.dueOrdered && it.dueIdx >= 0 && it.guard() == guardNone) {
+		return 0
+	}
+	return float64(s.ran.beyond(it.pos())) / 1e9
 }
 
 func (s *Scheduler) guarded() bool { return s.cfg.Bound != nil && s.cfg.Bound.Guard != nil }
@@ -692,12 +814,15 @@ func (s *Scheduler) promote(now time.Time) {
 		s.advanceFIFO(now.UnixNano())
 		return
 	}
-	for it := s.fifoWait.front(); it != nil && it.pos() <= s.deqWork; it = s.fifoWait.front() {
+	if s.ran.n() > 0 {
+		s.ran.prune(s.minWaitingPos())
+	}
+	for it := s.fifoWait.front(); it != nil && it.pos() <= s.deqWork+s.ranBeyond(it); it = s.fifoWait.front() {
 		s.fifoWait.popFront()
 		s.setDeadline(it, now)
 	}
 	if s.dueOrdered {
-		for d := s.due.min(); d != nil && d.pos() <= s.deqWork; d = s.due.min() {
+		for d := s.due.min(); d != nil && d.pos() <= s.deqWork+s.ranBeyond(d); d = s.due.min() {
 			s.passDue(d, now)
 		}
 	}
@@ -772,10 +897,22 @@ func (s *Scheduler) guardDeadline(it *Item, at time.Time) int64 {
 	switch {
 	case it.Long && b.LongGuard != nil:
 		slack = min(slack, *b.LongGuard*fifoLatency)
-	case b.Tail > 0 && s.tail.q > 0:
-		slack = min(slack, max(b.GuardMin*fifoLatency, float64(s.tail.q)-fifoLatency))
+	case b.Tail > 0 && s.tail.q > 0 && s.tailAtRisk():
+		gmin := b.GuardMin
+		if b.UnsureGuardMin != nil && it.Unsure() {
+			gmin = *b.UnsureGuardMin
+		}
+		slack = min(slack, max(gmin*fifoLatency, float64(s.tail.q)-fifoLatency))
 	}
 	return at.UnixNano() + int64(slack)
+}
+
+// tailAtRisk reports whether the Tail cap applies: always without
+// Bound.TailRisk; with it, while the realized tail is above TailRisk times
+// FIFO's, or not known yet.
+func (s *Scheduler) tailAtRisk() bool {
+	r := s.cfg.Bound.TailRisk
+	return r <= 0 || s.realized.q == 0 || float64(s.realized.q) > r*float64(s.tail.q)
 }
 
 // choose picks the head of a non-empty level by the discipline.

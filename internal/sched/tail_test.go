@@ -78,10 +78,65 @@ func TestAdaptiveGuardDeadline(t *testing.T) {
 			t.Errorf("%s: slack %v, want %v", c.name, got, c.slack)
 		}
 	}
+	// A message whose cost is a guess gets UnsureGuardMin past the tail:
+	// L = 2 s, a tenth of it.
+	s.cfg.Bound.UnsureGuardMin = new(0.1)
+	unsure := &Item{Cost: 1700 * time.Millisecond, pushedAt: t0.UnixNano()}
+	unsure.SetUnsure(true)
+	if got := time.Duration(s.guardDeadline(unsure, moment) - moment.UnixNano()); got != 200*time.Millisecond {
+		t.Errorf("unsure, past the tail: slack %v, want 200ms", got)
+	}
+	// Below the tail the quantile still gives it up to Q: L = 400 ms.
+	unsure.Cost = 100 * time.Millisecond
+	if got := time.Duration(s.guardDeadline(unsure, moment) - moment.UnixNano()); got != 200*time.Millisecond {
+		t.Errorf("unsure, below the tail: slack %v, want 200ms", got)
+	}
+	s.cfg.Bound.UnsureGuardMin = nil
 	// With no tail known yet, the fixed guard.
 	s.tail.q = 0
 	it := &Item{Cost: 600 * time.Millisecond, pushedAt: t0.UnixNano()}
 	if got := time.Duration(s.guardDeadline(it, moment) - moment.UnixNano()); got != 450*time.Millisecond {
 		t.Errorf("no tail yet: slack %v, want 450ms", got)
+	}
+}
+
+// TestTailRiskDeadline works Bound.TailRisk out by hand: the tail cap of
+// TestAdaptiveGuardDeadline applies only while the latencies the
+// scheduler's dispatches realized have a quantile above TailRisk times
+// Q's, or before it knows one.
+func TestTailRiskDeadline(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1_700_000_000, 0)
+	guard := 0.5
+	s := mustNew(t, Config{Levels: 1, Discipline: Strict, ShortestFirst: true,
+		Bound: &Bound{Stretch: -0.1, Guard: &guard, Overtake: 0.25, Tail: 0.99, GuardMin: 0.25, TailRisk: 1}})
+	s.tail.q = int64(time.Second)
+	moment := t0.Add(300 * time.Millisecond)
+	// L = 900 ms: half would end at 1.35 s, past Q.
+	it := &Item{Cost: 600 * time.Millisecond, pushedAt: t0.UnixNano()}
+	for _, c := range []struct {
+		name     string
+		realized time.Duration
+		slack    time.Duration
+	}{
+		{"nothing realized yet: capped", 0, 225 * time.Millisecond},
+		{"realized tail below Q: the full half", 800 * time.Millisecond, 450 * time.Millisecond},
+		{"realized tail at Q: not above it", time.Second, 450 * time.Millisecond},
+		{"realized tail past Q: capped", 1100 * time.Millisecond, 225 * time.Millisecond},
+	} {
+		s.realized.q = int64(c.realized)
+		if got := time.Duration(s.guardDeadline(it, moment) - moment.UnixNano()); got != c.slack {
+			t.Errorf("%s: slack %v, want %v", c.name, got, c.slack)
+		}
+	}
+	// What a Pop realizes: its wait until then plus its predicted cost.
+	s.realized = tailWindow{}
+	x := &Item{Cost: 200 * time.Millisecond}
+	if err := s.Push(x, t0); err != nil {
+		t.Fatal(err)
+	}
+	s.Pop(t0.Add(700 * time.Millisecond))
+	if len(s.realized.ring) != 1 || s.realized.ring[0] != int64(900*time.Millisecond) {
+		t.Fatalf("realized %v, want [900ms]", s.realized.ring)
 	}
 }

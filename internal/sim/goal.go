@@ -62,6 +62,7 @@ func KeyOracleArms() []Arm {
 		// The fixed guard the goal was set against: no adaptation.
 		a.Options.Tail, a.Options.LongGuard = new(0.0), new(-1.0)
 		a.Options.GatedMean, a.Options.LongKeysByTail = new(false), new(false)
+		a.Options.Measured, a.Options.TailRisk = new(false), new(0.0)
 		arms = append(arms, a)
 	}
 	return arms
@@ -69,8 +70,10 @@ func KeyOracleArms() []Arm {
 
 // ParseArm reads an arm with optional settings: a name ArmByName knows,
 // then after a colon comma-separated key=value pairs: the bounded policy's
-// guard, overtake, stretch, tail, guardmin and longguard (sched.Bound),
-// gatedmean and keysbytail (1 on, 0 off) and the predictor's longkeys,
+// guard, overtake, stretch, tail, guardmin, longguard, tailrisk and
+// unsuremin (sched.Bound),
+// gatedmean, keysbytail and measured (1 on, 0 off) and the predictor's
+// longkeys,
 // e.g. "predictive:guard=0.25,overtake=0.1" or "predictive:tail=0".
 // "key-oracle" is the default policy on each key's true mean duration.
 func ParseArm(spec string, types []workload.JobType) (Arm, error) {
@@ -114,8 +117,14 @@ func ParseArm(spec string, types []workload.JobType) (Arm, error) {
 			a.Options.LongKeysByTail = new(f != 0)
 		case "longkeys":
 			a.Predictor.LongKeys = f
+		case "measured":
+			a.Options.Measured = new(f != 0)
+		case "tailrisk":
+			a.Options.TailRisk = new(f)
+		case "unsuremin":
+			a.Options.UnsureGuardMin = new(f)
 		default:
-			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail or longkeys)", spec, k)
+			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys, measured, tailrisk or unsuremin)", spec, k)
 		}
 	}
 	return a, nil
