@@ -45,15 +45,11 @@ var (
 	// would start it however short the queue.
 	DefaultMinSlack time.Duration = 0
 	// DefaultGuard is the bounded policy's guard on every message (see
-	// Bound.Guard): no message finishes much later than 1.75 times the
-	// latency FIFO would have given it, and (with DefaultTail) none whose
-	// FIFO latency is near the recent P99 later than 1.3 times. 0.5 until
-	// 2026-12-07: with the tail cap in place the cap, not the guard,
-	// holds the tail, and 0.75 keeps more of the mean on a busy queue.
-	// docs/policy.md gives the reasons and the figures at 0.1 and 0.25,
-	// which hold the tail closer to FIFO and give up most of the gain in
-	// mean latency.
-	DefaultGuard = 0.75
+	// Bound.Guard): no message finishes much later than 1.5 times the
+	// latency FIFO would have given it. docs/policy.md gives the reasons
+	// and the figures at 0.1 and 0.25, which hold the tail closer to FIFO
+	// and give up most of the gain in mean latency.
+	DefaultGuard = 0.5
 	// DefaultLongShare is the share of the recent predicted work whose
 	// messages the bounded policy's predictor marks long (predict.Config's
 	// LongShare): a hundredth, so that in practice only the costliest
@@ -69,8 +65,8 @@ var (
 	// (predict.Config's LongKeys): the costliest twentieth by a slow mean
 	// of each key's durations, at least one key. A rare, costly kind of
 	// job carries too little of the recent work to reach the 1% cut, and
-	// is then left to the guard, which lets it start up to three quarters
-	// of its FIFO latency late; this keeps the costliest kinds of job to their FIFO
+	// is then left to the guard, which lets it start up to half its FIFO
+	// latency late; this keeps the costliest kinds of job to their FIFO
 	// start (docs/policy.md).
 	DefaultLongKeys = 0.05
 	// DefaultOvertake is the guard's overtaking ratio (Bound.Overtake):
@@ -80,12 +76,11 @@ var (
 	// DefaultTail, DefaultGuardMin and DefaultLongGuard adapt the guard to
 	// the queue (Bound.Tail): a message may be held up to DefaultGuard
 	// times its FIFO latency while it stays below the P99 of the recent
-	// FIFO latencies, and 0.3 times it past that (0.35 until 2026-12-07);
-	// a long message not at all past its FIFO moment. docs/policy.md has
-	// the matrix they were measured on, and what each part does there;
-	// lab/notes/policy.md the variants around them.
+	// FIFO latencies, and 0.35 times it past that; a long message not at
+	// all past its FIFO moment. docs/policy.md has the matrix they were
+	// measured on, and what each part does there.
 	DefaultTail      = 0.99
-	DefaultGuardMin  = 0.3
+	DefaultGuardMin  = 0.35
 	DefaultLongGuard = 0.0
 	// DefaultMeasured is whether the guard counts FIFO's progress in the
 	// measured durations of the messages that jumped the line

@@ -86,7 +86,7 @@ const maxLevels = 64
 //
 // The guard adapts (Tail, GuardMin, LongGuard). A fixed Guard is too loose
 // for a busy queue and too tight for a quiet one: holding a message up to
-// half (or three quarters) of its FIFO latency costs nothing at the all-message P99 while its
+// half its FIFO latency costs nothing at the all-message P99 while its
 // latency stays below the latencies that make the P99, and a great deal
 // once the queue's messages all wait about as long as each other, as they
 // do under overload. So, with Tail, the scheduler keeps the FIFO latencies
