@@ -539,6 +539,14 @@ func (c *Client) ListKeys(ctx context.Context, queue string, limit int) ([]*pb.K
 	return resp.Keys, nil
 }
 
+// ListGroups reports up to limit of a queue's groups under its limits
+// and fair shares (the busiest when there are more, sorted by name), with
+// the queue's totals. A queue that declares none fails with
+// FailedPrecondition.
+func (c *Client) ListGroups(ctx context.Context, queue string, limit int) (*pb.ListGroupsResponse, error) {
+	return c.admin.ListGroups(ctx, &pb.ListGroupsRequest{Queue: queue, Limit: uint32(max(limit, 0))})
+}
+
 // ExportHistory writes a queue's recorded history (its settled
 // deliveries, never payloads or headers) to w as a history file, the
 // versioned JSON Lines format the simulator replays (harbinger sim

@@ -53,6 +53,9 @@ var (
 	// ErrQueueInUse: the queue still holds jobs, or a schedule publishes
 	// to it, so it was not deleted.
 	ErrQueueInUse = errors.New("broker: queue in use")
+	// ErrNoGroups: the queue declares no limits, rate limits or fair
+	// shares, so it has no groups to report.
+	ErrNoGroups = errors.New("broker: the queue declares no limits, rate limits or fair shares")
 )
 
 // InvalidError names the field of a request that is wrong and why.

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -144,6 +145,27 @@ func (b *Broker) Keys(name string, limit int) ([]predict.KeyStats, error) {
 	// keys, and publish and ack wait on that lock.
 	predict.SortKeys(ks)
 	return ks, nil
+}
+
+// Groups reports up to limit (0: all) of the named queue's groups under
+// its limits and fair shares, the busiest when there are more, sorted by
+// name, with the queue's counts (QueueInfo's Groups, GroupCount, Throttled
+// and Reserved). ErrNoGroups when the queue declares none.
+func (b *Broker) Groups(name string, limit int) (QueueInfo, error) {
+	q, err := b.lookup(name, false)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	fq := q.line.Fair()
+	if fq == nil {
+		return QueueInfo{}, fmt.Errorf("queue %q: %w", name, ErrNoGroups)
+	}
+	return QueueInfo{
+		Name: q.name, Groups: fq.Groups(q.b.clk.Now(), limit), GroupCount: fq.GroupCount(),
+		Throttled: fq.Stats.Throttled, Reserved: fq.Stats.Reserved,
+	}, nil
 }
 
 // keys copies out, unsorted, the stats of the keys Keys reports. The lock is

@@ -57,6 +57,7 @@ var adminCommands = []struct {
 	{"job", "[QUEUE] ID", "one job, in QUEUE or, without it, in whichever queue holds it: waiting, delayed, running or dead (or done or cancelled, on a queue with keep_done), and what the broker knows of it (-json adds its payload)", adminJob},
 	{"cancel", "QUEUE ID", "cancel a job: a waiting or delayed one is removed, a running one's worker is told", adminCancel},
 	{"keys", "QUEUE [--limit N]", "what the queue's predictor learned per key, busiest first", adminKeys},
+	{"groups", "QUEUE [--limit N]", "the queue's groups under its limits and fair shares: weight, running (/ limit), waiting, share of the worker time in the last minute, throttled jobs", adminGroups},
 	{"history", "QUEUE [--since 24h] > FILE", "the queue's recorded history (settled deliveries: arrival, key, size hint, attempt, start, duration, outcome; never payloads) as a history file for harbinger sim --history (docs/history.md)", adminHistory},
 	{"declare-schedule", "NAME queue=Q (cron=EXPR | every=D) [KEY=VALUE...]", "create or replace a schedule: time_zone=, job_type=, producer=, payload=, headers.K=V, catch_up=, paused=", adminDeclareSchedule},
 	{"schedules", "", "periodic schedules: queue, when, job type, last and next tick (UTC), jobs fired, paused", adminSchedules},
@@ -646,6 +647,38 @@ func adminKeys(ctx context.Context, c *client.Client, a adminArgs) error {
 			ms(k.GetEwmaMs()), ms(k.GetP50Ms()), ms(k.GetP99Ms()), u(uint64(k.GetTier())), strings.Join(state, ",")})
 	}
 	return a.table("PRODUCER\tJOB TYPE\tSIZE BUCKET\tCOUNT\tEWMA ms\tP50 ms\tP99 ms\tTIER\t", rows)
+}
+
+func adminGroups(ctx context.Context, c *client.Client, a adminArgs) error {
+	if err := a.want(1, "QUEUE"); err != nil {
+		return err
+	}
+	resp, err := c.ListGroups(ctx, a.pos[0], a.limit)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(resp)
+	}
+	rows := make([][]string, 0, len(resp.GetGroups()))
+	for _, g := range resp.GetGroups() {
+		name, running := g.GetName(), u(g.GetRunning())
+		if name == "" {
+			name = "(all)"
+		}
+		if g.GetLimit() > 0 {
+			running += "/" + u(uint64(g.GetLimit()))
+		}
+		rows = append(rows, []string{name, u(uint64(g.GetWeight())), running, u(g.GetWaiting()),
+			strconv.FormatFloat(100*g.GetWorkShare(), 'f', 1, 64) + "%", u(g.GetThrottled())})
+	}
+	if err := a.table("GROUP\tWEIGHT\tRUNNING\tWAITING\tWORK (1 min)\tTHROTTLED\t", rows); err != nil {
+		return err
+	}
+	if n := resp.GetGroupCount(); n > uint64(len(rows)) {
+		_, err = fmt.Fprintf(a.out, "(%d of %d groups, the busiest; --limit shows more)\n", len(rows), n)
+	}
+	return err
 }
 
 func ms(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
@@ -539,5 +540,88 @@ func TestAdminJobEnded(t *testing.T) {
 	}
 	if strings.Contains(out, "payload") || strings.Contains(out, "predicted") {
 		t.Errorf("admin job shows what an ended job no longer has:\n%s", out)
+	}
+}
+
+// admin groups shows a queue's groups under its limits as the broker
+// counts them: running against the limit, waiting, throttled; and says
+// plainly when a queue declares no limits.
+func TestAdminGroups(t *testing.T) {
+	t.Parallel()
+	addr, cl := adminBroker(t)
+	ctx := t.Context()
+	mustAdmin(t, addr, "declare-queue", "work", "group_by=tenant", "limits=tenant=2")
+	tenants := map[string]int{"zürich": 5, "東京": 3}
+	var msgs []*client.Message
+	for tenant, n := range tenants {
+		for range n {
+			msgs = append(msgs, &client.Message{Queue: "work", Producer: "web", JobType: "report",
+				Payload: bytes.Repeat([]byte{0xfe}, 4096), Headers: map[string]string{"tenant": tenant}})
+		}
+	}
+	if _, err := cl.Publish(ctx, msgs...); err != nil {
+		t.Fatal(err)
+	}
+
+	// Four workers that hold their jobs: at most two of each tenant run.
+	release := make(chan struct{})
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	worker := make(chan error, 4)
+	for i := range 4 {
+		go func() {
+			worker <- cl.RunWorker(wctx, client.WorkerConfig{Queue: "work", Name: fmt.Sprint("w", i)}, func(context.Context, *client.Delivery) error {
+				<-release
+				return nil
+			})
+		}()
+	}
+	var resp pb.ListGroupsResponse
+	for {
+		// Asked until the workers hold four jobs (each answer is a signal).
+		if err := protojson.Unmarshal([]byte(mustAdmin(t, addr, "groups", "work", "-json")), &resp); err != nil {
+			t.Fatal(err)
+		}
+		running := uint64(0)
+		for _, g := range resp.Groups {
+			running += g.Running
+		}
+		if running == 4 {
+			break
+		}
+	}
+	if len(resp.Groups) != 2 || resp.GroupCount != 2 {
+		t.Fatalf("groups -json: %v", &resp)
+	}
+	for _, g := range resp.Groups {
+		if g.Running != 2 || g.Limit != 2 || g.Weight != 1 || g.Waiting != uint64(tenants[g.Name]-2) || g.Throttled == 0 {
+			t.Errorf("group %q: %v, want 2 running of limit 2 and %d waiting", g.Name, g, tenants[g.Name]-2)
+		}
+	}
+	table := mustAdmin(t, addr, "groups", "work")
+	t.Logf("admin groups work:\n%s", table)
+	if r := row(t, table, "zürich"); r[2] != "2/2" || r[3] != "3" {
+		t.Errorf("zürich's row %q, want 2/2 running and 3 waiting", r)
+	}
+	if r := row(t, table, "東京"); r[2] != "2/2" || r[3] != "1" {
+		t.Errorf("東京's row %q, want 2/2 running and 1 waiting", r)
+	}
+	if out := mustAdmin(t, addr, "groups", "work", "--limit", "1"); !strings.Contains(out, "(1 of 2 groups, the busiest") {
+		t.Errorf("groups --limit 1:\n%s", out)
+	}
+	close(release)
+	cancel()
+	for range 4 {
+		<-worker
+	}
+
+	if _, err := cl.Publish(ctx, &client.Message{Queue: "plain"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin(t, addr, "groups", "plain"); err == nil || !strings.Contains(err.Error(), "FailedPrecondition") || !strings.Contains(err.Error(), "declares no limits") {
+		t.Errorf("groups of a queue without limits: %v", err)
+	}
+	if _, err := admin(t, addr, "groups", "nowhere"); err == nil || !strings.Contains(err.Error(), "NotFound") {
+		t.Errorf("groups of a queue that does not exist: %v", err)
 	}
 }

@@ -107,6 +107,7 @@ var rules = map[string]rule{
 	pb.Admin_RequeueDeadLetters_FullMethodName: {perm: auth.Admin, queues: queueOf((*pb.RequeueDeadLettersRequest).GetQueue)},
 	pb.Admin_DeleteDeadLetters_FullMethodName:  {perm: auth.Admin, queues: queueOf((*pb.DeleteDeadLettersRequest).GetQueue)},
 	pb.Admin_ListKeys_FullMethodName:           {perm: auth.Read, queues: queueOf((*pb.ListKeysRequest).GetQueue)},
+	pb.Admin_ListGroups_FullMethodName:         {perm: auth.Read, queues: queueOf((*pb.ListGroupsRequest).GetQueue)},
 	pb.Admin_ListJobs_FullMethodName:           {perm: auth.Read, queues: queueOf((*pb.ListJobsRequest).GetQueue)},
 	pb.Admin_GetJob_FullMethodName:             {perm: auth.Read, queues: queueOf((*pb.GetJobRequest).GetQueue)},
 	pb.Admin_CancelJob_FullMethodName:          {perm: auth.Admin, queues: queueOf((*pb.CancelJobRequest).GetQueue)},

@@ -178,6 +178,10 @@ var rpcCalls = map[string]func(ctx context.Context, c *grpc.ClientConn, q string
 		_, err := pb.NewAdminClient(c).ListJobs(ctx, &pb.ListJobsRequest{Queue: q})
 		return err
 	},
+	"ListGroups": func(ctx context.Context, c *grpc.ClientConn, q string) error {
+		_, err := pb.NewAdminClient(c).ListGroups(ctx, &pb.ListGroupsRequest{Queue: q})
+		return err
+	},
 	"ListKeys": func(ctx context.Context, c *grpc.ClientConn, q string) error {
 		_, err := pb.NewAdminClient(c).ListKeys(ctx, &pb.ListKeysRequest{Queue: q})
 		return err

@@ -22,6 +22,7 @@ var errorTable = []struct {
 	{broker.ErrScheduleNotFound, codes.NotFound, "list them with ListSchedules"},
 	{broker.ErrQueueDeleted, codes.NotFound, "an operator deleted the queue; subscribing again creates a new one"},
 	{broker.ErrQueueInUse, codes.FailedPrecondition, ""},
+	{broker.ErrNoGroups, codes.FailedPrecondition, "declare group_by, limits or rate_limits with DeclareQueue (docs/limits.md)"},
 	{broker.ErrPayloadTooLarge, codes.InvalidArgument, "store the body elsewhere and publish a reference, or raise the broker's max payload"},
 	{broker.ErrInvalid, codes.InvalidArgument, ""},
 	{broker.ErrBadDuration, codes.InvalidArgument, ""},

@@ -1119,4 +1119,22 @@ func (a *adminServer) ListKeys(_ context.Context, req *pb.ListKeysRequest) (*pb.
 	return out, nil
 }
 
+func (a *adminServer) ListGroups(_ context.Context, req *pb.ListGroupsRequest) (*pb.ListGroupsResponse, error) {
+	in, err := a.s.b.Groups(req.Queue, listLimit(req.Limit))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.ListGroupsResponse{
+		Groups:     make([]*pb.GroupStats, len(in.Groups)),
+		GroupCount: uint64(in.GroupCount), Throttled: in.Throttled, Reserved: in.Reserved,
+	}
+	for i, g := range in.Groups {
+		out.Groups[i] = &pb.GroupStats{
+			Name: g.Name, Weight: uint32(g.Weight), Running: uint64(g.Running), Waiting: uint64(g.Waiting),
+			Limit: uint32(g.Limit), WorkShare: g.WorkShare, WorkSeconds: g.WorkSeconds, Throttled: g.Throttled,
+		}
+	}
+	return out, nil
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -4806,6 +4806,244 @@ func (x *ListKeysResponse) GetKeys() []*KeyStats {
 	return nil
 }
 
+// ListGroupsRequest selects a queue's groups.
+type ListGroupsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Queue name.
+	Queue string `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Most groups returned, the busiest (running plus waiting) when there
+	// are more; 0 uses the server's default.
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsRequest) Reset() {
+	*x = ListGroupsRequest{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsRequest) ProtoMessage() {}
+
+func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ListGroupsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ListGroupsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// GroupStats is one group of a queue under limits or fair shares.
+type GroupStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group's value of the grouping field (a producer, a job type or a
+	// tenant); "" for a queue that limits keys without grouping.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its weight in the fair shares (QueueConfig.group_weights; 1 when
+	// not named).
+	Weight uint32 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// Jobs of it running (delivered and not yet settled) and waiting.
+	Running uint64 `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Waiting uint64 `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// The concurrency limit on the group's own key; 0 when none.
+	Limit uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Its share of the worker time spent on this queue's jobs that ended in
+	// the last minute (0 to 1), and that time in seconds.
+	WorkShare   float64 `protobuf:"fixed64,6,opt,name=work_share,json=workShare,proto3" json:"work_share,omitempty"`
+	WorkSeconds float64 `protobuf:"fixed64,7,opt,name=work_seconds,json=workSeconds,proto3" json:"work_seconds,omitempty"`
+	// Jobs of it that found a key of theirs at its limit or out of tokens.
+	Throttled     uint64 `protobuf:"varint,8,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupStats) Reset() {
+	*x = GroupStats{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupStats) ProtoMessage() {}
+
+func (x *GroupStats) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupStats.ProtoReflect.Descriptor instead.
+func (*GroupStats) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *GroupStats) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GroupStats) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *GroupStats) GetRunning() uint64 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *GroupStats) GetWaiting() uint64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *GroupStats) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *GroupStats) GetWorkShare() float64 {
+	if x != nil {
+		return x.WorkShare
+	}
+	return 0
+}
+
+func (x *GroupStats) GetWorkSeconds() float64 {
+	if x != nil {
+		return x.WorkSeconds
+	}
+	return 0
+}
+
+func (x *GroupStats) GetThrottled() uint64 {
+	if x != nil {
+		return x.Throttled
+	}
+	return 0
+}
+
+// ListGroupsResponse lists a queue's groups, sorted by name.
+type ListGroupsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Groups []*GroupStats          `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// How many groups the queue has (more than listed when limit cut them).
+	GroupCount uint64 `protobuf:"varint,2,opt,name=group_count,json=groupCount,proto3" json:"group_count,omitempty"`
+	// The queue's jobs that found a key at its limit or out of tokens, and
+	// the times a worker was left free for the fair shares' reservation.
+	Throttled     uint64 `protobuf:"varint,3,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	Reserved      uint64 `protobuf:"varint,4,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupsResponse) Reset() {
+	*x = ListGroupsResponse{}
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupsResponse) ProtoMessage() {}
+
+func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
+func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ListGroupsResponse) GetGroups() []*GroupStats {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ListGroupsResponse) GetGroupCount() uint64 {
+	if x != nil {
+		return x.GroupCount
+	}
+	return 0
+}
+
+func (x *ListGroupsResponse) GetThrottled() uint64 {
+	if x != nil {
+		return x.Throttled
+	}
+	return 0
+}
+
+func (x *ListGroupsResponse) GetReserved() uint64 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
 // PredictRequest identifies a job by its predictor key.
 type PredictRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4823,7 +5061,7 @@ type PredictRequest struct {
 
 func (x *PredictRequest) Reset() {
 	*x = PredictRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4835,7 +5073,7 @@ func (x *PredictRequest) String() string {
 func (*PredictRequest) ProtoMessage() {}
 
 func (x *PredictRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[58]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4848,7 +5086,7 @@ func (x *PredictRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictRequest.ProtoReflect.Descriptor instead.
 func (*PredictRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{58}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *PredictRequest) GetQueue() string {
@@ -4905,7 +5143,7 @@ type PredictResponse struct {
 
 func (x *PredictResponse) Reset() {
 	*x = PredictResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4917,7 +5155,7 @@ func (x *PredictResponse) String() string {
 func (*PredictResponse) ProtoMessage() {}
 
 func (x *PredictResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[59]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4930,7 +5168,7 @@ func (x *PredictResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PredictResponse.ProtoReflect.Descriptor instead.
 func (*PredictResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{59}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PredictResponse) GetTier() uint32 {
@@ -5010,7 +5248,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5022,7 +5260,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[60]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5035,7 +5273,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{60}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ObserveRequest) GetQueue() string {
@@ -5102,7 +5340,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5114,7 +5352,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[61]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5127,7 +5365,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{61}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Stamp) GetPredicted() *durationpb.Duration {
@@ -5160,7 +5398,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5172,7 +5410,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[62]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5185,7 +5423,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{62}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{65}
 }
 
 // ReportRequest is a batch of observations and publishes.
@@ -5201,7 +5439,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5213,7 +5451,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[63]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5226,7 +5464,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{63}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReportRequest) GetObservations() []*ObserveRequest {
@@ -5258,7 +5496,7 @@ type CountedPublish struct {
 
 func (x *CountedPublish) Reset() {
 	*x = CountedPublish{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5270,7 +5508,7 @@ func (x *CountedPublish) String() string {
 func (*CountedPublish) ProtoMessage() {}
 
 func (x *CountedPublish) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[64]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5283,7 +5521,7 @@ func (x *CountedPublish) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountedPublish.ProtoReflect.Descriptor instead.
 func (*CountedPublish) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{64}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CountedPublish) GetJob() *PredictRequest {
@@ -5316,7 +5554,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5328,7 +5566,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[65]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5341,7 +5579,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{65}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReportResponse) GetAnswers() []*PredictResponse {
@@ -5380,7 +5618,7 @@ type ReportError struct {
 
 func (x *ReportError) Reset() {
 	*x = ReportError{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5392,7 +5630,7 @@ func (x *ReportError) String() string {
 func (*ReportError) ProtoMessage() {}
 
 func (x *ReportError) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[66]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5405,7 +5643,7 @@ func (x *ReportError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportError.ProtoReflect.Descriptor instead.
 func (*ReportError) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{66}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReportError) GetIndex() uint32 {
@@ -5442,7 +5680,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[67]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5454,7 +5692,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[67]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5467,7 +5705,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{67}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AttachRequest) GetQueue() string {
@@ -5493,7 +5731,7 @@ type AttachResponse struct {
 
 func (x *AttachResponse) Reset() {
 	*x = AttachResponse{}
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[68]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5505,7 +5743,7 @@ func (x *AttachResponse) String() string {
 func (*AttachResponse) ProtoMessage() {}
 
 func (x *AttachResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_harbinger_v1_harbinger_proto_msgTypes[68]
+	mi := &file_harbinger_v1_harbinger_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5518,7 +5756,7 @@ func (x *AttachResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachResponse.ProtoReflect.Descriptor instead.
 func (*AttachResponse) Descriptor() ([]byte, []int) {
-	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{68}
+	return file_harbinger_v1_harbinger_proto_rawDescGZIP(), []int{71}
 }
 
 var File_harbinger_v1_harbinger_proto protoreflect.FileDescriptor
@@ -5903,7 +6141,27 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\">\n" +
 	"\x10ListKeysResponse\x12*\n" +
-	"\x04keys\x18\x01 \x03(\v2\x16.harbinger.v1.KeyStatsR\x04keys\"z\n" +
+	"\x04keys\x18\x01 \x03(\v2\x16.harbinger.v1.KeyStatsR\x04keys\"?\n" +
+	"\x11ListGroupsRequest\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"\xe2\x01\n" +
+	"\n" +
+	"GroupStats\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x04R\arunning\x12\x18\n" +
+	"\awaiting\x18\x04 \x01(\x04R\awaiting\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\x12\x1d\n" +
+	"\n" +
+	"work_share\x18\x06 \x01(\x01R\tworkShare\x12!\n" +
+	"\fwork_seconds\x18\a \x01(\x01R\vworkSeconds\x12\x1c\n" +
+	"\tthrottled\x18\b \x01(\x04R\tthrottled\"\xa1\x01\n" +
+	"\x12ListGroupsResponse\x120\n" +
+	"\x06groups\x18\x01 \x03(\v2\x18.harbinger.v1.GroupStatsR\x06groups\x12\x1f\n" +
+	"\vgroup_count\x18\x02 \x01(\x04R\n" +
+	"groupCount\x12\x1c\n" +
+	"\tthrottled\x18\x03 \x01(\x04R\tthrottled\x12\x1a\n" +
+	"\breserved\x18\x04 \x01(\x04R\breserved\"z\n" +
 	"\x0ePredictRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bproducer\x18\x02 \x01(\tR\bproducer\x12\x19\n" +
@@ -5959,7 +6217,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\aPublish\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse\x12P\n" +
 	"\rPublishStream\x12\x1c.harbinger.v1.PublishRequest\x1a\x1d.harbinger.v1.PublishResponse(\x010\x01\x12J\n" +
 	"\aConsume\x12\x1c.harbinger.v1.ConsumeRequest\x1a\x1d.harbinger.v1.ConsumeResponse(\x010\x01\x12A\n" +
-	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\xcd\v\n" +
+	"\tGetLimits\x12\x1e.harbinger.v1.GetLimitsRequest\x1a\x14.harbinger.v1.Limits2\x9e\f\n" +
 	"\x05Admin\x12J\n" +
 	"\fDeclareQueue\x12!.harbinger.v1.DeclareQueueRequest\x1a\x17.harbinger.v1.QueueInfo\x12O\n" +
 	"\n" +
@@ -5970,7 +6228,9 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x0fListDeadLetters\x12$.harbinger.v1.ListDeadLettersRequest\x1a%.harbinger.v1.ListDeadLettersResponse\x12g\n" +
 	"\x12RequeueDeadLetters\x12'.harbinger.v1.RequeueDeadLettersRequest\x1a(.harbinger.v1.RequeueDeadLettersResponse\x12d\n" +
 	"\x11DeleteDeadLetters\x12&.harbinger.v1.DeleteDeadLettersRequest\x1a'.harbinger.v1.DeleteDeadLettersResponse\x12I\n" +
-	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12<\n" +
+	"\bListKeys\x12\x1d.harbinger.v1.ListKeysRequest\x1a\x1e.harbinger.v1.ListKeysResponse\x12O\n" +
+	"\n" +
+	"ListGroups\x12\x1f.harbinger.v1.ListGroupsRequest\x1a .harbinger.v1.ListGroupsResponse\x12<\n" +
 	"\x06GetJob\x12\x1b.harbinger.v1.GetJobRequest\x1a\x15.harbinger.v1.JobInfo\x12L\n" +
 	"\tCancelJob\x12\x1e.harbinger.v1.CancelJobRequest\x1a\x1f.harbinger.v1.CancelJobResponse\x12A\n" +
 	"\x0fDeclareSchedule\x12\x16.harbinger.v1.Schedule\x1a\x16.harbinger.v1.Schedule\x12X\n" +
@@ -6002,7 +6262,7 @@ func file_harbinger_v1_harbinger_proto_rawDescGZIP() []byte {
 }
 
 var file_harbinger_v1_harbinger_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_harbinger_v1_harbinger_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(NackAction)(0),                    // 0: harbinger.v1.NackAction
 	(*GetLimitsRequest)(nil),           // 1: harbinger.v1.GetLimitsRequest
@@ -6063,35 +6323,38 @@ var file_harbinger_v1_harbinger_proto_goTypes = []any{
 	(*KeyStats)(nil),                   // 56: harbinger.v1.KeyStats
 	(*ListKeysRequest)(nil),            // 57: harbinger.v1.ListKeysRequest
 	(*ListKeysResponse)(nil),           // 58: harbinger.v1.ListKeysResponse
-	(*PredictRequest)(nil),             // 59: harbinger.v1.PredictRequest
-	(*PredictResponse)(nil),            // 60: harbinger.v1.PredictResponse
-	(*ObserveRequest)(nil),             // 61: harbinger.v1.ObserveRequest
-	(*Stamp)(nil),                      // 62: harbinger.v1.Stamp
-	(*ObserveResponse)(nil),            // 63: harbinger.v1.ObserveResponse
-	(*ReportRequest)(nil),              // 64: harbinger.v1.ReportRequest
-	(*CountedPublish)(nil),             // 65: harbinger.v1.CountedPublish
-	(*ReportResponse)(nil),             // 66: harbinger.v1.ReportResponse
-	(*ReportError)(nil),                // 67: harbinger.v1.ReportError
-	(*AttachRequest)(nil),              // 68: harbinger.v1.AttachRequest
-	(*AttachResponse)(nil),             // 69: harbinger.v1.AttachResponse
-	nil,                                // 70: harbinger.v1.Message.HeadersEntry
-	nil,                                // 71: harbinger.v1.Delivery.HeadersEntry
-	nil,                                // 72: harbinger.v1.JobInfo.HeadersEntry
-	nil,                                // 73: harbinger.v1.Schedule.HeadersEntry
-	nil,                                // 74: harbinger.v1.QueueConfig.StaticTiersEntry
-	nil,                                // 75: harbinger.v1.QueueConfig.GroupWeightsEntry
-	nil,                                // 76: harbinger.v1.DeadLetter.HeadersEntry
-	(*durationpb.Duration)(nil),        // 77: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 78: google.protobuf.Timestamp
+	(*ListGroupsRequest)(nil),          // 59: harbinger.v1.ListGroupsRequest
+	(*GroupStats)(nil),                 // 60: harbinger.v1.GroupStats
+	(*ListGroupsResponse)(nil),         // 61: harbinger.v1.ListGroupsResponse
+	(*PredictRequest)(nil),             // 62: harbinger.v1.PredictRequest
+	(*PredictResponse)(nil),            // 63: harbinger.v1.PredictResponse
+	(*ObserveRequest)(nil),             // 64: harbinger.v1.ObserveRequest
+	(*Stamp)(nil),                      // 65: harbinger.v1.Stamp
+	(*ObserveResponse)(nil),            // 66: harbinger.v1.ObserveResponse
+	(*ReportRequest)(nil),              // 67: harbinger.v1.ReportRequest
+	(*CountedPublish)(nil),             // 68: harbinger.v1.CountedPublish
+	(*ReportResponse)(nil),             // 69: harbinger.v1.ReportResponse
+	(*ReportError)(nil),                // 70: harbinger.v1.ReportError
+	(*AttachRequest)(nil),              // 71: harbinger.v1.AttachRequest
+	(*AttachResponse)(nil),             // 72: harbinger.v1.AttachResponse
+	nil,                                // 73: harbinger.v1.Message.HeadersEntry
+	nil,                                // 74: harbinger.v1.Delivery.HeadersEntry
+	nil,                                // 75: harbinger.v1.JobInfo.HeadersEntry
+	nil,                                // 76: harbinger.v1.Schedule.HeadersEntry
+	nil,                                // 77: harbinger.v1.QueueConfig.StaticTiersEntry
+	nil,                                // 78: harbinger.v1.QueueConfig.GroupWeightsEntry
+	nil,                                // 79: harbinger.v1.DeadLetter.HeadersEntry
+	(*durationpb.Duration)(nil),        // 80: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 81: google.protobuf.Timestamp
 }
 var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
-	77,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
-	70,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
-	78,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
-	77,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
-	77,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
-	77,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
-	77,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
+	80,  // 0: harbinger.v1.Message.ttl:type_name -> google.protobuf.Duration
+	73,  // 1: harbinger.v1.Message.headers:type_name -> harbinger.v1.Message.HeadersEntry
+	81,  // 2: harbinger.v1.Message.run_at:type_name -> google.protobuf.Timestamp
+	80,  // 3: harbinger.v1.Message.delay:type_name -> google.protobuf.Duration
+	80,  // 4: harbinger.v1.Message.retry_base:type_name -> google.protobuf.Duration
+	80,  // 5: harbinger.v1.Message.retry_max:type_name -> google.protobuf.Duration
+	80,  // 6: harbinger.v1.Message.unique_for:type_name -> google.protobuf.Duration
 	3,   // 7: harbinger.v1.PublishRequest.messages:type_name -> harbinger.v1.Message
 	6,   // 8: harbinger.v1.PublishResponse.results:type_name -> harbinger.v1.PublishResult
 	8,   // 9: harbinger.v1.ConsumeRequest.subscribe:type_name -> harbinger.v1.Subscribe
@@ -6100,141 +6363,144 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	11,  // 12: harbinger.v1.ConsumeRequest.nack:type_name -> harbinger.v1.Nack
 	13,  // 13: harbinger.v1.ConsumeRequest.extend:type_name -> harbinger.v1.Extend
 	12,  // 14: harbinger.v1.ConsumeRequest.batch:type_name -> harbinger.v1.ConsumeBatch
-	77,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
+	80,  // 15: harbinger.v1.Ack.duration:type_name -> google.protobuf.Duration
 	0,   // 16: harbinger.v1.Nack.action:type_name -> harbinger.v1.NackAction
-	77,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
+	80,  // 17: harbinger.v1.Nack.delay:type_name -> google.protobuf.Duration
 	10,  // 18: harbinger.v1.ConsumeBatch.acks:type_name -> harbinger.v1.Ack
 	11,  // 19: harbinger.v1.ConsumeBatch.nacks:type_name -> harbinger.v1.Nack
 	13,  // 20: harbinger.v1.ConsumeBatch.extends:type_name -> harbinger.v1.Extend
-	77,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
+	80,  // 21: harbinger.v1.Extend.lease:type_name -> google.protobuf.Duration
 	18,  // 22: harbinger.v1.ConsumeResponse.delivery:type_name -> harbinger.v1.Delivery
 	17,  // 23: harbinger.v1.ConsumeResponse.error:type_name -> harbinger.v1.RequestError
 	16,  // 24: harbinger.v1.ConsumeResponse.cancel:type_name -> harbinger.v1.CancelNotice
 	15,  // 25: harbinger.v1.ConsumeResponse.deliveries:type_name -> harbinger.v1.DeliveryBatch
 	18,  // 26: harbinger.v1.DeliveryBatch.deliveries:type_name -> harbinger.v1.Delivery
-	71,  // 27: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
-	78,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
-	77,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
-	77,  // 30: harbinger.v1.ExportHistoryRequest.window:type_name -> google.protobuf.Duration
-	72,  // 31: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
-	78,  // 32: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
-	78,  // 33: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
-	78,  // 34: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
-	78,  // 35: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
-	78,  // 36: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
-	78,  // 37: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
-	78,  // 38: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
-	78,  // 39: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
-	77,  // 40: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
+	74,  // 27: harbinger.v1.Delivery.headers:type_name -> harbinger.v1.Delivery.HeadersEntry
+	81,  // 28: harbinger.v1.Delivery.published_at:type_name -> google.protobuf.Timestamp
+	80,  // 29: harbinger.v1.Delivery.lease:type_name -> google.protobuf.Duration
+	80,  // 30: harbinger.v1.ExportHistoryRequest.window:type_name -> google.protobuf.Duration
+	75,  // 31: harbinger.v1.JobInfo.headers:type_name -> harbinger.v1.JobInfo.HeadersEntry
+	81,  // 32: harbinger.v1.JobInfo.published_at:type_name -> google.protobuf.Timestamp
+	81,  // 33: harbinger.v1.JobInfo.enqueued:type_name -> google.protobuf.Timestamp
+	81,  // 34: harbinger.v1.JobInfo.expires:type_name -> google.protobuf.Timestamp
+	81,  // 35: harbinger.v1.JobInfo.due:type_name -> google.protobuf.Timestamp
+	81,  // 36: harbinger.v1.JobInfo.leased:type_name -> google.protobuf.Timestamp
+	81,  // 37: harbinger.v1.JobInfo.lease_deadline:type_name -> google.protobuf.Timestamp
+	81,  // 38: harbinger.v1.JobInfo.dead_at:type_name -> google.protobuf.Timestamp
+	81,  // 39: harbinger.v1.JobInfo.ended_at:type_name -> google.protobuf.Timestamp
+	80,  // 40: harbinger.v1.JobInfo.took:type_name -> google.protobuf.Duration
 	29,  // 41: harbinger.v1.ListJobsResponse.waiting:type_name -> harbinger.v1.WaitingJob
 	30,  // 42: harbinger.v1.ListJobsResponse.running:type_name -> harbinger.v1.RunningJob
 	27,  // 43: harbinger.v1.ListJobsResponse.delayed:type_name -> harbinger.v1.DelayedJob
 	49,  // 44: harbinger.v1.ListJobsResponse.dead:type_name -> harbinger.v1.DeadLetter
 	28,  // 45: harbinger.v1.ListJobsResponse.done:type_name -> harbinger.v1.DoneJob
-	78,  // 46: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
-	78,  // 47: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
-	78,  // 48: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
-	77,  // 49: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
-	78,  // 50: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
-	77,  // 51: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
-	78,  // 52: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
-	78,  // 53: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
-	77,  // 54: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
-	78,  // 55: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
-	77,  // 56: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
-	78,  // 57: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
-	77,  // 58: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
-	73,  // 59: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
-	78,  // 60: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
-	78,  // 61: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
+	81,  // 46: harbinger.v1.DelayedJob.published_at:type_name -> google.protobuf.Timestamp
+	81,  // 47: harbinger.v1.DelayedJob.due:type_name -> google.protobuf.Timestamp
+	81,  // 48: harbinger.v1.DoneJob.ended_at:type_name -> google.protobuf.Timestamp
+	80,  // 49: harbinger.v1.DoneJob.took:type_name -> google.protobuf.Duration
+	81,  // 50: harbinger.v1.WaitingJob.enqueued:type_name -> google.protobuf.Timestamp
+	80,  // 51: harbinger.v1.WaitingJob.waited:type_name -> google.protobuf.Duration
+	81,  // 52: harbinger.v1.WaitingJob.expires:type_name -> google.protobuf.Timestamp
+	81,  // 53: harbinger.v1.RunningJob.leased:type_name -> google.protobuf.Timestamp
+	80,  // 54: harbinger.v1.RunningJob.running:type_name -> google.protobuf.Duration
+	81,  // 55: harbinger.v1.RunningJob.lease_deadline:type_name -> google.protobuf.Timestamp
+	80,  // 56: harbinger.v1.Schedule.every:type_name -> google.protobuf.Duration
+	81,  // 57: harbinger.v1.Schedule.start:type_name -> google.protobuf.Timestamp
+	80,  // 58: harbinger.v1.Schedule.catch_up:type_name -> google.protobuf.Duration
+	76,  // 59: harbinger.v1.Schedule.headers:type_name -> harbinger.v1.Schedule.HeadersEntry
+	81,  // 60: harbinger.v1.Schedule.last_tick:type_name -> google.protobuf.Timestamp
+	81,  // 61: harbinger.v1.Schedule.next_tick:type_name -> google.protobuf.Timestamp
 	33,  // 62: harbinger.v1.ListSchedulesResponse.schedules:type_name -> harbinger.v1.Schedule
-	77,  // 63: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
-	74,  // 64: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
-	77,  // 65: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
-	77,  // 66: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
-	77,  // 67: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
-	77,  // 68: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
-	75,  // 69: harbinger.v1.QueueConfig.group_weights:type_name -> harbinger.v1.QueueConfig.GroupWeightsEntry
+	80,  // 63: harbinger.v1.QueueConfig.aging:type_name -> google.protobuf.Duration
+	77,  // 64: harbinger.v1.QueueConfig.static_tiers:type_name -> harbinger.v1.QueueConfig.StaticTiersEntry
+	80,  // 65: harbinger.v1.QueueConfig.lease:type_name -> google.protobuf.Duration
+	80,  // 66: harbinger.v1.QueueConfig.default_ttl:type_name -> google.protobuf.Duration
+	80,  // 67: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
+	80,  // 68: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
+	78,  // 69: harbinger.v1.QueueConfig.group_weights:type_name -> harbinger.v1.QueueConfig.GroupWeightsEntry
 	40,  // 70: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	77,  // 71: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	77,  // 72: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
-	77,  // 73: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
-	77,  // 74: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
-	77,  // 75: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
+	80,  // 71: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	80,  // 72: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
+	80,  // 73: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
+	80,  // 74: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
+	80,  // 75: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
 	40,  // 76: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
 	41,  // 77: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	76,  // 78: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	78,  // 79: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	79,  // 78: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	81,  // 79: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
 	49,  // 80: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
 	56,  // 81: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	77,  // 82: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	77,  // 83: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	62,  // 84: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	77,  // 85: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	61,  // 86: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
-	65,  // 87: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
-	59,  // 88: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
-	77,  // 89: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
-	60,  // 90: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
-	67,  // 91: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
-	67,  // 92: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
-	4,   // 93: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,   // 94: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,   // 95: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,   // 96: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	42,  // 97: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	43,  // 98: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	45,  // 99: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	46,  // 100: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	50,  // 101: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	52,  // 102: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	54,  // 103: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	57,  // 104: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	23,  // 105: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	31,  // 106: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	33,  // 107: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	34,  // 108: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	36,  // 109: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	37,  // 110: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	39,  // 111: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	25,  // 112: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	21,  // 113: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
-	19,  // 114: harbinger.v1.Admin.ExportHistory:input_type -> harbinger.v1.ExportHistoryRequest
-	59,  // 115: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	61,  // 116: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	68,  // 117: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	64,  // 118: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
-	5,   // 119: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,   // 120: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	14,  // 121: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,   // 122: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	41,  // 123: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	44,  // 124: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	48,  // 125: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	47,  // 126: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	51,  // 127: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	53,  // 128: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	55,  // 129: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	58,  // 130: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	24,  // 131: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	32,  // 132: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	33,  // 133: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	35,  // 134: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	33,  // 135: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	38,  // 136: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	41,  // 137: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	26,  // 138: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	22,  // 139: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
-	20,  // 140: harbinger.v1.Admin.ExportHistory:output_type -> harbinger.v1.HistoryChunk
-	60,  // 141: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	63,  // 142: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	69,  // 143: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	66,  // 144: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
-	119, // [119:145] is the sub-list for method output_type
-	93,  // [93:119] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	60,  // 82: harbinger.v1.ListGroupsResponse.groups:type_name -> harbinger.v1.GroupStats
+	80,  // 83: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	80,  // 84: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	65,  // 85: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	80,  // 86: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	64,  // 87: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
+	68,  // 88: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
+	62,  // 89: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
+	80,  // 90: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
+	63,  // 91: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
+	70,  // 92: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
+	70,  // 93: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
+	4,   // 94: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,   // 95: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,   // 96: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,   // 97: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	42,  // 98: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	43,  // 99: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	45,  // 100: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	46,  // 101: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	50,  // 102: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	52,  // 103: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	54,  // 104: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	57,  // 105: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	59,  // 106: harbinger.v1.Admin.ListGroups:input_type -> harbinger.v1.ListGroupsRequest
+	23,  // 107: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	31,  // 108: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	33,  // 109: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	34,  // 110: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	36,  // 111: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	37,  // 112: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	39,  // 113: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	25,  // 114: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	21,  // 115: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
+	19,  // 116: harbinger.v1.Admin.ExportHistory:input_type -> harbinger.v1.ExportHistoryRequest
+	62,  // 117: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	64,  // 118: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	71,  // 119: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	67,  // 120: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
+	5,   // 121: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,   // 122: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	14,  // 123: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,   // 124: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	41,  // 125: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	44,  // 126: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	48,  // 127: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	47,  // 128: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	51,  // 129: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	53,  // 130: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	55,  // 131: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	58,  // 132: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	61,  // 133: harbinger.v1.Admin.ListGroups:output_type -> harbinger.v1.ListGroupsResponse
+	24,  // 134: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	32,  // 135: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	33,  // 136: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	35,  // 137: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	33,  // 138: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	38,  // 139: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	41,  // 140: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	26,  // 141: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	22,  // 142: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
+	20,  // 143: harbinger.v1.Admin.ExportHistory:output_type -> harbinger.v1.HistoryChunk
+	63,  // 144: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	66,  // 145: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	72,  // 146: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	69,  // 147: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
+	121, // [121:148] is the sub-list for method output_type
+	94,  // [94:121] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }
@@ -6262,7 +6528,7 @@ func file_harbinger_v1_harbinger_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_harbinger_v1_harbinger_proto_rawDesc), len(file_harbinger_v1_harbinger_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   76,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -285,6 +285,7 @@ const (
 	Admin_RequeueDeadLetters_FullMethodName = "/harbinger.v1.Admin/RequeueDeadLetters"
 	Admin_DeleteDeadLetters_FullMethodName  = "/harbinger.v1.Admin/DeleteDeadLetters"
 	Admin_ListKeys_FullMethodName           = "/harbinger.v1.Admin/ListKeys"
+	Admin_ListGroups_FullMethodName         = "/harbinger.v1.Admin/ListGroups"
 	Admin_GetJob_FullMethodName             = "/harbinger.v1.Admin/GetJob"
 	Admin_CancelJob_FullMethodName          = "/harbinger.v1.Admin/CancelJob"
 	Admin_DeclareSchedule_FullMethodName    = "/harbinger.v1.Admin/DeclareSchedule"
@@ -323,6 +324,13 @@ type AdminClient interface {
 	DeleteDeadLetters(ctx context.Context, in *DeleteDeadLettersRequest, opts ...grpc.CallOption) (*DeleteDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
+	// ListGroups reports a queue's groups under its limits and fair shares
+	// (QueueConfig.group_by, limits, rate_limits; one group, named "",
+	// when it limits keys without grouping): per group its running and
+	// waiting jobs, its limit, its share of the worker time in the last
+	// minute and its throttled jobs. FailedPrecondition when the queue
+	// declares none of them.
+	ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
 	// GetJob reports one job by id: where it stands (waiting, delayed,
 	// running or dead-lettered, or done or cancelled while the queue keeps
 	// it: QueueConfig.keep_done) and what the broker knows of it. NotFound
@@ -447,6 +455,16 @@ func (c *adminClient) ListKeys(ctx context.Context, in *ListKeysRequest, opts ..
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListKeysResponse)
 	err := c.cc.Invoke(ctx, Admin_ListKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGroupsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListGroups_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -588,6 +606,13 @@ type AdminServer interface {
 	DeleteDeadLetters(context.Context, *DeleteDeadLettersRequest) (*DeleteDeadLettersResponse, error)
 	// ListKeys reports the predictor's per-key statistics for a queue.
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
+	// ListGroups reports a queue's groups under its limits and fair shares
+	// (QueueConfig.group_by, limits, rate_limits; one group, named "",
+	// when it limits keys without grouping): per group its running and
+	// waiting jobs, its limit, its share of the worker time in the last
+	// minute and its throttled jobs. FailedPrecondition when the queue
+	// declares none of them.
+	ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error)
 	// GetJob reports one job by id: where it stands (waiting, delayed,
 	// running or dead-lettered, or done or cancelled while the queue keeps
 	// it: QueueConfig.keep_done) and what the broker knows of it. NotFound
@@ -661,6 +686,9 @@ func (UnimplementedAdminServer) DeleteDeadLetters(context.Context, *DeleteDeadLe
 }
 func (UnimplementedAdminServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
+}
+func (UnimplementedAdminServer) ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGroups not implemented")
 }
 func (UnimplementedAdminServer) GetJob(context.Context, *GetJobRequest) (*JobInfo, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetJob not implemented")
@@ -853,6 +881,24 @@ func _Admin_ListKeys_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).ListKeys(ctx, req.(*ListKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListGroups(ctx, req.(*ListGroupsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1068,6 +1114,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListKeys",
 			Handler:    _Admin_ListKeys_Handler,
+		},
+		{
+			MethodName: "ListGroups",
+			Handler:    _Admin_ListGroups_Handler,
 		},
 		{
 			MethodName: "GetJob",

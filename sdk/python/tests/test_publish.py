@@ -128,6 +128,22 @@ def test_admin_calls(addr: str, queue: str) -> None:
     run(main())
 
 
+def test_list_groups(addr: str, queue: str) -> None:
+    async def main() -> None:
+        async with harbinger.Client(addr) as c:
+            await c.declare_queue(queue, harbinger.pb.QueueConfig(group_by="tenant", limits=["tenant=2"]))
+            for tenant in ("zürich", "東京", "東京"):
+                await c.publish(Message(queue=queue, job_type="t", payload=b"\xff" * 2048, headers={"tenant": tenant}))
+            resp = await c.list_groups(queue)
+            assert resp.group_count == 2
+            assert {g.name: (g.waiting, g.limit, g.running) for g in resp.groups} == {"zürich": (1, 2, 0), "東京": (2, 2, 0)}
+            await c.publish(Message(queue=queue + ".plain"))
+            with pytest.raises(harbinger.FailedPrecondition) as e:
+                await c.list_groups(queue + ".plain")
+            assert "declares no limits" in str(e.value)
+    run(main())
+
+
 def test_producer_gives_up_on_an_unreachable_broker_at_close() -> None:
     import socket
     s = socket.socket()

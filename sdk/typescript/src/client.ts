@@ -41,6 +41,7 @@ export const methods = {
   requeueDeadLetters: method("Admin", "RequeueDeadLetters", pb.RequeueDeadLettersRequestSchema, pb.RequeueDeadLettersResponseSchema),
   deleteDeadLetters: method("Admin", "DeleteDeadLetters", pb.DeleteDeadLettersRequestSchema, pb.DeleteDeadLettersResponseSchema),
   listKeys: method("Admin", "ListKeys", pb.ListKeysRequestSchema, pb.ListKeysResponseSchema),
+  listGroups: method("Admin", "ListGroups", pb.ListGroupsRequestSchema, pb.ListGroupsResponseSchema),
   declareSchedule: method("Admin", "DeclareSchedule", pb.ScheduleSchema, pb.ScheduleSchema),
   listSchedules: method("Admin", "ListSchedules", pb.ListSchedulesRequestSchema, pb.ListSchedulesResponseSchema),
   pauseSchedule: method("Admin", "PauseSchedule", pb.PauseScheduleRequestSchema, pb.ScheduleSchema),
@@ -341,6 +342,11 @@ export class Client {
   /** What the predictor learned of a queue's keys, busiest first. */
   async listKeys(queue: string, limit = 0, opts?: CallOptions): Promise<pb.KeyStats[]> {
     return (await this.rpc.unary(methods.listKeys, create(pb.ListKeysRequestSchema, { queue, limit: Math.max(limit, 0) }), opts)).keys;
+  }
+
+  /** A queue's groups under its limits and fair shares: running, limit, waiting, share of the worker time in the last minute, throttled. FAILED_PRECONDITION when the queue declares none. */
+  listGroups(queue: string, limit = 0, opts?: CallOptions): Promise<pb.ListGroupsResponse> {
+    return this.rpc.unary(methods.listGroups, create(pb.ListGroupsRequestSchema, { queue, limit: Math.max(limit, 0) }), opts);
   }
 
   /** Creates or replaces a periodic job (cron or every). */

@@ -101,6 +101,27 @@ test("a producer keeps a window of publishes in flight", async () => {
   }
 });
 
+test("list groups", async () => {
+  const c = new Client(addr);
+  const queue = "ts.groups";
+  try {
+    await c.declareQueue(queue, { groupBy: "tenant", limits: ["tenant=2"] });
+    for (const tenant of ["zürich", "東京", "東京"]) {
+      await c.publish({ queue, jobType: "t", payload: new Uint8Array(2048).fill(0xff), headers: { tenant } });
+    }
+    const resp = await c.listGroups(queue);
+    assert.equal(resp.groupCount, 2n);
+    assert.deepEqual(
+      Object.fromEntries(resp.groups.map((g) => [g.name, [g.waiting, g.limit, g.running]])),
+      { "zürich": [1n, 2, 0n], "東京": [2n, 2, 0n] },
+    );
+    await c.publish({ queue: `${queue}.plain` });
+    await assert.rejects(c.listGroups(`${queue}.plain`), (e) => isCode(e, Status.FAILED_PRECONDITION));
+  } finally {
+    c.close();
+  }
+});
+
 test("admin calls", async () => {
   const c = new Client(addr);
   const queue = "ts.admin";

@@ -326,6 +326,12 @@ class Client:
         """What the predictor learned of a queue's keys, busiest first."""
         return list((await self._call(self._admin.ListKeys, pb.ListKeysRequest(queue=queue, limit=max(limit, 0)))).keys)
 
+    async def list_groups(self, queue: str, limit: int = 0) -> pb.ListGroupsResponse:
+        """A queue's groups under its limits and fair shares: running, limit,
+        waiting, share of the worker time in the last minute, throttled.
+        FailedPrecondition when the queue declares none."""
+        return await self._call(self._admin.ListGroups, pb.ListGroupsRequest(queue=queue, limit=max(limit, 0)))
+
     async def declare_schedule(self, schedule: pb.Schedule) -> pb.Schedule:
         """Creates or replaces a periodic job (cron or every)."""
         return await self._call(self._admin.DeclareSchedule, schedule)

@@ -297,6 +297,26 @@ class GetLimitsRequest(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class GroupStats(_message.Message):
+    __slots__ = ["limit", "name", "running", "throttled", "waiting", "weight", "work_seconds", "work_share"]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    WORK_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WORK_SHARE_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    name: str
+    running: int
+    throttled: int
+    waiting: int
+    weight: int
+    work_seconds: float
+    work_share: float
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., limit: _Optional[int] = ..., work_share: _Optional[float] = ..., work_seconds: _Optional[float] = ..., throttled: _Optional[int] = ...) -> None: ...
+
 class HistoryChunk(_message.Message):
     __slots__ = ["data"]
     DATA_FIELD_NUMBER: _ClassVar[int]
@@ -427,6 +447,26 @@ class ListDeadLettersResponse(_message.Message):
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     dead_letters: _containers.RepeatedCompositeFieldContainer[DeadLetter]
     def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetter, _Mapping]]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ["limit", "queue"]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    queue: str
+    def __init__(self, queue: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ["group_count", "groups", "reserved", "throttled"]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    group_count: int
+    groups: _containers.RepeatedCompositeFieldContainer[GroupStats]
+    reserved: int
+    throttled: int
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupStats, _Mapping]]] = ..., group_count: _Optional[int] = ..., throttled: _Optional[int] = ..., reserved: _Optional[int] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ["limit", "offset", "queue"]

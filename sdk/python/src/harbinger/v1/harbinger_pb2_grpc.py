@@ -241,6 +241,11 @@ class AdminStub(object):
                 request_serializer=harbinger_dot_v1_dot_harbinger__pb2.ListKeysRequest.SerializeToString,
                 response_deserializer=harbinger_dot_v1_dot_harbinger__pb2.ListKeysResponse.FromString,
                 )
+        self.ListGroups = channel.unary_unary(
+                '/harbinger.v1.Admin/ListGroups',
+                request_serializer=harbinger_dot_v1_dot_harbinger__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=harbinger_dot_v1_dot_harbinger__pb2.ListGroupsResponse.FromString,
+                )
         self.GetJob = channel.unary_unary(
                 '/harbinger.v1.Admin/GetJob',
                 request_serializer=harbinger_dot_v1_dot_harbinger__pb2.GetJobRequest.SerializeToString,
@@ -352,6 +357,18 @@ class AdminServicer(object):
 
     def ListKeys(self, request, context):
         """ListKeys reports the predictor's per-key statistics for a queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGroups(self, request, context):
+        """ListGroups reports a queue's groups under its limits and fair shares
+        (QueueConfig.group_by, limits, rate_limits; one group, named "",
+        when it limits keys without grouping): per group its running and
+        waiting jobs, its limit, its share of the worker time in the last
+        minute and its throttled jobs. FailedPrecondition when the queue
+        declares none of them.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -489,6 +506,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListKeys,
                     request_deserializer=harbinger_dot_v1_dot_harbinger__pb2.ListKeysRequest.FromString,
                     response_serializer=harbinger_dot_v1_dot_harbinger__pb2.ListKeysResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=harbinger_dot_v1_dot_harbinger__pb2.ListGroupsRequest.FromString,
+                    response_serializer=harbinger_dot_v1_dot_harbinger__pb2.ListGroupsResponse.SerializeToString,
             ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
@@ -684,6 +706,23 @@ class Admin(object):
         return grpc.experimental.unary_unary(request, target, '/harbinger.v1.Admin/ListKeys',
             harbinger_dot_v1_dot_harbinger__pb2.ListKeysRequest.SerializeToString,
             harbinger_dot_v1_dot_harbinger__pb2.ListKeysResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/harbinger.v1.Admin/ListGroups',
+            harbinger_dot_v1_dot_harbinger__pb2.ListGroupsRequest.SerializeToString,
+            harbinger_dot_v1_dot_harbinger__pb2.ListGroupsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
