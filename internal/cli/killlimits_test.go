@@ -169,7 +169,7 @@ func TestKill9Limits(t *testing.T) {
 		handler := func(wcl *client.Client) client.Handler {
 			return func(_ context.Context, d *client.Delivery) error {
 				rmu.Lock()
-				took := time.Duration(1+rng.IntN(20)) * time.Millisecond
+				took := time.Duration(1+rng.IntN(10)) * time.Millisecond
 				rmu.Unlock()
 				r := &run{id: d.ID, tenant: d.Headers[fair.TenantHeader], attempt: d.Attempt, at: time.Now(), export: d.JobType == "export", killed: make(chan struct{})}
 				mu.Lock()
