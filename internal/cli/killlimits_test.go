@@ -331,12 +331,14 @@ func TestKill9Limits(t *testing.T) {
 	}
 	pwg.Go(func() { publish(producers, "crawl", crawlJobs) })
 
-	// Kill the broker at random moments, after a random amount of progress.
+	// Kill the broker at random moments spread over the run: kill k (from
+	// 0) once a random share between (k+0.5)/(kills+2) and
+	// (k+1.5)/(kills+2) of the jobs is done.
 	began := time.Now()
 	rng := rand.New(rand.NewPCG(1, 2))
 	total := jobs + crawlJobs
 	for k := range kills {
-		target := handledN.Load() + int64(total/kills/2+rng.IntN(total/kills/2+1))
+		target := int64((float64(k) + 0.5 + rng.Float64()) * float64(total) / float64(kills+2))
 		if waitFor(func() bool { return handledN.Load() >= target }) != nil {
 			t.Fatalf("no progress before kill %d", k+1)
 		}
