@@ -9,6 +9,7 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/delivery"
 	"github.com/harbinger-mq/harbinger/internal/history"
 	"github.com/harbinger-mq/harbinger/internal/predict"
+	"github.com/harbinger-mq/harbinger/internal/store"
 	"github.com/harbinger-mq/harbinger/internal/text"
 )
 
@@ -115,7 +116,9 @@ func (c *Consumer) NextBatch(ctx context.Context, max int, out []Delivery) ([]De
 			if ok {
 				out = append(out, d)
 				out = q.moreLocked(c, max-1, now, out)
+				pos := q.deliveredPosLocked()
 				q.unlockChanged()
+				b.awaitDelivered(pos)
 				return out, nil
 			}
 			if !c.inWaiters {
@@ -229,8 +232,34 @@ func (c *Consumer) AddCreditTakeBatch(n, max int, out []Delivery) []Delivery {
 	case c.credit > 0:
 		c.signal() // credit left: Next hands out the rest
 	}
+	pos := store.Pos(0)
+	if ok {
+		pos = q.deliveredPosLocked()
+	}
 	q.unlockChanged()
+	b.awaitDelivered(pos)
 	return out
+}
+
+// deliveredPosLocked is the log position a delivery just made must reach
+// before its job is sent, or 0 when it need not wait: under limits or
+// rate limits a job counts from its delivery, also across a crash, and
+// recovery knows of the delivery only from its record (see
+// delivery.Line.DurableDeliveries).
+func (q *queue) deliveredPosLocked() store.Pos {
+	if q.b.cfg.Store == nil || !q.line.DurableDeliveries() {
+		return 0
+	}
+	return q.wrote
+}
+
+// awaitDelivered waits, with no lock held, until the log holds pos. A log
+// that fails is logged where it failed; the jobs go out all the same, as
+// every other record's loss costs at most a repeat.
+func (b *Broker) awaitDelivered(pos store.Pos) {
+	if pos > 0 {
+		_ = b.cfg.Store.Wait(pos)
+	}
 }
 
 // Ack settles a delivery as done and teaches the predictor its duration d.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,4 +167,83 @@ func TestLimitWakesWaitingConsumer(t *testing.T) {
 		t.Fatalf("the waiting consumer got %v, %v; want %s", d, ok, ids[1])
 	}
 	second.Close()
+}
+
+// waitLog is a store that notes the last delivery record appended and
+// the furthest position waited for.
+type waitLog struct {
+	store.Store
+	mu                sync.Mutex
+	deliver, waitedTo store.Pos
+}
+
+func (w *waitLog) Append(recs ...*store.Record) (store.Pos, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pos, err := w.Store.Append(recs...)
+	for i, r := range recs {
+		if r.Kind == store.KindDeliver {
+			w.deliver = pos - store.Pos(len(recs)-1-i)
+		}
+	}
+	return pos, err
+}
+
+func (w *waitLog) Wait(pos store.Pos) error {
+	w.mu.Lock()
+	w.waitedTo = max(w.waitedTo, pos)
+	w.mu.Unlock()
+	return w.Store.Wait(pos)
+}
+
+// A job of a queue with limits or rate limits is handed out only once its
+// delivery record is in the log: a broker killed the moment after knows,
+// at its restart, that the job may still run (and when it started), and
+// holds it against its limits. A queue without them does not wait.
+func TestLimitedDeliveryWaitsForItsRecord(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  QueueConfig
+		wait bool
+	}{
+		{"limits", QueueConfig{Limits: Rules{"tenant=2"}}, true},
+		{"rate limits", QueueConfig{RateLimits: Rules{"producer=5/s"}}, true},
+		{"fair shares alone", QueueConfig{GroupBy: "tenant"}, false},
+		{"none", QueueConfig{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			st := &waitLog{Store: store.NewMemory()}
+			b := durable(t, st, clk, Config{})
+			if _, err := b.Declare("q", tc.cfg); err != nil {
+				t.Fatal(err)
+			}
+			c, err := b.Subscribe("q", "w", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for i := range 2 {
+				m := &Message{Queue: "q", Producer: "p", Payload: []byte("ж"), Headers: map[string]string{fair.TenantHeader: "ünï"}}
+				if _, err := b.Publish(m); err != nil {
+					t.Fatal(err)
+				}
+				d, err := c.Next(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Ack(d.ID, time.Millisecond); err != nil {
+					t.Fatal(err)
+				}
+				st.mu.Lock()
+				waited := st.waitedTo >= st.deliver
+				st.mu.Unlock()
+				if waited != tc.wait {
+					t.Fatalf("delivery %d waited for its record: %v, want %v", i, waited, tc.wait)
+				}
+			}
+		})
+	}
 }

@@ -30,6 +30,8 @@ import (
 //	queue deleted      KindDrop
 //	checkpoint,
 //	shutdown           KindPredictor
+//	checkpoint         KindRates (a queue with rate limits: its buckets;
+//	                   its deliveries carry their start time)
 //
 // A retry (nack, lease expiry, consumer gone) writes nothing: a job whose
 // last record is a delivery comes back ready at recovery, its attempt
@@ -194,6 +196,7 @@ func (b *Broker) recover() error {
 		q.mu.Lock()
 		learned += q.restoreLearning(preds[name], p.Observations())
 		delete(preds, name)
+		q.line.RestoreRates(p)
 		for _, rj := range p.Jobs() {
 			j := q.line.Restore(rj.Job, rj.Reset, now)
 			b.forceReserve(j, q.name)
@@ -356,7 +359,8 @@ func (b *Broker) checkpoint(ctx context.Context, between func()) error {
 }
 
 // appendState appends q's config, pause state, unique keys and predictor,
-// then the state of every job it held at that moment (n of them), to st.
+// then the state of every job it held at that moment (n of them), then
+// its rate buckets (delivery.Line.RatesRecord), to st.
 // The jobs go in batches of checkpointBatch records, each under q's lock
 // and each job's record as it is at its batch: a job that changed between
 // the snapshot and its batch has its change records before its state
@@ -432,7 +436,17 @@ func (q *queue) appendState(st store.Store, between func()) (pos store.Pos, n in
 		}
 		prev = pos
 	}
-	return pos, n, nil
+	// The rate buckets last, under the lock: the deliveries before this
+	// record are in them, and those after it come after it in the log.
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.deleted {
+		return pos, n, nil
+	}
+	if r := q.line.RatesRecord(q.b.clk.Now()); r != nil {
+		pos, err = st.Append(r)
+	}
+	return pos, n, err
 }
 
 // checkpointBatch is how many jobs a checkpoint writes under one hold of

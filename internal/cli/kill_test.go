@@ -26,7 +26,7 @@ import (
 	"github.com/harbinger-mq/harbinger/client"
 )
 
-var killFull = flag.Bool("kill-full", false, "run TestKill9 at full size (100 kills, 40,000 jobs)")
+var killFull = flag.Bool("kill-full", false, "run TestKill9 at full size (100 kills, 40,000 jobs), and TestKill9Limits (40 kills, 100,000 jobs)")
 
 // childEnv makes the test binary run `harbinger` with the arguments it
 // holds (separated by \x1f) instead of the tests: a real broker process

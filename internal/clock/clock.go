@@ -67,6 +67,20 @@ func (c *Fake) Pending() int {
 	return len(c.timers)
 }
 
+// Next reports when the earliest timer waiting to fire is due; tests use it
+// to advance no further than the code under test's next wake-up.
+func (c *Fake) Next() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var at time.Time
+	for _, t := range c.timers {
+		if at.IsZero() || t.at.Before(at) {
+			at = t.at
+		}
+	}
+	return at, !at.IsZero()
+}
+
 // Advance moves the clock forward by d and runs every timer that comes due,
 // synchronously and in due order, with the clock set to each timer's due time.
 func (c *Fake) Advance(d time.Duration) {

@@ -46,3 +46,21 @@ func TestRealAfterFunc(t *testing.T) {
 		t.Fatal("Stop of a pending real timer returned false")
 	}
 }
+
+func TestFakeNext(t *testing.T) {
+	t.Parallel()
+	start := time.Unix(1000, 0)
+	c := NewFake(start)
+	if _, ok := c.Next(); ok {
+		t.Fatal("Next reports a timer on a clock with none")
+	}
+	c.AfterFunc(3*time.Second, func() {})
+	early := c.AfterFunc(time.Second, func() {})
+	if at, ok := c.Next(); !ok || !at.Equal(start.Add(time.Second)) {
+		t.Fatalf("Next = %v, %v; want the earliest, 1s on", at, ok)
+	}
+	early.Stop()
+	if at, ok := c.Next(); !ok || !at.Equal(start.Add(3*time.Second)) {
+		t.Fatalf("Next = %v, %v after a stop; want 3s on", at, ok)
+	}
+}

@@ -2,12 +2,14 @@ package delivery
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/fair"
+	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
 // publishTenant publishes one job of the tenant (its header) with a
@@ -155,4 +157,110 @@ func TestLineRateDeadline(t *testing.T) {
 	if rate < 4.75 || rate > 5.25 {
 		t.Fatalf("%d starts in %v: %.2f a second, declared 5", starts, now.Sub(start), rate)
 	}
+}
+
+// A Line restarted from its log, at random moments and sometimes from a
+// checkpoint (the jobs' state, then RatesRecord), keeps every tenant to
+// its token bucket: the log's start times take the tokens again, so no
+// restart hands out a fresh burst. Without them (a log of deliveries
+// without start times, as before) the same run breaks the rate.
+func TestLineRatesSurviveRestart(t *testing.T) {
+	t.Parallel()
+	const rate, burst = 5.0, 3
+	cfg := modelConfig()
+	cfg.MaxDepth = 10000
+	cfg.Fair = fair.Config{Rates: []fair.Rate{{Field: fair.Tenant, PerSecond: rate, Burst: burst}}}
+	tenants := []string{"акме", "\U0001F600"}
+	run := func(withTimes bool) (map[string][]time.Time, int) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		l := newLine(t, cfg)
+		log := store.NewMemory()
+		now := t0
+		write := func(recs []*store.Record) {
+			for _, r := range recs {
+				if !withTimes && r.Kind == store.KindDeliver {
+					r.At = time.Time{}
+				}
+			}
+			if len(recs) > 0 {
+				if _, err := log.Append(recs...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l.Fx.Clear()
+		}
+		for i := range 1000 {
+			publishTenant(t, l, fmt.Sprintf("j%04d", i), tenants[i%2], now)
+		}
+		write(l.Fx.Records)
+		h := l.Attach()
+		starts := map[string][]time.Time{}
+		restarts := 0
+		for end := t0.Add(time.Minute); now.Before(end); now = now.Add(time.Duration(1+rng.IntN(40)) * time.Millisecond) {
+			l.Tick(now)
+			for {
+				j := l.Deliver(h, now)
+				if j == nil {
+					break
+				}
+				starts[keysOf(j).Tenant] = append(starts[keysOf(j).Tenant], now)
+				if _, err := l.Ack(h, j.ID(), time.Millisecond, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(l.Fx.Records)
+			if rng.IntN(40) == 0 { // a checkpoint: the log is the state now
+				log = store.NewMemory()
+				var recs []*store.Record
+				l.StateRecords(func(r *store.Record) { recs = append(recs, r) })
+				write(append(recs, l.RatesRecord(now)))
+			}
+			if rng.IntN(30) == 0 { // a crash, and a restart from the log
+				restarts++
+				p := NewReplay()
+				if err := log.Replay(func(r *store.Record) error { p.Apply(r); return nil }); err != nil {
+					t.Fatal(err)
+				}
+				l = New("q", l.Config(), newQueue(t, "fifo"))
+				l.RestoreRates(p)
+				for _, rj := range p.Jobs() {
+					l.Restore(rj.Job, rj.Reset, now)
+				}
+				h = l.Attach()
+			}
+		}
+		return starts, restarts
+	}
+	// over is the most starts of one tenant in a window of w beyond what
+	// its bucket allows (burst + rate x w).
+	over := func(starts map[string][]time.Time, w time.Duration) float64 {
+		worst := math.Inf(-1)
+		for _, ss := range starts {
+			for i, s := range ss {
+				n := 0
+				for _, u := range ss[i:] {
+					if u.Sub(s) <= w {
+						n++
+					}
+				}
+				worst = max(worst, float64(n)-burst-rate*w.Seconds())
+			}
+		}
+		return worst
+	}
+	starts, restarts := run(true)
+	for _, w := range []time.Duration{0, time.Second, 10 * time.Second, time.Minute} {
+		if o := over(starts, w); o > 1e-9 {
+			t.Fatalf("a tenant started %.0f more jobs in %v than its bucket allows, over %d restarts", o, w, restarts)
+		}
+	}
+	for tn, ss := range starts {
+		if lo := 0.95 * rate * 60; float64(len(ss)) < lo {
+			t.Fatalf("tenant %q started %d jobs in a minute, want at least %.0f", tn, len(ss), lo)
+		}
+	}
+	if before, _ := run(false); over(before, 10*time.Second) <= 0 {
+		t.Fatal("restarts with full buckets kept to the rate: the check has no teeth")
+	}
+	t.Logf("%d and %d starts over %d restarts, each tenant within its bucket", len(starts[tenants[0]]), len(starts[tenants[1]]), restarts)
 }

@@ -60,7 +60,13 @@ func (l *Line) Deliver(h Holder, now time.Time) *Job {
 	}
 	j := jobOf(it)
 	l.unwait(j)
-	l.logID(store.KindDeliver, j)
+	if l.fq != nil && len(l.cfg.Fair.Rates) > 0 {
+		// The start time, for recovery to take it from the rate buckets
+		// again (see RatesRecord).
+		l.log(func(r *store.Record) { r.Kind, r.Queue, r.ID, r.At = store.KindDeliver, l.name, j.ID(), now })
+	} else {
+		l.logID(store.KindDeliver, j)
+	}
 	if j.attempt < math.MaxUint16 {
 		j.attempt++
 	}

@@ -1,10 +1,12 @@
 package delivery
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/fair"
 	"github.com/harbinger-mq/harbinger/internal/sched"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
@@ -255,4 +257,38 @@ func (l *Line) Restore(sj *store.Job, reset bool, now time.Time) *Job {
 		l.byID[j.ID()] = j
 	}
 	return j
+}
+
+// RatesRecord is the state of the queue's rate buckets at now, for a
+// checkpoint to write after its jobs' records (and under the same hold of
+// the caller's lock as its last batch), or nil when the queue has no rate
+// limits. Recovery restores the buckets from the last one and takes a
+// token again for each delivery after it, which carries its start time:
+// so a restart gives no key more starts than its rate allows.
+func (l *Line) RatesRecord(now time.Time) *store.Record {
+	if l.fq == nil || len(l.cfg.Fair.Rates) == 0 {
+		return nil
+	}
+	data, err := json.Marshal(l.fq.Buckets(now, []fair.Bucket{}))
+	if err != nil {
+		panic("delivery: encoding rate buckets: " + err.Error()) // plain numbers and strings
+	}
+	return &store.Record{Kind: store.KindRates, Queue: l.name, Data: data}
+}
+
+// RestoreRates puts the rate buckets back as p, the replay of the log,
+// leaves them: the last checkpoint's buckets, less a token for each start
+// recorded after it, in order. A queue whose declaration changed after
+// them starts its buckets full, as a live redeclare does. Call it before
+// any job is delivered.
+func (l *Line) RestoreRates(p *Replay) {
+	if l.fq == nil || len(l.cfg.Fair.Rates) == 0 {
+		return
+	}
+	for _, b := range p.buckets {
+		l.fq.RestoreBucket(b)
+	}
+	for _, s := range p.starts {
+		l.fq.Started(s.k, s.at)
+	}
 }

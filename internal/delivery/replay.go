@@ -2,10 +2,12 @@ package delivery
 
 import (
 	"cmp"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/harbinger-mq/harbinger/internal/fair"
 	"github.com/harbinger-mq/harbinger/internal/store"
 )
 
@@ -23,6 +25,16 @@ import (
 type Replay struct {
 	jobs map[string]*Recovered
 	obs  []Observation
+	// The rate buckets of the last KindRates record, and the starts
+	// recorded after it, in order: see Line.RestoreRates.
+	buckets []fair.Bucket
+	starts  []start
+}
+
+// start is a delivery of a job of keys k at at, under rate limits.
+type start struct {
+	k  fair.Keys
+	at time.Time
 }
 
 // Recovered is a job as the log leaves it.
@@ -49,8 +61,18 @@ func NewReplay() *Replay { return &Replay{jobs: map[string]*Recovered{}} }
 // whether it was a job record (a kind a Line writes); the caller folds the
 // others.
 func (p *Replay) Apply(r *store.Record) bool {
-	if r.Kind == store.KindJob {
+	switch r.Kind {
+	case store.KindJob:
 		p.jobs[r.ID] = &Recovered{Job: r.Job, Reset: r.Job.Reset}
+		return true
+	case store.KindRates:
+		// The buckets as they were; the starts before it are in them. A
+		// record that does not decode leaves them full, as before there
+		// were any.
+		p.buckets, p.starts = p.buckets[:0], p.starts[:0]
+		if err := json.Unmarshal(r.Data, &p.buckets); err != nil {
+			p.buckets = p.buckets[:0]
+		}
 		return true
 	}
 	switch r.Kind {
@@ -68,6 +90,9 @@ func (p *Replay) Apply(r *store.Record) bool {
 	case store.KindDeliver:
 		j.Attempts++
 		j.State, j.Until = store.Ready, time.Time{}
+		if !r.At.IsZero() {
+			p.starts = append(p.starts, start{fair.Keys{Producer: j.Producer, JobType: j.JobType, Tenant: j.Headers[fair.TenantHeader]}, r.At})
+		}
 	case store.KindReturn:
 		j.Attempts = max(j.Attempts-1, 0)
 	case store.KindDelay:
@@ -95,6 +120,8 @@ func (p *Replay) Reconfigured() {
 	for _, rj := range p.jobs {
 		rj.Reset = true
 	}
+	// A redeclare starts the rate buckets full.
+	p.buckets, p.starts = p.buckets[:0], p.starts[:0]
 }
 
 // Snapshotted forgets the durations folded so far: a predictor snapshot

@@ -88,3 +88,12 @@ func (l *Line) releaseLost(j *Job, now time.Time) {
 // Lost is how many jobs are held back after a restart, their workers
 // perhaps still running them.
 func (l *Line) Lost() int { return len(l.lost) }
+
+// DurableDeliveries reports whether a delivery's record must reach the
+// log before its job is sent: the queue has limits or rate limits. A job
+// runs against them from its delivery, also on a worker that outlives a
+// crash, and a restart holds it back (Restore) or takes its start from
+// the bucket (RestoreRates) only if the log tells of the delivery.
+func (l *Line) DurableDeliveries() bool {
+	return l.cfg.Durable && l.fq != nil && (len(l.cfg.Fair.Limits) > 0 || len(l.cfg.Fair.Rates) > 0)
+}

@@ -1025,3 +1025,93 @@ func keysCmp(a, b Keys) int {
 	}
 	return cmp.Compare(a.Tenant, b.Tenant)
 }
+
+// Bucket is the state of one rate limit's token bucket: the key's Rule
+// (an index into Config.Rates) and Value, and its Tokens at At (Unix
+// nanoseconds). A bucket not listed is full.
+type Bucket struct {
+	Rule   int     `json:"rule"`
+	Value  string  `json:"value,omitempty"`
+	Tokens float64 `json:"tokens"`
+	At     int64   `json:"at,omitempty"`
+}
+
+// Buckets appends to buf the rate buckets that are not full at now, so
+// that a restart can restore them (RestoreBucket) instead of starting
+// every key full. O(keys with a rate).
+func (f *Fair) Buckets(now time.Time, buf []Bucket) []Bucket {
+	t := now.UnixNano()
+	for _, c := range f.counters {
+		if !c.rate {
+			continue
+		}
+		c.refill(t)
+		if c.tokens < c.burst {
+			buf = append(buf, Bucket{Rule: c.id.rule, Value: c.id.value, Tokens: c.tokens, At: c.at})
+		}
+	}
+	slices.SortFunc(buf, func(a, b Bucket) int { return cmp.Or(cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Value, b.Value)) })
+	return buf
+}
+
+// RestoreBucket sets a rate bucket to b, as Buckets listed it before a
+// restart, under the same declaration. A bucket of a rule the
+// declaration does not have is ignored.
+func (f *Fair) RestoreBucket(b Bucket) {
+	if b.Rule < 0 || b.Rule >= len(f.cfg.Rates) || math.IsNaN(b.Tokens) {
+		return
+	}
+	c := f.bucket(ruleKey{rate: true, rule: b.Rule, value: b.Value}, b.At)
+	c.tokens, c.at = min(b.Tokens, c.burst), b.At
+	f.drained(c)
+}
+
+// Started takes a token at now from every rate bucket a job of keys k
+// draws on: a start the log recorded, replayed after a restart (in the
+// order they happened, after RestoreBucket), so the buckets are as they
+// were when the broker stopped. Limits are not touched: what runs is
+// counted by Run.
+func (f *Fair) Started(k Keys, now time.Time) {
+	t := now.UnixNano()
+	for i, r := range f.cfg.Rates {
+		v := k.get(r.Field)
+		if r.Value != "" && r.Value != v {
+			continue
+		}
+		c := f.bucket(ruleKey{rate: true, rule: i, value: v}, t)
+		c.refill(t)
+		c.tokens--
+		f.drained(c)
+	}
+}
+
+// bucket finds or makes the rate counter id, full at t when new.
+func (f *Fair) bucket(id ruleKey, t int64) *counter {
+	c, ok := f.counters[id]
+	if !ok {
+		r := f.cfg.Rates[id.rule]
+		c = &counter{id: id, lanes: map[*lane]struct{}{}, idx: -1, rate: true, perNano: r.PerSecond / 1e9, burst: float64(r.Burst)}
+		c.tokens, c.at = c.burst, t
+		f.counters[id] = c
+	}
+	return c
+}
+
+// drained blocks c, a rate counter whose tokens were just set, until it
+// has a token again, or brings its due time up to date.
+func (f *Fair) drained(c *counter) {
+	if c.tokens >= 1 {
+		if c.idx >= 0 {
+			f.refills.remove(c)
+			f.unblock(c)
+		}
+		return
+	}
+	c.due = c.at + int64(math.Ceil((1-c.tokens)/c.perNano))
+	if c.idx >= 0 {
+		f.refills.fix(c.idx)
+	} else {
+		f.refills.push(c)
+	}
+	f.block(c)
+}

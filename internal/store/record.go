@@ -29,7 +29,8 @@ const (
 	KindJob
 	// KindDeliver counts one delivery of ID: a job that was delivered
 	// and not settled when the broker stopped comes back ready with the
-	// attempt counted.
+	// attempt counted. At, when set, is when it started (written by a
+	// queue with rate limits, whose buckets recovery rebuilds from it).
 	KindDeliver
 	// KindReturn takes back a delivery that never reached its consumer,
 	// or that the broker cut short: the attempt is not counted.
@@ -63,10 +64,14 @@ const (
 	// predictor, pause state and unique keys. Records for the same name
 	// after it belong to a new queue.
 	KindDrop
+	// KindRates replaces a queue's rate-limit buckets (Data, as the
+	// delivery package writes them): the deliveries after it, with their
+	// start times, take tokens from them at recovery.
+	KindRates
 	kindEnd
 )
 
-var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause", "unique", "schedule", "drop"}
+var kindNames = [...]string{"", "declare", "job", "deliver", "return", "retry", "delay", "dead", "requeue", "ack", "remove", "predictor", "pause", "unique", "schedule", "drop", "rates"}
 
 func (k Kind) String() string {
 	if k > 0 && k < kindEnd {
@@ -90,9 +95,9 @@ type Record struct {
 	Kind     Kind
 	Queue    string
 	ID       string        // the job's id; empty for queue records
-	At       time.Time     // KindDelay: until; KindDead, KindRequeue: when
+	At       time.Time     // KindDelay: until; KindDead, KindRequeue: when; KindDeliver: when it started, or zero
 	Reason   string        // KindDead
-	Data     []byte        // KindDeclare, KindPredictor
+	Data     []byte        // KindDeclare, KindPredictor, KindPause, KindSchedule, KindRates
 	Job      *Job          // KindJob
 	Duration time.Duration // KindAck
 }
@@ -145,10 +150,14 @@ func encode(b []byte, r *Record) []byte {
 	switch r.Kind {
 	case KindDelay, KindRequeue:
 		b = appendTime(b, r.At)
+	case KindDeliver:
+		if !r.At.IsZero() { // optional: a log written without it reads the same
+			b = appendTime(b, r.At)
+		}
 	case KindDead, KindUnique:
 		b = appendTime(b, r.At)
 		b = appendString(b, r.Reason)
-	case KindDeclare, KindPredictor, KindPause, KindSchedule:
+	case KindDeclare, KindPredictor, KindPause, KindSchedule, KindRates:
 		b = appendBytes(b, r.Data)
 	case KindJob:
 		b = encodeJob(b, r.Job)
@@ -314,10 +323,14 @@ func decode(body []byte) (*Record, error) {
 	switch r.Kind {
 	case KindDelay, KindRequeue:
 		r.At = d.time()
+	case KindDeliver:
+		if d.err == nil && len(d.b) > 0 {
+			r.At = d.time()
+		}
 	case KindDead, KindUnique:
 		r.At = d.time()
 		r.Reason = d.string()
-	case KindDeclare, KindPredictor, KindPause, KindSchedule:
+	case KindDeclare, KindPredictor, KindPause, KindSchedule, KindRates:
 		r.Data = d.bytes()
 	case KindJob:
 		r.Job = decodeJob(d, r.ID)

@@ -43,6 +43,7 @@ func sample(i int) []*Record {
 			Enqueued: at, Expires: at.Add(time.Hour), Attempts: 1, RetryBase: 2 * time.Second, RetryMax: time.Hour,
 		}},
 		{Kind: KindDeliver, Queue: "媒体", ID: id},
+		{Kind: KindDeliver, Queue: "媒体", ID: id, At: at.Add(time.Second)},
 		{Kind: KindReturn, Queue: "媒体", ID: id},
 		{Kind: KindRetry, Queue: "媒体", ID: id},
 		{Kind: KindDelay, Queue: "媒体", ID: id, At: at.Add(time.Minute)},
@@ -56,6 +57,7 @@ func sample(i int) []*Record {
 		{Kind: KindPause, Queue: "媒体", Data: []byte{1}},
 		{Kind: KindUnique, Queue: "媒体", ID: id, Reason: "order-42 ✓", At: at.Add(time.Hour)},
 		{Kind: KindSchedule, ID: "nightly", Data: []byte(`{"cron":"0 3 * * *"}`)},
+		{Kind: KindRates, Queue: "媒体", Data: []byte(`[{"rule":0,"value":"ünï","tokens":0.5}]`)},
 		{Kind: KindDrop, Queue: "媒体"},
 	}
 }
