@@ -99,6 +99,9 @@ var (
 	// DefaultNearLongKeys is the share of the keys whose messages take the
 	// long guard (PolicyOptions.NearLongKeys); 0 is off.
 	DefaultNearLongKeys = 0.0
+	// DefaultTailLongGuard is the guard of the messages those mark
+	// (PolicyOptions.TailLongGuard); negative takes the long guard.
+	DefaultTailLongGuard = -1.0
 )
 
 // Policy is a named policy resolved to a scheduler configuration and a way of
@@ -203,8 +206,9 @@ type PolicyOptions struct {
 	// the keys, ranked as for the long-keys cut, whose messages take the
 	// long guard (Bound.TailLong, predict.Config.NearLongKeys); 0 is off.
 	NearLongKeys *float64
-	// TailLongGuard, when set, is the guard of the messages TailKeys and
-	// NearLongKeys mark (Bound.TailLongGuard); nil: the long guard.
+	// TailLongGuard, when set, overrides DefaultTailLongGuard: the guard of
+	// the messages TailKeys and NearLongKeys mark (Bound.TailLongGuard);
+	// negative: the long guard.
 	TailLongGuard *float64
 }
 
@@ -315,8 +319,8 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 		}
 		if p.TailKeys > 0 || p.NearLongKeys > 0 {
 			bound.TailLong = true
-			if g := o.TailLongGuard; g != nil && *g >= 0 {
-				bound.TailLongGuard = new(*g)
+			if g := orDefault(o.TailLongGuard, DefaultTailLongGuard); g >= 0 {
+				bound.TailLongGuard = &g
 			}
 		}
 		if o.AgingOff {
