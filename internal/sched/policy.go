@@ -91,17 +91,23 @@ var (
 	// (Bound.TailRisk); 0 applies it always.
 	DefaultTailRisk = 0.0
 	// DefaultTailKeys is the quantile of a key's durations that, at a long
-	// cut, gives the key's messages the long guard (PolicyOptions.TailKeys);
-	// 0 is off.
-	DefaultTailKeys = 0.0
-	// DefaultTailKeysGated limits DefaultTailKeys to spread-gated keys.
-	DefaultTailKeysGated = false
+	// cut, gives the key's messages the guard of DefaultTailLongGuard
+	// (PolicyOptions.TailKeys); 0 is off. A spread-gated key is priced at
+	// its mean and ordered in the middle tier, but its slow runs are among
+	// the longest jobs of the queue: its messages keep their place in the
+	// order and are held past their FIFO moment by 0.2 of their FIFO
+	// latency at most, not the 0.5 (0.35 past the tail) of the others.
+	DefaultTailKeys = 0.99
+	// DefaultTailKeysGated limits DefaultTailKeys to spread-gated keys: on
+	// every key it cost the mean where a warm key's p99 reached the cut.
+	DefaultTailKeysGated = true
 	// DefaultNearLongKeys is the share of the keys whose messages take the
 	// long guard (PolicyOptions.NearLongKeys); 0 is off.
 	DefaultNearLongKeys = 0.0
 	// DefaultTailLongGuard is the guard of the messages those mark
-	// (PolicyOptions.TailLongGuard); negative takes the long guard.
-	DefaultTailLongGuard = -1.0
+	// (PolicyOptions.TailLongGuard); negative takes the long guard (0,
+	// which cost bimodal's and heavy-tail's mean cut).
+	DefaultTailLongGuard = 0.2
 )
 
 // Policy is a named policy resolved to a scheduler configuration and a way of
