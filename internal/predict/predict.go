@@ -108,6 +108,21 @@ type Config struct {
 	// running), so its slow mean says short while its histogram's tail
 	// already says long.
 	LongKeysByTail bool
+	// TailKeys, when above 0, marks TailLong the messages of a warm key
+	// that is not Long but whose TailKeys quantile of durations (0.99: its
+	// p99) reaches a long cut: its jobs are priced and ordered at their
+	// key's cost, but some of them are among the longest jobs there are,
+	// and a scheduler may hold them to their FIFO start as it does long
+	// ones. Zero is off. Only with LongShare.
+	TailKeys float64
+	// TailKeysGated limits TailKeys to spread-gated keys.
+	TailKeysGated bool
+	// NearLongKeys, when above LongKeys, also marks TailLong the messages
+	// of warm keys that are not Long but rank (as the LongKeys cut ranks
+	// them) among the top NearLongKeys share of the warm keys: keys next
+	// to the long ones, which a cut taken from a sample may leave out.
+	// Zero is off.
+	NearLongKeys float64
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -173,6 +188,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("predict: long share must be at most 1 (or negative to disable), got %v", c.LongShare)
 	case math.IsNaN(c.LongKeys) || c.LongKeys > 1:
 		return fmt.Errorf("predict: long keys must be at most 1 (0 or negative is off), got %v", c.LongKeys)
+	case math.IsNaN(c.NearLongKeys) || c.NearLongKeys < 0 || c.NearLongKeys > 1:
+		return fmt.Errorf("predict: near-long keys share must be 0 (off) to 1, got %v", c.NearLongKeys)
+	case math.IsNaN(c.TailKeys) || c.TailKeys < 0 || c.TailKeys >= 1:
+		return fmt.Errorf("predict: tail keys quantile must be 0 (off) or between 0 and 1, got %v", c.TailKeys)
 	case c.Estimator != EstimateEWMA && c.Estimator != EstimateMedian:
 		return fmt.Errorf("predict: unknown estimator %q (want %q or %q)", c.Estimator, EstimateEWMA, EstimateMedian)
 	}
@@ -193,6 +212,7 @@ type Prediction struct {
 	Cold        bool          // too few observations to trust
 	SpreadGated bool          // the key's p99/median is above the spread gate
 	Long        bool          // among the most expensive LongShare of recent work, or cold, or gated
+	TailLong    bool          // not Long, but the key's tail reaches a long cut (Config.TailKeys)
 	Made        bool          // false for the zero Prediction
 }
 
@@ -227,6 +247,7 @@ type Predictor struct {
 	boundaries  []float64 // ms; len Tiers-1; message goes to first tier whose boundary >= cost
 	longMS      float64   // warm predictions at or above this cost are Long
 	keyCutMS    float64   // and keys whose slow mean is at or above this one (LongKeys)
+	nearCutMS   float64   // keys ranked at or above this one are TailLong (NearLongKeys)
 	sinceKeys   int       // predictions since keyCutMS was computed
 	sorted      []float64 // scratch for recomputing boundaries
 	meanScratch []float64 // scratch for recomputing keyCutMS
@@ -251,11 +272,12 @@ func New(cfg Config) (*Predictor, error) {
 		return nil, err
 	}
 	return &Predictor{
-		cfg:      cfg,
-		keys:     make(map[Key]*entry),
-		recent:   make([]float64, cfg.Window),
-		longMS:   math.Inf(1),
-		keyCutMS: math.Inf(1),
+		cfg:       cfg,
+		keys:      make(map[Key]*entry),
+		recent:    make([]float64, cfg.Window),
+		longMS:    math.Inf(1),
+		keyCutMS:  math.Inf(1),
+		nearCutMS: math.Inf(1),
 	}, nil
 }
 
@@ -292,6 +314,7 @@ func (p *Predictor) Predict(k Key) Prediction {
 			p.record(e.meanMS)
 			pr.Long = p.isLong(e.meanMS) || p.longKey(e)
 		}
+		pr.TailLong = !pr.Long && p.tailLong(e, true)
 		return pr
 	}
 	cost := p.costOf(e)
@@ -299,6 +322,7 @@ func (p *Predictor) Predict(k Key) Prediction {
 	p.record(cost)
 	pr.Tier = p.tierOf(cost)
 	pr.Long = p.isLong(cost) || p.longKey(e)
+	pr.TailLong = !pr.Long && p.tailLong(e, false)
 	e.tier = pr.Tier
 	return pr
 }
@@ -444,19 +468,22 @@ func (p *Predictor) record(ms float64) {
 	p.sinceKeys++
 	if p.cfg.LongKeys > 0 && (warming || p.sinceKeys >= max(p.cfg.RecomputeEvery, len(p.keys))) {
 		p.sinceKeys = 0
-		p.keyCutMS = p.keyCut()
+		p.keyCutMS = p.keyCut(p.cfg.LongKeys)
+		if p.cfg.NearLongKeys > 0 {
+			p.nearCutMS = p.keyCut(p.cfg.NearLongKeys)
+		}
 	}
 }
 
 // keyCut is the slow mean from which a warm key is among the costliest
-// LongKeys share of the warm keys (at least one); +Inf with no warm key.
-func (p *Predictor) keyCut() float64 {
+// share of the warm keys (at least one); +Inf with no warm key.
+func (p *Predictor) keyCut(share float64) float64 {
 	if len(p.warmMeans) == 0 {
 		return math.Inf(1)
 	}
 	means := append(p.meanScratch[:0], p.warmMeans...)
 	p.meanScratch = means
-	top := max(int(math.Ceil(float64(len(means))*p.cfg.LongKeys)), 1)
+	top := max(int(math.Ceil(float64(len(means))*share)), 1)
 	return nthSmallest(means, len(means)-top)
 }
 
@@ -529,6 +556,24 @@ func (p *Predictor) spreadGated(e *entry) bool {
 
 func (p *Predictor) isLong(ms float64) bool {
 	return p.cfg.LongShare > 0 && (ms >= p.longMS || ms >= p.keyCutMS)
+}
+
+// tailLong reports whether a warm key's messages are TailLong: it ranks
+// among the NearLongKeys, or its TailKeys quantile reaches a long cut
+// (only if gated, with TailKeysGated).
+func (p *Predictor) tailLong(e *entry, gated bool) bool {
+	if p.cfg.NearLongKeys > 0 && p.keyRank(e) >= p.nearCutMS {
+		return true
+	}
+	q := p.cfg.TailKeys
+	if q <= 0 || p.cfg.TailKeysGated && !gated {
+		return false
+	}
+	ms := e.p99
+	if q != 0.99 {
+		ms = e.hist.quantileMS(q)
+	}
+	return p.isLong(ms)
 }
 
 // keyRank is what the LongKeys cut ranks e by.

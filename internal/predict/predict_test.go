@@ -798,7 +798,7 @@ func BenchmarkKeyCut(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		p.keyCutMS = p.keyCut()
+		p.keyCutMS = p.keyCut(p.cfg.LongKeys)
 	}
 }
 
@@ -839,7 +839,7 @@ func TestKeyCutMatchesSort(t *testing.T) {
 					}
 				}
 				if i%97 == 0 {
-					if got, want := p.keyCut(), reference(); got != want {
+					if got, want := p.keyCut(p.cfg.LongKeys), reference(); got != want {
 						t.Fatalf("after %d observations the key cut is %v, want %v", i+1, got, want)
 					}
 					if len(p.warm) != len(p.warmMeans) || len(p.warm) > len(p.keys) {
@@ -1039,6 +1039,99 @@ func TestLongKeysByTail(t *testing.T) {
 		if pr.Long != byTail {
 			ks, _ := p.Lookup(rare)
 			t.Errorf("LongKeysByTail %v: %+v (mean and p99 %v, %v), want long %v", byTail, pr, ks.EWMA, ks.P99, byTail)
+		}
+	}
+}
+
+// A spread key priced at its mean is not long, but a twentieth of its runs
+// are: TailKeys marks its messages TailLong, without moving its cost, tier
+// or Long, and marks no key whose tail is short or that is long already.
+func TestTailKeys(t *testing.T) {
+	t.Parallel()
+	for _, q := range []float64{0, 0.99, 0.9} {
+		p := mustNew(t, Config{RecomputeEvery: 1, LongShare: 0.01, LongKeys: 0.05, GatedMean: true, TailKeys: q})
+		spread := p.KeyFor("jobs", "wéb", "render", 0)
+		export := p.KeyFor("jobs", "wéb", "export", 0)
+		ping := p.KeyFor("jobs", "wéb", "ping-0", 0)
+		for i := range 400 {
+			d := ms(20)
+			if i%20 == 19 {
+				d = ms(3000) // p99 3 s, p90 20 ms, mean about 170 ms
+			}
+			observe(t, p, spread, Prediction{}, d)
+			observe(t, p, p.KeyFor("jobs", "wéb", "sync", 0), Prediction{}, ms(400))
+			if i%10 == 0 {
+				observe(t, p, export, Prediction{}, ms(60_000))
+			}
+			for k := range 20 {
+				observe(t, p, p.KeyFor("jobs", "wéb", fmt.Sprint("ping-", k), 0), Prediction{}, ms(float64(2+k)))
+			}
+		}
+		for range 100 {
+			p.Predict(export)
+			p.Predict(p.KeyFor("jobs", "wéb", "sync", 0))
+			for k := range 20 {
+				p.Predict(p.KeyFor("jobs", "wéb", fmt.Sprint("ping-", k), 0))
+			}
+		}
+		pr := p.Predict(spread)
+		if !pr.SpreadGated || pr.Long || pr.Tier != 1 || pr.Cost < ms(100) || pr.Cost > ms(300) {
+			t.Fatalf("TailKeys %v: %+v, want gated, about 170 ms in the middle tier, not long", q, pr)
+		}
+		// The p99 (3 s) reaches the long-keys cut; the p90 (20 ms) does not.
+		if want := q == 0.99; pr.TailLong != want {
+			t.Errorf("TailKeys %v: tail-long %v, want %v", q, pr.TailLong, want)
+		}
+		if ex := p.Predict(export); !ex.Long || ex.TailLong {
+			t.Errorf("TailKeys %v: export %+v, want long and not tail-long", q, ex)
+		}
+		if pg := p.Predict(ping); pg.Long || pg.TailLong {
+			t.Errorf("TailKeys %v: ping %+v, want neither", q, pg)
+		}
+	}
+	if _, err := New(Config{TailKeys: 1}); err == nil {
+		t.Error("TailKeys 1 accepted")
+	}
+	if _, err := New(Config{NearLongKeys: -0.1}); err == nil {
+		t.Error("NearLongKeys -0.1 accepted")
+	}
+}
+
+// NearLongKeys marks TailLong the keys ranked just under the long-keys cut:
+// of 23 keys, the top two by mean are long (LongKeys 0.05) and the next
+// three are marked (NearLongKeys 0.2); the rest are not.
+func TestNearLongKeys(t *testing.T) {
+	t.Parallel()
+	p := mustNew(t, Config{RecomputeEvery: 1, LongShare: 0.01, LongKeys: 0.05, NearLongKeys: 0.2})
+	key := func(name string) Key { return p.KeyFor("jobs", "wéb", name, 0) }
+	for i := range 100 {
+		observe(t, p, key("sync"), Prediction{}, ms(400))
+		observe(t, p, key("render"), Prediction{}, ms(170))
+		if i%10 == 0 {
+			observe(t, p, key("export"), Prediction{}, ms(60_000))
+		}
+		for k := range 20 {
+			observe(t, p, key(fmt.Sprint("ping-", k)), Prediction{}, ms(float64(2+k)))
+		}
+	}
+	for range 10 {
+		for _, n := range []string{"sync", "render", "export"} {
+			p.Predict(key(n))
+		}
+		for k := range 20 {
+			p.Predict(key(fmt.Sprint("ping-", k)))
+		}
+	}
+	for _, c := range []struct {
+		name           string
+		long, tailLong bool
+	}{
+		{"export", true, false}, {"sync", true, false},
+		{"render", false, true}, {"ping-19", false, true}, {"ping-18", false, true},
+		{"ping-17", false, false}, {"ping-0", false, false},
+	} {
+		if pr := p.Predict(key(c.name)); pr.Long != c.long || pr.TailLong != c.tailLong {
+			t.Errorf("%s: long %v tail-long %v, want %v and %v", c.name, pr.Long, pr.TailLong, c.long, c.tailLong)
 		}
 	}
 }

@@ -106,7 +106,10 @@ func (p *Predictor) Restore(queue string, data []byte) error {
 	p.longMS = longCut(p.sorted, p.cfg.LongShare)
 	p.sinceKeys = 0
 	if p.cfg.LongKeys > 0 {
-		p.keyCutMS = p.keyCut()
+		p.keyCutMS = p.keyCut(p.cfg.LongKeys)
+		if p.cfg.NearLongKeys > 0 {
+			p.nearCutMS = p.keyCut(p.cfg.NearLongKeys)
+		}
 	}
 	p.typicalMS = s.TypicalMS
 	p.observations, p.rejected, p.evicted = s.Observations, s.Rejected, s.Evicted

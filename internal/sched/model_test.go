@@ -17,6 +17,7 @@ type refItem struct {
 	cost     time.Duration
 	long     bool
 	unsure   bool
+	tailLong bool
 	expires  time.Time
 	queued   bool
 	level    int
@@ -189,6 +190,14 @@ func (m *refSched) setDeadline(r *refItem, now time.Time) {
 	if r.long && b.LongGuard != nil {
 		// A long message's own guard, if tighter.
 		slack = min(slack, *b.LongGuard*float64(lat))
+	} else if b.TailLong && r.tailLong && b.LongGuard != nil {
+		// With TailLong, a message of a key whose tail is long takes
+		// TailLongGuard, or the long guard.
+		g := *b.LongGuard
+		if b.TailLongGuard != nil {
+			g = *b.TailLongGuard
+		}
+		slack = min(slack, g*float64(lat))
 	} else if b.Tail > 0 && m.tailQ > 0 && m.tailAtRisk() {
 		// Up to the tail quantile, or GuardMin of its latency if more
 		// (UnsureGuardMin for a message whose cost is a guess).
@@ -401,6 +410,10 @@ func randConfig(rng *rand.Rand) Config {
 				}
 				if rng.IntN(2) == 0 {
 					cfg.Bound.LongGuard = new(float64(rng.IntN(3)) / 8)
+					cfg.Bound.TailLong = rng.IntN(2) == 0
+					if rng.IntN(2) == 0 {
+						cfg.Bound.TailLongGuard = new(float64(rng.IntN(3)) / 8)
+					}
 				}
 			}
 			// Measured work toward the FIFO moments (Scheduler.Ran).
@@ -518,16 +531,18 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 				tier: rng.IntN(cfg.Levels+2) - 1, // out-of-range tiers are clamped
 				// Multiples of 1/8 s add up exactly in any order, so the
 				// model's work counts match the scheduler's bit for bit.
-				cost:   time.Duration(1+rng.IntN(6)) * time.Second / 8,
-				long:   rng.IntN(5) == 0,
-				unsure: rng.IntN(3) == 0,
-				id:     id,
+				cost:     time.Duration(1+rng.IntN(6)) * time.Second / 8,
+				long:     rng.IntN(5) == 0,
+				unsure:   rng.IntN(3) == 0,
+				tailLong: rng.IntN(3) == 0,
+				id:       id,
 			}
 			if rng.IntN(3) == 0 {
 				r.expires = now.Add(time.Duration(rng.IntN(60)) * time.Millisecond)
 			}
 			r.it = &Item{ID: id, Tier: int8(r.tier), Cost: r.cost, Long: r.long}
 			r.it.SetUnsure(r.unsure)
+			r.it.SetTailLong(r.tailLong)
 			r.it.SetExpires(r.expires)
 			m.items = append(m.items, r)
 			byItem[r.it] = r
@@ -535,7 +550,7 @@ func checkAgainstModel(t *testing.T, seed uint64, ops int) {
 			if !r.expires.IsZero() {
 				ttl = r.expires.Sub(now)
 			}
-			logf("%d: push %d tier %d cost %v long %v unsure %v expires in %s", op, id, r.tier, r.cost, r.long, r.unsure, ttl)
+			logf("%d: push %d tier %d cost %v long %v unsure %v tail-long %v expires in %s", op, id, r.tier, r.cost, r.long, r.unsure, r.tailLong, ttl)
 			push(r)
 		case k < 14:
 			logf("%d: pop at +%v", op, now.Sub(time.Unix(1_000_000, 0)))

@@ -90,6 +90,24 @@ var (
 	// queue's dispatches realize reach past this times the FIFO tail
 	// (Bound.TailRisk); 0 applies it always.
 	DefaultTailRisk = 0.0
+	// DefaultTailKeys is the quantile of a key's durations that, at a long
+	// cut, gives the key's messages the guard of DefaultTailLongGuard
+	// (PolicyOptions.TailKeys); 0 is off. A spread-gated key is priced at
+	// its mean and ordered in the middle tier, but its slow runs are among
+	// the longest jobs of the queue: its messages keep their place in the
+	// order and are held past their FIFO moment by 0.2 of their FIFO
+	// latency at most, not the 0.5 (0.35 past the tail) of the others.
+	DefaultTailKeys = 0.99
+	// DefaultTailKeysGated limits DefaultTailKeys to spread-gated keys: on
+	// every key it cost the mean where a warm key's p99 reached the cut.
+	DefaultTailKeysGated = true
+	// DefaultNearLongKeys is the share of the keys whose messages take the
+	// long guard (PolicyOptions.NearLongKeys); 0 is off.
+	DefaultNearLongKeys = 0.0
+	// DefaultTailLongGuard is the guard of the messages those mark
+	// (PolicyOptions.TailLongGuard); negative takes the long guard (0,
+	// which cost bimodal's and heavy-tail's mean cut).
+	DefaultTailLongGuard = 0.2
 )
 
 // Policy is a named policy resolved to a scheduler configuration and a way of
@@ -120,6 +138,15 @@ type Policy struct {
 	// by their tail as well as their mean.
 	GatedMean      bool
 	LongKeysByTail bool
+	// TailKeys and TailKeysGated are the predictor's settings of the same
+	// names (predict.Config): the bounded policy marks the messages of keys
+	// whose tail reaches the long cut, and its bound holds them to their
+	// FIFO start (Bound.TailLong).
+	TailKeys      float64
+	TailKeysGated bool
+	// NearLongKeys is the predictor's setting of the same name: keys next
+	// to the long ones are marked as well.
+	NearLongKeys float64
 }
 
 // PolicyOptions carries the settings a queue may override; zero fields take
@@ -174,6 +201,21 @@ type PolicyOptions struct {
 	// UnsureGuardMin, when set, is the guard minimum of messages whose
 	// cost is a guess (Bound.UnsureGuardMin); nil or negative: GuardMin.
 	UnsureGuardMin *float64
+	// TailKeys, when set, overrides DefaultTailKeys: the quantile of a
+	// key's durations that, at a long cut, gives its messages the long
+	// guard (Bound.TailLong, predict.Config.TailKeys); 0 is off.
+	TailKeys *float64
+	// TailKeysGated, when set, overrides DefaultTailKeysGated: only
+	// spread-gated keys are marked by their tail.
+	TailKeysGated *bool
+	// NearLongKeys, when set, overrides DefaultNearLongKeys: the share of
+	// the keys, ranked as for the long-keys cut, whose messages take the
+	// long guard (Bound.TailLong, predict.Config.NearLongKeys); 0 is off.
+	NearLongKeys *float64
+	// TailLongGuard, when set, overrides DefaultTailLongGuard: the guard of
+	// the messages TailKeys and NearLongKeys mark (Bound.TailLongGuard);
+	// negative: the long guard.
+	TailLongGuard *float64
 }
 
 // NewPolicy resolves a policy name ("" means DefaultPolicy).
@@ -272,6 +314,20 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 		}
 		if o.LongKeysByTail != nil {
 			p.LongKeysByTail = *o.LongKeysByTail
+		}
+		p.TailKeys, p.TailKeysGated = orDefault(o.TailKeys, DefaultTailKeys), DefaultTailKeysGated
+		if o.TailKeysGated != nil {
+			p.TailKeysGated = *o.TailKeysGated
+		}
+		p.NearLongKeys = orDefault(o.NearLongKeys, DefaultNearLongKeys)
+		if bound.LongGuard == nil || o.GuardOff || o.AgingOff { // no long guard to give
+			p.TailKeys, p.NearLongKeys = 0, 0
+		}
+		if p.TailKeys > 0 || p.NearLongKeys > 0 {
+			bound.TailLong = true
+			if g := orDefault(o.TailLongGuard, DefaultTailLongGuard); g >= 0 {
+				bound.TailLongGuard = &g
+			}
 		}
 		if o.AgingOff {
 			p.Sched.Bound = nil

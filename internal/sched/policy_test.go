@@ -12,13 +12,25 @@ import (
 	"github.com/harbinger-mq/harbinger/internal/predict"
 )
 
+// tailKeysBound adds to b, a bound with a long guard, what the defaults
+// of the tail keys give it.
+func tailKeysBound(b *Bound) *Bound {
+	if DefaultTailKeys > 0 || DefaultNearLongKeys > 0 {
+		b.TailLong = true
+		if g := DefaultTailLongGuard; g >= 0 {
+			b.TailLongGuard = &g
+		}
+	}
+	return b
+}
+
 func TestNewPolicy(t *testing.T) {
 	t.Parallel()
 	age3 := []time.Duration{0, DefaultAgeAfter, DefaultAgeAfter}
 	guard := DefaultGuard
 	longGuard := DefaultLongGuard
-	bound := &Bound{Stretch: DefaultStretch, MinSlack: DefaultMinSlack, Guard: &guard, Overtake: DefaultOvertake,
-		Tail: DefaultTail, GuardMin: DefaultGuardMin, LongGuard: &longGuard}
+	bound := tailKeysBound(&Bound{Stretch: DefaultStretch, MinSlack: DefaultMinSlack, Guard: &guard, Overtake: DefaultOvertake,
+		Tail: DefaultTail, GuardMin: DefaultGuardMin, LongGuard: &longGuard})
 	stretch, tight, anyone := 0.5, 0.1, 0.0
 	tail, gmin, sameGuard := 0.9, 0.2, -1.0
 	tests := []struct {
@@ -57,8 +69,17 @@ func TestNewPolicy(t *testing.T) {
 			Config{Levels: 2, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: 0.5, MinSlack: time.Minute, Others: &stretch, Guard: &tight,
 				Tail: 0.9, GuardMin: 0.2}}, true, false},
 		{"bounded measured, tail risk, unsure minimum", Bounded, PolicyOptions{Measured: new(true), TailRisk: new(1.0), UnsureGuardMin: new(0.1)},
+			Config{Levels: 3, Discipline: Strict, ShortestFirst: true, Bound: tailKeysBound(&Bound{Stretch: DefaultStretch, Guard: &guard, Overtake: DefaultOvertake,
+				Tail: DefaultTail, GuardMin: DefaultGuardMin, LongGuard: &longGuard, Measured: true, TailRisk: 1, UnsureGuardMin: new(0.1)})}, true, false},
+		{"bounded tail keys, long guard", Bounded, PolicyOptions{TailKeys: new(0.99), TailLongGuard: new(-1.0)},
 			Config{Levels: 3, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: DefaultStretch, Guard: &guard, Overtake: DefaultOvertake,
-				Tail: DefaultTail, GuardMin: DefaultGuardMin, LongGuard: &longGuard, Measured: true, TailRisk: 1, UnsureGuardMin: new(0.1)}}, true, false},
+				Tail: DefaultTail, GuardMin: DefaultGuardMin, LongGuard: &longGuard, TailLong: true}}, true, false},
+		{"bounded tail keys off", Bounded, PolicyOptions{TailKeys: new(0.0), NearLongKeys: new(0.0)},
+			Config{Levels: 3, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: DefaultStretch, Guard: &guard, Overtake: DefaultOvertake,
+				Tail: DefaultTail, GuardMin: DefaultGuardMin, LongGuard: &longGuard}}, true, false},
+		{"bounded tail keys, own guard", Bounded, PolicyOptions{TailKeys: new(0.9), TailLongGuard: new(0.1)},
+			Config{Levels: 3, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: DefaultStretch, Guard: &guard, Overtake: DefaultOvertake,
+				Tail: DefaultTail, GuardMin: DefaultGuardMin, LongGuard: &longGuard, TailLong: true, TailLongGuard: new(0.1)}}, true, false},
 		{"bounded guard off", Bounded, PolicyOptions{GuardOff: true},
 			Config{Levels: 3, Discipline: Strict, ShortestFirst: true, Bound: &Bound{Stretch: DefaultStretch}}, true, false},
 		{"bounded aging off drops the bound", Bounded, PolicyOptions{AgingOff: true},

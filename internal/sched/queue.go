@@ -29,6 +29,13 @@ func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
 	}
 	pcfg.GatedMean = pcfg.GatedMean || pol.GatedMean
 	pcfg.LongKeysByTail = pcfg.LongKeysByTail || pol.LongKeysByTail
+	if pcfg.TailKeys == 0 {
+		pcfg.TailKeys = pol.TailKeys
+	}
+	pcfg.TailKeysGated = pcfg.TailKeysGated || pol.TailKeysGated
+	if pcfg.NearLongKeys == 0 {
+		pcfg.NearLongKeys = pol.NearLongKeys
+	}
 	switch {
 	case pol.UsePredictor && !pol.Shadow:
 		pcfg.Tiers = pol.Sched.Levels // a predicted tier is a level
@@ -55,6 +62,7 @@ func (q *Queue) Classify(it *Item, k predict.Key) predict.Prediction {
 	it.Cost = pr.Cost
 	it.Long = pr.Long
 	it.SetUnsure(pr.Cold || pr.SpreadGated)
+	it.SetTailLong(pr.TailLong)
 	switch {
 	case q.Policy.Shadow:
 		it.Tier = 0
@@ -80,6 +88,7 @@ func (q *Queue) ClassifyKnown(it *Item, cost time.Duration) predict.Prediction {
 	it.SetTier(pr.Tier)
 	it.Long = pr.Long
 	it.SetUnsure(false)
+	it.SetTailLong(false)
 	return pr
 }
 

@@ -162,6 +162,14 @@ type Bound struct {
 	// Measured counts FIFO's progress in the measured durations of the
 	// messages that jumped the line (see Bound and Scheduler.Ran).
 	Measured bool
+	// TailLong gives a TailLong item (Item.SetTailLong: a key whose tail
+	// reaches the long cut though its cost does not) the LongGuard of long
+	// messages past its FIFO moment, while it keeps its own cost and level
+	// in the order: it may go earlier than FIFO would send it, not later.
+	TailLong bool
+	// TailLongGuard, when set, is the guard of TailLong items in place of
+	// LongGuard (the smaller of it and Guard applies).
+	TailLongGuard *float64
 }
 
 // Validate reports the first setting that makes no sense.
@@ -222,6 +230,9 @@ func (c Config) Validate() error {
 		if math.IsNaN(b.GuardMin) || b.GuardMin < 0 || b.GuardMin > 1000 {
 			return fmt.Errorf("sched: bound guard minimum must be 0 to 1000, got %v", b.GuardMin)
 		}
+		if g := b.TailLongGuard; g != nil && (math.IsNaN(*g) || *g < 0 || *g > 1000) {
+			return fmt.Errorf("sched: bound guard of tail-long messages must be 0 to 1000, got %v", *g)
+		}
 		if g := b.LongGuard; g != nil && (math.IsNaN(*g) || *g < 0 || *g > 1000) {
 			return fmt.Errorf("sched: bound long guard must be 0 to 1000, got %v", *g)
 		}
@@ -233,6 +244,9 @@ func (c Config) Validate() error {
 		}
 		if b.DispatchClock && !b.VirtualFIFO {
 			return fmt.Errorf("sched: the dispatch clock is the virtual FIFO run's: turn the run on or leave it off")
+		}
+		if b.TailLong && (b.Guard == nil || b.LongGuard == nil) {
+			return fmt.Errorf("sched: tail-long messages take the long guard: set a guard and a long guard, or leave it off")
 		}
 		if b.Measured && (b.Guard == nil || b.VirtualFIFO) {
 			return fmt.Errorf("sched: measured work corrects the guard's own count: set a guard, without the virtual FIFO run")
@@ -293,6 +307,7 @@ const (
 	statePromoted itemState = 8  // moved up a level by aging
 	statePastDue  itemState = 16 // left the due heap for pastDue at its FIFO moment
 	stateUnsure   itemState = 32 // its cost is a guess (Item.SetUnsure); kept across Push
+	stateTailLong itemState = 64 // its key's tail is long (Item.SetTailLong); kept across Push
 )
 
 func (it *Item) guard() int8 { return int8(it.state & stateGuard) }
@@ -350,6 +365,14 @@ func (it *Item) SetUnsure(on bool) { it.setState(stateUnsure, on) }
 
 // Unsure reports whether the item's predicted cost is a guess (SetUnsure).
 func (it *Item) Unsure() bool { return it.state&stateUnsure != 0 }
+
+// SetTailLong marks the item as one of a key whose tail reaches the long
+// cut though its predicted cost does not (predict.Prediction.TailLong), or
+// clears the mark. Set it before Push; Bound.TailLong reads it.
+func (it *Item) SetTailLong(on bool) { it.setState(stateTailLong, on) }
+
+// TailLong reports whether the item's key has a long tail (SetTailLong).
+func (it *Item) TailLong() bool { return it.state&stateTailLong != 0 }
 
 // SetTier sets the item's Tier, clamped to the levels a scheduler may have.
 func (it *Item) SetTier(t int) { it.Tier = int8(min(max(t, 0), maxLevels-1)) }
@@ -897,6 +920,12 @@ func (s *Scheduler) guardDeadline(it *Item, at time.Time) int64 {
 	switch {
 	case it.Long && b.LongGuard != nil:
 		slack = min(slack, *b.LongGuard*fifoLatency)
+	case b.TailLong && it.TailLong() && b.LongGuard != nil:
+		g := *b.LongGuard
+		if b.TailLongGuard != nil {
+			g = *b.TailLongGuard
+		}
+		slack = min(slack, g*fifoLatency)
 	case b.Tail > 0 && s.tail.q > 0 && s.tailAtRisk():
 		gmin := b.GuardMin
 		if b.UnsureGuardMin != nil && it.Unsure() {

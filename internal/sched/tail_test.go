@@ -92,6 +92,28 @@ func TestAdaptiveGuardDeadline(t *testing.T) {
 		t.Errorf("unsure, below the tail: slack %v, want 200ms", got)
 	}
 	s.cfg.Bound.UnsureGuardMin = nil
+	// A message of a key whose tail is long keeps its own cost but, with
+	// Bound.TailLong, takes the long guard: L = 2 s, sent at its FIFO
+	// moment. Without TailLong the mark is ignored (a quarter of L).
+	tailLong := &Item{Cost: 1700 * time.Millisecond, pushedAt: t0.UnixNano()}
+	tailLong.SetTailLong(true)
+	if got := time.Duration(s.guardDeadline(tailLong, moment) - moment.UnixNano()); got != 500*time.Millisecond {
+		t.Errorf("tail-long, bound off: slack %v, want 500ms", got)
+	}
+	s.cfg.Bound.TailLong = true
+	if got := time.Duration(s.guardDeadline(tailLong, moment) - moment.UnixNano()); got != 0 {
+		t.Errorf("tail-long: slack %v, want 0", got)
+	}
+	// An unmarked message is as before: far below the tail, half of L.
+	if got := time.Duration(s.guardDeadline(&Item{Cost: 100 * time.Millisecond, pushedAt: t0.UnixNano()}, moment) - moment.UnixNano()); got != 200*time.Millisecond {
+		t.Errorf("unmarked, with TailLong: slack %v, want 200ms", got)
+	}
+	// TailLongGuard in place of the long guard: a fifth of L, 400 ms.
+	s.cfg.Bound.TailLongGuard = new(0.2)
+	if got := time.Duration(s.guardDeadline(tailLong, moment) - moment.UnixNano()); got != 400*time.Millisecond {
+		t.Errorf("tail-long, own guard 0.2: slack %v, want 400ms", got)
+	}
+	s.cfg.Bound.TailLong, s.cfg.Bound.TailLongGuard = false, nil
 	// With no tail known yet, the fixed guard.
 	s.tail.q = 0
 	it := &Item{Cost: 600 * time.Millisecond, pushedAt: t0.UnixNano()}

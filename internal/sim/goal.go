@@ -63,6 +63,7 @@ func KeyOracleArms() []Arm {
 		a.Options.Tail, a.Options.LongGuard = new(0.0), new(-1.0)
 		a.Options.GatedMean, a.Options.LongKeysByTail = new(false), new(false)
 		a.Options.Measured, a.Options.TailRisk = new(false), new(0.0)
+		a.Options.TailKeys, a.Options.NearLongKeys = new(0.0), new(0.0)
 		arms = append(arms, a)
 	}
 	return arms
@@ -72,8 +73,12 @@ func KeyOracleArms() []Arm {
 // then after a colon comma-separated key=value pairs: the bounded policy's
 // guard, overtake, stretch, tail, guardmin, longguard, tailrisk and
 // unsuremin (sched.Bound),
-// gatedmean, keysbytail and measured (1 on, 0 off) and the predictor's
-// longkeys,
+// gatedmean, keysbytail, measured and tailgated (1 on, 0 off), the
+// predictor's longkeys, and tailkeys (the quantile of a key's durations
+// that, at a long cut, gives its messages the long guard; 0 off) and
+// nearkeys (the share of keys, ranked as for the long-keys cut, whose
+// messages take the long guard; 0 off), tailguard (the guard of the
+// messages those two mark, in place of the long guard),
 // e.g. "predictive:guard=0.25,overtake=0.1" or "predictive:tail=0".
 // "key-oracle" is the default policy on each key's true mean duration.
 func ParseArm(spec string, types []workload.JobType) (Arm, error) {
@@ -123,8 +128,16 @@ func ParseArm(spec string, types []workload.JobType) (Arm, error) {
 			a.Options.TailRisk = new(f)
 		case "unsuremin":
 			a.Options.UnsureGuardMin = new(f)
+		case "tailkeys":
+			a.Options.TailKeys = new(f)
+		case "tailgated":
+			a.Options.TailKeysGated = new(f != 0)
+		case "nearkeys":
+			a.Options.NearLongKeys = new(f)
+		case "tailguard":
+			a.Options.TailLongGuard = new(f)
 		default:
-			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys, measured, tailrisk or unsuremin)", spec, k)
+			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys, measured, tailrisk, unsuremin, tailkeys, tailgated, nearkeys or tailguard)", spec, k)
 		}
 	}
 	return a, nil

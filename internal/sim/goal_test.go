@@ -123,4 +123,11 @@ func TestGoalOnTheShippedWorkload(t *testing.T) {
 	if _, err := ParseArm("predictive:speed=2", w.JobTypes); err == nil {
 		t.Error("an unknown setting was taken")
 	}
+	tk, err := ParseArm("predictive:tailkeys=0.99,tailgated=1,nearkeys=0.1", w.JobTypes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := tk.Options; o.TailKeys == nil || *o.TailKeys != 0.99 || o.TailKeysGated == nil || !*o.TailKeysGated || o.NearLongKeys == nil || *o.NearLongKeys != 0.1 {
+		t.Errorf("tail keys settings: %+v", o)
+	}
 }
