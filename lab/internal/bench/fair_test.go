@@ -146,3 +146,16 @@ func TestRunFairShort(t *testing.T) {
 		}
 	}
 }
+
+// bench flow takes the fair arm by name; the pre-registered arms stay as
+// they were.
+func TestFairArmKnown(t *testing.T) {
+	t.Parallel()
+	arms, err := ParseArms("harbinger-predictive,harbinger-predictive-fair", KnownFlowArms())
+	if err != nil || len(arms) != 2 || arms[1] != FairArm || arms[1].Policy != PolicyFair {
+		t.Fatalf("arms %+v, %v", arms, err)
+	}
+	if _, err := ParseArms(FairArm.Name, FlowArms); err == nil {
+		t.Error("the fair arm is among the pre-registered flow arms")
+	}
+}
