@@ -37,6 +37,10 @@ const (
 	PolicyStatic     = "static"     // the workload's static_tier map, strict priority, no aging
 	PolicyPredictive = "predictive" // the per-key predictor with the broker's default policy
 	PolicyWeighted   = "weighted"   // Harbinger's predictor with level weights and pausing aging
+	// PolicyFair is PolicyPredictive with fair shares between producers:
+	// group_by producer with the broker's default fair settings (the
+	// reservation on), as docs/limits.md declares them.
+	PolicyFair = "fair"
 )
 
 // ErrPolicy is returned by Setup for a policy the broker cannot run.

@@ -307,6 +307,8 @@ func (d *HarbingerDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, err
 		cfg.Policy = "" // the broker's default policy
 	case PolicyWeighted:
 		cfg.Policy = "weighted"
+	case PolicyFair:
+		cfg.Policy, cfg.GroupBy = "", "producer"
 	default:
 		return nil, fmt.Errorf("%w: harbinger %s", ErrPolicy, spec.Policy)
 	}

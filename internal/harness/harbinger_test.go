@@ -136,3 +136,40 @@ harbinger_published_total{queue="q"} 7
 		t.Error("figures from a missing sample or a window without fsyncs")
 	}
 }
+
+// Each policy declares what it names: PolicyFair is the broker's default
+// policy with fair shares between producers and the default reservation;
+// the others declare no grouping.
+func TestSetupPolicies(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := harbingerForTest(t)
+	policies := map[string]string{}
+	for _, tc := range []struct {
+		policy, groupBy string
+	}{
+		{PolicyPredictive, ""},
+		{PolicyFair, "producer"},
+		{PolicyFIFO, ""},
+	} {
+		q, err := d.Setup(ctx, QueueSpec{Name: "policy-" + tc.policy, Policy: tc.policy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := q.(*HarbingerQueue).Client().Queue(ctx, "policy-"+tc.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := info.GetConfig()
+		if cfg.GetGroupBy() != tc.groupBy || cfg.GetNoReserve() {
+			t.Errorf("%s: group_by %q, no_reserve %v; want %q and the reservation on", tc.policy, cfg.GetGroupBy(), cfg.GetNoReserve(), tc.groupBy)
+		}
+		policies[tc.policy] = cfg.GetPolicy()
+		if err := q.Teardown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if policies[PolicyFair] != policies[PolicyPredictive] {
+		t.Errorf("fair runs policy %q, predictive %q: want the same", policies[PolicyFair], policies[PolicyPredictive])
+	}
+}

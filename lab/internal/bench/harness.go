@@ -38,6 +38,7 @@ const (
 	PolicyStatic        = harness.PolicyStatic
 	PolicyPredictive    = harness.PolicyPredictive
 	PolicyWeighted      = harness.PolicyWeighted
+	PolicyFair          = harness.PolicyFair
 	InProcess           = harness.InProcess
 	ServeMemory         = harness.ServeMemory
 	ServeDurable        = harness.ServeDurable

@@ -23,8 +23,9 @@ func init() {
 }
 
 func benchUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: harbinger-lab bench <flow|cost> [flags]   (harbinger-lab bench <flow|cost> -h for flags)")
+	fmt.Fprintln(w, "Usage: harbinger-lab bench <flow|fair|cost> [flags]   (harbinger-lab bench <flow|fair|cost> -h for flags)")
 	fmt.Fprintln(w, "\n  flow  replay a workload through every broker and policy; the pre-registered scheduling comparison")
+	fmt.Fprintln(w, "  fair  the noisy-neighbour cases live: calm, flood without and with fair shares; each steady tenant's latency against calm")
 	fmt.Fprintln(w, "  cost  peak delivery rate, latency at a fixed rate and broker CPU per message with empty handlers; the broker-cost comparison (--arms durable: the durable one)")
 	fmt.Fprintln(w, "\nRabbitMQ: HARBINGER_AMQP_URL (default "+redacted(bench.DefaultAMQPURL)+"; bench flow --rabbitmq-cluster N starts a cluster of its own instead); Redis: HARBINGER_REDIS_ADDR (default "+bench.DefaultRedisAddr+").")
 	fmt.Fprintln(w, "NATS: HARBINGER_NATS_SERVER, a nats-server binary to start (default: one built with go install, cached); HARBINGER_BIN, the harbinger binary the out-of-process arms start (default: cmd/harbinger built with go build).")
@@ -40,6 +41,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch args[0] {
 	case "flow":
 		return runBenchFlow(ctx, args[1:], stdout, stderr)
+	case "fair":
+		return runBenchFair(ctx, args[1:], stdout, stderr)
 	case "cost":
 		return runBenchCost(ctx, args[1:], stdout, stderr)
 	case bench.BareQueueCommand:
@@ -66,7 +69,7 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("bench flow", "bench flow [--workload FILE] [--seeds 1,2] [--arms a,b] [--time-scale 0.1] [--rabbitmq-cluster N] [--harbinger-in-process|--harbinger-durable] [--out DIR] [--json] [flags]", stderr)
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	seedsFlag := fs.String("seeds", "", "comma-separated seeds (default: the workload's)")
-	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.FlowArms), ","), "comma-separated arms")
+	armsFlag := fs.String("arms", strings.Join(bench.ArmNames(bench.FlowArms), ","), "comma-separated arms; "+bench.FairArm.Name+" (fair shares between producers) may be named too")
 	scale := fs.Float64("time-scale", bench.DefaultTimeScale, "wall seconds per workload second (0.1 runs ten times faster; the registered run uses 0.1 or slower)")
 	drain := fs.Duration("drain-timeout", bench.DefaultDrainTimeout, "wall time after the last send to wait for the backlog before counting the rest as lost")
 	window := fs.Duration("arrival-window", 0, "replay only the arrivals of this much workload time (0: all; for quick checks, not registered runs)")
@@ -111,7 +114,7 @@ func runBenchFlow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	arms, err := bench.ParseArms(*armsFlag, bench.FlowArms)
+	arms, err := bench.ParseArms(*armsFlag, bench.KnownFlowArms())
 	if err != nil {
 		return fmt.Errorf("--arms: %w", err)
 	}

@@ -84,3 +84,27 @@ func TestBenchFlowCPUProfile(t *testing.T) {
 		t.Errorf("an uncreatable profile path: %v, want an error naming --cpuprofile", err)
 	}
 }
+
+// bench fair refuses a window, a time scale or a case it cannot run with
+// before any broker is started.
+func TestBenchFairRefusesNonsenseBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--window", "120s,60s"}, "--window takes FROM,TO"},
+		{[]string{"--window", "60s"}, "--window takes FROM,TO"},
+		{[]string{"--time-scale", "0"}, "--time-scale must be a positive number"},
+		{[]string{"--cases", "loud"}, "--cases: unknown case \"loud\""},
+	} {
+		var stderr strings.Builder
+		err := runBenchFair(t.Context(), append(tc.args, "--out", ""), io.Discard, &stderr)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("bench fair %v: %v, want an error starting %q", tc.args, err, tc.want)
+		}
+		if stderr.Len() > 0 {
+			t.Errorf("bench fair %v started: %q", tc.args, stderr.String())
+		}
+	}
+}
