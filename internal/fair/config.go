@@ -53,9 +53,8 @@ const (
 	MaxReserveAbove = 1e6
 	// MaxReserveWindow bounds Config.ReserveWindow.
 	MaxReserveWindow = time.Hour
-	// DefaultCredit is how much predicted work, per worker, a group that
-	// had nothing to run may be served ahead of the others (see
-	// Config.Credit).
+	// DefaultCredit is how much predicted work a group that had nothing
+	// to run may be served ahead of the others (see Config.Credit).
 	DefaultCredit = 100 * time.Millisecond
 	// MaxCredit bounds Config.Credit.
 	MaxCredit = time.Hour
@@ -115,13 +114,10 @@ type Config struct {
 	ReserveAbove float64 `json:"reserve_above,omitempty" yaml:"reserve_above,omitempty"`
 	// ReserveWindow: see Reserve. 0 is DefaultReserveWindow.
 	ReserveWindow time.Duration `json:"reserve_window,omitempty" yaml:"reserve_window,omitempty"`
-	// Credit is the predicted work (over its weight), per worker taking
-	// the queue's jobs, a group that had nothing to run may be served
-	// ahead of the others when work comes: a light group's burst then
-	// goes ahead of a flooding group's backlog instead of taking turns
-	// with it. Per worker, because the virtual time advances with the
-	// work of every worker: the same head start in the queue's own time
-	// needs W times the work on W workers. 0 is DefaultCredit; NoCredit
+	// Credit is the predicted work (over its weight) a group that had
+	// nothing to run may be served ahead of the others when work comes:
+	// a light group's burst then goes ahead of a flooding group's backlog
+	// instead of taking turns with it. 0 is DefaultCredit; NoCredit
 	// turns it off (plain start-time fair queueing).
 	Credit   time.Duration `json:"credit,omitempty" yaml:"credit,omitempty"`
 	NoCredit bool          `json:"no_credit,omitempty" yaml:"no_credit,omitempty"`

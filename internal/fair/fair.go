@@ -359,9 +359,9 @@ func (f *Fair) Remove(it *sched.Item) bool {
 // name), charges it the item's predicted cost divided by its weight, and
 // the virtual time becomes the served tag (it never falls back). A group
 // that becomes eligible (new work, a key below its limit again) starts at
-// max(its tag, virtual time - credit), the credit being Config.Credit
-// per worker: it cannot bank more than that while it had nothing to run.
-// Proof sketch of the share (the classic SFQ bound): while two groups i and j both stay eligible, each
+// max(its tag, virtual time - Config.Credit): it cannot bank more than
+// the credit while it had nothing to run. Proof sketch of the share (the
+// classic SFQ bound): while two groups i and j both stay eligible, each
 // serves its next job only when its tag is the smallest, so their tags
 // never differ by more than one job's cost over weight, plus the credit
 // one of them rejoined with; the predicted work each started, over its
@@ -541,8 +541,8 @@ func (f *Fair) expireIdle(now int64) {
 func (f *Fair) saw(now time.Time) { f.lastNow = max(f.lastNow, now.UnixNano()) }
 
 // credit is how far behind the virtual time a group that had nothing to
-// run may start: Config.Credit per worker, in seconds of predicted work.
-func (f *Fair) credit() float64 { return f.cfg.Credit.Seconds() * float64(max(f.workers, 1)) }
+// run may start: Config.Credit in seconds of predicted work.
+func (f *Fair) credit() float64 { return f.cfg.Credit.Seconds() }
 
 // start counts it, just popped from l, as running.
 func (f *Fair) start(l *lane, it *sched.Item, now int64) {

@@ -322,53 +322,6 @@ func TestReservation(t *testing.T) {
 	}
 }
 
-// A group that had nothing to run is served ahead of a flooding group's
-// backlog for Credit per worker of predicted work, then takes turns: on
-// four workers a light tenant's burst goes ahead four times as far as on
-// one. Costs and credit are powers of two so the tags add up exactly.
-func TestCreditPerWorker(t *testing.T) {
-	t.Parallel()
-	const cost = time.Second / 64
-	for _, workers := range []int{1, 4} {
-		b := setup(t, Config{GroupBy: Tenant, NoReserve: true, Credit: time.Second / 8}, fifo)
-		b.f.SetWorkers(workers, b.now)
-		for range 1000 {
-			b.push(t, Keys{Tenant: "flood"}, cost)
-		}
-		for range 100 { // the virtual time moves on with the flood's work
-			it := b.f.Pop(b.now)
-			b.f.Done(it, b.now)
-		}
-		for range 100 {
-			b.push(t, Keys{Tenant: "light"}, cost)
-		}
-		ahead := 0
-		for {
-			it := b.f.Pop(b.now)
-			b.f.Done(it, b.now)
-			if itemKeys(it).Tenant != "light" {
-				break
-			}
-			ahead++
-		}
-		// The light tenant starts 1/8 s x workers behind the flood's next
-		// tag, less the one job the flood is ahead by: 8 x workers + 1 jobs.
-		if want := 8*workers + 1; ahead != want {
-			t.Errorf("%d workers: %d light jobs before the flood's next, want %d", workers, ahead, want)
-		}
-		// Then they take turns.
-		var next []string
-		for range 6 {
-			it := b.f.Pop(b.now)
-			b.f.Done(it, b.now)
-			next = append(next, itemKeys(it).Tenant)
-		}
-		if got := strings.Join(next, ","); got != "light,flood,light,flood,light,flood" {
-			t.Errorf("%d workers: then %s, want turns", workers, got)
-		}
-	}
-}
-
 // A Fair rebuilt after a restart from its buckets (Buckets, then
 // RestoreBucket), or from older buckets and the starts since (Started),
 // keeps every key to its token bucket across the restarts: no key gets a

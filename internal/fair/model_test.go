@@ -93,7 +93,7 @@ func (m *model) weight(g string) float64 {
 func (m *model) ensureLane(lk Keys) {
 	g := m.group(lk)
 	if _, ok := m.gtag[g]; !ok {
-		m.gtag[g] = m.vtime - m.credit()
+		m.gtag[g] = m.vtime - m.cfg.Credit.Seconds()
 	}
 	m.ltag[lk] = true
 }
@@ -233,7 +233,7 @@ func (m *model) eligibility(now int64) (map[Keys]bool, map[string]bool) {
 func (m *model) rejoin(ls map[Keys]bool, gs map[string]bool, now int64) {
 	for g := range m.gtag {
 		if !gs[g] && m.groupEligible(g, now) {
-			m.gtag[g] = max(m.gtag[g], m.vtime-m.credit())
+			m.gtag[g] = max(m.gtag[g], m.vtime-m.cfg.Credit.Seconds())
 		}
 	}
 }
@@ -566,7 +566,3 @@ func checkLimits(t *testing.T, cfg Config, f *Fair, all map[uint64]*keysItem, ru
 }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// credit is how far behind the virtual time a group that had nothing to
-// run may start: the declared credit for each worker.
-func (m *model) credit() float64 { return m.cfg.Credit.Seconds() * float64(max(m.workers, 1)) }
