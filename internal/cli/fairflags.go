@@ -40,7 +40,7 @@ func (f *fairFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.reserve, "reserve", 0, fmt.Sprintf("with --group-by: workers a group at or past its share leaves free while other groups have work (default %d)", fair.DefaultReserve))
 	fs.BoolVar(&f.noReserve, "no-reserve", false, "with --group-by: no reservation; a group may take every free worker")
 	fs.DurationVar(&f.credit, "credit", 0, fmt.Sprintf("with --group-by: predicted work a group that had nothing to run may be served ahead of the others (default %v)", fair.DefaultCredit))
-	fs.BoolVar(&f.noCredit, "no-credit", false, "with --group-by: no credit; plain start-time fair queueing")
+	fs.BoolVar(&f.noCredit, "no-credit", false, "with --group-by: no credit; plain fair queueing")
 	fs.Float64Var(&f.reserveAbove, "reserve-above", 0, fmt.Sprintf("with --group-by: the reservation holds back only jobs predicted at least this many times the other groups' mean (default %g)", fair.DefaultReserveAbove))
 	fs.DurationVar(&f.reserveWindow, "reserve-window", 0, fmt.Sprintf("with --group-by: how recently another group must have had work for the reservation to hold (default %v)", fair.DefaultReserveWindow))
 }

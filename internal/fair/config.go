@@ -55,7 +55,7 @@ const (
 	MaxReserveWindow = time.Hour
 	// DefaultCredit is how much predicted work a group that had nothing
 	// to run may be served ahead of the others (see Config.Credit).
-	DefaultCredit = 100 * time.Millisecond
+	DefaultCredit = 200 * time.Millisecond
 	// MaxCredit bounds Config.Credit.
 	MaxCredit = time.Hour
 )
@@ -118,7 +118,7 @@ type Config struct {
 	// nothing to run may be served ahead of the others when work comes:
 	// a light group's burst then goes ahead of a flooding group's backlog
 	// instead of taking turns with it. 0 is DefaultCredit; NoCredit
-	// turns it off (plain start-time fair queueing).
+	// turns it off (plain fair queueing).
 	Credit   time.Duration `json:"credit,omitempty" yaml:"credit,omitempty"`
 	NoCredit bool          `json:"no_credit,omitempty" yaml:"no_credit,omitempty"`
 }

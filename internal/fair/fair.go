@@ -354,19 +354,23 @@ func (f *Fair) Remove(it *sched.Item) bool {
 // start against the item's limits and rates; the caller must call Done
 // when the job ends (ack, nack, lease expiry, return, cancel).
 //
-// The choice is start-time fair queueing over groups. Each group has a
-// start tag; Pop serves the eligible group with the smallest (ties by
-// name), charges it the item's predicted cost divided by its weight, and
-// the virtual time becomes the served tag (it never falls back). A group
-// that becomes eligible (new work, a key below its limit again) starts at
-// max(its tag, virtual time - Config.Credit): it cannot bank more than
-// the credit while it had nothing to run. Proof sketch of the share (the
-// classic SFQ bound): while two groups i and j both stay eligible, each
-// serves its next job only when its tag is the smallest, so their tags
-// never differ by more than one job's cost over weight, plus the credit
-// one of them rejoined with; the predicted work each started, over its
-// weight, therefore differs by at most c_i/w_i + c_j/w_j + credit, for c
-// the largest predicted cost of a job of that group. Within a group Pop
+// The choice is fair queueing over groups on predicted work. Each group
+// has a start tag, and its finish tag is that plus its next job's
+// predicted cost over its weight; Pop serves the eligible group with the
+// smallest finish tag (ties by name), charges it the item's predicted cost
+// divided by its weight, and the virtual time becomes the served start tag
+// (it never falls back). Ordering by finish rather than start lets a
+// group of short jobs go ahead of one whose next job is long when their
+// start tags are close, as weighted fair queueing does for packets. A
+// group that becomes eligible (new work, a key below its limit again)
+// starts at max(its tag, virtual time - Config.Credit): it cannot bank
+// more than the credit while it had nothing to run. Proof sketch of the
+// share: while two groups i and j both stay eligible, each serves its next
+// job only when its finish tag is the smallest, so their start tags never
+// differ by more than the larger of one job's cost over weight, plus the
+// credit one of them rejoined with; the predicted work each started, over
+// its weight, therefore differs by at most c_i/w_i + c_j/w_j + credit, for
+// c the largest predicted cost of a job of that group. Within a group Pop
 // takes the lane whose next item (as the lane's policy would start it,
 // noted when the lane last changed) ranks first by level, then predicted
 // cost under a shortest-first policy, then arrival; so a group of one lane
@@ -821,6 +825,8 @@ func (f *Fair) fix(l *lane, now time.Time) {
 		f.ready.push(g)
 	case !geligible && g.idx >= 0:
 		f.ready.remove(g)
+	case geligible:
+		f.ready.fix(g.idx)
 	}
 	// The lane's next expiry.
 	exp := int64(0)
@@ -987,10 +993,19 @@ func (g *group) workSince(now int64) float64 {
 }
 
 func groupCmp(a, b *group) int {
-	if c := cmp.Compare(a.tag, b.tag); c != 0 {
+	if c := cmp.Compare(a.finish(), b.finish()); c != 0 {
 		return c
 	}
 	return cmp.Compare(a.name, b.name)
+}
+
+// finish is g's virtual finish tag: its start tag plus its next job's
+// predicted cost over its weight.
+func (g *group) finish() float64 {
+	if len(g.ready.items) == 0 {
+		return g.tag
+	}
+	return g.tag + float64(max(g.ready.items[0].headCost, minCost))/1e9/g.weight
 }
 
 func laneCmp(a, b *lane) int {
@@ -1005,6 +1020,7 @@ func (f *Fair) rerank(l *lane, now time.Time) {
 	if len(l.peek) == 0 {
 		l.level, l.cost, l.head, l.headCost = 0, 0, 0, 0
 		l.g.ready.fix(l.idx)
+		f.ready.fix(l.g.idx)
 		return
 	}
 	it := l.peek[0]
@@ -1014,6 +1030,7 @@ func (f *Fair) rerank(l *lane, now time.Time) {
 		l.cost = it.Cost
 	}
 	l.g.ready.fix(l.idx) // before anything else moves in the heap
+	f.ready.fix(l.g.idx)
 }
 
 func keysCmp(a, b Keys) int {

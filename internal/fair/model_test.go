@@ -263,6 +263,21 @@ func (m *model) activeWeight() float64 {
 	return w
 }
 
+// head is the lane an eligible group g would start from and that lane's
+// first item: FIFO lanes, so the lane whose first item came first.
+func (m *model) head(g string, now int64) (Keys, mItem) {
+	var lanes []Keys
+	for lk := range m.ltag {
+		if m.group(lk) == g && m.laneEligible(lk, now) {
+			lanes = append(lanes, lk)
+		}
+	}
+	slices.SortFunc(lanes, func(a, b Keys) int {
+		return cmp.Compare(m.laneWaiting(a)[0].id, m.laneWaiting(b)[0].id)
+	})
+	return lanes[0], m.laneWaiting(lanes[0])[0]
+}
+
 func (m *model) pop(now int64) (id uint64, ok bool) {
 	m.op(now, func() { id, ok = m.choose(now) })
 	return id, ok
@@ -275,8 +290,14 @@ func (m *model) choose(now int64) (uint64, bool) {
 			cands = append(cands, g)
 		}
 	}
+	// The smallest finish tag: the start tag plus the next job's cost over
+	// the weight.
+	finish := func(g string) float64 {
+		_, it := m.head(g, now)
+		return m.gtag[g] + float64(max(it.cost, minCost))/1e9/m.weight(g)
+	}
 	slices.SortFunc(cands, func(a, b string) int {
-		return cmp.Or(cmp.Compare(m.gtag[a], m.gtag[b]), cmp.Compare(a, b))
+		return cmp.Or(cmp.Compare(finish(a), finish(b)), cmp.Compare(a, b))
 	})
 	reserve := !m.cfg.NoReserve && m.cfg.GroupBy != "" && m.workers > 0 && m.workers-len(m.run) <= m.cfg.Reserve
 	var g string
@@ -291,18 +312,7 @@ func (m *model) choose(now int64) (uint64, bool) {
 	if !found {
 		return 0, false
 	}
-	var lanes []Keys
-	for lk := range m.ltag {
-		if m.group(lk) == g && m.laneEligible(lk, now) {
-			lanes = append(lanes, lk)
-		}
-	}
-	// FIFO lanes: the lane whose first item came first.
-	slices.SortFunc(lanes, func(a, b Keys) int {
-		return cmp.Compare(m.laneWaiting(a)[0].id, m.laneWaiting(b)[0].id)
-	})
-	lk := lanes[0]
-	it := m.laneWaiting(lk)[0]
+	lk, it := m.head(g, now)
 	delete(m.items, it.id)
 	c := float64(max(it.cost, minCost)) / 1e9
 	m.vtime = max(m.vtime, m.gtag[g])
@@ -371,16 +381,7 @@ func (m *model) long(g string, now int64) bool {
 	if n == 0 {
 		return true
 	}
-	var lanes []Keys
-	for lk := range m.ltag {
-		if m.group(lk) == g && m.laneEligible(lk, now) {
-			lanes = append(lanes, lk)
-		}
-	}
-	slices.SortFunc(lanes, func(a, b Keys) int {
-		return cmp.Compare(m.laneWaiting(a)[0].id, m.laneWaiting(b)[0].id)
-	})
-	head := m.laneWaiting(lanes[0])[0]
+	_, head := m.head(g, now)
 	return float64(head.cost)/1e9 >= m.cfg.ReserveAbove*sum/float64(n)
 }
 

@@ -218,6 +218,8 @@ type FairConfig struct {
 	ArrivalWindow time.Duration
 	Progress      io.Writer
 	HarbingerMode HarbingerMode
+	// SkipOff runs the flood only with fair shares on: no contrast run.
+	SkipOff bool
 }
 
 // FairResult is a noisy-neighbour comparison: per case, each run's
@@ -305,7 +307,11 @@ func RunFair(ctx context.Context, cfg FairConfig, drivers map[string]Driver) (*F
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s calm: %w", c.Name, err)
 		}
-		flood, fc, err := flow(c.Flood, []Arm{predictive[0], FairArm})
+		floodArms := []Arm{predictive[0], FairArm}
+		if cfg.SkipOff {
+			floodArms = []Arm{FairArm}
+		}
+		flood, fc, err := flow(c.Flood, floodArms)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %s flood: %w", c.Name, err)
 		}
@@ -441,17 +447,21 @@ func FairMethod(cfg FairConfig, env Environment) string {
 	if w == [2]time.Duration{} {
 		w = DefaultFairWindow
 	}
+	floodRuns, interleaved := "harbinger-predictive and "+FairArm.Name, " interleaved within each seed"
+	if cfg.SkipOff {
+		floodRuns, interleaved = "only "+FairArm.Name+" (--skip-off: no run with fair shares off)", ""
+	}
 	return fmt.Sprintf("Live noisy-neighbour runs of %s, seeds %v, time scale %g (latencies quoted in workload time), %s, %d workers. "+
 		"Each run is bench flow's (RunFlow): Harbinger as "+fairHarbinger(cfg.HarbingerMode)+"; one producer goroutine per tenant "+
 		"(the workload's producers) publishing each job at its scaled arrival time with its key; workers with prefetch 1 sleeping each job's "+
 		"scaled true duration and acking with it. Per case: the calm workload with harbinger-predictive (the default policy), then the flood "+
-		"with harbinger-predictive and %s (the same policy on a queue declared with group_by producer and the default fair settings, the "+
-		"reservation on) interleaved within each seed, each on a fresh broker. Latency: publish to ack. Per tenant: mean and P99 over "+
+		"with "+floodRuns+" (the same policy on a queue declared with group_by producer and the default fair settings, the "+
+		"reservation on)"+interleaved+", each on a fresh broker. Latency: publish to ack. Per tenant: mean and P99 over "+
 		"every completed job, and over the jobs published in %s-%s of workload time (the window); its share of the worker time spent on jobs, "+
 		"overall and inside the window (a job's part that overlaps it), as the simulator's --tenants --window reports it. Ratios: a steady "+
 		"tenant's figure under the flood over its calm figure; figures and totals are medians over seeds. Throughput: completed jobs over "+
 		"first publish to last ack. Drain timeout %s (wall) after the last send. Environment: %s.",
-		joinAnd(names), seeds, fc.TimeScale, arrivals, workers, FairArm.Name, w[0], w[1], fc.DrainTimeout, env)
+		joinAnd(names), seeds, fc.TimeScale, arrivals, workers, w[0], w[1], fc.DrainTimeout, env)
 }
 
 // fairHarbinger says how a fair run's brokers ran.
@@ -487,14 +497,14 @@ func FairMarkdown(w io.Writer, r *FairResult) error {
 		rows := [][]string{}
 		for _, s := range c.Steady {
 			rows = append(rows, []string{s.Producer,
-				fmt.Sprintf("%.2fx / %.2fx", s.OffMean, s.OffP99), fmt.Sprintf("%.2fx / %.2fx", s.OnMean, s.OnP99),
-				fmt.Sprintf("%.2fx / %.2fx", s.OffWindowMean, s.OffWindowP99), fmt.Sprintf("%.2fx / %.2fx", s.OnWindowMean, s.OnWindowP99),
+				pairRatio(s.OffMean, s.OffP99), pairRatio(s.OnMean, s.OnP99),
+				pairRatio(s.OffWindowMean, s.OffWindowP99), pairRatio(s.OnWindowMean, s.OnWindowP99),
 				yesNo(s.MeetsGoal)})
 		}
 		table(&b, true, "llllll", []string{"steady tenant", "fair off", "fair on", "fair off, sent in " + win, "fair on, sent in " + win, "goal met (fair on)"}, rows)
 		fmt.Fprintf(&b, "\nEvery tenant (jobs completed; latency mean / P99 over all jobs and over those sent in %s; share of the worker time, overall and in %s):\n\n", win, win)
 		rows = rows[:0]
-		for _, run := range []TenantRun{c.Calm, c.Off, c.On} {
+		for _, run := range c.ran() {
 			for _, t := range run.Tenants {
 				rows = append(rows, []string{run.Arm, t.Producer, fmt.Sprint(t.Jobs),
 					secs(t.MeanS) + " / " + secs(t.P99S), secs(t.WindowMeanS) + " / " + secs(t.WindowP99S),
@@ -504,7 +514,7 @@ func FairMarkdown(w io.Writer, r *FairResult) error {
 		table(&b, true, "llrllrr", []string{"run", "tenant", "jobs", "mean / P99", "sent in " + win, "work", "work in " + win}, rows)
 		fmt.Fprintf(&b, "\nTotals (handler overrun: how long handlers slept past their jobs' durations; turnaround: the broker's time between a worker's ack and its next job while work waited):\n\n")
 		rows = rows[:0]
-		for _, run := range []TenantRun{c.Calm, c.Off, c.On} {
+		for _, run := range c.ran() {
 			rows = append(rows, []string{run.Arm, fmt.Sprint(run.Sent), fmt.Sprintf("%.1f", run.ThroughputPerS), secs(run.MakespanS),
 				fmt.Sprintf("%.1f%%", 100*run.BusyShare), fmt.Sprintf("%.0f µs", float64(run.OverrunUS)),
 				fmt.Sprintf("%.0f µs, %.2f%% of worker time", float64(run.TurnaroundUS), 100*float64(run.TurnaroundShare))})
@@ -513,6 +523,26 @@ func FairMarkdown(w io.Writer, r *FairResult) error {
 	}
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// ran is the case's median runs that took place: the run with fair shares
+// off is missing under --skip-off.
+func (c FairCaseResult) ran() []TenantRun {
+	var out []TenantRun
+	for _, r := range []TenantRun{c.Calm, c.Off, c.On} {
+		if len(r.Tenants) > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// pairRatio renders a mean and a P99 ratio; zeros (a run not made) as "not run".
+func pairRatio(mean, p99 float64) string {
+	if mean == 0 && p99 == 0 {
+		return "not run"
+	}
+	return fmt.Sprintf("%.2fx / %.2fx", mean, p99)
 }
 
 func yesNo(b bool) string {

@@ -147,6 +147,50 @@ func TestRunFairShort(t *testing.T) {
 	}
 }
 
+// --skip-off leaves out the flood run with fair shares off, and the report
+// says so instead of printing zero ratios.
+func TestRunFairSkipOff(t *testing.T) {
+	t.Parallel()
+	w, err := workload.Load("../../../workloads/noisy-sizes.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := workload.Load("../../../workloads/noisy-sizes-calm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := FairConfig{Cases: []FairCase{{Name: "sizes", Calm: sim.FromWorkload(c), Flood: sim.FromWorkload(w),
+		MeanGoal: 1.5, P99Goal: 2, FloodProducer: "flood"}},
+		Seeds: []uint64{2}, TimeScale: 0.1, ArrivalWindow: time.Second, DrainTimeout: 10 * time.Second,
+		Window: [2]time.Duration{0, 500 * time.Millisecond}, SkipOff: true}
+	res, err := RunFair(ctx, cfg, map[string]Driver{Harbinger: harbingerForTest(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr := res.Cases[0]
+	if len(cr.Runs) != 2 || cr.Runs[0].Arm != FairCalm || cr.Runs[1].Arm != FairFloodOn {
+		t.Fatalf("runs %d, want calm and flood on only", len(cr.Runs))
+	}
+	if len(cr.Off.Tenants) != 0 || cr.Steady[0].OffMean != 0 || cr.Steady[0].OnMean <= 0 {
+		t.Errorf("off %+v, steady %+v", cr.Off, cr.Steady[0])
+	}
+	res.Method = FairMethod(cfg, Environment{})
+	var b bytes.Buffer
+	if err := FairMarkdown(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--skip-off", "| not run |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "| flood, fair off |") {
+		t.Errorf("report has a row for the run not made:\n%s", b.String())
+	}
+}
+
 // bench flow takes the fair arm by name; the pre-registered arms stay as
 // they were.
 func TestFairArmKnown(t *testing.T) {

@@ -33,7 +33,7 @@ var fairCases = []fairCase{
 const floodProducer = "flood"
 
 func runBenchFair(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench fair", "bench fair [--cases equal,sizes] [--seeds 1] [--time-scale 1] [--workloads DIR] [--out DIR] [--json] [--merge FILES] [flags]", stderr)
+	fs := newFlags("bench fair", "bench fair [--cases equal,sizes] [--seeds 1] [--time-scale 1] [--workloads DIR] [--out DIR] [--skip-off] [--json] [--merge FILES] [flags]", stderr)
 	var names []string
 	for _, c := range fairCases {
 		names = append(names, c.name)
@@ -45,6 +45,7 @@ func runBenchFair(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	drain := fs.Duration("drain-timeout", bench.DefaultDrainTimeout, "wall time after the last send to wait for the backlog before counting the rest as lost")
 	window := fs.Duration("arrival-window", 0, "replay only the arrivals of this much workload time (0: all; for quick checks, not registered runs)")
 	win := fs.String("window", "60s,120s", "FROM,TO (workload time): the flood's stretch, over which each tenant's share of the worker time and the latency of the jobs sent in it are reported")
+	skipOff := fs.Bool("skip-off", false, "run the flood only with fair shares on, not also with them off (the contrast); a third less time")
 	inProcess := fs.Bool("harbinger-in-process", false, "serve the arms from a broker inside the harness process instead of a harbinger serve --memory process per run (a shortcut)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	start := time.Now()
@@ -82,7 +83,7 @@ func runBenchFair(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("--window takes FROM,TO with TO after FROM, such as 60s,120s; got %q", *win)
 	}
 	cfg := bench.FairConfig{Seeds: seeds, TimeScale: *scale, DrainTimeout: *drain, Window: w, ArrivalWindow: *window,
-		Progress: stderr, HarbingerMode: bench.ServeMemory}
+		Progress: stderr, HarbingerMode: bench.ServeMemory, SkipOff: *skipOff}
 	if *inProcess {
 		cfg.HarbingerMode = bench.InProcess
 	}
