@@ -243,6 +243,37 @@ func TestSharesByPredictedWork(t *testing.T) {
 	}
 }
 
+// Groups are served by finish tag, worked by hand: a group of 1/16 s jobs
+// and one of 1 s jobs join together at virtual time 0 with a 0.5 s credit,
+// so both start tags are -0.5. The short group's finish tag is
+// -0.5 + k/16 after k of its starts against the long group's 0.5: it
+// starts 15 jobs, then the long job goes (ties go by name, "long" first),
+// then 16 short ones (their finish reaching 1.5), then the long one again.
+// Start tags alone would have started the long job first. Over the round,
+// each group starts about a second of predicted work.
+func TestServedByFinishTag(t *testing.T) {
+	t.Parallel()
+	b := setup(t, Config{GroupBy: Tenant, NoReserve: true, Credit: 500 * time.Millisecond}, fifo)
+	for range 3 {
+		b.push(t, Keys{Tenant: "long"}, time.Second)
+	}
+	for range 40 {
+		b.push(t, Keys{Tenant: "short"}, time.Second/16)
+	}
+	var got strings.Builder
+	for range 33 {
+		it := b.f.Pop(b.now)
+		if it == nil {
+			t.Fatal("Pop = nil with work waiting and no reservation")
+		}
+		got.WriteByte(itemKeys(it).Tenant[0])
+	}
+	want := strings.Repeat("s", 15) + "l" + strings.Repeat("s", 16) + "l"
+	if got.String() != want {
+		t.Fatalf("order %s\nwant  %s", got.String(), want)
+	}
+}
+
 // With grouping off and no limits a Fair is one lane: exactly the
 // queue's policy, guard and all.
 func TestOneLaneIsThePolicy(t *testing.T) {
