@@ -982,9 +982,16 @@ func (s *FileStore) closeHead() error {
 	return s.seg.Sync()
 }
 
-// rotate syncs and closes the current segment and starts segment n.
+// rotate syncs and closes the current segment and starts segment n. The
+// closed segment gives back the space allocated ahead that its records
+// did not fill, so that only the head holds space ahead: a checkpoint
+// started right after a restart that interrupted one would otherwise
+// keep three whole segments on disk until it ends.
 func (s *FileStore) rotate(n uint64) error {
 	if err := s.seg.Sync(); err != nil {
+		return err
+	}
+	if err := s.seg.Truncate(s.segSize); err != nil {
 		return err
 	}
 	if err := s.seg.Close(); err != nil {

@@ -946,6 +946,59 @@ func TestSegmentEndingShortOfAFrameHeader(t *testing.T) {
 	}
 }
 
+// A segment a rotation closes, for a checkpoint or for size, gives back
+// the space allocated ahead that its records did not fill: only the head
+// holds space ahead. (A checkpoint that a crash interrupted, and that the
+// next start begins again, otherwise kept three whole segments on disk.)
+// Every record replays.
+func TestClosedSegmentsGiveBackTheirSpace(t *testing.T) {
+	t.Parallel()
+	const segBytes = 64 << 10
+	dir := t.TempDir()
+	s := openFile(t, dir, FileOptions{SegmentBytes: segBytes})
+	replayAll(t, s)
+	want := writeSome(t, s, 3)
+	if st, _ := os.Stat(lastSegment(t, dir)); st.Size() != segBytes {
+		t.Skip("this file system does not allocate ahead")
+	}
+	if _, err := s.Mark(); err != nil { // a checkpoint's rotation
+		t.Fatal(err)
+	}
+	want = append(want, writeSome(t, s, 2)...)
+	for i := range 5 { // 1.5 segments of 12 KiB jobs: a rotation for size
+		fill := fillerJob(t, 12<<10)
+		fill.ID = fmt.Sprint("filler-", i)
+		fill.Job.ID = fill.ID
+		pos, err := s.Append(fill)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Wait(pos); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, fill)
+	}
+	want = append(want, writeSome(t, s, 1)...)
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if len(segs) != 3 {
+		t.Fatalf("%d segments, want 3: %v", len(segs), segs)
+	}
+	for i, p := range segs {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		end := recordsEnd(data)
+		switch {
+		case i < len(segs)-1 && len(data) != end:
+			t.Errorf("closed segment %s: %d bytes on disk, its records end at %d", filepath.Base(p), len(data), end)
+		case i == len(segs)-1 && len(data) != segBytes:
+			t.Errorf("head %s: %d bytes on disk, want its %d allocated ahead", filepath.Base(p), len(data), segBytes)
+		}
+	}
+	checkReplay(t, s, want)
+}
+
 // With an fsync interval, Wait promises only that records were written,
 // so Compact fsyncs the checkpoint's records itself before it deletes the
 // segments they replace; if that fsync fails it deletes nothing. Else a
