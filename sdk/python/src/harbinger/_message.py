@@ -110,11 +110,14 @@ class Limits:
     max_batch: int
     max_delivery_bytes: int
     max_credit: int
+    max_consume_batch: int = 0
+    """Most deliveries in one response, and acks and nacks in one request, on a
+    Consume stream; 0 from a broker that sends and reads no batches."""
 
     @classmethod
     def from_proto(cls, p: pb.Limits) -> "Limits":
         return cls(p.max_payload_bytes, p.max_header_bytes, p.max_request_bytes, p.max_batch,
-                   p.max_delivery_bytes, p.max_credit)
+                   p.max_delivery_bytes, p.max_credit, p.max_consume_batch)
 
 
 FALLBACK_REQUEST_BYTES = 4 << 20

@@ -8,7 +8,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable, Deque, Optional
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Deque, Optional, Sequence, Union
 
 import grpc
 import grpc.aio
@@ -100,6 +100,13 @@ class Worker:
     ``on_request_error`` is told of acks, nacks and extends the broker
     refused or applied in part (default: a log line).
 
+    With ``prefetch`` above 1, against a broker that sends and reads batches
+    (``Limits.max_consume_batch``), the broker may send several deliveries in
+    one response when several are free to run; it still picks each job only
+    when the worker has room for it. With ``concurrency`` above 1, the acks
+    and nacks of handlers that finish close together go in one request; none
+    waits for another to come.
+
     When the broker cancels a running job (Client.cancel_job), its handler
     is cancelled (asyncio.CancelledError is raised in it) and the job is
     dropped; one cancelled while it waits never runs. When the broker goes
@@ -186,24 +193,46 @@ class Worker:
             except asyncio.TimeoutError:
                 pass
 
+    async def _unless_stopped(self, fut: "asyncio.Future[Any]") -> bool:
+        """Waits for fut unless the worker stops first, and then cancels it;
+        reports whether fut is done."""
+        assert self._stop is not None
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({fut, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not fut.done():
+                fut.cancel()
+        return not fut.cancelled()
+
     async def _session(self) -> tuple[bool, Optional[HarbingerError]]:
         c = self._client
         assert self._stop is not None
-        call = c._broker.Consume(metadata=c._metadata, wait_for_ready=True)
-        s = _Session(self, call)
+        # The broker's limits say whether it sends and reads batches; asked
+        # again for every stream, since a broker that restarted may have
+        # changed. Waiting for the broker, stopping gives up at once.
+        asking = asyncio.ensure_future(c.limits(refresh=True))
+        if not await self._unless_stopped(asking):
+            return False, None
         try:
-            # Opening waits for the broker; stopping meanwhile gives up at once.
+            max_consume_batch = asking.result().max_consume_batch
+        except HarbingerError as e:
+            return False, e
+        call = c._broker.Consume(metadata=c._metadata, wait_for_ready=True)
+        s = _Session(self, call, max_consume_batch)
+        try:
             opening = asyncio.ensure_future(call.wait_for_connection())
-            stopping = asyncio.ensure_future(self._stop.wait())
-            await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if not opening.done():
-                opening.cancel()
+            if not await self._unless_stopped(opening):
                 call.cancel()
                 return False, None
             opening.result()
-            await s.send(pb.ConsumeRequest(subscribe=pb.Subscribe(
-                queue=self.queue, prefetch=self.prefetch, consumer_name=self.name)))
+            sub = pb.Subscribe(queue=self.queue, prefetch=self.prefetch, consumer_name=self.name)
+            if max_consume_batch > 1:
+                # Several deliveries to a response when the worker has room
+                # for them; a broker without batches would ignore it.
+                sub.max_batch = min(self.prefetch, max_consume_batch)
+            await s.send(pb.ConsumeRequest(subscribe=sub))
             reader = asyncio.ensure_future(s.read())
             stopping = asyncio.ensure_future(self._stop.wait())
             await asyncio.wait({reader, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -239,12 +268,36 @@ class Worker:
             s.forget()
 
 
+Settle = Union[pb.Ack, pb.Nack]
+"""How a job ends: its ack or its nack."""
+
+
+class _Gather:
+    """Acks and nacks of handlers that finish close together, waiting to go
+    out in one request."""
+
+    __slots__ = ("limit", "items", "sending")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # most items in one request (Limits.max_consume_batch)
+        self.items: list[Settle] = []
+        self.sending = False  # a handler is sending what is gathered
+
+
 class _Session:
     """One Consume stream and the jobs held on it."""
 
-    def __init__(self, w: Worker, call: grpc.aio.StreamStreamCall) -> None:
+    def __init__(self, w: Worker, call: grpc.aio.StreamStreamCall, max_consume_batch: int = 0) -> None:
         self.w = w
         self.call = call
+        # What the broker may still send, as this side counts it: the
+        # prefetch, less each delivery, plus the credit of each ack and nack.
+        # The broker's count is never above it, so a broker that sends more
+        # has broken the protocol.
+        self.credit = w.prefetch
+        # Acks and nacks gathered into one request when several handlers run
+        # and the broker reads batches; None sends each alone.
+        self.gather = _Gather(max_consume_batch) if max_consume_batch > 1 and w.concurrency > 1 else None
         self.held: dict[str, _Held] = {}
         self.waiting: Deque[_Held] = collections.deque()
         self.running = 0
@@ -284,8 +337,9 @@ class _Session:
                 return from_rpc_error(_Status(code, details))
             kind = resp.WhichOneof("response")
             if kind == "delivery":
-                self.got = True
-                self.deliver(Job.from_proto(resp.delivery))
+                self.receive((resp.delivery,))
+            elif kind == "deliveries":
+                self.receive(resp.deliveries.deliveries)
             elif kind == "cancel":
                 self.cancel(resp.cancel.id)
             elif kind == "error":
@@ -312,6 +366,24 @@ class _Session:
         asyncio.ensure_future(self.try_send(pb.ConsumeRequest(extend=pb.Extend(
             id=h.job.id, lease=duration(h.job.lease)))))
         h.renew = self.loop.call_later(every, self.renew, h, every)
+
+    def receive(self, ds: Sequence[pb.Delivery]) -> None:
+        """Takes the deliveries of one response, alone or a batch. A broker
+        that breaks the protocol is named in the log, and no job it sent is
+        dropped: an empty batch is ignored, and deliveries past the credit
+        are held and run like the others."""
+        if not ds:
+            log.warning("harbinger: the broker sent an empty batch of deliveries on queue %s; ignored", self.w.queue)
+            return
+        self.got = True
+        self.credit -= len(ds)
+        if self.credit < 0:
+            log.warning("harbinger: the broker sent %d deliveries on queue %s with credit for %d; "
+                        "the %d over it are held and run all the same",
+                        len(ds), self.w.queue, len(ds) + self.credit, -self.credit)
+            self.credit = 0
+        for d in ds:
+            self.deliver(Job.from_proto(d))
 
     def deliver(self, job: Job) -> None:
         h = _Held(job)
@@ -385,28 +457,52 @@ class _Session:
             del self.held[job.id]
         credit = 0 if self.stopping else 1
         reason_of = h.stop_reason
+        item: Settle
         if reason_of == "cancelled":
             # The broker drops it whatever we say; say why, and ask for more.
-            req = pb.ConsumeRequest(nack=pb.Nack(id=job.id, action=pb.NACK_ACTION_DEAD_LETTER,
-                                                 reason="cancelled", credit=credit))
+            item = pb.Nack(id=job.id, action=pb.NACK_ACTION_DEAD_LETTER, reason="cancelled", credit=credit)
         elif err is None:
-            req = pb.ConsumeRequest(ack=pb.Ack(id=job.id, duration=duration_ns(took_ns), credit=credit))
+            item = pb.Ack(id=job.id, duration=duration_ns(took_ns), credit=credit)
         elif isinstance(err, DeadLetter):
-            req = pb.ConsumeRequest(nack=pb.Nack(id=job.id, action=pb.NACK_ACTION_DEAD_LETTER,
-                                                 reason=clean(str(err) or "DeadLetter"), credit=credit))
+            item = pb.Nack(id=job.id, action=pb.NACK_ACTION_DEAD_LETTER,
+                           reason=clean(str(err) or "DeadLetter"), credit=credit)
         elif reason_of in ("stopping", "lost") or (self.stopping and not timed_out):
-            req = pb.ConsumeRequest(nack=pb.Nack(id=job.id, action=pb.NACK_ACTION_REQUEUE,
-                                                 reason="worker stopping"))
+            item = pb.Nack(id=job.id, action=pb.NACK_ACTION_REQUEUE, reason="worker stopping")
         else:
             text = f"timed out after {self.w.timeout:g}s" if timed_out else reason(err)
             if self.w.retry_backoff is None:
-                req = pb.ConsumeRequest(nack=pb.Nack(id=job.id, action=pb.NACK_ACTION_RETRY,
-                                                     reason=clean(text), credit=credit))
+                item = pb.Nack(id=job.id, action=pb.NACK_ACTION_RETRY, reason=clean(text), credit=credit)
             else:
-                req = pb.ConsumeRequest(nack=pb.Nack(
-                    id=job.id, action=pb.NACK_ACTION_REQUEUE_AFTER, reason=clean(text), credit=credit,
-                    delay=duration(self.w.retry_backoff(job.attempt))))
-        await self.try_send(req)
+                item = pb.Nack(id=job.id, action=pb.NACK_ACTION_REQUEUE_AFTER, reason=clean(text), credit=credit,
+                               delay=duration(self.w.retry_backoff(job.attempt)))
+        self.credit += item.credit
+        if self.gather is None:
+            await self.try_send(settle_request(item))
+        else:
+            await self.settle_gathered(self.gather, item)
+
+    async def settle_gathered(self, g: _Gather, item: Settle) -> None:
+        """Sends an ack or a nack together with those of other handlers that
+        finish close together. The first to settle while nothing is being
+        sent sends for all: it lets the tasks that are ready run first (those
+        about to finish their jobs add theirs), then sends what has gathered,
+        and again until nothing is left; the others return at once. No ack
+        waits for another to come: a handler that finishes alone has its ack
+        sent as a plain one, a pass of the event loop later. The sender is
+        itself a running handler, so a stopping worker, which waits for its
+        handlers, sends everything gathered before it closes the stream."""
+        g.items.append(item)
+        if g.sending:
+            return
+        g.sending = True
+        try:
+            await asyncio.sleep(0)
+            while g.items:
+                items, g.items = g.items, []
+                for req in settle_requests(items, g.limit):
+                    await self.try_send(req)
+        finally:
+            g.sending = False
 
     async def drain(self, grace: float) -> None:
         """Stopping: starts nothing more, lets running handlers finish for grace
@@ -440,6 +536,28 @@ class _Session:
                 h.renew.cancel()
         self.held.clear()
         self.waiting.clear()
+
+
+def settle_request(item: Settle) -> pb.ConsumeRequest:
+    """The request that sends one ack or nack alone."""
+    if isinstance(item, pb.Ack):
+        return pb.ConsumeRequest(ack=item)
+    return pb.ConsumeRequest(nack=item)
+
+
+def settle_requests(items: Sequence[Settle], limit: int) -> list[pb.ConsumeRequest]:
+    """The requests that send items, in order: one alone as a plain ack or
+    nack, more as ConsumeBatch requests of at most limit items each."""
+    out = []
+    for i in range(0, len(items), max(limit, 1)):
+        part = items[i:i + max(limit, 1)]
+        if len(part) == 1:
+            out.append(settle_request(part[0]))
+            continue
+        out.append(pb.ConsumeRequest(batch=pb.ConsumeBatch(
+            acks=[a for a in part if isinstance(a, pb.Ack)],
+            nacks=[n for n in part if isinstance(n, pb.Nack)])))
+    return out
 
 
 def reason(err: BaseException) -> str:
