@@ -139,7 +139,7 @@ export class Client {
       } catch (e) {
         if (!(e instanceof HarbingerError) || e.code !== Status.UNIMPLEMENTED) throw e;
         // A broker older than GetLimits.
-        this.limitsCache = { maxPayloadBytes: 0, maxHeaderBytes: 0, maxRequestBytes: 0, maxBatch: 0, maxDeliveryBytes: 0, maxCredit: 0 };
+        this.limitsCache = { maxPayloadBytes: 0, maxHeaderBytes: 0, maxRequestBytes: 0, maxBatch: 0, maxDeliveryBytes: 0, maxCredit: 0, maxConsumeBatch: 0 };
       }
     }
     return this.limitsCache;

@@ -39,6 +39,11 @@ export interface Limits {
   maxBatch: number;
   maxDeliveryBytes: number;
   maxCredit: number;
+  /**
+   * Most deliveries in one response, and acks and nacks in one request, on
+   * a Consume stream; 0 from a broker that sends and reads no batches.
+   */
+  maxConsumeBatch: number;
 }
 
 export function limitsFromProto(p: pb.Limits): Limits {
@@ -49,6 +54,7 @@ export function limitsFromProto(p: pb.Limits): Limits {
     maxBatch: p.maxBatch,
     maxDeliveryBytes: Number(p.maxDeliveryBytes),
     maxCredit: p.maxCredit,
+    maxConsumeBatch: p.maxConsumeBatch,
   };
 }
 

@@ -33,9 +33,18 @@ export interface Logger {
 
 /** Settings of a Worker; every field is optional. */
 export interface WorkerConfig {
-  /** Handlers running at once; default 1. */
+  /**
+   * Handlers running at once; default 1. With more than one, the acks and
+   * nacks of handlers that finish close together go to the broker in one
+   * request (on a broker that reads batches: Limits.maxConsumeBatch).
+   */
   concurrency?: number;
-  /** Deliveries held at once, counting those running; default and minimum: concurrency. */
+  /**
+   * Deliveries held at once, counting those running; default and minimum:
+   * concurrency. With more than one, the broker may send several
+   * deliveries in one response when several are free to run; it still
+   * picks each job only when the worker has room for it.
+   */
   prefetch?: number;
   /** Shown in admin views. */
   name?: string;
@@ -80,6 +89,16 @@ const FATAL = new Set<number>([
   Status.UNIMPLEMENTED,
 ]);
 
+/** How a job ends: its ack or its nack. @internal */
+export type Settle = { case: "ack"; value: pb.Ack } | { case: "nack"; value: pb.Nack };
+
+/** Acks and nacks of handlers that finish close together, waiting to go out in one request. */
+interface Gather {
+  limit: number; // most items in one request (Limits.maxConsumeBatch)
+  items: Settle[];
+  flush?: NodeJS.Immediate; // set while items wait for it
+}
+
 interface Held {
   job: Job;
   ctrl: AbortController;
@@ -106,6 +125,12 @@ interface Held {
  * one cancelled while it waits never runs. Leases of held jobs are
  * renewed. When the broker goes away, the worker reconnects with backoff;
  * the jobs it held are redelivered by the broker.
+ *
+ * Against a broker that sends and reads batches, a worker with prefetch
+ * above 1 takes several deliveries in one response, and one with
+ * concurrency above 1 sends the acks and nacks of handlers that finish in
+ * the same turn of the event loop in one request; none waits for another
+ * to come.
  */
 export class Worker {
   readonly concurrency: number;
@@ -162,12 +187,23 @@ export class Worker {
   async run(): Promise<void> {
     const bo = new Backoff(this.cfg.maxReconnectDelayMs ?? 5000);
     while (!this.stopCtrl.signal.aborted) {
-      const s = new Session(this, this.client.rpc.bidi(methods.consume));
-      const err = await s.run(this.stopCtrl.signal);
+      let err: HarbingerError | undefined;
+      let got = false;
+      try {
+        // Whether the broker sends and reads batches; asked again for every
+        // stream, since a broker that restarted may have changed.
+        const limits = await this.client.limits({ refresh: true, signal: this.stopCtrl.signal });
+        const s = new Session(this, this.client.rpc.bidi(methods.consume), limits.maxConsumeBatch);
+        err = await s.run(this.stopCtrl.signal);
+        got = s.got;
+      } catch (e) {
+        if (!(e instanceof HarbingerError)) throw e;
+        err = e;
+      }
       if (this.stopCtrl.signal.aborted) return;
       if (this.client.closed) throw new HarbingerError(Status.UNAVAILABLE, `harbinger: client closed: ${err?.details}`);
       if (err && FATAL.has(err.code)) throw err;
-      if (s.got) bo.reset();
+      if (got) bo.reset();
       const delay = bo.next();
       this.log.warn(`harbinger: worker of ${this.queue} reconnecting in ${Math.round(delay)}ms: ${err?.message}`);
       await pause(delay, this.stopCtrl.signal);
@@ -176,7 +212,7 @@ export class Worker {
 
   /** @internal */
   get internals() {
-    return { handler: this.handler, onRequestError: this.onRequestError };
+    return { handler: this.handler, onRequestError: this.onRequestError, log: this.log };
   }
 }
 
@@ -193,12 +229,24 @@ class Session {
   private idle?: () => void;
   private endedWith?: (err: HarbingerError) => void;
   private readonly cfg: WorkerConfig;
+  /**
+   * What the broker may still send, as this side counts it: the prefetch,
+   * less each delivery, plus the credit of each ack and nack. The broker's
+   * count is never above it, so a broker that sends more has broken the
+   * protocol.
+   */
+  private credit: number;
+  /** Acks and nacks gathered into one request, with several handlers and a broker that reads batches; unset sends each alone. */
+  private readonly gather?: Gather;
 
   constructor(
     private readonly w: Worker,
     private readonly call: ConsumeCall,
+    private readonly maxConsumeBatch = 0,
   ) {
     this.cfg = w.cfg;
+    this.credit = w.prefetch;
+    if (maxConsumeBatch > 1 && w.concurrency > 1) this.gather = { limit: maxConsumeBatch, items: [] };
   }
 
   async run(stop: AbortSignal): Promise<HarbingerError | undefined> {
@@ -208,9 +256,12 @@ class Session {
     this.call.on("data", (resp: pb.ConsumeResponse) => this.receive(resp));
     this.call.on("error", (e) => this.end(fromServiceError(e)));
     this.call.on("end", () => this.end(new HarbingerError(Status.UNAVAILABLE, "harbinger: the broker ended the consume stream")));
+    // Several deliveries to a response when the worker has room for them;
+    // a broker without batches would ignore it.
+    const maxBatch = this.maxConsumeBatch > 1 ? Math.min(this.w.prefetch, this.maxConsumeBatch) : 0;
     this.send(
       create(pb.ConsumeRequestSchema, {
-        request: { case: "subscribe", value: { queue: this.w.queue, prefetch: this.w.prefetch, consumerName: this.cfg.name ?? "" } },
+        request: { case: "subscribe", value: { queue: this.w.queue, prefetch: this.w.prefetch, consumerName: this.cfg.name ?? "", maxBatch } },
       }),
     );
     const stopped = new Promise<"stop">((resolve) => {
@@ -224,6 +275,7 @@ class Session {
       return first;
     }
     await this.drain(this.cfg.stopTimeoutMs ?? 10_000);
+    this.flush(); // what the last handlers settled goes before the stream closes
     if (!this.ended) this.call.end();
     // The broker ends the stream once it has read our last answers.
     const grace = new AbortController();
@@ -248,16 +300,12 @@ class Session {
   private receive(resp: pb.ConsumeResponse): void {
     const r = resp.response;
     switch (r.case) {
-      case "delivery": {
-        this.got = true;
-        const ctrl = new AbortController();
-        const h: Held = { job: jobFromProto(r.value, ctrl.signal), ctrl, started: false, settling: false };
-        this.held.set(h.job.id, h);
-        this.armRenewal(h);
-        if (this.running < this.w.concurrency && !this.stopping) this.start(h);
-        else this.waiting.push(h);
+      case "delivery":
+        this.take([r.value]);
         break;
-      }
+      case "deliveries":
+        this.take(r.value.deliveries);
+        break;
       case "cancel": {
         const h = this.held.get(r.value.id);
         if (!h) return; // already settled
@@ -270,6 +318,37 @@ class Session {
         this.w.internals.onRequestError({ id: e.id, request: e.request, code: e.code, message: e.message, applied: e.applied });
         break;
       }
+    }
+  }
+
+  /**
+   * Takes the deliveries of one response, alone or a batch. A broker that
+   * breaks the protocol is named in the log, and no job it sent is
+   * dropped: an empty batch is ignored, and deliveries past the credit are
+   * held and run like the others.
+   */
+  private take(ds: pb.Delivery[]): void {
+    const log = this.w.internals.log;
+    if (ds.length === 0) {
+      log.warn(`harbinger: the broker sent an empty batch of deliveries on queue ${this.w.queue}; ignored`);
+      return;
+    }
+    this.got = true;
+    this.credit -= ds.length;
+    if (this.credit < 0) {
+      log.warn(
+        `harbinger: the broker sent ${ds.length} deliveries on queue ${this.w.queue} with credit for ${ds.length + this.credit}; ` +
+          `the ${-this.credit} over it are held and run all the same`,
+      );
+      this.credit = 0;
+    }
+    for (const d of ds) {
+      const ctrl = new AbortController();
+      const h: Held = { job: jobFromProto(d, ctrl.signal), ctrl, started: false, settling: false };
+      this.held.set(h.job.id, h);
+      this.armRenewal(h);
+      if (this.running < this.w.concurrency && !this.stopping) this.start(h);
+      else this.waiting.push(h);
     }
   }
 
@@ -340,28 +419,29 @@ class Session {
     clearTimeout(h.renew);
     if (this.held.get(id) === h) this.held.delete(id);
     const credit = this.stopping ? 0 : 1;
-    const nack = (action: pb.NackAction, reason: string, delayMs?: number) =>
-      create(pb.ConsumeRequestSchema, {
-        request: {
-          case: "nack",
-          value: { id, action, reason: clean(reason), credit: action === pb.NackAction.REQUEUE ? 0 : credit, delay: delayMs !== undefined ? durationFromMs(delayMs) : undefined },
-        },
-      });
-    let req: pb.ConsumeRequest;
+    const nack = (action: pb.NackAction, reason: string, delayMs?: number): Settle => ({
+      case: "nack",
+      value: create(pb.NackSchema, {
+        id,
+        action,
+        reason: clean(reason),
+        credit: action === pb.NackAction.REQUEUE ? 0 : credit,
+        delay: delayMs !== undefined ? durationFromMs(delayMs) : undefined,
+      }),
+    });
+    let item: Settle;
     if (h.why === "cancelled") {
       // The broker drops it whatever we say; say why, and ask for more.
-      req = nack(pb.NackAction.DEAD_LETTER, "cancelled");
+      item = nack(pb.NackAction.DEAD_LETTER, "cancelled");
     } else if (!failed) {
-      req = create(pb.ConsumeRequestSchema, {
-        request: {
-          case: "ack",
-          value: { id, credit, duration: { seconds: tookNs / 1_000_000_000n, nanos: Number(tookNs % 1_000_000_000n) } },
-        },
-      });
+      item = {
+        case: "ack",
+        value: create(pb.AckSchema, { id, credit, duration: { seconds: tookNs / 1_000_000_000n, nanos: Number(tookNs % 1_000_000_000n) } }),
+      };
     } else if (err instanceof DeadLetter) {
-      req = nack(pb.NackAction.DEAD_LETTER, err.message || "DeadLetter");
+      item = nack(pb.NackAction.DEAD_LETTER, err.message || "DeadLetter");
     } else if (h.why === "stopping" || (this.stopping && !timedOut)) {
-      req = nack(pb.NackAction.REQUEUE, "worker stopping");
+      item = nack(pb.NackAction.REQUEUE, "worker stopping");
     } else {
       let text = errorText(err);
       if (timedOut) {
@@ -369,9 +449,30 @@ class Session {
         text = err instanceof JobAborted ? t : `${t}: ${text}`;
       }
       const backoff = this.cfg.retryBackoff;
-      req = backoff ? nack(pb.NackAction.REQUEUE_AFTER, text, backoff(h.job.attempt)) : nack(pb.NackAction.RETRY, text);
+      item = backoff ? nack(pb.NackAction.REQUEUE_AFTER, text, backoff(h.job.attempt)) : nack(pb.NackAction.RETRY, text);
     }
-    this.send(req);
+    this.credit += item.value.credit;
+    const g = this.gather;
+    if (!g) {
+      this.send(create(pb.ConsumeRequestSchema, { request: item }));
+      return;
+    }
+    // Sent with those of the other handlers that finish in this turn of the
+    // event loop: the first schedules the send for when the callbacks ready
+    // now have run, and no ack waits longer for others to come.
+    g.items.push(item);
+    g.flush ??= setImmediate(() => this.flush());
+  }
+
+  /** Sends the acks and nacks gathered, if any. */
+  private flush(): void {
+    const g = this.gather;
+    if (!g) return;
+    clearImmediate(g.flush);
+    g.flush = undefined;
+    const items = g.items;
+    g.items = [];
+    for (const req of settleRequests(items, g.limit)) this.send(req);
   }
 
   private waitIdle(): Promise<void> {
@@ -409,10 +510,40 @@ class Session {
   }
 
   private forget(): void {
+    if (this.gather) {
+      // The stream is gone: the broker takes back the jobs these settled.
+      clearImmediate(this.gather.flush);
+      this.gather.flush = undefined;
+      this.gather.items = [];
+    }
     for (const h of this.held.values()) clearTimeout(h.renew);
     this.held.clear();
     this.waiting.length = 0;
   }
+}
+
+/**
+ * The requests that send acks and nacks, in order: one alone as a plain
+ * ack or nack, more as ConsumeBatch requests of at most limit items each.
+ * @internal
+ */
+export function settleRequests(items: Settle[], limit: number): pb.ConsumeRequest[] {
+  const out: pb.ConsumeRequest[] = [];
+  const step = Math.max(limit, 1);
+  for (let i = 0; i < items.length; i += step) {
+    const part = items.slice(i, i + step);
+    if (part.length === 1) {
+      out.push(create(pb.ConsumeRequestSchema, { request: part[0] }));
+      continue;
+    }
+    const batch = create(pb.ConsumeBatchSchema);
+    for (const it of part) {
+      if (it.case === "ack") batch.acks.push(it.value);
+      else batch.nacks.push(it.value);
+    }
+    out.push(create(pb.ConsumeRequestSchema, { request: { case: "batch", value: batch } }));
+  }
+  return out;
 }
 
 /** A handler's failure as the text of its nack: String(err), as Node prints it ("Error: boom"). */
