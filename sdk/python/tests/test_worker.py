@@ -262,6 +262,20 @@ def test_reconnects_when_the_broker_restarts(tmp_path: Path, queue: str) -> None
         b.kill()
 
 
+def test_stop_while_the_broker_is_unreachable() -> None:
+    """A worker waiting for a broker that is not there stops at once."""
+    async def main() -> None:
+        async with harbinger.Client("127.0.0.1:1") as c:
+            async def handler(job: Job) -> None:
+                pass
+            w = c.worker("py.unreachable", handler, concurrency=4)
+            t = asyncio.ensure_future(w.run())
+            await asyncio.sleep(0.3)
+            w.stop()
+            await asyncio.wait_for(t, 5)
+    run(main())
+
+
 def test_invalid_queue_is_fatal(addr: str) -> None:
     async def main() -> None:
         async with harbinger.Client(addr) as c:

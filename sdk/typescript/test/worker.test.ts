@@ -235,6 +235,22 @@ test("reconnects when the broker restarts", async () => {
   }
 });
 
+test("a worker waiting for an unreachable broker stops at once", async () => {
+  const c = new Client("127.0.0.1:1");
+  try {
+    const w = c.worker("ts.unreachable", async () => {}, { concurrency: 4, logger: { warn() {} } });
+    const running = w.run();
+    await sleep(300);
+    w.stop();
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<"late">((r) => (timer = setTimeout(() => r("late"), 5000)));
+    assert.equal(await Promise.race([running.then(() => "stopped" as const), late]), "stopped");
+    clearTimeout(timer);
+  } finally {
+    c.close();
+  }
+});
+
 test("an invalid queue stops the worker", async () => {
   const c = new Client(addr);
   try {

@@ -202,9 +202,10 @@ class Worker:
             await asyncio.wait({fut, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
-            if not fut.done():
-                fut.cancel()
-        return not fut.cancelled()
+            done = fut.done()
+            if not done:
+                fut.cancel()  # a task ends cancelled only later
+        return done
 
     async def _session(self) -> tuple[bool, Optional[HarbingerError]]:
         c = self._client
