@@ -276,6 +276,33 @@ def test_stop_while_the_broker_is_unreachable() -> None:
     run(main())
 
 
+def test_closing_the_client_ends_run_with_unavailable(addr: str, queue: str) -> None:
+    """Closing the client under a running worker makes run() raise
+    Unavailable (not a bare cancellation), and the job it held goes back
+    to the queue for another worker."""
+    async def main() -> None:
+        async with harbinger.Client(addr) as admin:
+            jid = await admin.publish(Message(queue=queue, payload="ünïcode".encode() * 300))
+            c = harbinger.Client(addr)
+            started = asyncio.Event()
+
+            async def handler(job: Job) -> None:
+                started.set()
+                await asyncio.sleep(60)
+
+            w = c.worker(queue, handler)
+            t = asyncio.ensure_future(w.run())
+            await started.wait()
+            await c.close()
+            with pytest.raises(harbinger.Unavailable, match="client closed"):
+                await asyncio.wait_for(t, 10)
+
+            async def back() -> bool:
+                return (await admin.get_job(queue, jid)).state == "waiting"
+            await until(back, "the held job to return to the queue")
+    run(main())
+
+
 def test_invalid_queue_is_fatal(addr: str) -> None:
     async def main() -> None:
         async with harbinger.Client(addr) as c:

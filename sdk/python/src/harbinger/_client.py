@@ -111,6 +111,9 @@ class Client:
         self._admin = pb_grpc.AdminStub(self._channel)  # type: ignore[no-untyped-call]
         self._limits: Optional[Limits] = None
         self._closed = False
+        # Workers' Consume streams: grpc.aio's close cancels only calls it
+        # finds awaited directly by a task, so close cancels these itself.
+        self._streams: set[grpc.aio.StreamStreamCall] = set()
 
     async def __aenter__(self) -> "Client":
         return self
@@ -121,6 +124,8 @@ class Client:
     async def close(self) -> None:
         """Closes the connection; producers and workers using it stop."""
         self._closed = True
+        for call in list(self._streams):
+            call.cancel()
         await self._channel.close()
 
     @property

@@ -221,6 +221,7 @@ class Worker:
         except HarbingerError as e:
             return False, e
         call = c._broker.Consume(metadata=c._metadata, wait_for_ready=True)
+        c._streams.add(call)
         s = _Session(self, call, max_consume_batch)
         try:
             opening = asyncio.ensure_future(call.wait_for_connection())
@@ -263,9 +264,16 @@ class Worker:
                 if h.task is not None and not h.settling:
                     h.stop_reason = "lost"
                     h.task.cancel()
+            task = asyncio.current_task()
+            if c.closed and task is not None and task.cancelling() == 0:
+                # Closing the client cancels its calls, which grpc.aio
+                # raises as a cancellation of this task; nobody cancelled
+                # the task itself, so run() says the client closed.
+                return s.got, Unavailable("harbinger: the client's channel was closed")
             raise
         finally:
             call.cancel()
+            c._streams.discard(call)
             s.forget()
 
 
