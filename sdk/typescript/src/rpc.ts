@@ -45,6 +45,8 @@ export interface CallOptions {
 export class Rpc {
   readonly channel: grpc.Client;
   private readonly token?: string;
+  // Streams made and not yet ended, cancelled by close.
+  private readonly streams = new Set<grpc.Call>();
 
   constructor(address: string, creds: grpc.ChannelCredentials, options: grpc.ChannelOptions, token?: string) {
     this.channel = new grpc.Client(address, creds, options);
@@ -95,10 +97,20 @@ export class Rpc {
   bidi<I extends DescMessage, O extends DescMessage>(
     m: Method<I, O>,
   ): grpc.ClientDuplexStream<Wire<I>, MessageShape<O>> {
-    return this.channel.makeBidiStreamRequest(m.path, serializer(m.input), deserializer(m.output), this.metadata());
+    const call = this.channel.makeBidiStreamRequest(m.path, serializer(m.input), deserializer(m.output), this.metadata());
+    this.streams.add(call);
+    call.on("status", () => this.streams.delete(call));
+    return call;
   }
 
+  /**
+   * Cancels the open streams, then closes the channel: grpc-js lets calls
+   * already made run on after a close, so a worker's Consume stream would
+   * wait for ever on a closed client.
+   */
   close(): void {
+    for (const call of this.streams) call.cancel();
+    this.streams.clear();
     this.channel.close();
   }
 }

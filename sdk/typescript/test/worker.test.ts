@@ -260,3 +260,30 @@ test("an invalid queue stops the worker", async () => {
     c.close();
   }
 });
+
+test("closing the client ends a running worker with Unavailable and its job goes back", async () => {
+  const admin = new Client(addr);
+  const queue = "ts.close-under-worker";
+  try {
+    const id = await admin.publish({ queue, payload: Buffer.from("ünïcode".repeat(300)) });
+    const c = new Client(addr);
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    const w = c.worker(queue, async (job) => {
+      started();
+      await sleep(60_000, undefined, { signal: job.signal });
+    });
+    const done = w.run();
+    await running;
+    c.close();
+    const outcome = await Promise.race([
+      done.then(() => "returned", (e: unknown) => e),
+      sleep(10_000).then(() => "still running after 10 s"),
+    ]);
+    assert.ok(isCode(outcome, Status.UNAVAILABLE), `run() ended with ${String(outcome)}`);
+    assert.match(String((outcome as Error).message), /client closed/);
+    await until(async () => (await admin.getJob(queue, id)).state === "waiting", "the held job to return to the queue");
+  } finally {
+    admin.close();
+  }
+});
