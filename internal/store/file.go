@@ -769,8 +769,12 @@ func (s *FileStore) flush() {
 		s.written = upto
 		// With fsync always, only a record somebody waits for (a publish)
 		// is worth an fsync of its own; acks and deliveries written
-		// meanwhile ride along with the next one, in log order.
-		sync := dirty && (always && s.wanted > s.synced || s.syncWant > s.synced || !always && s.opts.Clock.Now().Sub(lastSync) >= s.opts.Sync.Interval)
+		// meanwhile ride along with the next one, in log order. A wait
+		// for a record still in the buffer (appended after this round took
+		// it) does not count: the next round writes it, and one fsync
+		// then covers both.
+		waited := always && slices.ContainsFunc(s.waits, func(p Pos) bool { return p <= upto })
+		sync := dirty && (waited || s.syncWant > s.synced || !always && s.opts.Clock.Now().Sub(lastSync) >= s.opts.Sync.Interval)
 		s.mu.Unlock()
 		if err == nil && sync {
 			start := s.opts.Clock.Now()
