@@ -798,5 +798,6 @@ func equalConfig(a, b QueueConfig) bool {
 		a.RetryBase == b.RetryBase && a.RetryMax == b.RetryMax && a.RetryJitter == b.RetryJitter &&
 		a.MaxInFlight == b.MaxInFlight && a.KeepDone == b.KeepDone &&
 		a.GroupBy == b.GroupBy && maps.Equal(a.GroupWeights, b.GroupWeights) && slices.Equal(a.Limits, b.Limits) &&
-		slices.Equal(a.RateLimits, b.RateLimits) && a.Reserve == b.Reserve && a.NoReserve == b.NoReserve
+		slices.Equal(a.RateLimits, b.RateLimits) && a.Reserve == b.Reserve && a.NoReserve == b.NoReserve &&
+		a.ReserveAbove == b.ReserveAbove && a.ReserveWindow == b.ReserveWindow && a.Credit == b.Credit && a.NoCredit == b.NoCredit
 }

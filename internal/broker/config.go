@@ -187,6 +187,18 @@ type QueueConfig struct {
 	// 2 with GroupBy); NoReserve turns the reservation off.
 	Reserve   int  `yaml:"reserve"`
 	NoReserve bool `yaml:"no_reserve"`
+	// ReserveAbove: the reservation holds back only a job predicted at
+	// least this many times the other groups' mean (default 4).
+	ReserveAbove float64 `yaml:"reserve_above"`
+	// ReserveWindow is how recently another group must have had work for
+	// the reservation to hold, and the window a group's use of the
+	// workers is averaged over (default 1s).
+	ReserveWindow time.Duration `yaml:"reserve_window"`
+	// Credit is the predicted work (over its weight) a group that had
+	// nothing to run may be served ahead of the others when work comes
+	// (default 200ms); NoCredit turns it off.
+	Credit   time.Duration `yaml:"credit"`
+	NoCredit bool          `yaml:"no_credit"`
 }
 
 // Rules are limits as text, one a rule; a config file or the command line
@@ -210,7 +222,10 @@ func (r *Rules) UnmarshalYAML(n *yaml.Node) error {
 // fairConfig is the queue's limits and fair shares as the delivery line
 // takes them, or an *InvalidError naming the setting that is wrong.
 func (q QueueConfig) fairConfig() (fair.Config, error) {
-	c := fair.Config{GroupBy: q.GroupBy, Weights: q.GroupWeights, Reserve: q.Reserve, NoReserve: q.NoReserve}
+	c := fair.Config{
+		GroupBy: q.GroupBy, Weights: q.GroupWeights, Reserve: q.Reserve, NoReserve: q.NoReserve,
+		ReserveAbove: q.ReserveAbove, ReserveWindow: q.ReserveWindow, Credit: q.Credit, NoCredit: q.NoCredit,
+	}
 	for i, s := range q.Limits {
 		l, err := fair.ParseLimit(fmt.Sprintf("limits[%d]", i), s)
 		if err != nil {
@@ -408,6 +423,22 @@ func (q QueueConfig) WithDefaults(def QueueConfig) QueueConfig {
 	}
 	if len(q.Aging) == 0 && q.Policy == def.Policy {
 		q.Aging = slices.Clone(def.Aging)
+	}
+	if q.GroupBy != "" {
+		// The fair shares' settings mean something only between groups,
+		// and fair refuses them without.
+		if !q.NoReserve && q.Reserve == 0 {
+			q.Reserve = fair.DefaultReserve
+		}
+		if q.ReserveAbove == 0 {
+			q.ReserveAbove = fair.DefaultReserveAbove
+		}
+		if q.ReserveWindow == 0 {
+			q.ReserveWindow = fair.DefaultReserveWindow
+		}
+		if !q.NoCredit && q.Credit == 0 {
+			q.Credit = fair.DefaultCredit
+		}
 	}
 	return q
 }

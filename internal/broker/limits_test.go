@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -37,6 +38,19 @@ func TestDeclareLimitsRefused(t *testing.T) {
 		{QueueConfig{GroupBy: "tenant", GroupWeights: map[string]int{"a": 0}}, `group_weights["a"]`},
 		{QueueConfig{GroupBy: "tenant", Reserve: -1}, "reserve"},
 		{QueueConfig{Reserve: 1}, "reserve"},
+		{QueueConfig{GroupBy: "tenant", ReserveAbove: -1}, "reserve_above"},
+		{QueueConfig{GroupBy: "tenant", ReserveAbove: math.NaN()}, "reserve_above"},
+		{QueueConfig{GroupBy: "tenant", ReserveAbove: math.Inf(1)}, "reserve_above"},
+		{QueueConfig{GroupBy: "tenant", ReserveAbove: 2e6}, "reserve_above"},
+		{QueueConfig{ReserveAbove: 2}, "reserve_above"},
+		{QueueConfig{GroupBy: "tenant", ReserveWindow: -time.Second}, "reserve_window"},
+		{QueueConfig{GroupBy: "tenant", ReserveWindow: 2 * time.Hour}, "reserve_window"},
+		{QueueConfig{ReserveWindow: time.Second}, "reserve_window"},
+		{QueueConfig{GroupBy: "tenant", Credit: -time.Millisecond}, "credit"},
+		{QueueConfig{GroupBy: "tenant", Credit: 2 * time.Hour}, "credit"},
+		{QueueConfig{GroupBy: "tenant", Credit: time.Second, NoCredit: true}, "credit"},
+		{QueueConfig{Credit: time.Second}, "credit"},
+		{QueueConfig{NoCredit: true}, "no_credit"},
 	} {
 		_, err := tb.b.Declare("q", tc.cfg)
 		var ie *InvalidError
@@ -54,7 +68,8 @@ func TestLimitsThroughRestart(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	st := store.NewMemory()
 	b := durable(t, st, clk, Config{})
-	cfg := QueueConfig{GroupBy: "tenant", Limits: []string{"tenant=2", "job_type:export=1"}, RateLimits: []string{"producer:crawler=50/s:5"}}
+	cfg := QueueConfig{GroupBy: "tenant", Limits: []string{"tenant=2", "job_type:export=1"}, RateLimits: []string{"producer:crawler=50/s:5"},
+		Reserve: 3, ReserveAbove: 1.5, ReserveWindow: 2500 * time.Millisecond, Credit: 40 * time.Millisecond}
 	if _, err := b.Declare("q", cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +123,12 @@ func TestLimitsThroughRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !equalConfig(info.Config, info.Config.WithDefaults(QueueConfig{})) || info.Config.GroupBy != "tenant" ||
-		fmt.Sprint(info.Config.Limits) != "[tenant=2 job_type:export=1]" || fmt.Sprint(info.Config.RateLimits) != "[producer:crawler=50/s:5]" {
+		fmt.Sprint(info.Config.Limits) != "[tenant=2 job_type:export=1]" || fmt.Sprint(info.Config.RateLimits) != "[producer:crawler=50/s:5]" ||
+		info.Config.Reserve != 3 || info.Config.ReserveAbove != 1.5 || info.Config.ReserveWindow != 2500*time.Millisecond || info.Config.Credit != 40*time.Millisecond {
 		t.Fatalf("recovered config %+v", info.Config)
+	}
+	if got := fairIn(t, b2, "q"); got.Reserve != 3 || got.ReserveAbove != 1.5 || got.ReserveWindow != 2500*time.Millisecond || got.Credit != 40*time.Millisecond {
+		t.Fatalf("the recovered scheduler runs with %+v", got)
 	}
 	// The jobs in flight at the crash may still run on their workers:
 	// they hold their tenants' places until a lease has passed.
@@ -243,6 +262,133 @@ func TestLimitedDeliveryWaitsForItsRecord(t *testing.T) {
 				if waited != tc.wait {
 					t.Fatalf("delivery %d waited for its record: %v, want %v", i, waited, tc.wait)
 				}
+			}
+		})
+	}
+}
+
+// fairIn is the fair shares' config queue's scheduler runs with.
+func fairIn(t *testing.T, b *Broker, queue string) fair.Config {
+	t.Helper()
+	q, err := b.lookup(queue, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.line.Fair() == nil {
+		t.Fatalf("queue %s has no fair shares", queue)
+	}
+	return q.line.Fair().Config()
+}
+
+// The fair shares' settings a queue declares are what QueueInfo reports,
+// the ones left out at fair's defaults, and what its scheduler runs with;
+// a redeclare changes them, and turning one off shows it off.
+func TestDeclareFairSettings(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, Config{})
+	info, err := tb.b.Declare("q", QueueConfig{GroupBy: "tenant"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := info.Config
+	if c.Reserve != fair.DefaultReserve || c.ReserveAbove != fair.DefaultReserveAbove || c.ReserveWindow != fair.DefaultReserveWindow ||
+		c.Credit != fair.DefaultCredit || c.NoReserve || c.NoCredit {
+		t.Fatalf("defaults shown as %+v", c)
+	}
+	for _, want := range []QueueConfig{
+		{GroupBy: "tenant", Reserve: 1, ReserveAbove: 1, ReserveWindow: 5 * time.Second, Credit: time.Second},
+		{GroupBy: "tenant", Reserve: 4, ReserveAbove: 0.25, ReserveWindow: 10 * time.Millisecond, Credit: time.Millisecond},
+		{GroupBy: "producer", NoReserve: true, ReserveAbove: fair.MaxReserveAbove, ReserveWindow: fair.MaxReserveWindow, NoCredit: true},
+	} {
+		if _, err := tb.b.Declare("q", want); err != nil {
+			t.Fatalf("%+v: %v", want, err)
+		}
+		info, err := tb.b.Queue("q")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := info.Config
+		if c.Reserve != want.Reserve || c.NoReserve != want.NoReserve || c.ReserveAbove != want.ReserveAbove ||
+			c.ReserveWindow != want.ReserveWindow || c.Credit != want.Credit || c.NoCredit != want.NoCredit {
+			t.Fatalf("declared %+v, QueueInfo has %+v", want, c)
+		}
+		f := fairIn(t, tb.b, "q")
+		if (!want.NoReserve && f.Reserve != want.Reserve) || f.NoReserve != want.NoReserve || f.ReserveAbove != want.ReserveAbove ||
+			f.ReserveWindow != want.ReserveWindow || f.Credit != want.Credit || f.NoCredit != want.NoCredit {
+			t.Fatalf("declared %+v, the scheduler runs with %+v", want, f)
+		}
+	}
+}
+
+// The reservation's reserve_above a queue declares reaches its
+// scheduler: a group past its share whose next job is predicted to cost
+// what the other group's do does not take the last free worker while
+// the other group had work a moment ago with reserve_above 1, and does
+// with the default (4), which holds back only jobs four times as long.
+func TestDeclaredReserveAboveHolds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		above float64
+		held  bool
+	}{{0, false}, {1, true}} {
+		t.Run(fmt.Sprint("reserve_above=", tc.above), func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t, Config{})
+			if _, err := tb.b.Declare("q", QueueConfig{Policy: "fifo", GroupBy: "producer", ReserveAbove: tc.above}); err != nil {
+				t.Fatal(err)
+			}
+			c := tb.sub(t, "q", 4) // four workers: the reservation holds the last two
+			next := func() (Delivery, bool) {
+				t.Helper()
+				ctx, cancel := context.WithCancel(tb.ctx)
+				cancel() // take what is ready, do not wait
+				d, err := c.Next(ctx)
+				return d, err == nil
+			}
+			// One job teaches the predictor the typical cost it gives every
+			// key it has not seen: flood's and steady's jobs are predicted
+			// alike, at 100ms.
+			tb.publish(t, &Message{Queue: "q", Producer: "warmup", JobType: "j"})
+			d, ok := next()
+			if !ok {
+				t.Fatal("the warm-up job was not delivered")
+			}
+			if err := c.Ack(d.ID, 100*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			c.AddCredit(1)              // as a worker does for the job it finished
+			tb.clk.Advance(time.Minute) // the warm-up group leaves the window
+			for range 10 {
+				tb.publish(t, &Message{Queue: "q", Producer: "flood", JobType: "j"})
+			}
+			for range 3 {
+				if d, ok := next(); !ok || d.Producer != "flood" {
+					t.Fatalf("Next = %+v, %v; want a flood job: no other group has work", d, ok)
+				}
+			}
+			// 1.5s on, flood has used about 2.3 workers over the last
+			// second, past its share of 2 once steady has work.
+			tb.clk.Advance(1500 * time.Millisecond)
+			tb.publish(t, &Message{Queue: "q", Producer: "steady", JobType: "j"})
+			d, ok = next()
+			if !ok || d.Producer != "steady" || d.Predicted != 100*time.Millisecond {
+				t.Fatalf("Next = %+v, %v; want the steady job, predicted at 100ms", d, ok)
+			}
+			if err := c.Ack(d.ID, 100*time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			c.AddCredit(1) // as a worker does for the job it finished
+			d, ok = next()
+			if ok == tc.held {
+				t.Fatalf("the last free worker: got a job %v (%+v); want it held back %v", ok, d, tc.held)
+			}
+			if ok && (d.Producer != "flood" || d.Predicted != 100*time.Millisecond) {
+				t.Fatalf("Next = %+v; want a flood job predicted at 100ms", d)
+			}
+			if info, err := tb.b.Queue("q"); err != nil || (info.Reserved > 0) != tc.held {
+				t.Fatalf("Reserved = %d, %v; want it counted only when held", info.Reserved, err)
 			}
 		})
 	}

@@ -42,7 +42,7 @@ var adminCommands = []struct {
 	name, args, summary string
 	run                 func(ctx context.Context, c *client.Client, a adminArgs) error
 }{
-	{"declare-queue", "QUEUE [KEY=VALUE...]", "create or reconfigure a queue: policy=, tiers=, weights=5,3,1, max_in_flight=, max_depth=, max_attempts=, lease=, default_ttl=, keep_done=, aging=, retry_base=, retry_max=, shadow=, group_by=, group_weights.NAME=, limits=tenant=5,job_type:export=2, rate_limits=producer:crawler=10/s:20, reserve=, no_reserve= (a config file's queue keys)", adminDeclareQueue},
+	{"declare-queue", "QUEUE [KEY=VALUE...]", "create or reconfigure a queue: policy=, tiers=, weights=5,3,1, max_in_flight=, max_depth=, max_attempts=, lease=, default_ttl=, keep_done=, aging=, retry_base=, retry_max=, shadow=, group_by=, group_weights.NAME=, limits=tenant=5,job_type:export=2, rate_limits=producer:crawler=10/s:20, reserve=, no_reserve=, reserve_above=, reserve_window=, credit=, no_credit= (a config file's queue keys)", adminDeclareQueue},
 	{"publish", "QUEUE [KEY=VALUE...]", "publish test jobs: job_type=, producer=, payload=, headers.K=V, delay=, ttl=, max_attempts=, count=", adminPublish},
 	{"queues", "", "every queue: policy, ready, in flight (/ its max_in_flight), delayed, dead, consumers, the oldest waiting job's wait, run-time p50/p99 (measured within 1%), paused", adminQueues},
 	{"pause", "QUEUE", "stop delivering a queue's jobs (publishes are still taken)", adminPause},

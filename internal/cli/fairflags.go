@@ -12,7 +12,9 @@ import (
 
 // fairFlags declare limits and fair shares on the command line, for the
 // simulator: the same rules and the same text as a queue's declaration
-// (config file: group_by, group_weights, limits, rate_limits, reserve).
+// (config file and admin declare-queue: group_by, group_weights, limits,
+// rate_limits, reserve, no_reserve, reserve_above, reserve_window, credit,
+// no_credit).
 type fairFlags struct {
 	groupBy       string
 	weights       repeated

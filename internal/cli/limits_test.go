@@ -15,7 +15,7 @@ import (
 func TestDeclareLimitSettings(t *testing.T) {
 	t.Parallel()
 	data, err := assignments([]string{"group_by=tenant", "limits=tenant=5", "rate_limits=producer:crawler=10/s:20,job_type:export=0.5",
-		"group_weights.acme=3", "group_weights.ünï=2", "reserve=1"})
+		"group_weights.acme=3", "group_weights.ünï=2", "reserve=1", "reserve_above=1.5", "reserve_window=3s", "no_credit=true"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,8 +23,9 @@ func TestDeclareLimitSettings(t *testing.T) {
 	if err := decodeStrict(data, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	want := "tenant [tenant=5] [producer:crawler=10/s:20 job_type:export=0.5] map[acme:3 ünï:2] 1"
-	if got := fmt.Sprint(cfg.GroupBy, " ", cfg.Limits, " ", cfg.RateLimits, " ", cfg.GroupWeights, " ", cfg.Reserve); got != want {
+	want := "tenant [tenant=5] [producer:crawler=10/s:20 job_type:export=0.5] map[acme:3 ünï:2] 1 1.5 3s true"
+	if got := fmt.Sprint(cfg.GroupBy, " ", cfg.Limits, " ", cfg.RateLimits, " ", cfg.GroupWeights, " ", cfg.Reserve, " ",
+		cfg.ReserveAbove, " ", cfg.ReserveWindow, " ", cfg.NoCredit); got != want {
 		t.Fatalf("settings %q, want %q", got, want)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -38,11 +39,13 @@ func TestDeclareLimitSettings(t *testing.T) {
 		t.Fatalf("through the wire: %v", diff)
 	}
 	var file ServeConfig
-	yml := "queues:\n  reports:\n    group_by: tenant\n    limits: [tenant=2, job_type:export=1]\n    rate_limits: producer=100\n"
+	yml := "queues:\n  reports:\n    group_by: tenant\n    limits: [tenant=2, job_type:export=1]\n    rate_limits: producer=100\n" +
+		"    reserve_above: 2\n    reserve_window: 500ms\n    credit: 1s\n"
 	if err := decodeStrict([]byte(yml), &file); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(file.Queues["reports"].Limits, file.Queues["reports"].RateLimits); got != "[tenant=2 job_type:export=1] [producer=100]" {
+	r := file.Queues["reports"]
+	if got := fmt.Sprint(r.Limits, r.RateLimits, r.ReserveAbove, r.ReserveWindow, r.Credit); got != "[tenant=2 job_type:export=1] [producer=100] 2 500ms 1s" {
 		t.Fatalf("config file: %s", got)
 	}
 	// A bad rule names itself.

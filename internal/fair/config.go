@@ -238,8 +238,18 @@ func (c Config) Validate() error {
 	if c.ReserveWindow < 0 || c.ReserveWindow > MaxReserveWindow {
 		return bad("reserve_window", "must be 0 (the default, %v) to %v, got %v", DefaultReserveWindow, MaxReserveWindow, c.ReserveWindow)
 	}
-	if c.GroupBy == "" && (c.Reserve != 0 || c.NoReserve || c.ReserveWindow != 0 || c.ReserveAbove != 0) {
-		return bad("reserve", "the reservation is between groups: it needs group_by")
+	if c.GroupBy == "" {
+		for _, s := range []struct {
+			field string
+			set   bool
+		}{
+			{"reserve", c.Reserve != 0}, {"no_reserve", c.NoReserve},
+			{"reserve_above", c.ReserveAbove != 0}, {"reserve_window", c.ReserveWindow != 0},
+		} {
+			if s.set {
+				return bad(s.field, "the reservation is between groups: it needs group_by")
+			}
+		}
 	}
 	if c.Credit < 0 || c.Credit > MaxCredit {
 		return bad("credit", "must be 0 (the default, %v) to %v, got %v", DefaultCredit, MaxCredit, c.Credit)
@@ -247,8 +257,11 @@ func (c Config) Validate() error {
 	if c.NoCredit && c.Credit != 0 {
 		return bad("credit", "conflicts with no_credit: set one or the other")
 	}
-	if c.GroupBy == "" && (c.Credit != 0 || c.NoCredit) {
+	if c.GroupBy == "" && c.Credit != 0 {
 		return bad("credit", "the credit is between groups: it needs group_by")
+	}
+	if c.GroupBy == "" && c.NoCredit {
+		return bad("no_credit", "the credit is between groups: it needs group_by")
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -66,6 +67,18 @@ func TestConfigRefused(t *testing.T) {
 		{"reserve and no reserve", Config{GroupBy: Tenant, Reserve: 2, NoReserve: true}, "reserve"},
 		{"reserve without groups", Config{Reserve: 2, Limits: []Limit{{Field: Tenant, Max: 1}}}, "reserve"},
 		{"negative window", Config{GroupBy: Tenant, ReserveWindow: -time.Second}, "reserve_window"},
+		{"absurd window", Config{GroupBy: Tenant, ReserveWindow: MaxReserveWindow + 1}, "reserve_window"},
+		{"window without groups", Config{ReserveWindow: time.Second, Limits: []Limit{{Field: Tenant, Max: 1}}}, "reserve_window"},
+		{"no reserve without groups", Config{NoReserve: true, Limits: []Limit{{Field: Tenant, Max: 1}}}, "no_reserve"},
+		{"negative reserve above", Config{GroupBy: Tenant, ReserveAbove: -1}, "reserve_above"},
+		{"NaN reserve above", Config{GroupBy: Tenant, ReserveAbove: math.NaN()}, "reserve_above"},
+		{"absurd reserve above", Config{GroupBy: Tenant, ReserveAbove: MaxReserveAbove * 2}, "reserve_above"},
+		{"reserve above without groups", Config{ReserveAbove: 2, Limits: []Limit{{Field: Tenant, Max: 1}}}, "reserve_above"},
+		{"negative credit", Config{GroupBy: Tenant, Credit: -time.Millisecond}, "credit"},
+		{"absurd credit", Config{GroupBy: Tenant, Credit: MaxCredit + 1}, "credit"},
+		{"credit and no credit", Config{GroupBy: Tenant, Credit: time.Second, NoCredit: true}, "credit"},
+		{"credit without groups", Config{Credit: time.Second, Limits: []Limit{{Field: Tenant, Max: 1}}}, "credit"},
+		{"no credit without groups", Config{NoCredit: true, Limits: []Limit{{Field: Tenant, Max: 1}}}, "no_credit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -10,6 +10,8 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 )
 
 // Broker names of the drivers this package provides (Arm.Broker); the
@@ -39,7 +41,8 @@ const (
 	PolicyWeighted   = "weighted"   // Harbinger's predictor with level weights and pausing aging
 	// PolicyFair is PolicyPredictive with fair shares between producers:
 	// group_by producer with the broker's default fair settings (the
-	// reservation on), as docs/limits.md declares them.
+	// reservation on), as docs/limits.md declares them, but for those
+	// QueueSpec.Fair sets.
 	PolicyFair = "fair"
 )
 
@@ -59,6 +62,26 @@ type QueueSpec struct {
 	Name   string         // unique for the run
 	Policy string         // one of the Policy constants
 	Static map[string]int // job type -> tier (0 is served first), for PolicyStatic
+	Fair   FairSettings   // for PolicyFair
+}
+
+// FairSettings are the reservation's settings PolicyFair declares its
+// queue with; zero fields take the broker's defaults.
+type FairSettings struct {
+	Reserve      int     // workers the reservation keeps (the queue's reserve)
+	ReserveAbove float64 // how many times the other groups' mean a job it holds back costs (reserve_above)
+}
+
+// String says what the settings declare, "" for the broker's defaults.
+func (f FairSettings) String() string {
+	var parts []string
+	if f.Reserve != 0 {
+		parts = append(parts, fmt.Sprintf("reserve %d", f.Reserve))
+	}
+	if f.ReserveAbove != 0 {
+		parts = append(parts, fmt.Sprintf("reserve_above %g", f.ReserveAbove))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Message is one message a producer publishes.

@@ -309,6 +309,7 @@ func (d *HarbingerDriver) Setup(ctx context.Context, spec QueueSpec) (Queue, err
 		cfg.Policy = "weighted"
 	case PolicyFair:
 		cfg.Policy, cfg.GroupBy = "", "producer"
+		cfg.Reserve, cfg.ReserveAbove = uint32(max(spec.Fair.Reserve, 0)), spec.Fair.ReserveAbove
 	default:
 		return nil, fmt.Errorf("%w: harbinger %s", ErrPolicy, spec.Policy)
 	}

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/fair"
 )
 
 func harbingerForTest(t *testing.T) Driver {
@@ -171,5 +173,51 @@ func TestSetupPolicies(t *testing.T) {
 	}
 	if policies[PolicyFair] != policies[PolicyPredictive] {
 		t.Errorf("fair runs policy %q, predictive %q: want the same", policies[PolicyFair], policies[PolicyPredictive])
+	}
+
+	// QueueSpec.Fair's settings are what the fair queue is declared with;
+	// the others keep the broker's defaults.
+	q, err := d.Setup(ctx, QueueSpec{Name: "policy-fair-set", Policy: PolicyFair, Fair: FairSettings{Reserve: 1, ReserveAbove: 1.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := q.(*HarbingerQueue).Client().Queue(ctx, "policy-fair-set")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.GetConfig()
+	if cfg.GetReserve() != 1 || cfg.GetReserveAbove() != 1.5 || cfg.GetReserveWindow().AsDuration() != fair.DefaultReserveWindow || cfg.GetGroupBy() != "producer" {
+		t.Errorf("declared with %v", cfg)
+	}
+	if err := q.Teardown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordingDriver notes the queue RunArm asks for and refuses it.
+type recordingDriver struct {
+	Driver
+	spec QueueSpec
+}
+
+func (d *recordingDriver) Setup(_ context.Context, spec QueueSpec) (Queue, error) {
+	d.spec = spec
+	return nil, ErrPolicy
+}
+
+// RunArm declares its queue with the run's fair settings.
+func TestRunArmPassesFairSettings(t *testing.T) {
+	t.Parallel()
+	d := &recordingDriver{}
+	want := FairSettings{Reserve: 3, ReserveAbove: 2}
+	_, err := RunArm(t.Context(), d, RunSpec{Arm: Arm{Name: "fair", Policy: PolicyFair}, Workers: 1, TimeScale: 1, Fair: want}, nil)
+	if !errors.Is(err, ErrPolicy) || d.spec.Fair != want || d.spec.Policy != PolicyFair {
+		t.Fatalf("RunArm = %v, declared %+v; want %+v", err, d.spec, want)
+	}
+	if got := want.String(); got != "reserve 3, reserve_above 2" {
+		t.Errorf("settings described as %q", got)
+	}
+	if got := (FairSettings{}).String(); got != "" {
+		t.Errorf("the defaults described as %q", got)
 	}
 }

@@ -32,6 +32,7 @@ type RunSpec struct {
 	TimeScale    float64       // wall seconds per workload second
 	DrainTimeout time.Duration // wall time after the last send
 	Static       map[string]int
+	Fair         FairSettings // for PolicyFair
 }
 
 // RunResult is what one run measured, in workload time.
@@ -114,7 +115,7 @@ func RunArm(ctx context.Context, d Driver, rs RunSpec, prog *Progress) (RunResul
 		prog = &Progress{}
 	}
 	prog.Arm, prog.Seed, prog.Total = rs.Arm.Name, rs.Seed, len(rs.Jobs)
-	q, err := d.Setup(ctx, QueueSpec{Name: queueName(rs.Arm.Name, rs.Seed), Policy: rs.Arm.Policy, Static: rs.Static})
+	q, err := d.Setup(ctx, QueueSpec{Name: queueName(rs.Arm.Name, rs.Seed), Policy: rs.Arm.Policy, Static: rs.Static, Fair: rs.Fair})
 	if err != nil {
 		return RunResult{}, fmt.Errorf("%s: setup: %w", rs.Arm.Name, err)
 	}

@@ -211,6 +211,13 @@ func fromQueueConfig(c *pb.QueueConfig) (broker.QueueConfig, error) {
 	q.RetryJitter = c.RetryJitter
 	q.GroupBy, q.Limits, q.RateLimits = c.GroupBy, c.Limits, c.RateLimits
 	q.Reserve, q.NoReserve = int(min(c.Reserve, math.MaxInt32)), c.NoReserve
+	q.ReserveAbove, q.NoCredit = c.ReserveAbove, c.NoCredit
+	if q.ReserveWindow, err = duration("reserve_window", c.ReserveWindow); err != nil {
+		return broker.QueueConfig{}, err
+	}
+	if q.Credit, err = duration("credit", c.Credit); err != nil {
+		return broker.QueueConfig{}, err
+	}
 	if len(c.GroupWeights) > 0 {
 		q.GroupWeights = make(map[string]int, len(c.GroupWeights))
 		for k, v := range c.GroupWeights {
@@ -238,6 +245,13 @@ func toQueueConfig(q broker.QueueConfig) *pb.QueueConfig {
 	}
 	c.GroupBy, c.Limits, c.RateLimits = q.GroupBy, q.Limits, q.RateLimits
 	c.Reserve, c.NoReserve = uint32(max(q.Reserve, 0)), q.NoReserve
+	c.ReserveAbove, c.NoCredit = q.ReserveAbove, q.NoCredit
+	if q.ReserveWindow != 0 {
+		c.ReserveWindow = durationpb.New(q.ReserveWindow)
+	}
+	if q.Credit != 0 {
+		c.Credit = durationpb.New(q.Credit)
+	}
 	if len(q.GroupWeights) > 0 {
 		c.GroupWeights = make(map[string]uint32, len(q.GroupWeights))
 		for k, v := range q.GroupWeights {

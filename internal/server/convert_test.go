@@ -1,15 +1,20 @@
 package server
 
 import (
+	"math"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/harbinger-mq/harbinger/api/harbinger/v1"
 	"github.com/harbinger-mq/harbinger/internal/broker"
+	"github.com/harbinger-mq/harbinger/internal/fair"
 )
 
 // simpleDeliveryResponse is the response built field by field with the
@@ -90,5 +95,54 @@ func TestQueueInfoOldestWait(t *testing.T) {
 	}
 	if _, err := proto.Marshal(got); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The fair shares' settings go through DeclareQueue and come back in the
+// queue's info, those left unset at their defaults; a bad one is refused
+// as an invalid argument that names it.
+func TestDeclareFairSettings(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.Config{})
+	declare := func(c *pb.QueueConfig) (*pb.QueueInfo, error) {
+		return tb.ac.DeclareQueue(tb.ctx, &pb.DeclareQueueRequest{Name: "q", Config: c})
+	}
+	info, err := declare(&pb.QueueConfig{GroupBy: "tenant", ReserveAbove: 1.5, ReserveWindow: durationpb.New(3 * time.Second), Credit: durationpb.New(50 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := info.GetConfig()
+	if c.GetReserveAbove() != 1.5 || c.GetReserveWindow().AsDuration() != 3*time.Second || c.GetCredit().AsDuration() != 50*time.Millisecond ||
+		c.GetReserve() != fair.DefaultReserve || c.GetNoCredit() {
+		t.Fatalf("declared settings read back as %v", c)
+	}
+	info, err = declare(&pb.QueueConfig{GroupBy: "tenant", NoCredit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = info.GetConfig()
+	if c.GetReserveAbove() != fair.DefaultReserveAbove || c.GetReserveWindow().AsDuration() != fair.DefaultReserveWindow ||
+		c.GetCredit() != nil || !c.GetNoCredit() {
+		t.Fatalf("the redeclare reads back as %v", c)
+	}
+	for _, tc := range []struct {
+		cfg   *pb.QueueConfig
+		field string
+	}{
+		{&pb.QueueConfig{GroupBy: "tenant", ReserveAbove: -1}, "reserve_above"},
+		{&pb.QueueConfig{GroupBy: "tenant", ReserveAbove: math.NaN()}, "reserve_above"},
+		{&pb.QueueConfig{GroupBy: "tenant", ReserveAbove: 1e300}, "reserve_above"},
+		{&pb.QueueConfig{GroupBy: "tenant", ReserveWindow: durationpb.New(-time.Second)}, "reserve_window"},
+		{&pb.QueueConfig{GroupBy: "tenant", ReserveWindow: durationpb.New(48 * time.Hour)}, "reserve_window"},
+		{&pb.QueueConfig{GroupBy: "tenant", Credit: &durationpb.Duration{Seconds: 1, Nanos: -1}}, "credit"},
+		{&pb.QueueConfig{GroupBy: "tenant", Credit: durationpb.New(48 * time.Hour)}, "credit"},
+		{&pb.QueueConfig{Credit: durationpb.New(time.Second)}, "credit"},
+		{&pb.QueueConfig{NoCredit: true}, "no_credit"},
+		{&pb.QueueConfig{ReserveAbove: 2}, "reserve_above"},
+	} {
+		_, err := declare(tc.cfg)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%v: %v, want an invalid argument naming %s", tc.cfg, err, tc.field)
+		}
 	}
 }

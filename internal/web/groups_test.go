@@ -44,9 +44,16 @@ func TestQueuePageShowsGroups(t *testing.T) {
 	if got := element(t, page, `<td id="limits">`, "</td>"); got != "tenant=1" {
 		t.Fatalf("limits shown as %q", got)
 	}
+	if got := element(t, page, `<td id="reserve">`, "</td>"); got != "the last 2 workers, against jobs 4x the other groups' mean, window 1 s" {
+		t.Fatalf("reservation shown as %q", got)
+	}
+	if got := element(t, page, `<td id="credit">`, "</td>"); got != "200 ms" {
+		t.Fatalf("credit shown as %q", got)
+	}
 	var qv QueueView
 	getJSON(t, tb, "/api/v1/queues/reports", &qv)
-	if len(qv.Groups) != 2 || qv.GroupCount != 2 || qv.Groups[0].Limit != 1 || qv.Groups[0].Waiting != 1 || qv.Config.GroupBy != "tenant" {
+	if len(qv.Groups) != 2 || qv.GroupCount != 2 || qv.Groups[0].Limit != 1 || qv.Groups[0].Waiting != 1 || qv.Config.GroupBy != "tenant" ||
+		qv.Config.Reserve != fair.DefaultReserve || qv.Config.ReserveAbove != fair.DefaultReserveAbove || qv.Config.CreditMS != 200 {
 		t.Fatalf("read API: %+v", qv)
 	}
 }

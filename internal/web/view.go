@@ -94,6 +94,12 @@ type ConfigView struct {
 	GroupBy      string         `json:"group_by,omitempty"`
 	Limits       []string       `json:"limits,omitempty"`
 	RateLimits   []string       `json:"rate_limits,omitempty"`
+	// The fair shares' settings, with group_by; Reserve and CreditMS 0
+	// are turned off.
+	Reserve         int     `json:"reserve,omitempty"`
+	ReserveAbove    float64 `json:"reserve_above,omitempty"`
+	ReserveWindowMS float64 `json:"reserve_window_ms,omitempty"`
+	CreditMS        float64 `json:"credit_ms,omitempty"`
 }
 
 // PredictorView is what a queue's predictor learned, and how well it
@@ -295,6 +301,7 @@ func configView(c broker.QueueConfig) ConfigView {
 		Policy: c.Policy, Tiers: c.Tiers, Weights: c.Weights, AgingOff: c.AgingOff, StaticTiers: c.StaticTiers,
 		MaxDepth: c.MaxDepth, MaxInFlight: c.MaxInFlight, KeepDone: c.KeepDone, MaxAttempts: c.MaxAttempts, LeaseMS: ms(c.Lease), DefaultTTLMS: ms(c.DefaultTTL), Shadow: c.Shadow,
 		GroupBy: c.GroupBy, Limits: c.Limits, RateLimits: c.RateLimits,
+		Reserve: c.Reserve, ReserveAbove: c.ReserveAbove, ReserveWindowMS: ms(c.ReserveWindow), CreditMS: ms(c.Credit),
 	}
 	for _, a := range c.Aging {
 		v.AgingMS = append(v.AgingMS, ms(a))

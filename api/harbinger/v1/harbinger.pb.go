@@ -3377,7 +3377,21 @@ type QueueConfig struct {
 	// takes the default (2).
 	Reserve uint32 `protobuf:"varint,21,opt,name=reserve,proto3" json:"reserve,omitempty"`
 	// With group_by: no reservation.
-	NoReserve     bool `protobuf:"varint,22,opt,name=no_reserve,json=noReserve,proto3" json:"no_reserve,omitempty"`
+	NoReserve bool `protobuf:"varint,22,opt,name=no_reserve,json=noReserve,proto3" json:"no_reserve,omitempty"`
+	// With group_by: the reservation holds back only a job predicted at
+	// least this many times the mean predicted cost of the other groups'
+	// jobs; 0 takes the default (4). At most 1,000,000.
+	ReserveAbove float64 `protobuf:"fixed64,23,opt,name=reserve_above,json=reserveAbove,proto3" json:"reserve_above,omitempty"`
+	// With group_by: how recently another group must have had work for the
+	// reservation to hold, and the window over which a group's use of the
+	// workers is averaged; unset or 0 takes the default (1s). At most 1h.
+	ReserveWindow *durationpb.Duration `protobuf:"bytes,24,opt,name=reserve_window,json=reserveWindow,proto3" json:"reserve_window,omitempty"`
+	// With group_by: the predicted work (over its weight) a group that had
+	// nothing to run may be served ahead of the others when work comes;
+	// unset or 0 takes the default (200ms). At most 1h.
+	Credit *durationpb.Duration `protobuf:"bytes,25,opt,name=credit,proto3" json:"credit,omitempty"`
+	// With group_by: no credit (plain fair queueing).
+	NoCredit      bool `protobuf:"varint,26,opt,name=no_credit,json=noCredit,proto3" json:"no_credit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3562,6 +3576,34 @@ func (x *QueueConfig) GetReserve() uint32 {
 func (x *QueueConfig) GetNoReserve() bool {
 	if x != nil {
 		return x.NoReserve
+	}
+	return false
+}
+
+func (x *QueueConfig) GetReserveAbove() float64 {
+	if x != nil {
+		return x.ReserveAbove
+	}
+	return 0
+}
+
+func (x *QueueConfig) GetReserveWindow() *durationpb.Duration {
+	if x != nil {
+		return x.ReserveWindow
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetCredit() *durationpb.Duration {
+	if x != nil {
+		return x.Credit
+	}
+	return nil
+}
+
+func (x *QueueConfig) GetNoCredit() bool {
+	if x != nil {
+		return x.NoCredit
 	}
 	return false
 }
@@ -6018,7 +6060,7 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"\x16DeleteScheduleResponse\"?\n" +
 	"\x11PauseQueueRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xed\a\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\"\xa4\t\n" +
 	"\vQueueConfig\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x14\n" +
 	"\x05tiers\x18\x02 \x01(\rR\x05tiers\x12\x18\n" +
@@ -6046,7 +6088,11 @@ const file_harbinger_v1_harbinger_proto_rawDesc = "" +
 	"rateLimits\x12\x18\n" +
 	"\areserve\x18\x15 \x01(\rR\areserve\x12\x1d\n" +
 	"\n" +
-	"no_reserve\x18\x16 \x01(\bR\tnoReserve\x1a>\n" +
+	"no_reserve\x18\x16 \x01(\bR\tnoReserve\x12#\n" +
+	"\rreserve_above\x18\x17 \x01(\x01R\freserveAbove\x12@\n" +
+	"\x0ereserve_window\x18\x18 \x01(\v2\x19.google.protobuf.DurationR\rreserveWindow\x121\n" +
+	"\x06credit\x18\x19 \x01(\v2\x19.google.protobuf.DurationR\x06credit\x12\x1b\n" +
+	"\tno_credit\x18\x1a \x01(\bR\bnoCredit\x1a>\n" +
 	"\x10StaticTiersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\x1a?\n" +
@@ -6418,89 +6464,91 @@ var file_harbinger_v1_harbinger_proto_depIdxs = []int32{
 	80,  // 67: harbinger.v1.QueueConfig.retry_base:type_name -> google.protobuf.Duration
 	80,  // 68: harbinger.v1.QueueConfig.retry_max:type_name -> google.protobuf.Duration
 	78,  // 69: harbinger.v1.QueueConfig.group_weights:type_name -> harbinger.v1.QueueConfig.GroupWeightsEntry
-	40,  // 70: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
-	80,  // 71: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
-	80,  // 72: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
-	80,  // 73: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
-	80,  // 74: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
-	80,  // 75: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
-	40,  // 76: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
-	41,  // 77: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
-	79,  // 78: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
-	81,  // 79: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	49,  // 80: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
-	56,  // 81: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
-	60,  // 82: harbinger.v1.ListGroupsResponse.groups:type_name -> harbinger.v1.GroupStats
-	80,  // 83: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
-	80,  // 84: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
-	65,  // 85: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
-	80,  // 86: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
-	64,  // 87: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
-	68,  // 88: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
-	62,  // 89: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
-	80,  // 90: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
-	63,  // 91: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
-	70,  // 92: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
-	70,  // 93: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
-	4,   // 94: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
-	4,   // 95: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
-	7,   // 96: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
-	1,   // 97: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
-	42,  // 98: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
-	43,  // 99: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
-	45,  // 100: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
-	46,  // 101: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
-	50,  // 102: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
-	52,  // 103: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
-	54,  // 104: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
-	57,  // 105: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
-	59,  // 106: harbinger.v1.Admin.ListGroups:input_type -> harbinger.v1.ListGroupsRequest
-	23,  // 107: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
-	31,  // 108: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
-	33,  // 109: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
-	34,  // 110: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
-	36,  // 111: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
-	37,  // 112: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
-	39,  // 113: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
-	25,  // 114: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
-	21,  // 115: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
-	19,  // 116: harbinger.v1.Admin.ExportHistory:input_type -> harbinger.v1.ExportHistoryRequest
-	62,  // 117: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
-	64,  // 118: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
-	71,  // 119: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
-	67,  // 120: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
-	5,   // 121: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
-	5,   // 122: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
-	14,  // 123: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
-	2,   // 124: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
-	41,  // 125: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
-	44,  // 126: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
-	48,  // 127: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
-	47,  // 128: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
-	51,  // 129: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
-	53,  // 130: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
-	55,  // 131: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
-	58,  // 132: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
-	61,  // 133: harbinger.v1.Admin.ListGroups:output_type -> harbinger.v1.ListGroupsResponse
-	24,  // 134: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
-	32,  // 135: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
-	33,  // 136: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
-	35,  // 137: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
-	33,  // 138: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
-	38,  // 139: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
-	41,  // 140: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
-	26,  // 141: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
-	22,  // 142: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
-	20,  // 143: harbinger.v1.Admin.ExportHistory:output_type -> harbinger.v1.HistoryChunk
-	63,  // 144: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
-	66,  // 145: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
-	72,  // 146: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
-	69,  // 147: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
-	121, // [121:148] is the sub-list for method output_type
-	94,  // [94:121] is the sub-list for method input_type
-	94,  // [94:94] is the sub-list for extension type_name
-	94,  // [94:94] is the sub-list for extension extendee
-	0,   // [0:94] is the sub-list for field type_name
+	80,  // 70: harbinger.v1.QueueConfig.reserve_window:type_name -> google.protobuf.Duration
+	80,  // 71: harbinger.v1.QueueConfig.credit:type_name -> google.protobuf.Duration
+	40,  // 72: harbinger.v1.QueueInfo.config:type_name -> harbinger.v1.QueueConfig
+	80,  // 73: harbinger.v1.QueueInfo.oldest_wait:type_name -> google.protobuf.Duration
+	80,  // 74: harbinger.v1.QueueInfo.run_p50:type_name -> google.protobuf.Duration
+	80,  // 75: harbinger.v1.QueueInfo.run_p99:type_name -> google.protobuf.Duration
+	80,  // 76: harbinger.v1.QueueInfo.wait_p50:type_name -> google.protobuf.Duration
+	80,  // 77: harbinger.v1.QueueInfo.wait_p99:type_name -> google.protobuf.Duration
+	40,  // 78: harbinger.v1.DeclareQueueRequest.config:type_name -> harbinger.v1.QueueConfig
+	41,  // 79: harbinger.v1.ListQueuesResponse.queues:type_name -> harbinger.v1.QueueInfo
+	79,  // 80: harbinger.v1.DeadLetter.headers:type_name -> harbinger.v1.DeadLetter.HeadersEntry
+	81,  // 81: harbinger.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	49,  // 82: harbinger.v1.ListDeadLettersResponse.dead_letters:type_name -> harbinger.v1.DeadLetter
+	56,  // 83: harbinger.v1.ListKeysResponse.keys:type_name -> harbinger.v1.KeyStats
+	60,  // 84: harbinger.v1.ListGroupsResponse.groups:type_name -> harbinger.v1.GroupStats
+	80,  // 85: harbinger.v1.PredictResponse.hold:type_name -> google.protobuf.Duration
+	80,  // 86: harbinger.v1.ObserveRequest.duration:type_name -> google.protobuf.Duration
+	65,  // 87: harbinger.v1.ObserveRequest.stamp:type_name -> harbinger.v1.Stamp
+	80,  // 88: harbinger.v1.Stamp.predicted:type_name -> google.protobuf.Duration
+	64,  // 89: harbinger.v1.ReportRequest.observations:type_name -> harbinger.v1.ObserveRequest
+	68,  // 90: harbinger.v1.ReportRequest.publishes:type_name -> harbinger.v1.CountedPublish
+	62,  // 91: harbinger.v1.CountedPublish.job:type_name -> harbinger.v1.PredictRequest
+	80,  // 92: harbinger.v1.CountedPublish.counted:type_name -> google.protobuf.Duration
+	63,  // 93: harbinger.v1.ReportResponse.answers:type_name -> harbinger.v1.PredictResponse
+	70,  // 94: harbinger.v1.ReportResponse.observation_errors:type_name -> harbinger.v1.ReportError
+	70,  // 95: harbinger.v1.ReportResponse.publish_errors:type_name -> harbinger.v1.ReportError
+	4,   // 96: harbinger.v1.Broker.Publish:input_type -> harbinger.v1.PublishRequest
+	4,   // 97: harbinger.v1.Broker.PublishStream:input_type -> harbinger.v1.PublishRequest
+	7,   // 98: harbinger.v1.Broker.Consume:input_type -> harbinger.v1.ConsumeRequest
+	1,   // 99: harbinger.v1.Broker.GetLimits:input_type -> harbinger.v1.GetLimitsRequest
+	42,  // 100: harbinger.v1.Admin.DeclareQueue:input_type -> harbinger.v1.DeclareQueueRequest
+	43,  // 101: harbinger.v1.Admin.ListQueues:input_type -> harbinger.v1.ListQueuesRequest
+	45,  // 102: harbinger.v1.Admin.PurgeQueue:input_type -> harbinger.v1.PurgeQueueRequest
+	46,  // 103: harbinger.v1.Admin.DeleteQueue:input_type -> harbinger.v1.DeleteQueueRequest
+	50,  // 104: harbinger.v1.Admin.ListDeadLetters:input_type -> harbinger.v1.ListDeadLettersRequest
+	52,  // 105: harbinger.v1.Admin.RequeueDeadLetters:input_type -> harbinger.v1.RequeueDeadLettersRequest
+	54,  // 106: harbinger.v1.Admin.DeleteDeadLetters:input_type -> harbinger.v1.DeleteDeadLettersRequest
+	57,  // 107: harbinger.v1.Admin.ListKeys:input_type -> harbinger.v1.ListKeysRequest
+	59,  // 108: harbinger.v1.Admin.ListGroups:input_type -> harbinger.v1.ListGroupsRequest
+	23,  // 109: harbinger.v1.Admin.GetJob:input_type -> harbinger.v1.GetJobRequest
+	31,  // 110: harbinger.v1.Admin.CancelJob:input_type -> harbinger.v1.CancelJobRequest
+	33,  // 111: harbinger.v1.Admin.DeclareSchedule:input_type -> harbinger.v1.Schedule
+	34,  // 112: harbinger.v1.Admin.ListSchedules:input_type -> harbinger.v1.ListSchedulesRequest
+	36,  // 113: harbinger.v1.Admin.PauseSchedule:input_type -> harbinger.v1.PauseScheduleRequest
+	37,  // 114: harbinger.v1.Admin.DeleteSchedule:input_type -> harbinger.v1.DeleteScheduleRequest
+	39,  // 115: harbinger.v1.Admin.PauseQueue:input_type -> harbinger.v1.PauseQueueRequest
+	25,  // 116: harbinger.v1.Admin.ListJobs:input_type -> harbinger.v1.ListJobsRequest
+	21,  // 117: harbinger.v1.Admin.RunJobsNow:input_type -> harbinger.v1.RunJobsNowRequest
+	19,  // 118: harbinger.v1.Admin.ExportHistory:input_type -> harbinger.v1.ExportHistoryRequest
+	62,  // 119: harbinger.v1.Predictor.Predict:input_type -> harbinger.v1.PredictRequest
+	64,  // 120: harbinger.v1.Predictor.Observe:input_type -> harbinger.v1.ObserveRequest
+	71,  // 121: harbinger.v1.Predictor.Attach:input_type -> harbinger.v1.AttachRequest
+	67,  // 122: harbinger.v1.Predictor.Report:input_type -> harbinger.v1.ReportRequest
+	5,   // 123: harbinger.v1.Broker.Publish:output_type -> harbinger.v1.PublishResponse
+	5,   // 124: harbinger.v1.Broker.PublishStream:output_type -> harbinger.v1.PublishResponse
+	14,  // 125: harbinger.v1.Broker.Consume:output_type -> harbinger.v1.ConsumeResponse
+	2,   // 126: harbinger.v1.Broker.GetLimits:output_type -> harbinger.v1.Limits
+	41,  // 127: harbinger.v1.Admin.DeclareQueue:output_type -> harbinger.v1.QueueInfo
+	44,  // 128: harbinger.v1.Admin.ListQueues:output_type -> harbinger.v1.ListQueuesResponse
+	48,  // 129: harbinger.v1.Admin.PurgeQueue:output_type -> harbinger.v1.PurgeQueueResponse
+	47,  // 130: harbinger.v1.Admin.DeleteQueue:output_type -> harbinger.v1.DeleteQueueResponse
+	51,  // 131: harbinger.v1.Admin.ListDeadLetters:output_type -> harbinger.v1.ListDeadLettersResponse
+	53,  // 132: harbinger.v1.Admin.RequeueDeadLetters:output_type -> harbinger.v1.RequeueDeadLettersResponse
+	55,  // 133: harbinger.v1.Admin.DeleteDeadLetters:output_type -> harbinger.v1.DeleteDeadLettersResponse
+	58,  // 134: harbinger.v1.Admin.ListKeys:output_type -> harbinger.v1.ListKeysResponse
+	61,  // 135: harbinger.v1.Admin.ListGroups:output_type -> harbinger.v1.ListGroupsResponse
+	24,  // 136: harbinger.v1.Admin.GetJob:output_type -> harbinger.v1.JobInfo
+	32,  // 137: harbinger.v1.Admin.CancelJob:output_type -> harbinger.v1.CancelJobResponse
+	33,  // 138: harbinger.v1.Admin.DeclareSchedule:output_type -> harbinger.v1.Schedule
+	35,  // 139: harbinger.v1.Admin.ListSchedules:output_type -> harbinger.v1.ListSchedulesResponse
+	33,  // 140: harbinger.v1.Admin.PauseSchedule:output_type -> harbinger.v1.Schedule
+	38,  // 141: harbinger.v1.Admin.DeleteSchedule:output_type -> harbinger.v1.DeleteScheduleResponse
+	41,  // 142: harbinger.v1.Admin.PauseQueue:output_type -> harbinger.v1.QueueInfo
+	26,  // 143: harbinger.v1.Admin.ListJobs:output_type -> harbinger.v1.ListJobsResponse
+	22,  // 144: harbinger.v1.Admin.RunJobsNow:output_type -> harbinger.v1.RunJobsNowResponse
+	20,  // 145: harbinger.v1.Admin.ExportHistory:output_type -> harbinger.v1.HistoryChunk
+	63,  // 146: harbinger.v1.Predictor.Predict:output_type -> harbinger.v1.PredictResponse
+	66,  // 147: harbinger.v1.Predictor.Observe:output_type -> harbinger.v1.ObserveResponse
+	72,  // 148: harbinger.v1.Predictor.Attach:output_type -> harbinger.v1.AttachResponse
+	69,  // 149: harbinger.v1.Predictor.Report:output_type -> harbinger.v1.ReportResponse
+	123, // [123:150] is the sub-list for method output_type
+	96,  // [96:123] is the sub-list for method input_type
+	96,  // [96:96] is the sub-list for extension type_name
+	96,  // [96:96] is the sub-list for extension extendee
+	0,   // [0:96] is the sub-list for field type_name
 }
 
 func init() { file_harbinger_v1_harbinger_proto_init() }

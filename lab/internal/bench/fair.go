@@ -220,6 +220,9 @@ type FairConfig struct {
 	HarbingerMode HarbingerMode
 	// SkipOff runs the flood only with fair shares on: no contrast run.
 	SkipOff bool
+	// Fair is what the fair arm's queue declares of the reservation;
+	// zero is the broker's defaults.
+	Fair FairSettings
 }
 
 // FairResult is a noisy-neighbour comparison: per case, each run's
@@ -296,7 +299,7 @@ func RunFair(ctx context.Context, cfg FairConfig, drivers map[string]Driver) (*F
 	for _, c := range cfg.Cases {
 		flow := func(src sim.Source, arms []Arm) (*FlowResult, FlowConfig, error) {
 			fc := FlowConfig{Source: src, Seeds: cfg.Seeds, Arms: arms, TimeScale: cfg.TimeScale, DrainTimeout: cfg.DrainTimeout,
-				Window: cfg.ArrivalWindow, Progress: cfg.Progress, HarbingerMode: cfg.HarbingerMode}.WithDefaults()
+				Window: cfg.ArrivalWindow, Progress: cfg.Progress, HarbingerMode: cfg.HarbingerMode, Fair: cfg.Fair}.WithDefaults()
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "bench fair: %s, %s: seeds %v, time scale %g\n", c.Name, src.Name(), fc.Seeds, fc.TimeScale)
 			}
@@ -448,6 +451,10 @@ func FairMethod(cfg FairConfig, env Environment) string {
 		w = DefaultFairWindow
 	}
 	floodRuns, interleaved := "harbinger-predictive and "+FairArm.Name, " interleaved within each seed"
+	settings := "the default fair settings, the reservation on"
+	if s := cfg.Fair.String(); s != "" {
+		settings = s + ", the other fair settings the broker's defaults"
+	}
 	if cfg.SkipOff {
 		floodRuns, interleaved = "only "+FairArm.Name+" (--skip-off: no run with fair shares off)", ""
 	}
@@ -455,8 +462,7 @@ func FairMethod(cfg FairConfig, env Environment) string {
 		"Each run is bench flow's (RunFlow): Harbinger as "+fairHarbinger(cfg.HarbingerMode)+"; one producer goroutine per tenant "+
 		"(the workload's producers) publishing each job at its scaled arrival time with its key; workers with prefetch 1 sleeping each job's "+
 		"scaled true duration and acking with it. Per case: the calm workload with harbinger-predictive (the default policy), then the flood "+
-		"with "+floodRuns+" (the same policy on a queue declared with group_by producer and the default fair settings, the "+
-		"reservation on)"+interleaved+", each on a fresh broker. Latency: publish to ack. Per tenant: mean and P99 over "+
+		"with "+floodRuns+" (the same policy on a queue declared with group_by producer and "+settings+")"+interleaved+", each on a fresh broker. Latency: publish to ack. Per tenant: mean and P99 over "+
 		"every completed job, and over the jobs published in %s-%s of workload time (the window); its share of the worker time spent on jobs, "+
 		"overall and inside the window (a job's part that overlaps it), as the simulator's --tenants --window reports it. Ratios: a steady "+
 		"tenant's figure under the flood over its calm figure; figures and totals are medians over seeds. Throughput: completed jobs over "+

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -201,5 +202,40 @@ func TestFairArmKnown(t *testing.T) {
 	}
 	if _, err := ParseArms(FairArm.Name, FlowArms); err == nil {
 		t.Error("the fair arm is among the pre-registered flow arms")
+	}
+}
+
+// specDriver notes the queues it is asked for and refuses them.
+type specDriver struct {
+	Driver
+	specs []QueueSpec
+}
+
+func (d *specDriver) Setup(_ context.Context, spec QueueSpec) (Queue, error) {
+	d.specs = append(d.specs, spec)
+	return nil, errRefused
+}
+
+var errRefused = errors.New("refused")
+
+// RunFair asks for its queues with the configured fair settings (every
+// run's spec carries them; only PolicyFair's queue declares them), the
+// first being the calm run's.
+func TestRunFairPassesFairSettings(t *testing.T) {
+	t.Parallel()
+	w, err := workload.Load("../../../workloads/noisy-equal.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := sim.FromWorkload(w)
+	want := FairSettings{Reserve: 1, ReserveAbove: 1.5}
+	d := &specDriver{}
+	cfg := FairConfig{Cases: []FairCase{{Name: "equal", Calm: src, Flood: src, FloodProducer: "flood"}},
+		Seeds: []uint64{1}, SkipOff: true, Fair: want}
+	if _, err := RunFair(t.Context(), cfg, map[string]Driver{Harbinger: d}); !errors.Is(err, errRefused) {
+		t.Fatalf("RunFair = %v", err)
+	}
+	if len(d.specs) != 1 || d.specs[0].Fair != want {
+		t.Fatalf("asked for %+v, want the settings %+v", d.specs, want)
 	}
 }

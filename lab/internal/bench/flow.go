@@ -40,6 +40,9 @@ type FlowConfig struct {
 	// ConnectOptions.Harbinger.Mode had them started; the method line
 	// says so.
 	HarbingerMode HarbingerMode
+	// Fair is what the fair arm's queue declares of the reservation;
+	// zero is the broker's defaults.
+	Fair FairSettings
 }
 
 // WithDefaults fills the zero fields.
@@ -127,7 +130,7 @@ func RunFlow(ctx context.Context, cfg FlowConfig, drivers map[string]Driver) (*F
 			prog := &Progress{}
 			stop := StartProgress(cfg.Progress, "bench", cfg.ProgressEvery, prog)
 			res, err := RunArm(ctx, drivers[arm.Broker], RunSpec{Arm: arm, Seed: seed, Types: types, Jobs: jobs,
-				Workers: cfg.Workers, TimeScale: cfg.TimeScale, DrainTimeout: cfg.DrainTimeout, Static: static}, prog)
+				Workers: cfg.Workers, TimeScale: cfg.TimeScale, DrainTimeout: cfg.DrainTimeout, Static: static, Fair: cfg.Fair}, prog)
 			stop()
 			if err != nil {
 				return nil, err

@@ -8,6 +8,7 @@ import "github.com/harbinger-mq/harbinger/internal/harness"
 type (
 	Key              = harness.Key
 	QueueSpec        = harness.QueueSpec
+	FairSettings     = harness.FairSettings
 	Message          = harness.Message
 	Handler          = harness.Handler
 	Driver           = harness.Driver

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/harbinger-mq/harbinger/lab/internal/bench"
 )
 
 // Flags of bench flow that cannot go together are refused before
@@ -97,6 +99,8 @@ func TestBenchFairRefusesNonsenseBeforeConnecting(t *testing.T) {
 		{[]string{"--window", "60s"}, "--window takes FROM,TO"},
 		{[]string{"--time-scale", "0"}, "--time-scale must be a positive number"},
 		{[]string{"--cases", "loud"}, "--cases: unknown case \"loud\""},
+		{[]string{"--reserve", "-1"}, "--reserve and --reserve-above take 0"},
+		{[]string{"--reserve-above", "-0.5"}, "--reserve and --reserve-above take 0"},
 	} {
 		var stderr strings.Builder
 		err := runBenchFair(t.Context(), append(tc.args, "--out", ""), io.Discard, &stderr)
@@ -106,5 +110,28 @@ func TestBenchFairRefusesNonsenseBeforeConnecting(t *testing.T) {
 		if stderr.Len() > 0 {
 			t.Errorf("bench fair %v started: %q", tc.args, stderr.String())
 		}
+	}
+}
+
+// bench fair's --reserve and --reserve-above are what the fair arm's
+// queue declares; without them it declares the broker's defaults.
+func TestBenchFairReserveFlags(t *testing.T) {
+	t.Parallel()
+	bf, err := parseBenchFair([]string{"--workloads", "../../../workloads", "--cases", "equal", "--reserve", "1", "--reserve-above", "1.5", "--out", ""}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (bench.FairSettings{Reserve: 1, ReserveAbove: 1.5}); bf.cfg.Fair != want {
+		t.Fatalf("settings %+v, want %+v", bf.cfg.Fair, want)
+	}
+	if m := bench.FairMethod(bf.cfg, bench.Environment{}); !strings.Contains(m, "group_by producer and reserve 1, reserve_above 1.5,") {
+		t.Errorf("the method line does not say what was declared:\n%s", m)
+	}
+	bf, err = parseBenchFair([]string{"--workloads", "../../../workloads", "--cases", "equal", "--out", ""}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bf.cfg.Fair != (bench.FairSettings{}) || !strings.Contains(bench.FairMethod(bf.cfg, bench.Environment{}), "the default fair settings") {
+		t.Errorf("without the flags: %+v", bf.cfg.Fair)
 	}
 }

@@ -698,7 +698,7 @@ class PurgeQueueResponse(_message.Message):
     def __init__(self, purged: _Optional[int] = ...) -> None: ...
 
 class QueueConfig(_message.Message):
-    __slots__ = ["aging", "aging_off", "default_ttl", "group_by", "group_weights", "keep_done", "lease", "limits", "max_attempts", "max_depth", "max_in_flight", "no_reserve", "policy", "rate_limits", "reserve", "retry_base", "retry_jitter", "retry_max", "shadow", "static_tiers", "tiers", "weights"]
+    __slots__ = ["aging", "aging_off", "credit", "default_ttl", "group_by", "group_weights", "keep_done", "lease", "limits", "max_attempts", "max_depth", "max_in_flight", "no_credit", "no_reserve", "policy", "rate_limits", "reserve", "reserve_above", "reserve_window", "retry_base", "retry_jitter", "retry_max", "shadow", "static_tiers", "tiers", "weights"]
     class GroupWeightsEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -715,6 +715,7 @@ class QueueConfig(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     AGING_FIELD_NUMBER: _ClassVar[int]
     AGING_OFF_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_TTL_FIELD_NUMBER: _ClassVar[int]
     GROUP_BY_FIELD_NUMBER: _ClassVar[int]
     GROUP_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
@@ -724,10 +725,13 @@ class QueueConfig(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MAX_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    NO_CREDIT_FIELD_NUMBER: _ClassVar[int]
     NO_RESERVE_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_ABOVE_FIELD_NUMBER: _ClassVar[int]
     RESERVE_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_WINDOW_FIELD_NUMBER: _ClassVar[int]
     RETRY_BASE_FIELD_NUMBER: _ClassVar[int]
     RETRY_JITTER_FIELD_NUMBER: _ClassVar[int]
     RETRY_MAX_FIELD_NUMBER: _ClassVar[int]
@@ -737,6 +741,7 @@ class QueueConfig(_message.Message):
     WEIGHTS_FIELD_NUMBER: _ClassVar[int]
     aging: _containers.RepeatedCompositeFieldContainer[_duration_pb2.Duration]
     aging_off: bool
+    credit: _duration_pb2.Duration
     default_ttl: _duration_pb2.Duration
     group_by: str
     group_weights: _containers.ScalarMap[str, int]
@@ -746,10 +751,13 @@ class QueueConfig(_message.Message):
     max_attempts: int
     max_depth: int
     max_in_flight: int
+    no_credit: bool
     no_reserve: bool
     policy: str
     rate_limits: _containers.RepeatedScalarFieldContainer[str]
     reserve: int
+    reserve_above: float
+    reserve_window: _duration_pb2.Duration
     retry_base: _duration_pb2.Duration
     retry_jitter: float
     retry_max: _duration_pb2.Duration
@@ -757,7 +765,7 @@ class QueueConfig(_message.Message):
     static_tiers: _containers.ScalarMap[str, int]
     tiers: int
     weights: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, policy: _Optional[str] = ..., tiers: _Optional[int] = ..., weights: _Optional[_Iterable[int]] = ..., aging: _Optional[_Iterable[_Union[_duration_pb2.Duration, _Mapping]]] = ..., aging_off: bool = ..., static_tiers: _Optional[_Mapping[str, int]] = ..., max_depth: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., default_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., shadow: bool = ..., retry_base: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_max: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_jitter: _Optional[float] = ..., max_in_flight: _Optional[int] = ..., keep_done: _Optional[int] = ..., group_by: _Optional[str] = ..., group_weights: _Optional[_Mapping[str, int]] = ..., limits: _Optional[_Iterable[str]] = ..., rate_limits: _Optional[_Iterable[str]] = ..., reserve: _Optional[int] = ..., no_reserve: bool = ...) -> None: ...
+    def __init__(self, policy: _Optional[str] = ..., tiers: _Optional[int] = ..., weights: _Optional[_Iterable[int]] = ..., aging: _Optional[_Iterable[_Union[_duration_pb2.Duration, _Mapping]]] = ..., aging_off: bool = ..., static_tiers: _Optional[_Mapping[str, int]] = ..., max_depth: _Optional[int] = ..., max_attempts: _Optional[int] = ..., lease: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., default_ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., shadow: bool = ..., retry_base: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_max: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., retry_jitter: _Optional[float] = ..., max_in_flight: _Optional[int] = ..., keep_done: _Optional[int] = ..., group_by: _Optional[str] = ..., group_weights: _Optional[_Mapping[str, int]] = ..., limits: _Optional[_Iterable[str]] = ..., rate_limits: _Optional[_Iterable[str]] = ..., reserve: _Optional[int] = ..., no_reserve: bool = ..., reserve_above: _Optional[float] = ..., reserve_window: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., credit: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., no_credit: bool = ...) -> None: ...
 
 class QueueInfo(_message.Message):
     __slots__ = ["acked", "config", "consumers", "dead_letters", "delayed", "depth_per_tier", "in_flight", "name", "oldest_wait", "paused", "published", "ready", "run_p50", "run_p99", "wait_p50", "wait_p99"]
