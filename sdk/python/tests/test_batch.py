@@ -13,19 +13,7 @@ import pytest
 import harbinger
 from harbinger import Job, Message, pb
 from harbinger import _worker
-
-
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
-async def until(pred, what: str, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not await pred():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+from aio import run, until
 
 
 @dataclass

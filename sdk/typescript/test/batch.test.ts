@@ -8,7 +8,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
-import { Broker, until } from "./broker.js";
+import { Broker, start, until } from "./broker.js";
 import { Client, DeadLetter, durationFromMs, pb, type Job } from "../src/index.js";
 import { settleRequests } from "../src/worker.js";
 
@@ -51,16 +51,6 @@ const subscribe = (f: Frames) => f.sent.find((r) => r.request.case === "subscrib
 const TEXT = "héllo wörld ✓ 日本語 🚀 Ωμέγα ";
 /** About 2 KiB of UTF-8 text, different for each job. */
 const payload = (i: number) => `${i}: ` + TEXT.repeat(50);
-
-/** Runs a worker of queue with handler until the test calls the returned stop. */
-function start(c: Client, queue: string, handler: (job: Job) => Promise<void>, cfg = {}) {
-  const w = c.worker(queue, handler, cfg);
-  const done = w.run();
-  return async () => {
-    w.stop();
-    await done;
-  };
-}
 
 test("batches run each job once and their acks settle every job", async () => {
   const c = new Client(addr);

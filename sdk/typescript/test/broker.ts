@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import type { Client, Job } from "../src/index.js";
 
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 let built: string | undefined;
@@ -82,4 +83,14 @@ export async function until(pred: () => Promise<boolean>, what: string, timeoutM
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/** Runs a worker of queue with handler until the test calls the returned stop. */
+export function start(c: Client, queue: string, handler: (job: Job) => Promise<void>, cfg = {}) {
+  const w = c.worker(queue, handler, cfg);
+  const done = w.run();
+  return async () => {
+    w.stop();
+    await done;
+  };
 }

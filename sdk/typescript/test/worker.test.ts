@@ -7,7 +7,7 @@ import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { setTimeout as sleep } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
-import { Broker, until } from "./broker.js";
+import { Broker, start, until } from "./broker.js";
 import { Client, DeadLetter, JobAborted, Status, durationFromMs, durationMs, isCode, type Job } from "../src/index.js";
 
 const broker = new Broker();
@@ -16,16 +16,6 @@ before(async () => {
   addr = await broker.start();
 });
 after(() => broker.stop());
-
-/** Runs a worker of queue with handler until the test calls the returned stop. */
-function start(c: Client, queue: string, handler: (job: Job) => Promise<void>, cfg = {}) {
-  const w = c.worker(queue, handler, cfg);
-  const done = w.run();
-  return async () => {
-    w.stop();
-    await done;
-  };
-}
 
 test("acks with the measured duration", async () => {
   const c = new Client(addr);
