@@ -108,6 +108,9 @@ var (
 	// (PolicyOptions.TailLongGuard); negative takes the long guard (0,
 	// which cost bimodal's and heavy-tail's mean cut).
 	DefaultTailLongGuard = 0.2
+	// DefaultTune is whether the bounded policy chooses its guard's
+	// settings by replaying the queue's recent messages (Policy.Tune).
+	DefaultTune = false
 )
 
 // Policy is a named policy resolved to a scheduler configuration and a way of
@@ -147,6 +150,11 @@ type Policy struct {
 	// NearLongKeys is the predictor's setting of the same name: keys next
 	// to the long ones are marked as well.
 	NearLongKeys float64
+	// Tune sets the bounded policy's guard from the queue's own traffic
+	// (Queue, Ladder). The simulator's arms may turn it on; the broker
+	// does not (it numbers a retried message's pushes alike, which the
+	// tuner's record of pushes does not handle yet).
+	Tune bool
 }
 
 // PolicyOptions carries the settings a queue may override; zero fields take
@@ -216,6 +224,9 @@ type PolicyOptions struct {
 	// the messages TailKeys and NearLongKeys mark (Bound.TailLongGuard);
 	// negative: the long guard.
 	TailLongGuard *float64
+	// Tune, when set, overrides DefaultTune: the guard's settings chosen
+	// by replaying the queue's recent messages (Ladder).
+	Tune *bool
 }
 
 // NewPolicy resolves a policy name ("" means DefaultPolicy).
@@ -329,8 +340,13 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 				bound.TailLongGuard = &g
 			}
 		}
+		p.Tune = DefaultTune && bound.Guard != nil && bound.Tail > 0 && !bound.VirtualFIFO
+		if o.Tune != nil {
+			p.Tune = *o.Tune && bound.Guard != nil && bound.Tail > 0 && !bound.VirtualFIFO
+		}
 		if o.AgingOff {
 			p.Sched.Bound = nil
+			p.Tune = false
 		}
 	default:
 		return Policy{}, fmt.Errorf("sched: unknown policy %q (want one of %s)", name, strings.Join(Policies, ", "))

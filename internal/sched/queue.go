@@ -13,6 +13,7 @@ type Queue struct {
 	*Scheduler
 	Policy    Policy
 	Predictor *predict.Predictor // always present: shadow and fifo queues still learn, for the metrics
+	tune      *tuner             // with Policy.Tune: what sets the guard
 }
 
 // NewQueue builds a queue for pol with a predictor configured by pcfg. The
@@ -50,7 +51,48 @@ func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{Scheduler: s, Policy: pol, Predictor: pred}, nil
+	q := &Queue{Scheduler: s, Policy: pol, Predictor: pred}
+	if pol.Tune {
+		q.tune = newTuner()
+		s.SetGuard(Ladder[q.tune.rung])
+	}
+	return q, nil
+}
+
+// SetWorkers says how many workers take the queue's messages (the
+// simulator's workers, a broker queue's consumers): the scheduler's
+// virtual FIFO run and the tuner's replays run on as many.
+func (q *Queue) SetWorkers(n int, now time.Time) {
+	if q.tune != nil {
+		q.tune.workers = max(n, 0)
+	}
+	q.Scheduler.SetWorkers(n, now)
+}
+
+// Finished records that it, a message of key k that the queue dispatched,
+// ran for took (what its ack measured) and finished at now: the scheduler
+// (Scheduler.Ran), the predictor (Learn) and the tuner, which may set a new
+// guard, learn of it.
+func (q *Queue) Finished(it *Item, k predict.Key, pr predict.Prediction, took time.Duration, now time.Time) error {
+	q.Ran(it, took)
+	if t := q.tune; t != nil && took > 0 {
+		t.add(it.ID, tuneSample{pushed: it.pushedAt, took: int64(took), cost: it.Cost, tier: it.Tier, long: it.Long,
+			unsure: it.Unsure(), tail: it.TailLong(), key: k})
+		if t.due(now.UnixNano()) {
+			t.rung = t.choose(q.Config(), now.UnixNano())
+			q.SetGuard(Ladder[t.rung])
+		}
+	}
+	return q.Learn(k, pr, took)
+}
+
+// Rung is the guard's setting the tuner chose last, and whether the queue
+// has a tuner.
+func (q *Queue) Rung() (Rung, bool) {
+	if q.tune == nil {
+		return Rung{}, false
+	}
+	return Ladder[q.tune.rung], true
 }
 
 // Classify sets its tier and predicted cost for a newly published message
@@ -58,6 +100,9 @@ func NewQueue(pol Policy, pcfg predict.Config) (*Queue, error) {
 // metrics can report accuracy). A shadow queue's prediction carries the
 // predicted tier while the message itself goes to level 0.
 func (q *Queue) Classify(it *Item, k predict.Key) predict.Prediction {
+	if q.tune != nil {
+		q.tune.arrive(it.ID)
+	}
 	pr := q.Predictor.Predict(k)
 	it.Cost = pr.Cost
 	it.Long = pr.Long

@@ -78,7 +78,8 @@ func KeyOracleArms() []Arm {
 // that, at a long cut, gives its messages the long guard; 0 off) and
 // nearkeys (the share of keys, ranked as for the long-keys cut, whose
 // messages take the long guard; 0 off), tailguard (the guard of the
-// messages those two mark, in place of the long guard),
+// messages those two mark, in place of the long guard), tune (1: the
+// guard's settings chosen per queue by replaying its history, sched.Ladder),
 // e.g. "predictive:guard=0.25,overtake=0.1" or "predictive:tail=0".
 // "key-oracle" is the default policy on each key's true mean duration.
 func ParseArm(spec string, types []workload.JobType) (Arm, error) {
@@ -136,8 +137,10 @@ func ParseArm(spec string, types []workload.JobType) (Arm, error) {
 			a.Options.NearLongKeys = new(f)
 		case "tailguard":
 			a.Options.TailLongGuard = new(f)
+		case "tune":
+			a.Options.Tune = new(f != 0)
 		default:
-			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys, measured, tailrisk, unsuremin, tailkeys, tailgated, nearkeys or tailguard)", spec, k)
+			return Arm{}, fmt.Errorf("sim: arm %q: unknown setting %q (want guard, overtake, stretch, tail, guardmin, longguard, gatedmean, keysbytail, longkeys, measured, tailrisk, unsuremin, tailkeys, tailgated, nearkeys, tailguard or tune)", spec, k)
 		}
 	}
 	return a, nil

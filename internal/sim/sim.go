@@ -260,8 +260,7 @@ func RunSeed(types []workload.JobType, jobs []workload.Job, workers int, arm Arm
 				}
 				j := &jobs[w.seq]
 				// The handler acks with the duration it measured.
-				q.Ran(&items[w.seq], j.Duration)
-				_ = q.Learn(keys[w.seq], preds[w.seq], j.Duration)
+				_ = q.Finished(&items[w.seq], keys[w.seq], preds[w.seq], j.Duration, epoch.Add(now))
 				if model != nil {
 					model.Observe(&types[j.Type], j, j.Duration)
 				}

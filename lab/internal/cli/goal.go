@@ -18,13 +18,14 @@ func init() {
 }
 
 func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("goal", "goal [--arm predictive] [--out results/goal] [--seeds 1,2,3,4,5] [--loads 0.5,0.8,0.95,1.1,1.3]", stderr)
+	fs := newFlags("goal", "goal [--arm predictive] [--out results/goal] [--seeds 1,2,3,4,5] [--loads 0.5,0.8,0.95,1.1,1.3] [--scenarios trace,bimodal]", stderr)
 	armFlag := fs.String("arm", "predictive", "the arm to judge, with settings if any (sim's --arms syntax: predictive:guard=0.25)")
 	out := fs.String("out", "results/goal", "directory to write report.md, heatmap.svg and summary.json into")
 	seedsFlag := fs.String("seeds", "1,2,3,4,5", "comma-separated seeds (6,7,8,9,10 are the held-out ones)")
 	loadsFlag := fs.String("loads", "0.5,0.8,0.95,1.1,1.3", "comma-separated offered loads")
 	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
 	traceDir := fs.String("trace-dir", DefaultTraceDir, "Azure Functions 2019 trace directory")
+	only := fs.String("scenarios", "", "comma-separated scenario labels (or their prefixes) to measure; empty: all")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -51,6 +52,21 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	scenarios, err := experiment.DefaultMatrix([]experiment.Scenario{{Label: w.Name, Src: sim.FromWorkload(w)}, {Label: "trace", Src: tr}})
 	if err != nil {
 		return err
+	}
+	if *only != "" {
+		var keep []experiment.Scenario
+		for _, sc := range scenarios {
+			for _, p := range strings.Split(*only, ",") {
+				if strings.HasPrefix(sc.Label, strings.TrimSpace(p)) {
+					keep = append(keep, sc)
+					break
+				}
+			}
+		}
+		if len(keep) == 0 {
+			return fmt.Errorf("goal: no scenario matches --scenarios %q", *only)
+		}
+		scenarios = keep
 	}
 	m, err := experiment.RunGoalMatrix(scenarios, loads, seeds, arm, stderr)
 	if err != nil {
