@@ -79,7 +79,7 @@ func (q *Queue) Finished(it *Item, k predict.Key, pr predict.Prediction, took ti
 		t.add(it.ID, tuneSample{pushed: it.pushedAt, took: int64(took), cost: it.Cost, tier: it.Tier, long: it.Long,
 			unsure: it.Unsure(), tail: it.TailLong(), key: k})
 		if t.due(now.UnixNano()) {
-			t.rung = t.choose(q.Config(), now.UnixNano())
+			t.retune(q.Config(), now.UnixNano())
 			q.SetGuard(Ladder[t.rung])
 		}
 	}

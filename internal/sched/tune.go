@@ -18,11 +18,13 @@ import (
 // unfinished message (when each message was pushed, what the predictor
 // said of it, its key and how long it ran) and, now and then, replays it
 // on the queue's workers through FIFO and through the queue's rule at each
-// rung of Ladder. It sets the loosest rung whose replay kept the promise
-// against the replayed FIFO: the all-message P99 within TuneP99 of FIFO's, and of the messages
-// of the costliest keys at most TuneLongShare later than TuneLongRatio of
-// their FIFO latency and none later than TuneLongCap. No rung keeping it,
-// the tightest is set.
+// rung of Ladder. The rung to keep is the loosest whose replay kept the
+// promise against the replayed FIFO: the all-message P99 within TuneP99 of
+// FIFO's, and of the messages of the costliest keys at most TuneLongShare
+// later than TuneLongRatio of their FIFO latency and none later than
+// TuneLongCap; the tightest if none did. A tuner starts at the tightest
+// rung, drops to a tighter one at once and climbs one rung a replay: the
+// tail a loose rung costs early cannot be won back later.
 
 // Rung is one setting of the guard a tuner may choose.
 type Rung struct{ Guard, GuardMin float64 }
@@ -38,7 +40,7 @@ const (
 	// TuneEvery and TuneInterval space the replays: at least this many
 	// messages joined the history and this much time passed since the
 	// last.
-	TuneEvery    = 1024
+	TuneEvery    = 256
 	TuneInterval = time.Second
 
 	// The promise a rung's replay must keep against FIFO's.
@@ -80,9 +82,7 @@ type tuner struct {
 	replays  int
 }
 
-func newTuner() *tuner {
-	return &tuner{rung: slices.Index(Ladder, Rung{DefaultGuard, DefaultGuardMin}), done: map[uint64]tuneSample{}}
-}
+func newTuner() *tuner { return &tuner{done: map[uint64]tuneSample{}} }
 
 // arrive records that the message numbered id was pushed.
 func (t *tuner) arrive(id uint64) { t.arrivals = append(t.arrivals, id) }
@@ -115,6 +115,12 @@ func (t *tuner) add(id uint64, s tuneSample) {
 func (t *tuner) due(now int64) bool {
 	n := len(t.hist)
 	return t.workers > 0 && n >= TuneMin && n-t.replayed >= TuneEvery && now-t.last >= int64(TuneInterval)
+}
+
+// retune replays the history and moves to the rung it kept: down at once,
+// up by one rung at most.
+func (t *tuner) retune(cfg Config, now int64) {
+	t.rung = min(t.choose(cfg, now), t.rung+1)
 }
 
 // choose replays the history with cfg's rule at each rung, loosest first,

@@ -166,6 +166,11 @@ func TestChooseIsTheLoosestRungKept(t *testing.T) {
 				key: predict.Key{Queue: "q", JobType: fmt.Sprintf("kind-%d", k)}})
 		}
 		got := tu.choose(pol.Sched, at)
+		tu.rung = 3
+		tu.retune(pol.Sched, at+int64(TuneInterval))
+		if wantRung := min(got, 4); tu.rung != wantRung {
+			t.Errorf("seed %d: from rung 3, moved to %d when the replay kept %d; want %d", seed, tu.rung, got, wantRung)
+		}
 		fifo := replayFIFO(tu.hist, 4)
 		long := longSamples(tu.hist)
 		want := 0
@@ -178,12 +183,13 @@ func TestChooseIsTheLoosestRungKept(t *testing.T) {
 		if got != want {
 			t.Errorf("seed %d: chose rung %d, want %d", seed, got, want)
 		}
-		t.Logf("seed %d, load %.1f: rung %d", seed, load, got)
 	}
 }
 
-// A tuned queue replays once enough messages have finished and enough time
-// has passed, and its scheduler then sets deadlines with the chosen rung.
+// A tuned queue starts at the tightest rung, replays once enough messages
+// have finished and enough time has passed, climbs one rung a replay while
+// the replays keep the promise, and its scheduler sets deadlines with the
+// rung it is on.
 func TestQueueTunesItsGuard(t *testing.T) {
 	pol, err := NewPolicy(Bounded, PolicyOptions{Tune: new(true)})
 	if err != nil {
@@ -193,39 +199,56 @@ func TestQueueTunesItsGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := q.Rung(); !ok || r != (Rung{DefaultGuard, DefaultGuardMin}) {
-		t.Fatalf("a new tuned queue's rung %v (%v), want the default's", r, ok)
+	if r, ok := q.Rung(); !ok || r != Ladder[0] {
+		t.Fatalf("a new tuned queue's rung %v (%v), want the tightest", r, ok)
 	}
 	now := time.Unix(1_700_000_000, 0)
 	q.SetWorkers(2, now)
-	items := make([]Item, TuneMin+TuneEvery)
 	k := predict.Key{Queue: "q", JobType: "resize"}
-	for i := range items {
-		it := &items[i]
-		it.ID = uint64(i) + 1
-		pr := q.Classify(it, k)
-		if err := q.Push(it, now); err != nil {
-			t.Fatal(err)
-		}
-		if got := q.Pop(now); got != it {
-			t.Fatalf("message %d: popped %v", i, got)
-		}
-		now = now.Add(10 * time.Millisecond)
-		if err := q.Finished(it, k, pr, 10*time.Millisecond, now); err != nil {
-			t.Fatal(err)
+	id := uint64(0)
+	run := func(n int, step time.Duration) {
+		for range n {
+			id++
+			it := &Item{ID: id}
+			pr := q.Classify(it, k)
+			if err := q.Push(it, now); err != nil {
+				t.Fatal(err)
+			}
+			if got := q.Pop(now); got != it {
+				t.Fatalf("message %d: popped %v", id, got)
+			}
+			now = now.Add(step)
+			if err := q.Finished(it, k, pr, step, now); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	// One kind of job, one at a time: every rung is FIFO, so the loosest
-	// keeps the promise.
-	if q.tune.replays != 1 {
-		t.Fatalf("%d replays after %d messages, want 1", q.tune.replays, len(items))
+	// One kind of job, one at a time: every rung is FIFO, so every replay
+	// keeps the promise at the loosest rung, and the queue climbs.
+	run(TuneMin-1, 10*time.Millisecond)
+	if q.tune.replays != 0 {
+		t.Fatalf("%d replays before %d messages", q.tune.replays, TuneMin)
 	}
-	want := Ladder[len(Ladder)-1]
-	if r, _ := q.Rung(); r != want {
-		t.Fatalf("rung %v, want %v", r, want)
-	}
-	if b := q.Config().Bound; *b.Guard != want.Guard || b.GuardMin != want.GuardMin {
-		t.Fatalf("the scheduler's guard %v, %v; want %v", *b.Guard, b.GuardMin, want)
+	run(1, 10*time.Millisecond)
+	for want := 1; want < len(Ladder)+2; want++ {
+		if got := q.tune.replays; got != want {
+			t.Fatalf("%d replays, want %d", got, want)
+		}
+		r := Ladder[min(want, len(Ladder)-1)]
+		if got, _ := q.Rung(); got != r {
+			t.Fatalf("after %d replays: rung %v, want %v", want, got, r)
+		}
+		if b := q.Config().Bound; *b.Guard != r.Guard || b.GuardMin != r.GuardMin {
+			t.Fatalf("after %d replays: the scheduler's guard %v, %v; want %v", want, *b.Guard, b.GuardMin, r)
+		}
+		// Messages enough for the next replay, but in less time than
+		// TuneInterval: none until the interval has passed.
+		run(TuneEvery, time.Millisecond)
+		if got := q.tune.replays; got != want {
+			t.Fatalf("%d replays within %v of the last, want %d", got, TuneInterval, want)
+		}
+		now = now.Add(TuneInterval)
+		run(1, time.Millisecond)
 	}
 	if b := pol.Sched.Bound; *b.Guard != DefaultGuard || b.GuardMin != DefaultGuardMin {
 		t.Fatalf("the policy's own bound changed to %v, %v", *b.Guard, b.GuardMin)
