@@ -8,6 +8,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import grpc
 import pytest
 
 import harbinger
@@ -178,3 +179,50 @@ def test_settle_requests_cut_at_the_limit() -> None:
     assert [a.id for a in reqs[0].batch.acks] == ["a0", "a1", "a2"] and not reqs[0].batch.nacks
     assert [a.id for a in reqs[1].batch.acks] == ["a3", "a4"] and [n.id for n in reqs[1].batch.nacks] == ["n0"]
     assert reqs[2].nack.id == "n1"
+
+
+def test_a_broker_without_batches_gets_single_frames(addr: str, queue: str, frames: Frames) -> None:
+    """A broker older than GetLimits (it answers Unimplemented) neither sends
+    nor reads batches: a worker with room for many jobs then subscribes
+    without max_batch and settles each job in a frame of its own."""
+    n = 120
+
+    async def main() -> None:
+        async with harbinger.Client(addr) as c:
+            sent = {i: payload(i) for i in range(n)}
+            ids = await c.publish_many([Message(queue=queue, job_type="résumé", payload=sent[i]) for i in range(n)])
+            by_id = dict(zip(ids, range(n)))
+
+            async def unimplemented(req, **kw):  # type: ignore[no-untyped-def]
+                raise grpc.aio.AioRpcError(grpc.StatusCode.UNIMPLEMENTED, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                           "unknown method GetLimits for service harbinger.v1.Broker")
+            c._broker.GetLimits = unimplemented
+            assert (await c.limits(refresh=True)).max_consume_batch == 0
+            runs: collections.Counter[str] = collections.Counter()
+            wrong: list[str] = []
+
+            async def handler(job: Job) -> None:
+                runs[job.id] += 1
+                await asyncio.sleep(0.001)
+                if job.payload != sent[by_id[job.id]]:
+                    wrong.append(job.id)
+
+            w = c.worker(queue, handler, concurrency=4, prefetch=16)
+            t = asyncio.ensure_future(w.run())
+
+            async def settled() -> bool:
+                q = await c.queue(queue)
+                return q.acked == n and q.ready + q.in_flight == 0
+            await until(settled, f"{n} acks")
+            w.stop()
+            await t
+            assert not wrong, f"jobs handed over with another payload: {wrong[:3]}"
+            assert set(runs) == set(ids) and set(runs.values()) == {1}, "each job ran exactly once"
+
+        sub = frames.subscribe()
+        assert sub.prefetch == 16 and sub.max_batch == 0, "no batches asked of a broker without them"
+        assert set(frames.received) == {1} and sum(frames.received) == n
+        assert not frames.batches(), "no ConsumeBatch sent to a broker that reads none"
+        kinds = collections.Counter(r.WhichOneof("request") for r in frames.sent)
+        assert kinds["ack"] == n, kinds
+    run(main())

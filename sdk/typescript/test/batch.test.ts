@@ -9,7 +9,8 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
 import { Broker, start, until } from "./broker.js";
-import { Client, DeadLetter, durationFromMs, pb, type Job } from "../src/index.js";
+import { Client, DeadLetter, HarbingerError, Status, durationFromMs, pb, type Job } from "../src/index.js";
+import { methods } from "../src/client.js";
 import { settleRequests } from "../src/worker.js";
 
 const broker = new Broker();
@@ -149,6 +150,52 @@ test("prefetch 1 sends and receives single frames", async () => {
     assert.ok(subscribe(f).maxBatch <= 1);
     assert.deepEqual(new Set(f.received), new Set([1]));
     assert.equal(batches(f).length, 0);
+  } finally {
+    c.close();
+  }
+});
+
+test("a broker without batches gets single frames", async () => {
+  // A broker older than GetLimits answers it Unimplemented: it neither sends
+  // nor reads batches, so a worker with room for many jobs subscribes
+  // without maxBatch and settles each job in a frame of its own.
+  const c = new Client(addr);
+  const f = spy(c);
+  const queue = "ts.batch.none";
+  const n = 120;
+  try {
+    const ids = await c.publishMany(Array.from({ length: n }, (_, i) => ({ queue, jobType: "résumé", payload: payload(i) })));
+    const index = new Map(ids.map((id, i) => [id, i]));
+    const unary = c.rpc.unary.bind(c.rpc);
+    c.rpc.unary = ((m: Parameters<typeof unary>[0], ...rest: unknown[]) => {
+      if (m === (methods.getLimits as unknown)) {
+        return Promise.reject(new HarbingerError(Status.UNIMPLEMENTED, "unknown method GetLimits for service harbinger.v1.Broker"));
+      }
+      return (unary as (...args: unknown[]) => unknown)(m, ...rest);
+    }) as typeof c.rpc.unary;
+    assert.equal((await c.limits({ refresh: true })).maxConsumeBatch, 0);
+    const runs = new Map<string, number>();
+    const wrong: string[] = [];
+    const stop = start(c, queue, async (job) => {
+      runs.set(job.id, (runs.get(job.id) ?? 0) + 1);
+      await new Promise((r) => setTimeout(r, 1));
+      if (job.payload.toString() !== payload(index.get(job.id)!)) wrong.push(job.id);
+    }, { concurrency: 4, prefetch: 16 });
+    await until(async () => {
+      const q = await c.queue(queue);
+      return q.acked === BigInt(n) && q.ready + q.inFlight === 0n;
+    }, `${n} acks`);
+    await stop();
+    assert.deepEqual(wrong, [], "jobs handed over with another payload");
+    assert.deepEqual(new Set(runs.keys()), new Set(ids));
+    assert.deepEqual(new Set(runs.values()), new Set([1]), "each job ran exactly once");
+
+    assert.equal(subscribe(f).prefetch, 16);
+    assert.equal(subscribe(f).maxBatch, 0, "no batches asked of a broker without them");
+    assert.deepEqual(new Set(f.received), new Set([1]));
+    assert.equal(f.received.length, n);
+    assert.equal(batches(f).length, 0, "no ConsumeBatch sent to a broker that reads none");
+    assert.equal(f.sent.filter((r) => r.request.case === "ack").length, n);
   } finally {
     c.close();
   }
