@@ -123,8 +123,7 @@ func (l *Line) Ack(h Holder, id string, d time.Duration, now time.Time) (*Job, e
 		return j, ErrBadDuration
 	}
 	l.log(func(r *store.Record) { *r = store.Record{Kind: store.KindAck, Queue: l.name, ID: j.ID(), Duration: d} })
-	l.sq.Ran(&j.item, d)
-	if err := l.sq.Learn(l.keyOf(j), j.Prediction(), d); err != nil {
+	if err := l.sq.Finished(&j.item, l.keyOf(j), j.Prediction(), d, now); err != nil {
 		l.Stats.BadDurations++
 		return j, ErrBadDuration
 	}
