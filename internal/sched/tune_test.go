@@ -254,3 +254,29 @@ func TestQueueTunesItsGuard(t *testing.T) {
 		t.Fatalf("the policy's own bound changed to %v, %v", *b.Guard, b.GuardMin)
 	}
 }
+
+// BenchmarkTunerChoose is one replay of a full history (TuneHistory
+// messages of 30 keys on 4 workers at a load near 1) at every rung: what a
+// tuned queue pays each time it retunes.
+func BenchmarkTunerChoose(b *testing.B) {
+	pol, err := NewPolicy(Bounded, PolicyOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	tu := newTuner()
+	tu.workers = 4
+	at := int64(0)
+	for id := uint64(1); id <= TuneHistory; id++ {
+		k := rng.IntN(30)
+		mean := time.Duration(1<<(k%12)) * time.Millisecond
+		at += int64(float64(300*time.Millisecond) / 4 * 2 * rng.Float64())
+		tu.arrive(id)
+		tu.add(id, tuneSample{pushed: at, took: int64(float64(mean) * (0.5 + rng.Float64())), cost: mean, tier: int8(k % 3),
+			key: predict.Key{Queue: "q", JobType: fmt.Sprintf("kind-%d", k)}})
+	}
+	b.ResetTimer()
+	for range b.N {
+		tu.choose(pol.Sched, at)
+	}
+}

@@ -30,12 +30,14 @@ test("acks with the measured duration", async () => {
     }, { concurrency: 3 });
     const settled = async () => (await Promise.all(ids.map((id) => c.getJob(queue, id)))).every((j) => j.state === "done");
     await until(settled, "three acks");
+    await stop();
     for (const id of ids) {
+      // A timer of 200 ms may end a fraction of a millisecond early by
+      // the clock the worker measures with.
       const took = durationMs((await c.getJob(queue, id)).took!);
-      assert.ok(took >= 200 && took < 1000, `took ${took}ms`);
+      assert.ok(took >= 195 && took < 1000, `took ${took}ms`);
     }
     assert.deepEqual(new Set(seen.map((j) => j.attempt)), new Set([1]));
-    await stop();
   } finally {
     c.close();
   }
