@@ -42,6 +42,21 @@ func (n Num) MarshalJSON() ([]byte, error) {
 	return json.Marshal(f)
 }
 
+// UnmarshalJSON implements json.Unmarshaler: null reads back as NaN, so a
+// report written and read again keeps its missing figures missing.
+func (n *Num) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = Num(math.NaN())
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*n = Num(f)
+	return nil
+}
+
 // SeedResult is one arm's figures for one seed.
 type SeedResult struct {
 	Seed           uint64 `json:"seed"`

@@ -246,3 +246,34 @@ func TestSlowSeeds(t *testing.T) {
 		t.Errorf("seed 3 without a simulated figure: %q", ws)
 	}
 }
+
+// A Num survives JSON both ways: numbers as they were, NaN and the
+// infinities as null and back as NaN; anything else is refused.
+func TestNumRoundTrip(t *testing.T) {
+	in := []Num{0, 1.5, -2e-9, 123456.789, Num(math.NaN()), Num(math.Inf(1)), Num(math.Inf(-1))}
+	data, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(data), "[0,1.5,-2e-9,123456.789,null,null,null]"; got != want {
+		t.Fatalf("marshalled %s, want %s", got, want)
+	}
+	var out []Num
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range out {
+		w := in[i]
+		if math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
+			if !math.IsNaN(float64(v)) {
+				t.Errorf("element %d: %v read back as %v, want NaN", i, w, v)
+			}
+		} else if v != w {
+			t.Errorf("element %d: %v read back as %v", i, w, v)
+		}
+	}
+	var n Num
+	if err := json.Unmarshal([]byte(`"1.5"`), &n); err == nil {
+		t.Errorf("a quoted number read as %v, want an error", n)
+	}
+}

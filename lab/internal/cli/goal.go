@@ -10,6 +10,7 @@ import (
 
 	"github.com/harbinger-mq/harbinger/internal/sim"
 	"github.com/harbinger-mq/harbinger/internal/trace"
+	"github.com/harbinger-mq/harbinger/internal/workload"
 	"github.com/harbinger-mq/harbinger/lab/internal/experiment"
 )
 
@@ -37,36 +38,13 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	w, err := loadWorkload(*wl)
-	if err != nil {
-		return err
-	}
-	tr, err := trace.Load(*traceDir, trace.Options{})
+	scenarios, w, err := goalScenarios(*wl, *traceDir, *only)
 	if err != nil {
 		return err
 	}
 	arm, err := sim.ParseArm(*armFlag, w.JobTypes)
 	if err != nil {
 		return err
-	}
-	scenarios, err := experiment.DefaultMatrix([]experiment.Scenario{{Label: w.Name, Src: sim.FromWorkload(w)}, {Label: "trace", Src: tr}})
-	if err != nil {
-		return err
-	}
-	if *only != "" {
-		var keep []experiment.Scenario
-		for _, sc := range scenarios {
-			for _, p := range strings.Split(*only, ",") {
-				if strings.HasPrefix(sc.Label, strings.TrimSpace(p)) {
-					keep = append(keep, sc)
-					break
-				}
-			}
-		}
-		if len(keep) == 0 {
-			return fmt.Errorf("goal: no scenario matches --scenarios %q", *only)
-		}
-		scenarios = keep
 	}
 	m, err := experiment.RunGoalMatrix(scenarios, loads, seeds, arm, stderr)
 	if err != nil {
@@ -90,4 +68,38 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	t1, t2, mm, all, n := m.Passes()
 	fmt.Fprintf(stdout, "%s meets the goal in %d of %d cells (T1 %d, T2 %d, M %d); wrote %s\n", m.Arm, all, n, t1, t2, mm, *out)
 	return nil
+}
+
+// goalScenarios is the goal's matrix of scenarios: the workload, the
+// trace's windows and the stress workloads, or those of them whose labels
+// start with one of only's comma-separated prefixes.
+func goalScenarios(wl, traceDir, only string) ([]experiment.Scenario, *workload.Workload, error) {
+	w, err := loadWorkload(wl)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr, err := trace.Load(traceDir, trace.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	scenarios, err := experiment.DefaultMatrix([]experiment.Scenario{{Label: w.Name, Src: sim.FromWorkload(w)}, {Label: "trace", Src: tr}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if only == "" {
+		return scenarios, w, nil
+	}
+	var keep []experiment.Scenario
+	for _, sc := range scenarios {
+		for _, p := range strings.Split(only, ",") {
+			if strings.HasPrefix(sc.Label, strings.TrimSpace(p)) {
+				keep = append(keep, sc)
+				break
+			}
+		}
+	}
+	if len(keep) == 0 {
+		return nil, nil, fmt.Errorf("goal: no scenario matches --scenarios %q", only)
+	}
+	return keep, w, nil
 }
