@@ -237,15 +237,11 @@ func (d *Draw) Markdown(w io.Writer) {
 	if d.Command != "" {
 		fmt.Fprintf(w, "Reproduce: `%s`\n\n", d.Command)
 	}
-	fmt.Fprintf(w, "| arm |")
+	var cols []string
 	for _, s := range d.Sets {
-		fmt.Fprintf(w, " seeds %s |", s)
+		cols = append(cols, "seeds "+s)
 	}
-	fmt.Fprintf(w, " met on every set | on none | on some, not all |\n|---|")
-	for range d.Sets {
-		fmt.Fprintf(w, "---:|")
-	}
-	fmt.Fprintf(w, "---:|---:|---:|\n")
+	mdHeader(w, "arm", append(cols, "met on every set", "on none", "on some, not all"), "---:")
 	for ai, a := range d.Arms {
 		fmt.Fprintf(w, "| `%s` |", a)
 		for _, n := range d.Met(ai) {
@@ -267,15 +263,11 @@ func (d *Draw) Markdown(w io.Writer) {
 	fmt.Fprintf(w, " %d (one arm per cell for every set) | | |\n\n", one)
 
 	fmt.Fprintf(w, "## Cells no arm meets on every set\n\n%d of %d. Each entry is the arm's verdict on each set in order (P: met, .: missed).\n\n", len(d.Cells)-one, len(d.Cells))
-	fmt.Fprintf(w, "| cell |")
+	cols = cols[:0]
 	for _, a := range d.Arms {
-		fmt.Fprintf(w, " `%s` |", a)
+		cols = append(cols, "`"+a+"`")
 	}
-	fmt.Fprintf(w, "\n|---|")
-	for range d.Arms {
-		fmt.Fprintf(w, "---|")
-	}
-	fmt.Fprintln(w)
+	mdHeader(w, "cell", cols, "---")
 	for _, c := range d.Cells {
 		if d.OneForAll(c) {
 			continue
@@ -301,15 +293,11 @@ func (d *Draw) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "\n## Where the reference R moves\n\nR counts only the key oracle settings that meet T1 and T2 in the cell, so a setting that passes T2 on one draw and not on another moves R wholesale. %d of %d cells move by %.0f points or more:\n\n",
 		len(moved), len(d.Cells), DrawRMove*100)
 	if len(moved) > 0 {
-		fmt.Fprintf(w, "| cell |")
+		cols = cols[:0]
 		for _, s := range d.Sets {
-			fmt.Fprintf(w, " R, seeds %s |", s)
+			cols = append(cols, "R, seeds "+s)
 		}
-		fmt.Fprintf(w, "\n|---|")
-		for range d.Sets {
-			fmt.Fprintf(w, "---:|")
-		}
-		fmt.Fprintln(w)
+		mdHeader(w, "cell", cols, "---:")
 		for _, c := range moved {
 			fmt.Fprintf(w, "| %s at %.2f |", c.Scenario, c.Load)
 			for _, r := range c.R {
@@ -321,6 +309,16 @@ func (d *Draw) Markdown(w io.Writer) {
 	fmt.Fprintf(w, "\nMethod: each arm's verdicts come from `harbinger-lab goal` (the simulator, every arm on identical jobs, pooled over the set's seeds; "+
 		"T1: at most %.0f%% of long jobs over %.2fx FIFO's latency and none over %.2gx; T2: P99 at most %.2fx FIFO's; M: at least %.0f%% of R, judged where R >= %.0f%%).\n",
 		d.Goal.LongShare*100, d.Goal.LongRatio, d.Goal.LongCap, d.Goal.P99Ratio, d.Goal.Capture*100, d.Goal.MinCut*100)
+}
+
+// mdHeader writes a Markdown table's header: the first column left
+// aligned, the others with align ("---" or "---:").
+func mdHeader(w io.Writer, first string, cols []string, align string) {
+	fmt.Fprintf(w, "| %s |", first)
+	for _, c := range cols {
+		fmt.Fprintf(w, " %s |", c)
+	}
+	fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat(align+"|", len(cols)))
 }
 
 func boolInt(b bool) int {

@@ -95,15 +95,11 @@ func (m *GoalMatrix) Markdown(w io.Writer) {
 		"T2: all-message P99 at most %.2fx FIFO's. M: a mean cut of at least %.0f%% of R (the best key oracle setting meeting T1 and T2; "+
 		"cells with R under %.0f%% are not judged on M).\n\n",
 		sim.GoalLongShare*100, sim.GoalLongRatio, sim.GoalLongCap, sim.GoalP99Ratio, sim.GoalCapture*100, sim.GoalMinCut*100)
-	fmt.Fprintf(w, "| scenario |")
+	var cols []string
 	for _, l := range m.Loads {
-		fmt.Fprintf(w, " %.2f |", l)
+		cols = append(cols, fmt.Sprintf("%.2f", l))
 	}
-	fmt.Fprintf(w, "\n|---|")
-	for range m.Loads {
-		fmt.Fprintf(w, "---|")
-	}
-	fmt.Fprintln(w)
+	mdHeader(w, "scenario", cols, "---")
 	for _, label := range m.Labels {
 		fmt.Fprintf(w, "| %s |", label)
 		for _, l := range m.Loads {
