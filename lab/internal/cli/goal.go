@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,10 +24,7 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	armFlag := fs.String("arm", "predictive", "the arm to judge, with settings if any (sim's --arms syntax: predictive:guard=0.25)")
 	out := fs.String("out", "results/goal", "directory to write report.md, heatmap.svg and summary.json into")
 	seedsFlag := fs.String("seeds", "1,2,3,4,5", "comma-separated seeds (6,7,8,9,10 are the held-out ones)")
-	loadsFlag := fs.String("loads", "0.5,0.8,0.95,1.1,1.3", "comma-separated offered loads")
-	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
-	traceDir := fs.String("trace-dir", DefaultTraceDir, "Azure Functions 2019 trace directory")
-	only := fs.String("scenarios", "", "comma-separated scenario labels (or their prefixes) to measure; empty: all")
+	mf := addMatrixFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -34,11 +32,7 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	loads, err := parseLoads(*loadsFlag)
-	if err != nil {
-		return err
-	}
-	scenarios, w, err := goalScenarios(*wl, *traceDir, *only)
+	loads, scenarios, w, err := mf.cells()
 	if err != nil {
 		return err
 	}
@@ -50,7 +44,7 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m.Command = fmt.Sprintf("go run ./cmd/harbinger-lab goal --arm %s --seeds %s --loads %s", *armFlag, *seedsFlag, *loadsFlag)
+	m.Command = fmt.Sprintf("go run ./cmd/harbinger-lab goal --arm %s --seeds %s --loads %s", *armFlag, *seedsFlag, *mf.loads)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -70,28 +64,45 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// goalScenarios is the goal's matrix of scenarios: the workload, the
-// trace's windows and the stress workloads, or those of them whose labels
-// start with one of only's comma-separated prefixes.
-func goalScenarios(wl, traceDir, only string) ([]experiment.Scenario, *workload.Workload, error) {
-	w, err := loadWorkload(wl)
-	if err != nil {
-		return nil, nil, err
+// matrixFlags are the flags of goal and goal-draw that choose the cells.
+type matrixFlags struct{ loads, workload, traceDir, only *string }
+
+func addMatrixFlags(fs *flag.FlagSet) matrixFlags {
+	return matrixFlags{
+		loads:    fs.String("loads", "0.5,0.8,0.95,1.1,1.3", "comma-separated offered loads"),
+		workload: fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary"),
+		traceDir: fs.String("trace-dir", DefaultTraceDir, "Azure Functions 2019 trace directory"),
+		only:     fs.String("scenarios", "", "comma-separated scenario labels (or their prefixes) to measure; empty: all"),
 	}
-	tr, err := trace.Load(traceDir, trace.Options{})
+}
+
+// cells reads the flags: the loads, and the goal's matrix of scenarios
+// (the workload, the trace's windows and the stress workloads, or those
+// whose labels start with one of --scenarios' prefixes), with the workload
+// whose job types the arms name.
+func (f matrixFlags) cells() ([]float64, []experiment.Scenario, *workload.Workload, error) {
+	loads, err := parseLoads(*f.loads)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	w, err := loadWorkload(*f.workload)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tr, err := trace.Load(*f.traceDir, trace.Options{})
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	scenarios, err := experiment.DefaultMatrix([]experiment.Scenario{{Label: w.Name, Src: sim.FromWorkload(w)}, {Label: "trace", Src: tr}})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if only == "" {
-		return scenarios, w, nil
+	if *f.only == "" {
+		return loads, scenarios, w, nil
 	}
 	var keep []experiment.Scenario
 	for _, sc := range scenarios {
-		for _, p := range strings.Split(only, ",") {
+		for _, p := range strings.Split(*f.only, ",") {
 			if strings.HasPrefix(sc.Label, strings.TrimSpace(p)) {
 				keep = append(keep, sc)
 				break
@@ -99,7 +110,7 @@ func goalScenarios(wl, traceDir, only string) ([]experiment.Scenario, *workload.
 		}
 	}
 	if len(keep) == 0 {
-		return nil, nil, fmt.Errorf("goal: no scenario matches --scenarios %q", only)
+		return nil, nil, nil, fmt.Errorf("goal: no scenario matches --scenarios %q", *f.only)
 	}
-	return keep, w, nil
+	return loads, keep, w, nil
 }

@@ -32,11 +32,8 @@ func runGoalDraw(_ context.Context, args []string, stdout, stderr io.Writer) err
 	var arms armList
 	fs.Var(&arms, "arm", "an arm to judge, with settings if any (sim's --arms syntax: predictive:guard=0.25); repeat for several (default: predictive)")
 	setsFlag := fs.String("seed-sets", "1-5;6-10;11-15;16-20", "sets of seeds, separated by ';', each comma-separated seeds or ranges (1-5)")
-	loadsFlag := fs.String("loads", "0.5,0.8,0.95,1.1,1.3", "comma-separated offered loads")
-	wl := fs.String("workload", DefaultWorkload, "workload file (YAML); the default is built into the binary")
-	traceDir := fs.String("trace-dir", DefaultTraceDir, "Azure Functions 2019 trace directory")
-	only := fs.String("scenarios", "", "comma-separated scenario labels (or their prefixes) to measure; empty: all")
-	from := fs.String("from", "", "comma-separated directories of finished `goal` runs (their summary.json) to compare instead of running arms")
+	mf := addMatrixFlags(fs)
+	from := fs.String("from", "", "comma-separated `DIRS` of finished goal runs (each holding the summary.json goal wrote) to compare instead of running arms")
 	out := fs.String("out", "results/goal-draw", "directory to write report.md and draw.json into")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -69,11 +66,7 @@ func runGoalDraw(_ context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		loads, err := parseLoads(*loadsFlag)
-		if err != nil {
-			return err
-		}
-		scenarios, w, err := goalScenarios(*wl, *traceDir, *only)
+		loads, scenarios, w, err := mf.cells()
 		if err != nil {
 			return err
 		}
@@ -103,9 +96,9 @@ func runGoalDraw(_ context.Context, args []string, stdout, stderr io.Writer) err
 		for _, a := range arms {
 			fmt.Fprintf(&b, " --arm '%s'", a)
 		}
-		fmt.Fprintf(&b, " --seed-sets '%s' --loads %s", *setsFlag, *loadsFlag)
-		if *only != "" {
-			fmt.Fprintf(&b, " --scenarios %s", *only)
+		fmt.Fprintf(&b, " --seed-sets '%s' --loads %s", *setsFlag, *mf.loads)
+		if *mf.only != "" {
+			fmt.Fprintf(&b, " --scenarios %s", *mf.only)
 		}
 		command = b.String()
 	}
