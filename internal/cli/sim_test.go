@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,5 +143,51 @@ func TestSplitArmsKeepsSettingsTogether(t *testing.T) {
 		if got := splitArms(c.in); !slices.Equal(got, c.want) {
 			t.Errorf("splitArms(%q) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// sim --goal shows each seed's own P99 ratio beside the pooled one: in the
+// JSON one per seed, in the table their lowest and highest, and nothing
+// for a single seed.
+func TestSimGoalShowsEachSeedsP99(t *testing.T) {
+	t.Parallel()
+	run := func(args ...string) string {
+		t.Helper()
+		var out strings.Builder
+		if err := runSim(context.Background(), append([]string{"--goal", "--at-load", "1.1", "--arms", "predictive"}, args...), &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	var g struct {
+		Arms []struct {
+			P99   float64   `json:"p99_ratio"`
+			Seeds []float64 `json:"p99_ratio_by_seed"`
+		} `json:"arms"`
+	}
+	if err := json.Unmarshal([]byte(run("--seeds", "1,2", "--json")), &g); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Arms) != 1 || len(g.Arms[0].Seeds) != 2 {
+		t.Fatalf("goal JSON arms %+v, want one with two seeds' P99", g.Arms)
+	}
+	lo, hi := slices.Min(g.Arms[0].Seeds), slices.Max(g.Arms[0].Seeds)
+	if !(lo > 0) || !(hi < 10) {
+		t.Fatalf("seeds' P99 ratios %v", g.Arms[0].Seeds)
+	}
+	row := func(out string) string {
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "predictive ") {
+				return line
+			}
+		}
+		t.Fatalf("no predictive row in:\n%s", out)
+		return ""
+	}
+	if want, got := fmt.Sprintf(" %.2f-%.2fx ", lo, hi), row(run("--seeds", "1,2")); !strings.Contains(got, want) {
+		t.Errorf("table row %q lacks the seeds' spread %q", got, want)
+	}
+	if f := strings.Fields(row(run("--seeds", "1"))); len(f) < 6 || f[5] != "-" {
+		t.Errorf("one seed: row fields %q, want - for the spread", f)
 	}
 }

@@ -162,9 +162,14 @@ type Paired struct {
 	// MeanCut the cut of the mean latency against FIFO's (0.3 is 30%
 	// lower).
 	P99Ratio report.Num `json:"p99_ratio"`
-	MeanCut  report.Num `json:"mean_cut"`
-	T1       bool       `json:"t1"`
-	T2       bool       `json:"t2"`
+	// P99BySeed is each seed's own P99 over FIFO's on the same seed, when
+	// there are several: how far the pooled verdict is the draw's. A
+	// pooled P99 near GoalP99Ratio that the seeds straddle can go either
+	// way on other seeds.
+	P99BySeed []report.Num `json:"p99_ratio_by_seed,omitempty"`
+	MeanCut   report.Num   `json:"mean_cut"`
+	T1        bool         `json:"t1"`
+	T2        bool         `json:"t2"`
 	// Capture is MeanCut over the cell's R; M says whether the arm meets
 	// the mean goal (always, where R is under GoalMinCut).
 	Capture report.Num `json:"capture"`
@@ -372,6 +377,11 @@ func PairWithFIFO(name string, fifo, arm [][]float64, long [][]bool) Paired {
 		p.LongWorst = report.Num(worst)
 	}
 	p.P99Ratio = report.Num(quantile(all, 0.99) / quantile(allFIFO, 0.99))
+	if len(fifo) > 1 {
+		for s := range fifo {
+			p.P99BySeed = append(p.P99BySeed, report.Num(quantile(arm[s], 0.99)/quantile(fifo[s], 0.99)))
+		}
+	}
 	p.MeanCut = report.Num(1 - sum/sumFIFO)
 	p.T1 = p.LongJobs == 0 || float64(p.LongOverRatio) <= GoalLongShare && float64(p.LongWorst) <= GoalLongCap
 	p.T2 = float64(p.P99Ratio) <= GoalP99Ratio

@@ -26,7 +26,7 @@ func TestPairWithFIFOByHand(t *testing.T) {
 	p := PairWithFIFO("arm", fifo, arm, long)
 	near := func(got report.Num, want float64) bool { return math.Abs(float64(got)-want) < 1e-9 }
 	if p.LongJobs != 4 || !near(p.LongOverRatio, 0.25) || !near(p.LongOverCap, 0) || !near(p.LongWorst, 1.2) ||
-		!near(p.P99Ratio, 1) || !near(p.MeanCut, 0.5/59) {
+		!near(p.P99Ratio, 1) || !near(p.MeanCut, 0.5/59) || len(p.P99BySeed) != 2 || !near(p.P99BySeed[0], 1) || !near(p.P99BySeed[1], 1) {
 		t.Fatalf("paired = %+v", p)
 	}
 	// T1 fails (25% of the long jobs over 1.10x); T2 holds; the cut is
@@ -41,6 +41,15 @@ func TestPairWithFIFOByHand(t *testing.T) {
 	p.judge(0.04)
 	if !near(p.LongOverRatio, 0.5) || !near(p.LongOverCap, 0.25) || !near(p.LongWorst, 1.6) || p.T1 || !p.M || !math.IsNaN(float64(p.Capture)) {
 		t.Fatalf("with a long job at 1.6x: %+v", p)
+	}
+	// Seed 2's own P99 is now 16 against 10; the pooled P99 is still 20
+	// against 20, the largest of the ten.
+	if !near(p.P99Ratio, 1) || !near(p.P99BySeed[0], 1) || !near(p.P99BySeed[1], 1.6) {
+		t.Fatalf("P99 pooled %v, by seed %v; want 1 and [1 1.6]", p.P99Ratio, p.P99BySeed)
+	}
+	// One seed: no per-seed figures.
+	if p := PairWithFIFO("arm", fifo[:1], arm[:1], long[:1]); p.P99BySeed != nil {
+		t.Fatalf("one seed gave P99 by seed %v", p.P99BySeed)
 	}
 	// No long job over either ratio and the same P99: T1 and T2 hold.
 	arm = [][]float64{{0.5, 1, 2, 10, 20}, {1, 1, 1, 10, 10}}
