@@ -200,7 +200,7 @@ func writeGoal(w io.Writer, g *sim.GoalResult, asJSON bool, took time.Duration) 
 			return "--"
 		}
 		fmt.Fprintf(w, "%-48s %9s %9s %7s %7s %13s %8s %8s  %s %s %s\n", p.Arm, pct(float64(p.LongOverRatio)), pct(float64(p.LongOverCap)),
-			ratio(float64(p.LongWorst)), ratio(float64(p.P99Ratio)), spread(p.P99BySeed), pct(float64(p.MeanCut)), pct(float64(p.Capture)), yes(p.T1), yes(p.T2), yes(p.M))
+			ratio(float64(p.LongWorst)), ratio(float64(p.P99Ratio)), p.P99Spread(), pct(float64(p.MeanCut)), pct(float64(p.Capture)), yes(p.T1), yes(p.T2), yes(p.M))
 	}
 	for _, p := range g.Arms {
 		row(p)
@@ -213,18 +213,6 @@ func writeGoal(w io.Writer, g *sim.GoalResult, asJSON bool, took time.Duration) 
 		sim.GoalP99Ratio)
 	fmt.Fprintf(w, "method: %s\n(ran in %.1f s)\n", g.Method, took.Seconds())
 	return nil
-}
-
-// spread writes the lowest and highest of rs as "0.95-1.21x", or "-".
-func spread(rs []report.Num) string {
-	if len(rs) == 0 {
-		return "-"
-	}
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, r := range rs {
-		lo, hi = min(lo, float64(r)), max(hi, float64(r))
-	}
-	return fmt.Sprintf("%.2f-%.2fx", lo, hi)
 }
 
 func pct(v float64) string {

@@ -176,6 +176,15 @@ type Paired struct {
 	M       bool       `json:"m"`
 }
 
+// P99Spread writes the lowest and highest of P99BySeed as "0.95-1.21x",
+// or "-" when there are none (a single seed).
+func (p Paired) P99Spread() string {
+	if len(p.P99BySeed) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f-%.2fx", float64(slices.Min(p.P99BySeed)), float64(slices.Max(p.P99BySeed)))
+}
+
 // Pass reports whether the arm meets the whole goal in its cell.
 func (p Paired) Pass() bool { return p.T1 && p.T2 && p.M }
 

@@ -47,9 +47,12 @@ func TestPairWithFIFOByHand(t *testing.T) {
 	if !near(p.P99Ratio, 1) || !near(p.P99BySeed[0], 1) || !near(p.P99BySeed[1], 1.6) {
 		t.Fatalf("P99 pooled %v, by seed %v; want 1 and [1 1.6]", p.P99Ratio, p.P99BySeed)
 	}
+	if got := p.P99Spread(); got != "1.00-1.60x" {
+		t.Fatalf("P99 spread %q, want 1.00-1.60x", got)
+	}
 	// One seed: no per-seed figures.
-	if p := PairWithFIFO("arm", fifo[:1], arm[:1], long[:1]); p.P99BySeed != nil {
-		t.Fatalf("one seed gave P99 by seed %v", p.P99BySeed)
+	if p := PairWithFIFO("arm", fifo[:1], arm[:1], long[:1]); p.P99BySeed != nil || p.P99Spread() != "-" {
+		t.Fatalf("one seed gave P99 by seed %v (%s)", p.P99BySeed, p.P99Spread())
 	}
 	// No long job over either ratio and the same P99: T1 and T2 hold.
 	arm = [][]float64{{0.5, 1, 2, 10, 20}, {1, 1, 1, 10, 10}}

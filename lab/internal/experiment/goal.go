@@ -112,15 +112,15 @@ func (m *GoalMatrix) Markdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\n## Figures\n\n| scenario | load | long > 1.10x | long > 1.5x | worst | P99 | mean cut | R | capture | verdict |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "\n## Figures\n\n| scenario | load | long > 1.10x | long > 1.5x | worst | P99 | P99 by seed | mean cut | R | capture | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, label := range m.Labels {
 		for _, l := range m.Loads {
 			p, g, ok := m.cell(label, l)
 			if !ok {
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %.2f | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, l, pctOf(p.LongOverRatio), pctOf(p.LongOverCap),
-				xOf(p.LongWorst), xOf(p.P99Ratio), pctOf(p.MeanCut), pctOf(g.R), pctOf(p.Capture), verdictWord(p))
+			fmt.Fprintf(w, "| %s | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, l, pctOf(p.LongOverRatio), pctOf(p.LongOverCap),
+				xOf(p.LongWorst), xOf(p.P99Ratio), p.P99Spread(), pctOf(p.MeanCut), pctOf(g.R), pctOf(p.Capture), verdictWord(p))
 		}
 	}
 	if len(m.Cells) > 0 {
