@@ -45,19 +45,14 @@ func runGoal(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	m.Command = fmt.Sprintf("go run ./cmd/harbinger-lab goal --arm %s --seeds %s --loads %s", *armFlag, *seedsFlag, *mf.loads)
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
 	var md strings.Builder
 	m.Markdown(&md)
 	js, err := m.JSON()
 	if err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{"report.md": []byte(md.String()), "heatmap.svg": m.GoalHeatMap(), "summary.json": js} {
-		if err := os.WriteFile(filepath.Join(*out, name), data, 0o644); err != nil {
-			return err
-		}
+	if err := writeFiles(*out, map[string][]byte{"report.md": []byte(md.String()), "heatmap.svg": m.GoalHeatMap(), "summary.json": js}); err != nil {
+		return err
 	}
 	t1, t2, mm, all, n := m.Passes()
 	fmt.Fprintf(stdout, "%s meets the goal in %d of %d cells (T1 %d, T2 %d, M %d); wrote %s\n", m.Arm, all, n, t1, t2, mm, *out)
@@ -113,4 +108,17 @@ func (f matrixFlags) cells() ([]float64, []experiment.Scenario, *workload.Worklo
 		return nil, nil, nil, fmt.Errorf("goal: no scenario matches --scenarios %q", *f.only)
 	}
 	return loads, keep, w, nil
+}
+
+// writeFiles creates dir and writes each named file into it.
+func writeFiles(dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

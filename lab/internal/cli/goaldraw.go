@@ -107,31 +107,20 @@ func runGoalDraw(_ context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	d.Command = command
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
 	var md strings.Builder
 	d.Markdown(&md)
 	js, err := d.JSON()
 	if err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{"report.md": []byte(md.String()), "draw.json": js} {
-		if err := os.WriteFile(filepath.Join(*out, name), data, 0o644); err != nil {
-			return err
-		}
-	}
-	one := 0
-	for _, c := range d.Cells {
-		if d.OneForAll(c) {
-			one++
-		}
+	if err := writeFiles(*out, map[string][]byte{"report.md": []byte(md.String()), "draw.json": js}); err != nil {
+		return err
 	}
 	for ai, a := range d.Arms {
 		every, none := d.Steady(ai)
 		fmt.Fprintf(stdout, "%s: met on every set in %d of %d cells, on none in %d, on some in %d\n", a, every, len(d.Cells), none, len(d.Cells)-every-none)
 	}
-	fmt.Fprintf(stdout, "one arm per cell meets every set in %d of %d cells; wrote %s\n", one, len(d.Cells), *out)
+	fmt.Fprintf(stdout, "one arm per cell meets every set in %d of %d cells; wrote %s\n", d.OneForAllCount(), len(d.Cells), *out)
 	return nil
 }
 

@@ -209,6 +209,17 @@ func (d *Draw) OneForAll(c DrawCell) bool {
 	return false
 }
 
+// OneForAllCount counts the cells OneForAll holds for.
+func (d *Draw) OneForAllCount() int {
+	n := 0
+	for _, c := range d.Cells {
+		if d.OneForAll(c) {
+			n++
+		}
+	}
+	return n
+}
+
 // RRange is the lowest and highest R of a cell across the sets of seeds.
 func (c DrawCell) RRange() (lo, hi float64) {
 	return slices.Min(c.R), slices.Max(c.R)
@@ -250,12 +261,7 @@ func (d *Draw) Markdown(w io.Writer) {
 		every, none := d.Steady(ai)
 		fmt.Fprintf(w, " %d | %d | %d |\n", every, none, len(d.Cells)-every-none)
 	}
-	one := 0
-	for _, c := range d.Cells {
-		if d.OneForAll(c) {
-			one++
-		}
-	}
+	one := d.OneForAllCount()
 	fmt.Fprintf(w, "| **the best arm per cell and per set, with hindsight** |")
 	for _, n := range d.Hindsight() {
 		fmt.Fprintf(w, " %d |", n)
